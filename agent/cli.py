@@ -1,0 +1,123 @@
+"""The `teye` command: agent, doctor, record, profile, dashboards, catalog."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+from . import __version__
+from . import config as config_mod
+from .errors import ConfigError
+
+log = logging.getLogger("teye")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _common_source_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML config file (every key has a default)")
+    p.add_argument("--procfs", metavar="PATH", help="root of /proc (default /proc)")
+    p.add_argument("--sysfs", metavar="PATH", help="root of /sys (default /sys)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="log level (default info)")
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    """CLI flags as a nested config dict (only flags that were given)."""
+    o: dict = {}
+    for flag, key in (("listen", "listen"), ("procfs", "procfs"), ("sysfs", "sysfs"), ("log_level", "log_level")):
+        v = getattr(args, flag, None)
+        if v is not None:
+            o[key] = v
+    if getattr(args, "gpu_replay", None):
+        o.setdefault("gpu", {})["replay"] = args.gpu_replay
+    if getattr(args, "phase_socket", None):
+        o.setdefault("phases", {})["socket"] = args.phase_socket
+    return o
+
+
+def load_config(args: argparse.Namespace) -> dict:
+    return config_mod.load(getattr(args, "config", None), _overrides(args))
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from .daemon import run
+    cfg = load_config(args)
+    _setup_logging(cfg["log_level"])
+    return run(cfg)
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from .catalog import render
+    sys.stdout.write(render())
+    return 0
+
+
+def _lazy(module: str, func: str = "main"):
+    def call(args):
+        import importlib
+        return getattr(importlib.import_module(module), func)(args)
+    return call
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="teye", description="Per-node monitoring agent for GPU training clusters.")
+    p.add_argument("--version", action="version", version=f"teye {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    a = sub.add_parser("agent", help="run the monitoring agent (serves /metrics)")
+    a.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 0.0.0.0:9835)")
+    _common_source_flags(a)
+    a.add_argument("--gpu-replay", metavar="FILE", help="serve a recorded NVML trace instead of live NVML")
+    a.add_argument("--phase-socket", metavar="PATH", help="Unix datagram socket for training-phase messages")
+    a.set_defaults(func=cmd_agent)
+
+    d = sub.add_parser("doctor", help="print what this node supports and why not")
+    _common_source_flags(d)
+    d.set_defaults(func=_lazy("agent.doctor"))
+
+    r = sub.add_parser("record", help="record what the GPU backend reads, as JSON lines")
+    r.add_argument("--output", required=True, metavar="FILE")
+    r.add_argument("--duration", type=float, default=60.0, metavar="SECONDS")
+    r.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
+    _common_source_flags(r)
+    r.set_defaults(func=_lazy("agent.gpu.record"))
+
+    pr = sub.add_parser("profile", help="run a command and explain its GPU idle time")
+    pr.add_argument("--output", metavar="DIR", default="teye-profile")
+    _common_source_flags(pr)
+    pr.add_argument("--gpu-replay", metavar="FILE", help=argparse.SUPPRESS)
+    pr.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+    pr.set_defaults(func=_lazy("agent.profile"))
+
+    db = sub.add_parser("dashboards", help="Grafana dashboards")
+    dsub = db.add_subparsers(dest="dash_command", metavar="ACTION")
+    dsub.required = True
+    push = dsub.add_parser("push", help="upload the dashboards through the Grafana HTTP API")
+    push.add_argument("--url", required=True)
+    push.add_argument("--token", required=True)
+    push.add_argument("--folder", default="teye")
+    push.set_defaults(func=_lazy("dashboards.push"))
+
+    c = sub.add_parser("catalog", help="print the metric catalog (docs/metrics.md)")
+    c.set_defaults(func=cmd_catalog)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"teye: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Configuration: YAML, every key with an embedded default, validated before anything starts.
+
+The schema below is the single place defaults live.  ``load()`` merges a user file
+over the defaults, rejects unknown keys and ill-typed values with a ConfigError
+naming the dotted key and the expected type, and returns a plain nested dict.
+CLI flags are applied on top by ``agent.cli``.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import yaml
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Field:
+    """One configuration key: accepted Python type(s), default, optional extra check, description."""
+
+    type: Tuple[type, ...]
+    default: Any
+    help: str
+    check: Optional[Callable[[Any], Optional[str]]] = None  # returns an error text or None
+    nullable: bool = False
+
+
+def _positive(v):
+    return None if v > 0 else "must be > 0"
+
+
+def _ratio(v):
+    return None if 0 <= v <= 1 else "must be between 0 and 1"
+
+
+def _regex(v):
+    try:
+        re.compile(v)
+    except re.error as e:
+        return f"is not a valid regular expression ({e})"
+    return None
+
+
+def _hostport(v):
+    try:
+        split_hostport(v)
+    except ValueError:
+        return "expected HOST:PORT such as 0.0.0.0:9835"
+    return None
+
+
+def _level(v):
+    return None if v.lower() in ("debug", "info", "warning", "error") else "must be one of debug, info, warning, error"
+
+
+def split_hostport(text: str) -> Tuple[str, int]:
+    """'HOST:PORT' -> (host, port); '[::1]:9835' for IPv6; ':9835' listens on all addresses."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+FLOAT = (float, int)
+INT = (int,)
+BOOL = (bool,)
+STR = (str,)
+LIST = (list,)
+
+
+def _collector(interval: float, enabled: bool = True, help: str = "") -> Dict[str, Field]:
+    return {
+        "enabled": Field(BOOL, enabled, f"Run the {help} collector."),
+        "interval_seconds": Field(FLOAT, interval, f"Seconds between two reads of the {help} collector.", _positive),
+    }
+
+
+# Collector name -> (default interval in seconds, description).
+COLLECTORS = {
+    "cpu": (1.0, "CPU time by mode (/proc/stat)"),
+    "memory": (1.0, "memory (/proc/meminfo)"),
+    "disk": (1.0, "block devices (/proc/diskstats)"),
+    "network": (1.0, "network interfaces (/proc/net/dev)"),
+    "infiniband": (1.0, "InfiniBand ports (/sys/class/infiniband)"),
+    "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
+    "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
+    "pressure": (5.0, "pressure stall information (/proc/pressure)"),
+    "gpu": (1.0, "NVIDIA GPUs (NVML)"),
+    "phases": (1.0, "training-job phases (phase socket)"),
+}
+
+SCHEMA: Dict[str, Any] = {
+    "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
+    "procfs": Field(STR, "/proc", "Root of the proc filesystem (as node_exporter's --path.procfs)."),
+    "sysfs": Field(STR, "/sys", "Root of the sys filesystem (as node_exporter's --path.sysfs)."),
+    "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),
+    "stale_after_seconds": Field(FLOAT, 10.0, "A read still running after this long marks its collector down "
+                                 "(a hung NFS mount never hangs a scrape).", _positive),
+    "collectors": {name: _collector(iv, help=desc) for name, (iv, desc) in COLLECTORS.items()},
+    "disk": {
+        "exclude": Field(STR, r"^(ram|loop|fd|(h|s|v|xv)d[a-z]+\d+|nvme\d+n\d+p\d+|mmcblk\d+p\d+)$",
+                         "Regex of block device names to skip (partitions, loop and ram devices by default).", _regex),
+    },
+    "network": {
+        "exclude": Field(STR, r"^$", "Regex of interface names to skip (none by default).", _regex),
+    },
+    "gpu": {
+        "busy_threshold": Field(FLOAT, 0.0, "A driver utilization sample at or below this ratio counts as idle.", _ratio),
+        "replay": Field(STR, None, "Serve a recorded NVML trace (teye record) instead of live NVML.", nullable=True),
+    },
+    "phases": {
+        "socket": Field(STR, None, "Unix datagram socket path for phase messages (default: /run/teye/phases.sock, "
+                        "else $XDG_RUNTIME_DIR or the temp directory).", nullable=True),
+        "max_jobs": Field(INT, 64, "Most live training jobs tracked at once.", _positive),
+        "job_expiry_seconds": Field(FLOAT, 300.0, "A job silent this long expires and its series disappear.", _positive),
+    },
+}
+
+
+def _type_name(types: Tuple[type, ...]) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list"}
+    if types == FLOAT:
+        return "number"
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def defaults(schema: Dict[str, Any] = SCHEMA) -> Dict[str, Any]:
+    """The embedded defaults as a nested dict."""
+    out = {}
+    for key, f in schema.items():
+        out[key] = defaults(f) if isinstance(f, dict) else copy.deepcopy(f.default)
+    return out
+
+
+def _validate_value(key: str, f: Field, value: Any) -> Any:
+    if value is None and f.nullable:
+        return None
+    ok = isinstance(value, f.type) and not (isinstance(value, bool) and bool not in f.type)
+    if not ok:
+        raise ConfigError(f"config key '{key}': expected {_type_name(f.type)}, got {type(value).__name__} {value!r}")
+    if f.type == FLOAT:
+        value = float(value)
+    if f.check:
+        err = f.check(value)
+        if err:
+            raise ConfigError(f"config key '{key}': {err} (got {value!r})")
+    return value
+
+
+def merge(base: Dict[str, Any], override: Any, schema: Dict[str, Any] = SCHEMA, prefix: str = "") -> Dict[str, Any]:
+    """Validate ``override`` against ``schema`` and merge it over ``base`` (returns a new dict)."""
+    if not isinstance(override, dict):
+        where = f"section '{prefix[:-1]}'" if prefix else "the top level"
+        raise ConfigError(f"config {where}: expected a mapping of keys, got {type(override).__name__}")
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        dotted = prefix + str(key)
+        if key not in schema:
+            choices = ", ".join(sorted(schema))
+            raise ConfigError(f"config key '{dotted}': unknown key (known here: {choices})")
+        f = schema[key]
+        if isinstance(f, dict):
+            out[key] = merge(out[key], value if value is not None else {}, f, dotted + ".")
+        else:
+            out[key] = _validate_value(dotted, f, value)
+    return out
+
+
+def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Defaults, then the YAML file at ``path`` (if any), then ``overrides`` (CLI flags, nested dict)."""
+    cfg = defaults()
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except OSError as e:
+            raise ConfigError(f"config file {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"config file {path}:{where}: invalid YAML: {problem}") from None
+        if data is not None:
+            cfg = merge(cfg, data)
+    if overrides:
+        cfg = merge(cfg, overrides)
+    return cfg
+
+
+def get(cfg: Dict[str, Any], dotted: str) -> Any:
+    """cfg['a']['b'] for 'a.b'."""
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node

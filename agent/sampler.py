@@ -1,0 +1,147 @@
+"""The sampler owns the clock and the schedule.
+
+Each source runs in its own thread at its own interval, so a source that hangs
+(a stuck NFS mount, a lost GPU) delays nobody else.  After every read the sampler
+publishes a new immutable :class:`Snapshot` by swapping one reference; readers
+(exporters, ``teye profile``) just read ``sampler.snapshot``, lock-free.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from .errors import ParseError, SourceUnavailable
+from .logutil import RateLimitedLog
+
+log = logging.getLogger("teye.sampler")
+
+# What a failing read may raise, translated into "collector down".  Anything else is
+# a bug: it is logged with its traceback (rate-limited) and the collector is down too.
+EXPECTED_ERRORS = (OSError, ParseError, SourceUnavailable)
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """The latest outcome of one source."""
+
+    name: str
+    up: bool = False
+    reading: Any = None              # last successful reading (None when down)
+    duration_s: float = 0.0          # how long the last read took
+    error: Optional[str] = None      # why it is down
+    updated_ns: int = 0              # CLOCK_MONOTONIC of the last completed read
+    in_flight_since_ns: Optional[int] = None  # a read started at this time has not returned yet
+    reads: int = 0
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Immutable view of every source's latest state."""
+
+    taken_ns: int = 0
+    sources: Mapping[str, SourceState] = field(default_factory=lambda: MappingProxyType({}))
+
+    def state(self, name: str) -> Optional[SourceState]:
+        return self.sources.get(name)
+
+    def is_up(self, name: str, now_ns: int, stale_after_s: float) -> bool:
+        """Up, and not stuck in a read for longer than stale_after_s."""
+        st = self.sources.get(name)
+        if st is None or not st.up:
+            return False
+        if st.in_flight_since_ns is not None and now_ns - st.in_flight_since_ns > stale_after_s * 1e9:
+            return False
+        return True
+
+
+class Sampler:
+    def __init__(self, sources: Dict[str, Tuple[Any, float]], clock: Callable[[], int] = time.monotonic_ns):
+        """``sources``: name -> (source, interval_seconds)."""
+        self._sources = dict(sources)
+        self._clock = clock
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = []
+        self._rlog = RateLimitedLog(log)
+        self.snapshot = Snapshot(clock(), MappingProxyType({n: SourceState(n) for n in self._sources}))
+
+    @property
+    def names(self):
+        return list(self._sources)
+
+    def source(self, name: str):
+        return self._sources[name][0]
+
+    def _publish(self, name: str, **changes) -> None:
+        with self._write_lock:
+            states = dict(self.snapshot.sources)
+            states[name] = replace(states[name], **changes)
+            self.snapshot = Snapshot(self._clock(), MappingProxyType(states))
+
+    def read_once(self, name: str) -> SourceState:
+        """Read one source now and publish the outcome (used by the loop, tests and `teye profile`)."""
+        src = self._sources[name][0]
+        start = self._clock()
+        self._publish(name, in_flight_since_ns=start)
+        prev = self.snapshot.sources[name]
+        try:
+            reading = src.collect()
+        except EXPECTED_ERRORS as e:
+            self._fail(name, prev, start, _describe(e))
+            self._rlog.warning(f"{name}:{type(e).__name__}", "collector %s down: %s", name, _describe(e))
+        except Exception as e:  # a bug in a source must not kill the agent; it is logged loudly
+            self._fail(name, prev, start, f"internal error: {type(e).__name__}: {e}")
+            self._rlog.error(f"{name}:bug", "collector %s raised unexpectedly", name, exc_info=True)
+        else:
+            end = self._clock()
+            self._publish(name, up=True, reading=reading, duration_s=(end - start) / 1e9, error=None,
+                          updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1)
+        return self.snapshot.sources[name]
+
+    def _fail(self, name, prev, start, why):
+        end = self._clock()
+        self._publish(name, up=False, reading=None, duration_s=(end - start) / 1e9, error=why,
+                      updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1,
+                      failures=prev.failures + 1)
+
+    def _loop(self, name: str, interval_s: float) -> None:
+        interval_ns = int(interval_s * 1e9)
+        deadline = self._clock()
+        while not self._stop.is_set():
+            self.read_once(name)
+            deadline += interval_ns
+            now = self._clock()
+            if deadline < now:  # we fell behind (slow read): skip missed slots, keep the phase
+                deadline += ((now - deadline) // interval_ns + 1) * interval_ns
+            self._stop.wait((deadline - now) / 1e9)
+
+    def start(self) -> None:
+        for name, (_, interval) in self._sources.items():
+            t = threading.Thread(target=self._loop, args=(name, interval), name=f"teye-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop the loops and close the sources; a thread stuck in a hung read is abandoned (daemon)."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        for src, _ in self._sources.values():
+            close = getattr(src, "close", None)
+            if close:
+                try:
+                    close()
+                except EXPECTED_ERRORS as e:
+                    log.warning("closing %s: %s", src, e)
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename:
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e) or type(e).__name__

@@ -1,0 +1,1 @@
+"""Output side: format the latest Snapshot (Prometheus, JSON lines). Nothing here reads hardware."""
