@@ -28,8 +28,9 @@ def render() -> str:
         "| name | type | labels | unit | defined in | help |",
         "|---|---|---|---|---|---|",
     ]
-    for name in sorted(registered()):
-        s = registered()[name]
+    specs = {n: s for n, s in registered().items() if not s.source_file.startswith("tests/")}
+    for name in sorted(specs):
+        s = specs[name]
         labels = ", ".join(f"`{l}`" for l in s.labels) or "–"
         help_ = s.help.replace("|", "\\|")
         lines.append(f"| `{name}` | {s.kind} | {labels} | {s.unit or unit_of(name) or '–'} | `{s.source_file}` | {help_} |")
