@@ -102,8 +102,9 @@ SCHEMA: Dict[str, Any] = {
                                  "(a hung NFS mount never hangs a scrape).", _positive),
     "collectors": {name: _collector(iv, help=desc) for name, (iv, desc) in COLLECTORS.items()},
     "disk": {
-        "exclude": Field(STR, r"^(ram|loop|fd|(h|s|v|xv)d[a-z]+\d+|nvme\d+n\d+p\d+|mmcblk\d+p\d+)$",
-                         "Regex of block device names to skip (partitions, loop and ram devices by default).", _regex),
+        "exclude": Field(STR, r"^(z?ram\d+|loop\d+|fd\d+|(h|s|v|xv)d[a-z]+\d+|nvme\d+n\d+p\d+|mmcblk\d+p\d+)$",
+                         "Regex of block device names to skip (partitions, loop, ram/zram and floppy devices by "
+                         "default).", _regex),
     },
     "network": {
         "exclude": Field(STR, r"^$", "Regex of interface names to skip (none by default).", _regex),
@@ -117,6 +118,34 @@ SCHEMA: Dict[str, Any] = {
                         "else $XDG_RUNTIME_DIR or the temp directory).", nullable=True),
         "max_jobs": Field(INT, 64, "Most live training jobs tracked at once.", _positive),
         "job_expiry_seconds": Field(FLOAT, 300.0, "A job silent this long expires and its series disappear.", _positive),
+        "max_jobs_per_user": Field(INT, 32, "Most live jobs one uid may hold (so one user cannot fill the table).",
+                                   _positive),
+        "trusted_uids": Field(LIST, [], "Uids whose job names are exported as sent; other senders' names are "
+                              "prefixed with their user name ('alice/NAME'). The agent's own uid is always trusted.",
+                              lambda v: None if all(isinstance(u, int) and not isinstance(u, bool) and u >= 0
+                                                    for u in v) else "must be a list of uids (integers >= 0)"),
+        "max_message_bytes": Field(INT, 65536, "Largest accepted datagram; larger ones count as too_large.", _positive),
+        "max_records_per_message": Field(INT, 1024, "Most phase + step records in one datagram.", _positive),
+        "max_messages_per_second": Field(INT, 20000, "Receiver CPU budget: beyond this rate the receiver pauses, the "
+                                         "kernel queue fills and clients drop (and count) messages.", _positive),
+        "max_pending_intervals": Field(INT, 4096, "Per job: phase intervals kept waiting for the GPU samples that "
+                                       "cover them.", _positive),
+        "attribution_max_delay_seconds": Field(FLOAT, 30.0, "A phase interval waits at most this long for GPU "
+                                               "samples; then it is attributed with what is there.", _positive),
+        "window_seconds": Field(FLOAT, 60.0, "Sliding window of teye_job_input_bound_ratio and of the verdict.",
+                                _positive),
+        "input_bound_threshold": Field(FLOAT, 0.2, "Verdict 'input' when data_wait holds at least this share of "
+                                       "step time.", _ratio),
+        "host_threshold": Field(FLOAT, 0.2, "Verdict 'host' when host phases (plus GPU idle inside compute) hold at "
+                                "least this share of step time.", _ratio),
+        "communication_threshold": Field(FLOAT, 0.2, "Verdict 'communication' when communication holds at least "
+                                         "this share of step time.", _ratio),
+        "idle_dominant_share": Field(FLOAT, 0.5, "A phase holding at least this share of the job's GPU idle time "
+                                     "names the bottleneck too.", _ratio),
+        "gpu_idle_min_ratio": Field(FLOAT, 0.1, "GPU idle-time rules apply only when the job's GPUs idle at least "
+                                    "this share of the observed time.", _ratio),
+        "stall_seconds": Field(FLOAT, 30.0, "Verdict 'idle' when a live job reported no phase or step this long.",
+                               _positive),
     },
 }
 

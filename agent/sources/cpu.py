@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 from ..errors import ParseError, parse_int
 from ..metrics import COUNTER, GAUGE, Point, metric, point
@@ -30,16 +30,19 @@ BOOT_TIME = metric("teye_boot_time_seconds", GAUGE, "Boot time, seconds since th
 
 @dataclass(frozen=True)
 class CpuReading:
-    """Per-CPU cumulative seconds by mode (CPU id as a string, e.g. '0'), plus system-wide counters."""
+    """Per-CPU cumulative seconds by mode (CPU id as a string, e.g. '0'), plus system-wide counters.
+
+    A system-wide value whose line is missing from the file is None (absent from the export).
+    """
 
     seconds: Dict[str, Tuple[float, ...]]        # cpu -> seconds in MODES order
-    guest_seconds: Dict[str, Tuple[float, ...]]  # cpu -> seconds in GUEST_MODES order (when present)
-    context_switches: int = 0
-    interrupts: int = 0
-    forks: int = 0
-    procs_running: int = 0
-    procs_blocked: int = 0
-    boot_time: int = 0
+    guest_seconds: Dict[str, Tuple[float, ...]]  # cpu -> seconds in GUEST_MODES order (those present)
+    context_switches: Optional[int] = None
+    interrupts: Optional[int] = None
+    forks: Optional[int] = None
+    procs_running: Optional[int] = None
+    procs_blocked: Optional[int] = None
+    boot_time: Optional[int] = None
 
     def points(self) -> Iterator[Point]:
         for cpu, values in self.seconds.items():
@@ -58,15 +61,26 @@ class CpuReading:
 
 
 def parse_stat(text: str, path: str = "stat", user_hz: int = 100) -> CpuReading:
-    """Parse /proc/stat. Raises ParseError on a truncated or garbled cpu line."""
+    """Parse /proc/stat. Raises ParseError on a truncated or garbled cpu line.
+
+    Every cpu line of one file has the same number of columns (the kernel's version
+    decides it); a cpu line shorter than the others is a truncated file.
+    """
     seconds: Dict[str, Tuple[float, ...]] = {}
     guest: Dict[str, Tuple[float, ...]] = {}
     scalars = {}
+    ncols = None
     for lineno, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields:
             continue
         key = fields[0]
+        if key.startswith("cpu"):
+            if ncols is None:
+                ncols = len(fields)
+            elif len(fields) != ncols:
+                raise ParseError(path, f"line {lineno}: {key} has {len(fields) - 1} columns, the cpu lines "
+                                 f"before it {ncols - 1} (truncated?)")
         if key.startswith("cpu") and key != "cpu":
             cpu = key[3:]
             if not cpu.isdigit():
@@ -76,16 +90,16 @@ def parse_stat(text: str, path: str = "stat", user_hz: int = 100) -> CpuReading:
             ticks = [parse_int(f, path, f"line {lineno} {key}") for f in fields[1:]]
             ticks += [0] * (len(MODES) - len(ticks[:len(MODES)]))
             seconds[cpu] = tuple(t / user_hz for t in ticks[:len(MODES)])
-            if len(ticks) >= len(MODES) + len(GUEST_MODES):
-                guest[cpu] = tuple(t / user_hz for t in ticks[len(MODES):len(MODES) + 2])
+            if len(ticks) > len(MODES):  # guest since 2.6.24, guest_nice since 2.6.33
+                guest[cpu] = tuple(t / user_hz for t in ticks[len(MODES):len(MODES) + len(GUEST_MODES)])
         elif key in ("ctxt", "processes", "procs_running", "procs_blocked", "btime", "intr"):
             if len(fields) < 2:
                 raise ParseError(path, f"line {lineno}: {key} has no value")
             scalars[key] = parse_int(fields[1], path, f"line {lineno} {key}")
     if not seconds:
         raise ParseError(path, "no cpuN lines")
-    return CpuReading(seconds, guest, scalars.get("ctxt", 0), scalars.get("intr", 0), scalars.get("processes", 0),
-                      scalars.get("procs_running", 0), scalars.get("procs_blocked", 0), scalars.get("btime", 0))
+    return CpuReading(seconds, guest, scalars.get("ctxt"), scalars.get("intr"), scalars.get("processes"),
+                      scalars.get("procs_running"), scalars.get("procs_blocked"), scalars.get("btime"))
 
 
 class CpuSource:
