@@ -112,6 +112,18 @@ SCHEMA: Dict[str, Any] = {
     "gpu": {
         "busy_threshold": Field(FLOAT, 0.0, "A driver utilization sample at or below this ratio counts as idle.", _ratio),
         "replay": Field(STR, None, "Serve a recorded NVML trace (teye record) instead of live NVML.", nullable=True),
+        "idle_gap_buckets": Field(LIST, [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+                                  "Upper bounds (seconds) of the teye_gpu_idle_gap_seconds histogram buckets.",
+                                  lambda v: None if v and all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                                                              and b > 0 for b in v)
+                                  and all(a < b for a, b in zip(v, v[1:]))
+                                  else "must be a non-empty, strictly ascending list of positive numbers"),
+        "events": Field(BOOL, True, "Count XID errors from NVML's event set in a background thread."),
+        "gpm": Field(BOOL, True, "Read GPM metrics (SM activity, tensor/DRAM/pipe activity, NVLink) where supported."),
+        "processes": Field(BOOL, True, "Export the processes on each GPU (pid, user, Slurm job, pod uid)."),
+        "max_processes": Field(INT, 32, "Most processes exported per GPU (lowest pids first).", _positive),
+        "reprobe_seconds": Field(FLOAT, 10.0, "A lost GPU, or NVML when it is unavailable, is probed again after "
+                                 "this many seconds.", _positive),
     },
     "phases": {
         "socket": Field(STR, None, "Unix datagram socket path for phase messages (default: /run/teye/phases.sock, "

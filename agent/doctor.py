@@ -1,0 +1,195 @@
+"""`teye doctor`: what this node supports and why not, one line each; always exits 0.
+
+Covers NVML (library, driver, CUDA, each GPU: GPM, MIG, utilization ring, ECC, XID events),
+InfiniBand devices (<sysfs>/class/infiniband), NFS mounts (<procfs>/self/mountinfo and
+mountstats), perf events (<procfs>/sys/kernel/perf_event_paranoid) and the permissions of
+/dev/nvidia*.  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
+with the GPU source off (teye_collector_up{collector="gpu"} = 0).
+"""
+from __future__ import annotations
+
+import glob
+import grp
+import os
+import pwd
+import stat
+from typing import Callable, List, Optional
+
+from .errors import SourceUnavailable
+from .gpu.nvml import GpuLost, NvmlBackend, load_pynvml
+
+PARANOID = {
+    -1: "all users may use all perf events",
+    0: "unprivileged users may use CPU-wide events, not raw tracepoints",
+    1: "unprivileged users may profile their own processes (user and kernel space)",
+    2: "unprivileged users may profile only the user space of their own processes",
+    3: "unprivileged users may not use perf events at all",
+}
+
+
+def nvml_lines(loader: Callable[[], object] = load_pynvml) -> List[str]:
+    """The NVML line, then one line per GPU (and MIG instance)."""
+    try:
+        b = NvmlBackend(loader())
+        b.init()
+    except SourceUnavailable as e:
+        return [f"nvml: not available: {e}. No NVIDIA GPU/NVML on this machine: the agent runs with the GPU "
+                f"source off (teye_collector_up{{collector=\"gpu\"}} = 0)"]
+    lines = []
+    try:
+        count = b.device_count()
+        lines.append(f"nvml: ok: driver {b.driver_version() or '?'}, NVML {b.nvml_version() or '?'}, "
+                     f"CUDA {b.cuda_driver_version() or '?'}, {count} GPU(s)")
+        if count == 0:
+            lines[-1] += "; no GPU found: the GPU source reports itself down"
+        for i in range(count):
+            lines.extend(_gpu_lines(b, i))
+    except SourceUnavailable as e:
+        lines.append(f"nvml: failed while probing: {e}")
+    finally:
+        b.shutdown()
+    return lines
+
+
+def _gpu_lines(b: NvmlBackend, i: int) -> List[str]:
+    try:
+        h = b.handle_by_index(i)
+        name, uuid, pci = b.name(h) or "?", b.uuid(h) or "?", b.pci_bus_id(h) or "?"
+        parts = [f"gpu {i}: {name} ({uuid}, pci {pci})"]
+        gpm = b.gpm_supported(h)
+        parts.append("GPM supported" if gpm else "GPM not supported on this GPU (needs Hopper or newer)"
+                     if gpm is False else "GPM not available (driver without GPM)")
+        samples = b.samples(h, 0)
+        if samples is None:
+            parts.append("utilization ring not supported")
+        elif len(samples) >= 2:
+            span = (samples[-1][0] - samples[0][0]) / 1e6
+            parts.append(f"utilization ring ok ({len(samples)} samples over {span:.1f} s)")
+        else:
+            parts.append(f"utilization ring ok ({len(samples)} sample(s) so far)")
+        used, _ = b.memory(h)
+        parts.append("memory ok" if used is not None else "memory info not available")
+        parts.append("power ok" if b.power_watts(h) is not None else "power not supported")
+        parts.append("ECC counters ok" if b.ecc_volatile(h) else "ECC off or not supported")
+        procs = b.processes(h)
+        parts.append("process list ok" if procs is not None else "process list not available (permissions?)")
+        supported = b.call("nvmlDeviceGetSupportedEventTypes", h)
+        parts.append("XID events ok" if supported is not None and supported & 0x8 else "XID events not supported")
+        migs = b.mig_devices(h)
+        parts.append(f"MIG on ({len(migs)} instances: " + ", ".join(f"{i}/{gi}" for gi, _ in migs) + ")"
+                     if migs else "MIG off")
+        return ["; ".join(parts)]
+    except GpuLost as e:
+        return [f"gpu {i}: not answering: {e.reason}"]
+
+
+def infiniband_line(sysfs: str) -> str:
+    root = os.path.join(sysfs, "class", "infiniband")
+    try:
+        devices = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return f"infiniband: none ({root} does not exist)"
+    except OSError as e:
+        return f"infiniband: cannot list {root}: {e.strerror}"
+    if not devices:
+        return f"infiniband: none ({root} is empty)"
+    parts = []
+    for d in devices:
+        try:
+            ports = sorted(os.listdir(os.path.join(root, d, "ports")))
+        except OSError:
+            ports = []
+        parts.append(f"{d} (port{'s' if len(ports) != 1 else ''} {','.join(ports) or 'none'})")
+    return f"infiniband: {len(devices)} device(s): " + ", ".join(parts)
+
+
+def nfs_line(procfs: str) -> str:
+    path = os.path.join(procfs, "self", "mountinfo")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError as e:
+        return f"nfs: cannot read {path}: {e.strerror}"
+    mounts = []
+    for line in text.splitlines():
+        pre, sep, post = line.partition(" - ")
+        fields, tail = pre.split(), post.split()
+        if not sep or len(fields) < 5 or len(tail) < 2:
+            continue
+        if tail[0] in ("nfs", "nfs4"):
+            mounts.append(f"{fields[4]} ({tail[0]} {tail[1]})")
+    if not mounts:
+        return "nfs: no NFS mounts"
+    stats = os.path.join(procfs, "self", "mountstats")
+    readable = os.access(stats, os.R_OK)
+    return (f"nfs: {len(mounts)} NFS mount(s): " + ", ".join(mounts)
+            + f"; per-mount statistics ({stats}): {'readable' if readable else 'NOT readable'}")
+
+
+def perf_line(procfs: str, euid: int) -> str:
+    path = os.path.join(procfs, "sys", "kernel", "perf_event_paranoid")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = fh.read().strip()
+        level = int(raw)
+    except FileNotFoundError:
+        return f"perf events: not available ({path} does not exist: kernel without perf events, or a container)"
+    except (OSError, ValueError) as e:
+        return f"perf events: cannot read {path}: {getattr(e, 'strerror', None) or e}"
+    meaning = PARANOID.get(max(-1, min(level, 3)), "unknown setting")
+    who = "teye runs as root: not restricted" if euid == 0 else \
+        "teye does not run as root: this restriction applies (unless it has CAP_PERFMON)"
+    return f"perf events: kernel.perf_event_paranoid={level}: {meaning}; {who}"
+
+
+def device_line(dev_root: str = "/dev") -> str:
+    nodes = sorted(glob.glob(os.path.join(dev_root, "nvidia*")))
+    nodes = [n for n in nodes if not os.path.isdir(n)]
+    if not nodes:
+        return f"permissions: no {os.path.join(dev_root, 'nvidia*')} device nodes (no NVIDIA driver here)"
+    parts = []
+    for n in nodes:
+        try:
+            st = os.stat(n)
+        except OSError as e:
+            parts.append(f"{n} ({e.strerror})")
+            continue
+        owner = _user(st.st_uid)
+        group = _group(st.st_gid)
+        ok = os.access(n, os.R_OK | os.W_OK)
+        parts.append(f"{os.path.basename(n)} {stat.filemode(st.st_mode)} {owner}:{group}"
+                     f"{'' if ok else ' NOT read/writable by teye'}")
+    return "permissions: " + ", ".join(parts)
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/dev",
+           euid: Optional[int] = None) -> List[str]:
+    euid = os.geteuid() if euid is None else euid
+    lines = nvml_lines(loader)
+    lines.append(infiniband_line(cfg["sysfs"]))
+    lines.append(nfs_line(cfg["procfs"]))
+    lines.append(perf_line(cfg["procfs"], euid))
+    lines.append(device_line(dev_root))
+    return lines
+
+
+def main(args) -> int:
+    from .cli import load_config
+    cfg = load_config(args)
+    for line in report(cfg):
+        print(line)
+    return 0

@@ -1,0 +1,69 @@
+"""The GPU trace format shared by ``teye record`` and ``--gpu-replay`` (docs/gpu-trace-format.md).
+
+JSON lines: a header object, then one object per NVML call the backend made (only when its
+answer changed since the last record of the same call), event records, and an end record.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Tuple
+
+from ..errors import ParseError
+
+FORMAT = "teye-gpu-trace"
+VERSION = 1
+
+# Calls whose last argument is a "last seen" CPU timestamp (µs) and whose results carry
+# timeStamp fields: recorded relative to the trace start, replayed shifted to look live.
+TIMESTAMPED = ("nvmlDeviceGetSamples", "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetProcessesUtilizationInfo")
+RING = "nvmlDeviceGetSamples"
+# Cumulative counters: replay adds one loop's increase per loop so they never go backwards.
+CUMULATIVE = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetTotalEccErrors")
+# Calls the replay implements itself (opaque objects, no data worth recording).
+NATIVE = ("nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree",
+          "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlEventSetCreate", "nvmlEventSetFree",
+          "nvmlDeviceRegisterEvents")
+EVENT_WAIT = ("nvmlEventSetWait_v2", "nvmlEventSetWait")
+GPM_METRICS_GET = "nvmlGpmMetricsGet"
+
+DEFAULT_RING_CAPACITY = 100  # samples the replayed driver ring keeps (an assumption; see the doc)
+
+
+def call_key(fn: str, dev, args: List[Any], kw: Dict[str, Any]) -> Tuple[str, Any, str, str]:
+    """Identity of a call for de-duplication and replay lookup (timestamps excluded)."""
+    return fn, dev, json.dumps(args, separators=(",", ":")), json.dumps(kw, sort_keys=True, separators=(",", ":"))
+
+
+def read(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """(header, records) of a trace file; ParseError naming the line on anything malformed."""
+    records: List[Dict[str, Any]] = []
+    header = None
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise ParseError(path, f"line {lineno}: not JSON ({e})") from None
+            if not isinstance(obj, dict):
+                raise ParseError(path, f"line {lineno}: expected a JSON object")
+            if header is None:
+                if obj.get("format") != FORMAT:
+                    raise ParseError(path, f"line {lineno}: not a {FORMAT} file (header 'format' is "
+                                           f"{obj.get('format')!r})")
+                if obj.get("version") != VERSION:
+                    raise ParseError(path, f"line {lineno}: unsupported version {obj.get('version')!r}")
+                header = obj
+                continue
+            t = obj.get("t")
+            if not isinstance(t, int) or isinstance(t, bool):
+                raise ParseError(path, f"line {lineno}: 't' must be an integer (µs since the start)")
+            if not obj.get("end") and not isinstance(obj.get("fn"), str):
+                raise ParseError(path, f"line {lineno}: record without 'fn'")
+            if "fn" in obj and "ret" not in obj and "err" not in obj:
+                raise ParseError(path, f"line {lineno}: record without 'ret' or 'err'")
+            records.append(obj)
+    if header is None:
+        raise ParseError(path, "empty trace (no header)")
+    return header, records
