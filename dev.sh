@@ -39,6 +39,7 @@ test)
     shift
     need=()
     command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
+    command -v amtool >/dev/null || need+=(prometheus-alertmanager)
     command -v systemd-analyze >/dev/null || need+=(systemd)
     if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
     make_venv "[dev,workloads,dashboards,plots]"

@@ -6,7 +6,6 @@ import time
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import pytest
 from prometheus_client import generate_latest
 
 from agent.errors import ParseError

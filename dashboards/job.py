@@ -1,0 +1,155 @@
+"""Training job: the verdict and its evidence, GPU busy/idle next to the job's phases on one time axis."""
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as dash_b
+from grafana_foundation_sdk.models import dashboard as dash_m
+
+from agent.phases.verdict import KINDS, RECOMMENDATIONS
+
+from .common import (DS, GRAFANA_DS, JOB, dashboard, datasource_variable, gpu_variable, heatmap, node_variable,
+                     row, stat, target, text, timeseries, train_job_variable)
+
+UID = "teye-job"
+TITLE = "teye / Training job"
+
+RATE = "[$__rate_interval]"
+JOB_GPU = 'train_job="$train_job", instance=~"$node", gpu=~"$gpu"'
+# The GPUs the job uses: those the agent credits with the job's idle time.
+JOB_GPUS = f"group by (instance, gpu) (teye_job_gpu_idle_seconds_total{{{JOB_GPU}}})"
+INPUT_BOUND_THRESHOLD = "teye:threshold:job_input_bound_ratio"
+
+_VERDICT_COLORS = {"input": "red", "host": "orange", "communication": "purple", "compute": "green",
+                   "idle": "blue"}
+
+
+def _recommendations() -> str:
+    lines = ["What each verdict means and what to do about it (the agent's rules are in "
+             "`agent/phases/verdict.py`; the same advice is printed by `teye profile`).", ""]
+    for kind in KINDS:
+        lines.append(f"* **{kind}**: {RECOMMENDATIONS[kind]}")
+    return "\n".join(lines) + "\n"
+
+
+def _annotations(d):
+    steps = f"teye_job_steps_total{{{JOB}}}"
+    d = d.annotation(dash_b.AnnotationQuery().name("Job start").datasource(DS).enable(True).icon_color("green")
+                     .expr(f"({steps} > 0) unless ({steps} offset 1m)"))
+    d = d.annotation(dash_b.AnnotationQuery().name("Job stopped stepping").datasource(DS).enable(True)
+                     .icon_color("red")
+                     .expr(f"(changes({steps}[1m]) == 0) and (changes({steps}[2m]) > 0)"))
+    # Epoch boundaries, job start/end pushed by workloads through the Grafana API
+    # (dashboards.push.annotate: tags "teye" and the train_job name).
+    d = d.annotation(dash_b.AnnotationQuery().name("Job events (epochs)").datasource(GRAFANA_DS).enable(True)
+                     .icon_color("yellow").type("tags")
+                     .target(dash_b.AnnotationTarget().type("tags").tags(["teye", "$train_job"])
+                             .match_any(False).limit(500)))
+    return d
+
+
+def build():
+    d = (dashboard(UID, TITLE, "One training job: its verdict (input, host, communication, compute, idle) with "
+                   "the evidence, and on one time axis the step time by phase next to GPU busy/idle time, the "
+                   "idle split by the phase it fell in, and the idle-gap lengths.")
+         .with_variable(datasource_variable())
+         .with_variable(node_variable())
+         .with_variable(gpu_variable())
+         .with_variable(train_job_variable()))
+    d = _annotations(d)
+
+    d = d.with_row(row("Verdict and evidence"))
+    verdict = stat(
+        "Verdict", "The agent's current verdict for the job (teye_job_bottleneck): input = waiting for data, "
+        "host = kernel launch / Python overhead, communication = gradient exchange, compute = the GPU does "
+        "the work, idle = GPU idle outside the reported phases.",
+        "none", [target(f"teye_job_bottleneck{{{JOB}}} == 1", "{{kind}}", instant=True)],
+        w=4, h=5, text_mode="name")
+    for kind, color in _VERDICT_COLORS.items():
+        verdict = verdict.override_by_name(kind, [dash_m.DynamicConfigValue(
+            id_val="color", value={"mode": "fixed", "fixedColor": color})])
+    d = d.with_panel(verdict)
+    d = d.with_panel(stat(
+        "Input-bound ratio", "Share of step time in data_wait over the agent's sliding window "
+        "(teye_job_input_bound_ratio). Red from the input-bound threshold (20 %).",
+        "percentunit", [target(f"max(teye_job_input_bound_ratio{{{JOB}}})", instant=True)],
+        w=4, h=5, thresholds=[(None, "green"), (0.2, "red")]))
+    d = d.with_panel(stat(
+        "GPU idle ratio", "Share of the job's GPU time (during its steps) that the GPUs were idle, over the "
+        "agent's sliding window (teye_job_gpu_idle_ratio).",
+        "percentunit", [target(f"max(teye_job_gpu_idle_ratio{{{JOB}}})", instant=True)],
+        w=4, h=5, thresholds=[(None, "green"), (0.25, "orange"), (0.5, "red")]))
+    d = d.with_panel(stat(
+        "GPU idle time in data_wait", "Share of the job's GPU idle time that overlaps its data_wait phase over "
+        "5 minutes: most idle time in data_wait means the input pipeline starves the GPU.",
+        "percentunit",
+        [target(f'sum(rate(teye_job_gpu_idle_seconds_total{{{JOB}, phase="data_wait"}}[5m]))'
+                f" / sum(rate(teye_job_gpu_idle_seconds_total{{{JOB}}}[5m]))", instant=True)],
+        w=4, h=5, thresholds=[(None, "green"), (0.5, "red")]))
+    d = d.with_panel(stat(
+        "Mean step time", "Mean wall time of a training step over 5 minutes (teye_job_step_seconds).",
+        "s", [target(f"sum(rate(teye_job_step_seconds_sum{{{JOB}}}[5m]))"
+                     f" / sum(rate(teye_job_step_seconds_count{{{JOB}}}[5m]))", instant=True)],
+        w=4, h=5))
+    d = d.with_panel(stat(
+        "Samples per second", "Training samples processed per second over 5 minutes, all processes of the job.",
+        "suffix: samples/s", [target(f"sum(rate(teye_job_samples_total{{{JOB}}}[5m]))", instant=True)],
+        w=4, h=5, decimals=1))
+    d = d.with_panel(text(
+        "What to do", "Recommendation for each verdict, from the agent's verdict rules.",
+        _recommendations(), w=24, h=9))
+
+    d = d.with_row(row("Timeline: phases and GPU busy/idle"))
+    d = d.with_panel(timeseries(
+        "Step time by phase", "Seconds per training step spent in each phase (data_wait, compute, host, "
+        "communication, checkpoint, eval, other), stacked: the stack's height is the step time.",
+        "s",
+        [target(f"sum by (phase) (rate(teye_job_phase_seconds_total{{{JOB}}}{RATE}))"
+                f" / on () group_left () sum(rate(teye_job_steps_total{{{JOB}}}{RATE}))", "{{phase}}")],
+        w=24, h=8, stack=True, min=0))
+    d = d.with_panel(timeseries(
+        "GPU busy vs idle, idle split by phase", "Mean over the job's GPUs: the busy share, and the idle share "
+        "split by the phase of the job it overlapped (GPU idle during data_wait is time lost to the input "
+        "pipeline). Same time axis as the phases above.",
+        "percentunit",
+        [target(f"avg(({_gpu_rate('teye_gpu_busy_seconds_total')} / {_gpu_rate('teye_gpu_sampled_seconds_total')})"
+                f" and on (instance, gpu) {JOB_GPUS})", "busy"),
+         target(f"sum by (phase) (rate(teye_job_gpu_idle_seconds_total{{{JOB_GPU}}}{RATE}))"
+                f" / on () group_left () count({JOB_GPUS})", "idle in {{phase}}")],
+        w=24, h=8, stack=True, min=0, max=1))
+    d = d.with_panel(heatmap(
+        "Idle-gap length", "How many idle gaps of each length the job's GPUs had per interval "
+        "(teye_gpu_idle_gap_seconds histogram: consecutive driver samples below the busy threshold). A band at "
+        "the step period's input time is the gap before every step.",
+        "s",
+        [target(f"sum by (le) (increase(teye_gpu_idle_gap_seconds_bucket{{instance=~\"$node\", gpu=~\"$gpu\"}}"
+                f"{RATE}) and on (instance, gpu) {JOB_GPUS})", "{{le}}", fmt="heatmap")],
+        y_unit="s", cell_unit="short", w=24, h=8))
+
+    d = d.with_row(row("Throughput"))
+    d = d.with_panel(timeseries(
+        "Samples per second", "Training samples per second reported by the job, per node.",
+        "suffix: samples/s",
+        [target(f"sum by (instance) (rate(teye_job_samples_total{{{JOB}}}{RATE}))", "{{instance}}")], min=0))
+    d = d.with_panel(timeseries(
+        "Input-bound ratio", "Share of step time in data_wait: the agent's sliding window, the 5-minute "
+        "recording rule, and the alert threshold.",
+        "percentunit",
+        [target(f"teye_job_input_bound_ratio{{{JOB}}}", "{{instance}} agent window"),
+         target(f"teye:job_input_bound:ratio5m{{{JOB}}}", "{{instance}} 5 min"),
+         target(INPUT_BOUND_THRESHOLD, "threshold")],
+        min=0, max=1))
+    d = d.with_panel(heatmap(
+        "Step time distribution", "How many steps of each duration per interval (teye_job_step_seconds "
+        "histogram): a second band means some steps wait for something.",
+        "s",
+        [target(f"sum by (le) (increase(teye_job_step_seconds_bucket{{{JOB}}}{RATE}))", "{{le}}", fmt="heatmap")],
+        y_unit="s", cell_unit="short"))
+    d = d.with_panel(timeseries(
+        "Job GPU utilization", "Mean busy share of the job's GPUs over 5 minutes, per node "
+        "(teye:job_gpu_utilization:ratio5m).",
+        "percentunit",
+        [target(f"teye:job_gpu_utilization:ratio5m{{{JOB}}}", "{{instance}}")], min=0, max=1))
+    return d
+
+
+def _gpu_rate(metric: str) -> str:
+    return f'rate({metric}{{instance=~"$node", gpu=~"$gpu"}}{RATE})'

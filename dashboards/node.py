@@ -1,0 +1,164 @@
+"""Node: the host (CPU, memory, disk, network, InfiniBand, NFS) and each of its GPUs."""
+from __future__ import annotations
+
+from .common import (NODE, NODE_GPU, dashboard, datasource_variable, gpu_variable, node_variable, row, table,
+                     target, timeseries)
+
+UID = "teye-node"
+TITLE = "teye / Node"
+
+RATE = "[$__rate_interval]"
+
+
+def _rate(metric: str, sel: str = NODE) -> str:
+    return f"rate({metric}{{{sel}}}{RATE})"
+
+
+def build():
+    d = (dashboard(UID, TITLE, "One node as the teye agent sees it: host CPU, memory, disk, network, "
+                   "InfiniBand and NFS, then every GPU's utilization, SM activity, memory, power, temperature, "
+                   "clock-event reasons and PCIe traffic against the link maximum.")
+         .with_variable(datasource_variable())
+         .with_variable(node_variable(multi=False))
+         .with_variable(gpu_variable()))
+
+    d = d.with_row(row("Host"))
+    d = d.with_panel(timeseries(
+        "CPU by mode", "Share of all CPUs' time in each mode (/proc/stat), stacked to 100 %. High iowait "
+        "while a job is input-bound points at storage; high system or softirq at the network stack.",
+        "percentunit",
+        [target(f"sum by (mode) ({_rate('teye_cpu_seconds_total')})"
+                f" / on () group_left () count(count by (cpu) (teye_cpu_seconds_total{{{NODE}}}))", "{{mode}}")],
+        stack=True, min=0, max=1))
+    d = d.with_panel(timeseries(
+        "Memory", "Memory in use (total - available), page cache, buffers and what is still available "
+        "(/proc/meminfo), against the total.",
+        "bytes",
+        [target(f"teye_memory_used_bytes{{{NODE}}}", "used"),
+         target(f"teye_memory_cached_bytes{{{NODE}}}", "cached"),
+         target(f"teye_memory_buffers_bytes{{{NODE}}}", "buffers"),
+         target(f"teye_memory_available_bytes{{{NODE}}}", "available"),
+         target(f"teye_memory_total_bytes{{{NODE}}}", "total")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Disk throughput", "Bytes read from and written to each block device per second (/proc/diskstats, "
+        "partitions excluded).",
+        "Bps",
+        [target(_rate("teye_disk_read_bytes_total"), "{{device}} read"),
+         target(_rate("teye_disk_written_bytes_total"), "{{device}} written")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Network throughput", "Bytes received and transmitted per second on each interface except loopback "
+        "(/proc/net/dev).",
+        "Bps",
+        [target(_rate("teye_network_receive_bytes_total", NODE + ', device!="lo"'), "{{device}} receive"),
+         target(_rate("teye_network_transmit_bytes_total", NODE + ', device!="lo"'), "{{device}} transmit")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "InfiniBand throughput", "Data bytes received and transmitted per second on each InfiniBand port "
+        "(port_*_data counters are 4-byte words, already multiplied), with the port's link rate as the limit.",
+        "Bps",
+        [target(_rate("teye_infiniband_receive_bytes_total"), "{{device}}/{{port}} receive"),
+         target(_rate("teye_infiniband_transmit_bytes_total"), "{{device}}/{{port}} transmit"),
+         target(f"teye_infiniband_link_rate_bytes_per_second{{{NODE}}}", "{{device}}/{{port}} link rate")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "NFS throughput", "Bytes the NFS client read from and wrote to the server per mount "
+        "(mountstats serverreadbytes / serverwritebytes), and what this node's NFS server read and wrote "
+        "on its disks (nfsd io).",
+        "Bps",
+        [target(_rate("teye_nfs_client_read_bytes_total"), "{{mountpoint}} client read"),
+         target(_rate("teye_nfs_client_write_bytes_total"), "{{mountpoint}} client write"),
+         target(_rate("teye_nfsd_read_bytes_total"), "server read"),
+         target(_rate("teye_nfsd_write_bytes_total"), "server write")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "NFS round trip per operation", "Mean RPC round-trip time of each NFS operation per mount over the "
+        "rate interval (mountstats per-op rtt / ops). The TeyeNFSSlowOperations alert watches this.",
+        "s",
+        [target(f"sum by (mountpoint, operation) ({_rate('teye_nfs_client_operation_rtt_seconds_total')})"
+                f" / sum by (mountpoint, operation) ({_rate('teye_nfs_client_operations_total')})",
+                "{{mountpoint}} {{operation}}")],
+        min=0))
+    d = d.with_panel(table(
+        "Collectors", "Each collector of the agent: up (1) or failing (0), and how long its last read took. "
+        "`teye doctor` on the node explains a failing one.",
+        "s",
+        [target(f"teye_collector_up{{{NODE}}}", instant=True, fmt="table"),
+         target(f"teye_collector_duration_seconds{{{NODE}}}", instant=True, fmt="table")],
+        hide=("Time", "__name__", "job", "instance"),
+        rename={"Value #A": "up", "Value #B": "last read"}))
+
+    d = d.with_row(row("GPUs"))
+    d = d.with_panel(timeseries(
+        "GPU utilization", "Busy share of each GPU over the rate interval, integrated by the agent from every "
+        "NVML utilization sample (no sub-second idle gap is lost between scrapes); NVML's current value where "
+        "the busy counters are absent.",
+        "percentunit",
+        [target(f"({_rate('teye_gpu_busy_seconds_total', NODE_GPU)}"
+                f" / {_rate('teye_gpu_sampled_seconds_total', NODE_GPU)})"
+                f" or teye_gpu_utilization_ratio{{{NODE_GPU}}}", "GPU {{gpu}}")],
+        min=0, max=1))
+    d = d.with_panel(timeseries(
+        "SM activity", "Share of time the streaming multiprocessors, tensor cores and DRAM were active (NVML "
+        "GPM, Hopper and newer; absent elsewhere). Busy but low SM activity means small or few kernels.",
+        "percentunit",
+        [target(f"teye_gpu_sm_active_ratio{{{NODE_GPU}}}", "GPU {{gpu}} SM active"),
+         target(f"teye_gpu_tensor_active_ratio{{{NODE_GPU}}}", "GPU {{gpu}} tensor active"),
+         target(f"teye_gpu_dram_active_ratio{{{NODE_GPU}}}", "GPU {{gpu}} DRAM active")],
+        min=0, max=1))
+    d = d.with_panel(timeseries(
+        "GPU memory", "Device memory used by each GPU, and its total.",
+        "bytes",
+        [target(f"teye_gpu_memory_used_bytes{{{NODE_GPU}}}", "GPU {{gpu}} used"),
+         target(f"teye_gpu_memory_total_bytes{{{NODE_GPU}}}", "GPU {{gpu}} total")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Power", "Power draw of each GPU (NVML).",
+        "watt", [target(f"teye_gpu_power_watts{{{NODE_GPU}}}", "GPU {{gpu}}")], min=0))
+    d = d.with_panel(timeseries(
+        "Temperature", "GPU core temperature (NVML).",
+        "celsius", [target(f"teye_gpu_temperature_celsius{{{NODE_GPU}}}", "GPU {{gpu}}")]))
+    d = d.with_panel(timeseries(
+        "Clocks", "SM and memory clocks of each GPU; they drop when a clock-event reason is active.",
+        "hertz",
+        [target(f"teye_gpu_sm_clock_hertz{{{NODE_GPU}}}", "GPU {{gpu}} SM"),
+         target(f"teye_gpu_memory_clock_hertz{{{NODE_GPU}}}", "GPU {{gpu}} memory")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Clock-event reasons", "How many of the selected GPUs have each clock-event (throttle) reason active "
+        "(NVML ClocksEventReasons): sw_thermal, hw_thermal and hw_slowdown mean heat, power_cap and "
+        "hw_power_brake mean power limits, gpu_idle is harmless.",
+        "short",
+        [target(f"sum by (reason) (teye_gpu_clock_event_active{{{NODE_GPU}}})", "{{reason}}")],
+        min=0, bars=False))
+    d = d.with_panel(timeseries(
+        "PCIe traffic against the link maximum", "PCIe bytes received and transmitted per second by each GPU "
+        "as a share of its link's maximum (current generation x width). Near 100 % the host-device copies "
+        "are the bottleneck.",
+        "percentunit",
+        [target(f"teye_gpu_pcie_receive_bytes_per_second{{{NODE_GPU}}}"
+                f" / teye_gpu_pcie_link_max_bytes_per_second{{{NODE_GPU}}}", "GPU {{gpu}} receive"),
+         target(f"teye_gpu_pcie_transmit_bytes_per_second{{{NODE_GPU}}}"
+                f" / teye_gpu_pcie_link_max_bytes_per_second{{{NODE_GPU}}}", "GPU {{gpu}} transmit")],
+        min=0, max=1))
+    d = d.with_panel(timeseries(
+        "PCIe throughput", "PCIe bytes per second to (receive) and from (transmit) each GPU, and the link "
+        "maximum.",
+        "Bps",
+        [target(f"teye_gpu_pcie_receive_bytes_per_second{{{NODE_GPU}}}", "GPU {{gpu}} receive"),
+         target(f"teye_gpu_pcie_transmit_bytes_per_second{{{NODE_GPU}}}", "GPU {{gpu}} transmit"),
+         target(f"teye_gpu_pcie_link_max_bytes_per_second{{{NODE_GPU}}}", "GPU {{gpu}} link maximum")],
+        min=0))
+    d = d.with_panel(table(
+        "GPU health", "Per GPU: reachable through NVML (1) or lost (0), uncorrected ECC errors since the "
+        "driver loaded, and XID errors over the dashboard's time range.",
+        "short",
+        [target(f"teye_gpu_up{{{NODE_GPU}}}", instant=True, fmt="table"),
+         target(f'sum by (instance, gpu) (teye_gpu_ecc_errors_total{{{NODE_GPU}, type="uncorrected"}})',
+                instant=True, fmt="table"),
+         target(f"sum by (instance, gpu) (increase(teye_gpu_xid_errors_total{{{NODE_GPU}}}[$__range]))",
+                instant=True, fmt="table")],
+        hide=("Time", "__name__", "job", "instance"),
+        rename={"Value #A": "up", "Value #B": "uncorrected ECC", "Value #C": "XID errors (range)"}))
+    return d

@@ -1,0 +1,210 @@
+"""`teye dashboards push --url URL --token TOKEN [--folder NAME]`: upload the dashboards to Grafana.
+
+Uses grafana-client (the ``dashboards`` extra).  Each dashboard is saved with
+``overwrite: true`` under its fixed uid (``teye-cluster``, ``teye-node``, ``teye-job``)
+into the named folder (created when missing), so pushing again replaces them: the
+command is idempotent.
+
+Failures never pass silently: an unreachable Grafana or a rejected token stops the
+push (nothing after it can succeed) and a dashboard Grafana rejects (400, 403, 412...)
+is reported while the others are still uploaded.  Each failure prints one line naming
+the dashboard, and a final report lists what was and was not uploaded; the exit status
+is 1 when anything was not uploaded.
+
+``annotate(...)`` posts a Grafana annotation (job start/end, epoch boundaries) with
+the tags the training-job dashboard shows (``teye`` and the train_job name).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, TextIO, Tuple
+from urllib.parse import urlparse
+
+from .generate import JSON_DIR, MODULES
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class PushError(Exception):
+    """A problem that stops the push before any dashboard is tried (bad URL, missing library)."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status  # exit status: 2 for a usage error, 1 otherwise
+
+
+@dataclass
+class Report:
+    uploaded: List[Tuple[str, str, str]] = field(default_factory=list)   # (uid, title, url)
+    failed: List[Tuple[str, str, str]] = field(default_factory=list)     # (uid, title, reason)
+    skipped: List[Tuple[str, str]] = field(default_factory=list)         # (uid, title): not tried after a fatal error
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.skipped
+
+    def summary(self) -> str:
+        up = ", ".join(uid for uid, _, _ in self.uploaded) or "none"
+        not_up = [uid for uid, _, _ in self.failed] + [uid for uid, _ in self.skipped]
+        total = len(self.uploaded) + len(not_up)
+        return (f"uploaded {len(self.uploaded)} of {total} dashboards: {up}; "
+                f"not uploaded: {', '.join(not_up) or 'none'}")
+
+
+def load_dashboards(json_dir: str = JSON_DIR) -> List[dict]:
+    """The committed dashboard JSON, in push order (generated on the fly when the files are absent)."""
+    out = []
+    missing = False
+    for name in MODULES:
+        path = os.path.join(json_dir, name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                out.append(json.load(fh))
+        except FileNotFoundError:
+            missing = True
+            break
+        except json.JSONDecodeError as e:
+            raise PushError(f"dashboard file {path} is not valid JSON ({e}); run: python -m dashboards.generate")
+    if missing:
+        try:
+            from .generate import render_all
+        except ImportError as e:  # pragma: no cover - depends on the installed extras
+            raise PushError(f"dashboard JSON not found under {json_dir} and cannot be generated ({e}); "
+                            "install teye[dashboards]") from None
+        out = [json.loads(text) for text in render_all().values()]
+    return out
+
+
+def _check_url(url: str) -> None:
+    u = urlparse(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise PushError(f"--url must be an http(s) URL such as http://grafana:3000, got {url!r}", status=2)
+
+
+def _api(url: str, token: str, timeout: float):
+    try:
+        from grafana_client import GrafanaApi
+    except ImportError:
+        raise PushError("teye dashboards push needs grafana-client: pip install 'teye[dashboards]'") from None
+    return GrafanaApi.from_url(url, credential=token, timeout=timeout)
+
+
+def _errors():
+    from grafana_client.client import GrafanaClientError, GrafanaException, GrafanaUnauthorizedError
+    return GrafanaException, GrafanaClientError, GrafanaUnauthorizedError
+
+
+def _reason(e: BaseException, url: str) -> Tuple[str, bool]:
+    """(one-line reason, fatal?) for an exception raised while talking to Grafana."""
+    GrafanaException, GrafanaClientError, GrafanaUnauthorizedError = _errors()
+    if isinstance(e, GrafanaUnauthorizedError):
+        return f"Grafana at {url} rejected the token (401 Unauthorized)", True
+    if isinstance(e, GrafanaException):
+        status = getattr(e, "status_code", 0) or 0
+        resp = getattr(e, "response", None)
+        msg = resp.get("message") if isinstance(resp, dict) else None
+        if not msg:
+            msg = str(e)
+        if status == 0:  # transport failure wrapped by grafana-client (timeout, HTTP layer)
+            return f"cannot reach Grafana at {url}: {msg}", True
+        if status == 403:
+            return f"Grafana refused it (403 Forbidden: {msg}); the token needs the Editor role", False
+        return f"Grafana rejected it ({status}: {msg})", False
+    # Connection refused, DNS failure, TLS error: requests/niquests raise OSError subclasses.
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return f"cannot reach Grafana at {url} ({type(e).__name__}: {first})", True
+
+
+def _slug(name: str) -> str:
+    s = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.lower()).strip("-")
+    return (s or "teye")[:40]
+
+
+def ensure_folder(api, name: str) -> str:
+    """uid of the folder titled ``name``, created when it does not exist."""
+    for f in api.folder.get_all_folders() or []:
+        if f.get("title") == name:
+            return f["uid"]
+    created = api.folder.create_folder(name, uid=_slug(name))
+    return created["uid"]
+
+
+def push(url: str, token: str, folder: str, dashboards: Sequence[dict], out: Optional[TextIO] = None,
+         err: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT_S) -> Report:
+    """Upload ``dashboards``; prints one line per dashboard (to ``out``/``err``, default stdout/stderr)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    _check_url(url)
+    api = _api(url, token, timeout)
+    GrafanaException = _errors()[0]
+    report = Report()
+    base = url.rstrip("/")
+    todo = list(dashboards)
+    try:
+        folder_uid = ensure_folder(api, folder)
+    except (GrafanaException, OSError) as e:
+        reason, _ = _reason(e, url)
+        first = todo[0]
+        print(f"teye: dashboard '{first.get('title')}' (uid {first.get('uid')}) not uploaded: "
+              f"folder '{folder}': {reason}", file=err)
+        report.failed.append((first.get("uid"), first.get("title"), f"folder '{folder}': {reason}"))
+        report.skipped.extend((d.get("uid"), d.get("title")) for d in todo[1:])
+        return report
+    for i, dash in enumerate(todo):
+        uid, title = dash.get("uid"), dash.get("title")
+        body = dict(dash)
+        body["id"] = None        # Grafana matches by uid; a foreign numeric id would conflict
+        body.pop("version", None)
+        try:
+            resp = api.dashboard.update_dashboard({"dashboard": body, "folderUid": folder_uid, "overwrite": True,
+                                                   "message": "teye dashboards push"})
+        except (GrafanaException, OSError) as e:
+            reason, fatal = _reason(e, url)
+            print(f"teye: dashboard '{title}' (uid {uid}) not uploaded: {reason}", file=err)
+            report.failed.append((uid, title, reason))
+            if fatal:
+                report.skipped.extend((d.get("uid"), d.get("title")) for d in todo[i + 1:])
+                break
+            continue
+        link = base + resp["url"] if isinstance(resp, dict) and resp.get("url") else base
+        version = resp.get("version") if isinstance(resp, dict) else None
+        report.uploaded.append((uid, title, link))
+        print(f"uploaded '{title}' (uid {uid}{f', version {version}' if version else ''}) -> {link}", file=out)
+    return report
+
+
+def main(args) -> int:
+    """Entry point of `teye dashboards push` (args: url, token, folder)."""
+    try:
+        dashboards = load_dashboards()
+        report = push(args.url, args.token, args.folder, dashboards)
+    except PushError as e:
+        print(f"teye: {e}", file=sys.stderr)
+        return e.status
+    stream = sys.stdout if report.ok else sys.stderr
+    print(("teye: " if not report.ok else "") + report.summary(), file=stream)
+    return 0 if report.ok else 1
+
+
+def annotate(url: str, token: str, train_job: str, text: str, kind: str = "event",
+             time_ms: Optional[int] = None, time_end_ms: Optional[int] = None,
+             timeout: float = 5.0) -> Optional[Dict]:
+    """Post an annotation for a training job (shown on the training-job dashboard).
+
+    ``kind`` is a free tag such as "start", "end" or "epoch".  Returns Grafana's
+    answer, or None when Grafana cannot be reached or refuses (never raises: a
+    training loop must not die because Grafana is down).
+    """
+    import time
+
+    GrafanaException = _errors()[0]
+    try:
+        _check_url(url)
+        api = _api(url, token, timeout)
+        return api.annotations.add_annotation(time_from=time_ms if time_ms is not None else int(time.time() * 1000),
+                                              time_to=time_end_ms, tags=["teye", train_job, kind], text=text)
+    except (PushError, GrafanaException, OSError):
+        return None
