@@ -92,13 +92,20 @@ class Sampler:
         try:
             reading = src.collect()
         except EXPECTED_ERRORS as e:
-            self._fail(name, prev, start, _describe(e))
-            self._rlog.warning(f"{name}:{type(e).__name__}", "collector %s down: %s", name, _describe(e))
+            why = _describe(e)
+            self._fail(name, prev, start, why)
+            if prev.up or prev.error != why:  # log changes, not every failed read of a steady state
+                if isinstance(e, SourceUnavailable):
+                    log.info("collector %s unavailable: %s", name, why)
+                else:
+                    self._rlog.warning(f"{name}:{type(e).__name__}", "collector %s down: %s", name, why)
         except Exception as e:  # a bug in a source must not kill the agent; it is logged loudly
             self._fail(name, prev, start, f"internal error: {type(e).__name__}: {e}")
             self._rlog.error(f"{name}:bug", "collector %s raised unexpectedly", name, exc_info=True)
         else:
             end = self._clock()
+            if prev.error is not None:
+                log.info("collector %s is up again", name)
             self._publish(name, up=True, reading=reading, duration_s=(end - start) / 1e9, error=None,
                           updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1)
         return self.snapshot.sources[name]

@@ -160,3 +160,28 @@ def test_promtool_accepts_the_exposition():
     text, _ = scrape(snap(fake={"up": True, "reading": r}, down={"up": False}))
     p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip() == "" and p.stderr.strip() == "", p.stdout + p.stderr
+
+
+def test_steady_failures_log_once_and_recovery_is_logged(caplog):
+    import logging
+
+    class Absent:
+        name = "ib"
+        present = False
+
+        def collect(self):
+            from agent.errors import SourceUnavailable
+            if not self.present:
+                raise SourceUnavailable("no InfiniBand devices under /sys/class/infiniband")
+            return Reading(())
+
+    src = Absent()
+    s = Sampler({"ib": (src, 1.0)})
+    with caplog.at_level(logging.INFO, logger="teye.sampler"):
+        for _ in range(5):
+            s.read_once("ib")
+        src.present = True
+        s.read_once("ib")
+    msgs = [r.getMessage() for r in caplog.records]
+    assert msgs == ["collector ib unavailable: no InfiniBand devices under /sys/class/infiniband",
+                    "collector ib is up again"]
