@@ -1,0 +1,207 @@
+"""The phase wire protocol, version 1: one JSON object per Unix datagram (see docs/phases.md).
+
+    {"v": 1,
+     "job": "resnet50-bs64",
+     "phases": [["data_wait", 1200, 1500], ["compute", 1500, 4100]],   # name, start_ns, end_ns
+     "steps":  [[1200, 4100, 64]],                                      # start_ns, end_ns, samples
+     "cvd": "0,1",                                                      # optional CUDA_VISIBLE_DEVICES
+     "dropped": 0}                                                      # optional: records the client dropped
+
+Times are CLOCK_MONOTONIC nanoseconds (Python: ``time.monotonic_ns()``), the clock the
+agent samples the GPUs with, so no clock synchronisation is needed on one host.  The
+sender's identity is never read from the message: the receiver takes pid and uid from
+the kernel (SCM_CREDENTIALS).
+
+:func:`decode` turns a datagram into a :class:`Message` or raises :class:`Rejected`
+with one of :data:`REASONS`; every rejection is counted by reason in
+``teye_phase_messages_total{result}``.  Unknown keys are ignored (forward compatible
+within version 1); a different ``v`` is ``unknown_version``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import NamedTuple, Tuple
+
+VERSION = 1
+
+# Documented phase names; anything else is counted as "other".
+PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "other")
+_PHASE_SET = frozenset(PHASES)
+
+ACCEPTED = "accepted"
+# Why a datagram was rejected (the `result` label values besides "accepted").
+REASONS = (
+    "too_large",        # datagram over phases.max_message_bytes, or more records than max_records_per_message
+    "not_json",         # not UTF-8 JSON (or nested absurdly deep, or NaN/Infinity)
+    "not_object",       # JSON, but not an object
+    "missing_field",    # no "v" or no "job"
+    "unknown_version",  # "v" is not a version this agent speaks
+    "wrong_type",       # a field or record has the wrong JSON type or shape
+    "bad_name",         # job name empty, too long or with characters outside [A-Za-z0-9_.:@+=-]
+    "bad_interval",     # negative, reversed or longer than a day
+    "bad_clock",        # end time in the future or older than the job expiry: not CLOCK_MONOTONIC ns
+    "bad_value",        # negative samples / dropped counts, or absurd values
+    "no_credentials",   # the kernel attached no SCM_CREDENTIALS (should not happen with SO_PASSCRED)
+    "job_limit",        # a new job while phases.max_jobs (or max_jobs_per_user) jobs are live
+)
+RESULTS = (ACCEPTED,) + REASONS
+
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}\Z")
+MAX_INTERVAL_NS = 86_400 * 10**9      # one phase or step lasting over a day is absurd
+MAX_NS = 2**63 - 1                    # CLOCK_MONOTONIC fits in a signed 64-bit integer
+MAX_SAMPLES = 10**9                   # samples in one step
+MAX_CVD_CHARS = 512
+
+
+class Rejected(ValueError):
+    """A datagram that is not a valid message; ``reason`` is one of REASONS."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Limits(NamedTuple):
+    max_bytes: int = 65536
+    max_records: int = 1024
+    max_age_ns: int = 300 * 10**9      # an end time older than this (the job expiry) is bad_clock
+    future_slack_ns: int = 5 * 10**9   # an end time later than now + this is bad_clock
+
+
+class Message(NamedTuple):
+    """A validated message (sender credentials are added by the receiver)."""
+
+    job: str
+    phases: Tuple[Tuple[str, int, int], ...]     # (phase, start_ns, end_ns); phase normalised to PHASES
+    steps: Tuple[Tuple[int, int, int], ...]      # (start_ns, end_ns, samples)
+    cvd: Tuple[str, ...] = ()                    # CUDA_VISIBLE_DEVICES entries, as sent
+    dropped: int = 0                             # client-side cumulative dropped records
+
+
+def normalize_phase(name: str) -> str:
+    return name if name in _PHASE_SET else "other"
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a number in this protocol")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _is_int(v) -> bool:
+    return type(v) is int  # bool is an int subclass: excluded on purpose
+
+
+def _span_error(s, e, now_ns: int, limits: Limits, what: str) -> Rejected:
+    """Why (s, e) is not a valid interval (called only once the fast check failed)."""
+    if not (_is_int(s) and _is_int(e)):
+        return Rejected("wrong_type", f"{what}: start/end must be integers (CLOCK_MONOTONIC ns)")
+    if s < 0 or e < 0 or s > MAX_NS or e > MAX_NS:
+        return Rejected("bad_interval", f"{what}: times must be within 0..2^63-1 ns")
+    if e < s:
+        return Rejected("bad_interval", f"{what}: end {e} is before start {s}")
+    if e - s > MAX_INTERVAL_NS:
+        return Rejected("bad_interval", f"{what}: lasts {(e - s) / 1e9:.0f} s (more than a day)")
+    if e > now_ns + limits.future_slack_ns:
+        return Rejected("bad_clock", f"{what}: ends {(e - now_ns) / 1e9:.1f} s in the future; "
+                                     "use CLOCK_MONOTONIC (time.monotonic_ns())")
+    return Rejected("bad_clock", f"{what}: ended {(now_ns - e) / 1e9:.0f} s ago; "
+                                 "use CLOCK_MONOTONIC (time.monotonic_ns())")
+
+
+def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
+    """Validate one datagram; raises Rejected(reason, detail)."""
+    if len(data) > limits.max_bytes:
+        raise Rejected("too_large", f"{len(data)} bytes (limit {limits.max_bytes})")
+    try:
+        obj = _DECODER.decode(data.decode("utf-8"))
+    except RecursionError:
+        raise Rejected("not_json", "nested too deep") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise Rejected("not_json", str(e)[:120]) from None
+    if type(obj) is not dict:
+        raise Rejected("not_object", f"expected a JSON object, got {type(obj).__name__}")
+
+    if "v" not in obj:
+        raise Rejected("missing_field", "'v' (protocol version) is required")
+    v = obj["v"]
+    if not _is_int(v):
+        raise Rejected("wrong_type", "'v' must be an integer")
+    if v != VERSION:
+        raise Rejected("unknown_version", f"version {v} (this agent speaks {VERSION})")
+
+    if "job" not in obj:
+        raise Rejected("missing_field", "'job' (training job name) is required")
+    job = obj["job"]
+    if type(job) is not str:
+        raise Rejected("wrong_type", "'job' must be a string")
+    if not JOB_NAME.match(job):
+        raise Rejected("bad_name", f"job name {job[:40]!r} must match [A-Za-z0-9][A-Za-z0-9_.:@+=-]{{0,127}}")
+
+    raw_phases = obj.get("phases", [])
+    raw_steps = obj.get("steps", [])
+    if type(raw_phases) is not list:
+        raise Rejected("wrong_type", "'phases' must be a list of [name, start_ns, end_ns]")
+    if type(raw_steps) is not list:
+        raise Rejected("wrong_type", "'steps' must be a list of [start_ns, end_ns, samples]")
+    n = len(raw_phases) + len(raw_steps)
+    if n > limits.max_records:
+        raise Rejected("too_large", f"{n} records (limit {limits.max_records})")
+
+    # A valid interval: integers (not bools), start <= end, at most a day long, ending within
+    # [now - max_age, now + future_slack].  One expression on the fast path; _span_error says why.
+    lo = now_ns - limits.max_age_ns
+    hi = now_ns + limits.future_slack_ns
+    phases = []
+    for i, rec in enumerate(raw_phases):
+        if type(rec) is not list or len(rec) != 3 or type(rec[0]) is not str:
+            raise Rejected("wrong_type", f"phases[{i}] must be [name, start_ns, end_ns]")
+        name, s, e = rec
+        if not (type(s) is int and type(e) is int and 0 <= s <= e <= hi and e >= lo
+                and e - s <= MAX_INTERVAL_NS):
+            raise _span_error(s, e, now_ns, limits, f"phases[{i}]")
+        phases.append((name if name in _PHASE_SET else "other", s, e))
+
+    steps = []
+    for i, rec in enumerate(raw_steps):
+        if type(rec) is not list or len(rec) != 3:
+            raise Rejected("wrong_type", f"steps[{i}] must be [start_ns, end_ns, samples]")
+        s, e, samples = rec
+        if not (type(s) is int and type(e) is int and 0 <= s <= e <= hi and e >= lo
+                and e - s <= MAX_INTERVAL_NS):
+            raise _span_error(s, e, now_ns, limits, f"steps[{i}]")
+        if type(samples) is not int:
+            raise Rejected("wrong_type", f"steps[{i}]: samples must be an integer")
+        if not 0 <= samples <= MAX_SAMPLES:
+            raise Rejected("bad_value", f"steps[{i}]: samples {samples} outside 0..{MAX_SAMPLES}")
+        steps.append((s, e, samples))
+
+    cvd: Tuple[str, ...] = ()
+    raw_cvd = obj.get("cvd")
+    if raw_cvd is not None:
+        if type(raw_cvd) is not str:
+            raise Rejected("wrong_type", "'cvd' must be a string (CUDA_VISIBLE_DEVICES)")
+        if len(raw_cvd) > MAX_CVD_CHARS:
+            raise Rejected("too_large", f"'cvd' is {len(raw_cvd)} characters (limit {MAX_CVD_CHARS})")
+        cvd = tuple(p.strip() for p in raw_cvd.split(",") if p.strip())
+
+    dropped = obj.get("dropped", 0)
+    if not _is_int(dropped):
+        raise Rejected("wrong_type", "'dropped' must be an integer")
+    if not 0 <= dropped <= MAX_NS:
+        raise Rejected("bad_value", f"'dropped' {dropped} is negative or absurd")
+
+    return Message(job, tuple(phases), tuple(steps), cvd, dropped)
+
+
+def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0) -> bytes:
+    """The datagram for a message (used by tests and the reference client's docs)."""
+    obj = {"v": VERSION, "job": job, "phases": [list(p) for p in phases], "steps": [list(s) for s in steps]}
+    if cvd is not None:
+        obj["cvd"] = cvd
+    if dropped:
+        obj["dropped"] = dropped
+    return json.dumps(obj, separators=(",", ":")).encode()

@@ -1,0 +1,221 @@
+"""The phase socket: a Unix datagram socket read by one thread, with kernel credentials.
+
+``SO_PASSCRED`` makes the kernel attach ``SCM_CREDENTIALS`` (pid, uid, gid of the
+sending process, translated into the agent's pid namespace) to every datagram; the job
+table attributes messages with those, never with anything the message claims.
+
+Where the socket lives (``phases.socket`` / ``--phase-socket`` override all of this):
+``/run/teye/phases.sock`` when the agent may create it (root), else
+``$XDG_RUNTIME_DIR/teye/phases.sock``, else ``<tempdir>/teye-<uid>/phases.sock``.  The
+socket is mode 0666 so other users' jobs can send: credentials make that safe.  A stale
+socket file from an earlier run (a socket nobody receives on) is replaced; a path that
+is not a socket, or a socket another agent still receives on, is never touched: for a
+configured path that is a ConfigError (exit 2), for the default path the phase collector
+reports itself down with the reason and the rest of the agent runs.
+
+The receive loop never blocks the sampler: it holds the job table's lock only to apply
+one validated message, and it spends at most ``phases.max_messages_per_second``; past
+that it pauses, the kernel queue fills and clients drop (and count) messages.  It blocks
+in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import stat
+import struct
+import tempfile
+import threading
+import time
+from typing import List, Optional, Tuple
+
+from ..errors import ConfigError, SourceUnavailable
+from ..logutil import RateLimitedLog
+
+log = logging.getLogger("teye.phases")
+
+DEFAULT_SOCKET = "/run/teye/phases.sock"
+_CRED = struct.Struct("iII")            # struct ucred: pid_t pid; uid_t uid; gid_t gid
+_ANC_SIZE = socket.CMSG_SPACE(_CRED.size)
+_MAX_PATH = 107                         # sun_path is 108 bytes including the NUL
+_SLICE_S = 0.01                         # rate budget granularity
+
+
+def default_candidates() -> List[str]:
+    """Socket paths tried in order when none is configured (clients use the same list)."""
+    out = [DEFAULT_SOCKET]
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        out.append(os.path.join(xdg, "teye", "phases.sock"))
+    out.append(os.path.join(tempfile.gettempdir(), f"teye-{os.getuid()}", "phases.sock"))
+    return out
+
+
+def _someone_receives(path: str) -> bool:
+    """True when a process is bound to the Unix socket at path (a datagram connect succeeds)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError as e:
+        # EPROTOTYPE: a stream socket someone listens on; anything else: leave it alone too
+        return e.errno != errno.ECONNREFUSED
+    finally:
+        probe.close()
+
+
+def bind_socket(path: str) -> Tuple[socket.socket, Tuple[int, int]]:
+    """Bind a credential-passing datagram socket at path, replacing a stale socket file.
+
+    Raises ConfigError naming the problem (missing or unwritable directory, not a socket,
+    another agent receiving, path too long).
+    """
+    if len(os.fsencode(path)) > _MAX_PATH:
+        raise ConfigError(f"config key 'phases.socket': path {path!r} is longer than {_MAX_PATH} bytes "
+                          "(the Unix socket limit)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"config key 'phases.socket': directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"config key 'phases.socket': directory {parent} is not writable by this user")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError(f"config key 'phases.socket': {path} exists and is not a socket; not replacing it")
+        if _someone_receives(path):
+            raise ConfigError(f"config key 'phases.socket': another process (a running teye agent?) receives "
+                              f"on {path}; stop it or choose another --phase-socket")
+        log.info("replacing stale phase socket %s", path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # capped by net.core.rmem_max
+        except OSError:
+            pass
+        sock.bind(path)
+        os.chmod(path, 0o666)
+        st = os.stat(path)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"config key 'phases.socket': cannot bind {path}: {e.strerror or e}") from None
+    return sock, (st.st_dev, st.st_ino)
+
+
+def open_socket(configured: Optional[str]) -> Tuple[socket.socket, str, Tuple[int, int]]:
+    """Bind the configured path (errors are ConfigError) or the first usable default."""
+    if configured:
+        sock, ident = bind_socket(configured)
+        return sock, configured, ident
+    why = []
+    for path in default_candidates():
+        parent = os.path.dirname(path)
+        try:
+            os.makedirs(parent, mode=0o755, exist_ok=True)
+        except OSError as e:
+            why.append(f"{parent}: {e.strerror or e}")
+            continue
+        try:
+            sock, ident = bind_socket(path)
+        except ConfigError as e:
+            if "another process" in str(e):
+                # Another agent owns the default socket: clients find that one first, so do not
+                # fall back to a path nobody looks at; this agent runs without the phase collector.
+                raise SourceUnavailable(f"another process (a running teye agent?) receives on {path}; "
+                                        "pass --phase-socket to run a second agent") from None
+            why.append(str(e).replace("config key 'phases.socket': ", ""))
+            continue
+        return sock, path, ident
+    raise SourceUnavailable("no usable phase socket location: " + "; ".join(why))
+
+
+class Receiver:
+    """Owns the socket and the receive thread; hands every datagram to ``handle(data, pid, uid)``."""
+
+    def __init__(self, sock: socket.socket, path: str, ident, handle, max_bytes: int, max_rate: int):
+        self.sock = sock
+        self.path = path
+        self._ident = ident
+        self._handle = handle
+        self._bufsize = max_bytes + 1          # one byte more, so an oversized datagram is seen as such
+        self._per_slice = max(1, int(max_rate * _SLICE_S))
+        self._stop = threading.Event()
+        self._rlog = RateLimitedLog(log)
+        self._thread = threading.Thread(target=self._run, name="teye-phase-receiver", daemon=True)
+        self.received = 0
+        self.paused_s = 0.0
+
+    def start(self) -> None:
+        # Blocking receive (no poll() per datagram); close() wakes the thread with an empty datagram.
+        self.sock.settimeout(None)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sock = self.sock
+        handle = self._handle
+        slice_end = time.monotonic() + _SLICE_S
+        in_slice = 0
+        unpack = _CRED.unpack_from
+        level, ctype = socket.SOL_SOCKET, socket.SCM_CREDENTIALS
+        while not self._stop.is_set():
+            try:
+                data, anc, _flags, _addr = sock.recvmsg(self._bufsize, _ANC_SIZE)
+            except socket.timeout:
+                continue
+            except InterruptedError:
+                continue
+            except OSError as e:
+                if self._stop.is_set():
+                    break
+                self._rlog.warning("recv", "phase socket %s: receive failed: %s", self.path, e)
+                self._stop.wait(0.1)
+                continue
+            if self._stop.is_set():
+                break
+            self.received += 1
+            pid = uid = None
+            for lvl, typ, cdata in anc:
+                if lvl == level and typ == ctype and len(cdata) >= _CRED.size:
+                    pid, uid, _gid = unpack(cdata)
+            handle(data, pid, uid)
+            in_slice += 1
+            if in_slice >= self._per_slice:
+                now = time.monotonic()
+                if now < slice_end:  # over budget: let the kernel queue (and the clients) absorb it
+                    self.paused_s += slice_end - now
+                    self._stop.wait(slice_end - now)
+                    now = slice_end
+                slice_end = now + _SLICE_S
+                in_slice = 0
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the thread, close the socket and remove the socket file if it is still ours."""
+        self._stop.set()
+        if self._thread.is_alive():
+            wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                wake.settimeout(1.0)
+                wake.sendto(b"", self.path)
+            except OSError:
+                pass  # socket gone, or the queue stayed full: the thread is busy and sees the flag
+            finally:
+                wake.close()
+            self._thread.join(timeout_s)
+        self.sock.close()
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._ident:
+                os.unlink(self.path)
+        except OSError:
+            pass

@@ -1,0 +1,131 @@
+"""The "phases" collector: training jobs' phase messages, GPU idle time per phase, the verdict.
+
+The source owns the receiver thread (``close()`` stops it).  ``collect()``, called by the
+sampler, credits GPU idle time to the intervals whose driver samples have arrived
+(``ctx.timeline``), expires silent jobs and returns a frozen :class:`PhasesReading`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple
+
+from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
+from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
+from .protocol import RESULTS
+from .receiver import Receiver, open_socket
+from .verdict import KINDS
+
+log = logging.getLogger("teye.phases")
+
+PHASE_SECONDS = metric("teye_job_phase_seconds_total", COUNTER,
+                       "Seconds the training job spent in each phase (data_wait, compute, host, communication, "
+                       "checkpoint, eval, other), as reported by the job over the phase socket.",
+                       ["train_job", "phase"])
+STEPS = metric("teye_job_steps_total", COUNTER, "Training steps the job reported.", ["train_job"])
+SAMPLES = metric("teye_job_samples_total", COUNTER, "Training samples the job reported (sum of step batch sizes).",
+                 ["train_job"])
+INPUT_BOUND = metric("teye_job_input_bound_ratio", GAUGE,
+                     "Share of step time spent in data_wait over the sliding window (phases.window_seconds).",
+                     ["train_job"])
+GPU_IDLE = metric("teye_job_gpu_idle_seconds_total", COUNTER,
+                  "GPU idle seconds overlapping each phase of the job: idle fraction of each driver utilization "
+                  "sample times its overlap with the phase interval (credited once the samples arrive).",
+                  ["train_job", "gpu", "phase"])
+GPU_IDLE_RATIO = metric("teye_job_gpu_idle_ratio", GAUGE,
+                        "Share of the job's observed GPU time (during its steps, or its phases when it reports no "
+                        "steps) that its GPUs were idle, over the sliding window.", ["train_job"])
+BOTTLENECK = metric("teye_job_bottleneck", GAUGE,
+                    "1 for the job's current verdict (input, host, communication, compute, idle), 0 for the others.",
+                    ["train_job", "kind"])
+JOB_INFO = metric("teye_job_info", GAUGE,
+                  "Always 1: who runs the job, from kernel credentials (pid is the first sending process).",
+                  ["train_job", "user", "uid", "pid"])
+JOB_PROCESSES = metric("teye_job_processes", GAUGE, "Distinct processes that sent phases for the job (at most 64).",
+                       ["train_job"])
+STEP_SECONDS = metric("teye_job_step_seconds", HISTOGRAM, "Wall time of the job's training steps.", ["train_job"],
+                      buckets=STEP_BUCKETS)
+LAST_AGE = metric("teye_job_last_message_age_seconds", GAUGE, "Seconds since the job's last phase message.",
+                  ["train_job"])
+CLIENT_DROPPED = metric("teye_job_client_dropped_total", COUNTER,
+                        "Phase and step records the job's clients dropped (no agent, full socket buffer), "
+                        "as they report it.", ["train_job"])
+MESSAGES = metric("teye_phase_messages_total", COUNTER,
+                  "Phase datagrams received, by result: accepted, or the reason they were rejected.", ["result"])
+ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
+                    "Phase intervals credited with GPU idle time: complete (samples covered them), late (waited "
+                    "phases.attribution_max_delay_seconds, credited with what was there), overflow (pushed out "
+                    "of the bounded queue, not credited).", ["result"])
+JOBS = metric("teye_phase_jobs", GAUGE, "Live training jobs in the phase table.")
+PENDING = metric("teye_phase_pending_intervals", GAUGE, "Phase intervals waiting for the GPU samples that cover them.")
+
+
+@dataclass(frozen=True)
+class PhasesReading:
+    jobs: Tuple[JobView, ...]
+    results: Tuple[Tuple[str, int], ...]
+    attributed: Tuple[Tuple[str, int], ...]
+    pending: int
+    socket_path: str = ""
+
+    def job(self, train_job: str) -> Optional[JobView]:
+        for j in self.jobs:
+            if j.train_job == train_job:
+                return j
+        return None
+
+    def points(self) -> Iterator[Point]:
+        for result, n in self.results:
+            yield point(MESSAGES, n, result)
+        for result, n in self.attributed:
+            yield point(ATTRIBUTED, n, result)
+        yield point(JOBS, len(self.jobs))
+        yield point(PENDING, self.pending)
+        for j in self.jobs:
+            name = j.train_job
+            yield point(JOB_INFO, 1, name, j.user, j.uid, j.pid)
+            yield point(JOB_PROCESSES, j.processes, name)
+            for phase, s in j.phase_seconds:
+                yield point(PHASE_SECONDS, s, name, phase)
+            yield point(STEPS, j.steps, name)
+            yield point(SAMPLES, j.samples, name)
+            yield point(STEP_SECONDS, j.step_hist, name)
+            yield point(INPUT_BOUND, j.input_bound_ratio, name)
+            for gpu, phase, s in j.gpu_idle_seconds:
+                yield point(GPU_IDLE, s, name, gpu, phase)
+            yield point(GPU_IDLE_RATIO, j.gpu_idle_ratio, name)
+            for kind in KINDS:
+                yield point(BOTTLENECK, 1 if kind == j.verdict.kind else 0, name, kind)
+            yield point(LAST_AGE, j.last_message_age_s, name)
+            yield point(CLIENT_DROPPED, j.client_dropped, name)
+
+
+class PhaseSource:
+    name = "phases"
+
+    def __init__(self, phases_cfg, ctx, socket_path: Optional[str] = None, record_intervals: int = 0):
+        """Bind the socket (ConfigError for a bad explicit path) and start the receiver thread."""
+        self.ctx = ctx
+        self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals)
+        sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
+        self.path = path
+        self.receiver = Receiver(sock, path, ident, self.table.handle, phases_cfg["max_message_bytes"],
+                                 phases_cfg["max_messages_per_second"])
+        self.receiver.start()
+        log.info("receiving training-job phases on %s", path)
+
+    def collect(self, force: bool = False) -> PhasesReading:
+        now = self.ctx.clock()
+        self.table.attribute(now, force=force)
+        views, results, attributed, pending = self.table.views(now)
+        return PhasesReading(views, results, attributed, pending, self.path)
+
+    def close(self) -> None:
+        self.receiver.close()
+
+
+def from_config(cfg, ctx) -> PhaseSource:
+    return PhaseSource(cfg["phases"], ctx)
+
+
+__all__ = ["PhaseSource", "PhasesReading", "from_config", "RESULTS", "ATTRIBUTION_RESULTS"]

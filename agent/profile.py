@@ -1,0 +1,388 @@
+"""`teye profile [--output DIR] -- CMD ARGS...`: run one command and explain its GPU idle time.
+
+No daemon is needed: the command runs with ``TEYE_PHASE_SOCKET`` pointing at a private
+socket, this process samples the host (CPU) and the GPUs (when the GPU collector can
+run) at a high rate, and when the command ends it prints an overview in the spirit of
+the TensorFlow profiler's overview page (step-time breakdown, input-bound share, GPU
+busy/idle and the longest idle gaps, verdict and recommendation), writes
+``summary.json`` and, when matplotlib is installed, ``timeline.png`` (host phases vs
+device work per step, idle gaps marked), and exits with the command's exit status.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .context import AgentContext
+from .errors import ConfigError, ParseError, SourceUnavailable
+from .phases.jobs import JobView
+from .phases.protocol import PHASES
+from .phases.source import PhaseSource
+
+log = logging.getLogger("teye.profile")
+
+POLL_S = 0.25             # host/phase sampling period while the command runs
+GPU_INTERVAL_S = 0.25     # GPU collector period (the driver ring is read at least this often)
+RECORD_INTERVALS = 200_000
+LONG_S = 86_400.0         # the profile's window: the whole run
+
+
+class _CpuTracker:
+    """Host CPU busy ratio over time from /proc/stat deltas."""
+
+    def __init__(self, procfs: str):
+        from .sources.cpu import CpuSource
+        self.src = CpuSource(procfs)
+        self.series: List[Tuple[int, float]] = []   # (t_ns, busy ratio since previous point)
+        self.cpus = 0
+        self._prev = None
+
+    def sample(self, now_ns: int) -> None:
+        try:
+            r = self.src.collect()
+        except (OSError, ParseError):
+            return
+        self.cpus = len(r.seconds)
+        tot = [0.0] * 8
+        for v in r.seconds.values():
+            for i, x in enumerate(v):
+                tot[i] += x
+        total, idle = sum(tot), tot[3] + tot[4]  # idle + iowait
+        if self._prev is not None:
+            dt, di = total - self._prev[0], idle - self._prev[1]
+            if dt > 0:
+                self.series.append((now_ns, max(0.0, min(1.0, 1.0 - di / dt))))
+        self._prev = (total, idle)
+
+    def mean(self) -> Optional[float]:
+        return sum(b for _, b in self.series) / len(self.series) if self.series else None
+
+
+def _build_gpu(cfg, ctx):
+    """The GPU collector, or (None, why) when it cannot run here."""
+    from . import sources as sources_mod
+    from .sampler import EXPECTED_ERRORS
+    try:
+        src = sources_mod.build("gpu", cfg, ctx)
+    except SourceUnavailable as e:
+        return None, str(e)
+    except ModuleNotFoundError as e:
+        return None, f"GPU collector not available ({e})"
+    try:
+        src.collect()  # one read up front: a machine without NVML says so here, once
+    except EXPECTED_ERRORS as e:
+        close = getattr(src, "close", None)
+        if close:
+            close()
+        return None, str(e) or type(e).__name__
+    return src, None
+
+
+def idle_gaps(samples: Sequence, threshold: float, start_ns: int) -> List[Dict[str, float]]:
+    """Merge consecutive samples at or below the busy threshold into gaps, longest first."""
+    gaps = []
+    cur = None
+    for s in samples:
+        if s.busy <= threshold:
+            if cur is not None and s.start_ns <= cur[1]:
+                cur[1] = s.end_ns
+            else:
+                if cur is not None:
+                    gaps.append(cur)
+                cur = [s.start_ns, s.end_ns]
+        elif cur is not None:
+            gaps.append(cur)
+            cur = None
+    if cur is not None:
+        gaps.append(cur)
+    gaps.sort(key=lambda g: g[0] - g[1])
+    return [{"start_s": round((a - start_ns) / 1e9, 3), "duration_s": round((b - a) / 1e9, 3)} for a, b in gaps]
+
+
+def _gpu_summary(ctx, t0: int, t1: int, threshold: float) -> List[Dict[str, Any]]:
+    out = []
+    for g in ctx.timeline.gpus():
+        samples = ctx.timeline.window(g, t0, t1)
+        obs = busy = 0.0
+        for s in samples:
+            ov = min(s.end_ns, t1) - max(s.start_ns, t0)
+            if ov > 0:
+                obs += ov
+                busy += s.busy * ov
+        if obs <= 0:
+            continue
+        out.append({"gpu": g, "observed_s": round(obs / 1e9, 3), "busy_ratio": round(busy / obs, 4),
+                    "idle_ratio": round(1 - busy / obs, 4), "longest_idle_gaps": idle_gaps(samples, threshold, t0)[:5]})
+    return out
+
+
+def _job_summary(j: JobView) -> Dict[str, Any]:
+    step_total = j.step_hist.sum
+    phases = dict(j.phase_seconds)
+    phase_total = sum(phases.values())
+    denom = step_total if step_total > 0 else phase_total
+    breakdown = {}
+    for p in PHASES:
+        s = phases.get(p, 0.0)
+        if s or p in ("data_wait", "compute", "host", "communication"):
+            breakdown[p] = {"seconds": round(s, 6), "share": round(s / denom, 4) if denom else 0.0,
+                            "ms_per_step": round(1000 * s / j.steps, 3) if j.steps else None}
+    if step_total > 0:
+        un = max(0.0, step_total - phase_total)
+        breakdown["untracked"] = {"seconds": round(un, 6), "share": round(un / denom, 4),
+                                  "ms_per_step": round(1000 * un / j.steps, 3) if j.steps else None}
+    idle_by_phase: Dict[str, float] = {}
+    for _gpu, phase, s in j.gpu_idle_seconds:
+        idle_by_phase[phase] = idle_by_phase.get(phase, 0.0) + s
+    return {
+        "train_job": j.train_job, "user": j.user, "uid": j.uid, "pid": j.pid, "processes": j.processes,
+        "steps": j.steps, "samples": j.samples,
+        "step_seconds_total": round(step_total, 6),
+        "mean_step_seconds": round(step_total / j.steps, 6) if j.steps else None,
+        "step_time_breakdown": breakdown,
+        "input_bound_ratio": None if j.input_bound_ratio is None else round(j.input_bound_ratio, 4),
+        "gpu_idle_ratio": None if j.gpu_idle_ratio is None else round(j.gpu_idle_ratio, 4),
+        "gpu_idle_seconds_by_phase": {k: round(v, 6) for k, v in sorted(idle_by_phase.items())},
+        "client_dropped_records": j.client_dropped,
+        "verdict": {"kind": j.verdict.kind, "evidence": j.verdict.evidence,
+                    "recommendation": j.verdict.recommendation},
+    }
+
+
+def render_overview(summary: Dict[str, Any]) -> str:
+    """The text overview printed when the command ends."""
+    lines = [f"teye profile: {' '.join(summary['command'])}",
+             f"  exit status {summary['exit_status']}, {summary['duration_s']:.1f} s"]
+    host = summary["host"]
+    if host.get("cpu_busy_ratio") is not None:
+        lines.append(f"  host: {host['cpus']} CPUs, {100 * host['cpu_busy_ratio']:.0f} % busy on average")
+    if not summary["gpus"]:
+        lines.append(f"  devices: none ({summary['gpu_note']})")
+    for g in summary["gpus"]:
+        gaps = ", ".join(f"{x['duration_s']:.2f} s at +{x['start_s']:.1f} s" for x in g["longest_idle_gaps"][:3])
+        lines.append(f"  GPU {g['gpu']}: busy {100 * g['busy_ratio']:.0f} %, idle {100 * g['idle_ratio']:.0f} %"
+                     + (f"; longest idle gaps: {gaps}" if gaps else ""))
+    if not summary["jobs"]:
+        lines.append("  no phase messages arrived: instrument the loop with workloads.phases.Reporter "
+                     "(see docs/phases.md)")
+    for j in summary["jobs"]:
+        mean = j["mean_step_seconds"]
+        lines.append("")
+        lines.append(f"Job {j['train_job']} (user {j['user']}, pid {j['pid']}): {j['steps']} steps"
+                     + (f", mean step {1000 * mean:.1f} ms" if mean else ""))
+        lines.append("  step-time breakdown      ms/step    share")
+        for p, b in j["step_time_breakdown"].items():
+            ms = "" if b["ms_per_step"] is None else f"{b['ms_per_step']:9.1f}"
+            bar = "#" * int(round(20 * b["share"]))
+            lines.append(f"    {p:<20}{ms:>9} {100 * b['share']:7.1f} %  {bar}")
+        if j["input_bound_ratio"] is not None:
+            lines.append(f"  input-bound: {100 * j['input_bound_ratio']:.1f} % of step time waiting for input")
+        if j["gpu_idle_ratio"] is not None:
+            by = ", ".join(f"{k} {v:.2f} s" for k, v in j["gpu_idle_seconds_by_phase"].items())
+            lines.append(f"  GPU idle {100 * j['gpu_idle_ratio']:.0f} % of the job's step time; idle by phase: {by}")
+        v = j["verdict"]
+        lines.append(f"  verdict: {v['kind'].upper()}: {v['evidence']}")
+        lines.append(f"  recommendation: {v['recommendation']}")
+    lines.append("")
+    outs = ["summary.json"] + ([summary["timeline_png"]] if summary.get("timeline_png") else [])
+    lines.append(f"wrote {', '.join(os.path.join(summary['output_dir'], o) for o in outs)}"
+                 + ("" if summary.get("timeline_png") else f" (no timeline: {summary.get('timeline_note')})"))
+    return "\n".join(lines) + "\n"
+
+
+def plot_timeline(path: str, t0: int, t1: int, intervals, jobs: List[str], ctx, cpu_series,
+                  threshold: float) -> None:
+    """The 'software pipeline' figure: per job, host phases vs device work; GPU busy; idle gaps in red."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colors = {"data_wait": "#d62728", "host": "#7f7f7f", "compute": "#2ca02c", "communication": "#9467bd",
+              "checkpoint": "#8c564b", "eval": "#17becf", "other": "#bcbd22"}
+    host_phases = ("data_wait", "host", "checkpoint", "eval", "other")
+    gpus = ctx.timeline.gpus()
+    rows: List[Tuple[str, Any]] = []
+    for job in jobs[:3]:
+        rows.append((f"{job}\nCPU (input, host)", ("host", job)))
+        rows.append((f"{job}\ndevice (compute)", ("device", job)))
+    for g in gpus[:8]:
+        rows.append((f"GPU {g} busy", ("gpu", g)))
+    rows.append(("host CPU busy", ("cpu", None)))
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.7 * len(rows)))
+    sec = lambda t: (t - t0) / 1e9  # noqa: E731
+    seen = set()
+    for r, (_, (kind, key)) in enumerate(rows):
+        y = len(rows) - 1 - r
+        if kind in ("host", "device"):
+            mine = [iv for iv in intervals if iv[0] == key]
+            want = host_phases if kind == "host" else ("compute", "communication")
+            for _, ph, s, e in mine:
+                if ph in want:
+                    lab = ph if ph not in seen else None
+                    seen.add(ph)
+                    ax.broken_barh([(sec(s), max((e - s) / 1e9, 1e-4))], (y - 0.35, 0.7), color=colors[ph], label=lab)
+            if kind == "device":  # idle gaps: step time with no compute/communication reported
+                busy = sorted((s, e) for _, ph, s, e in mine if ph in want)
+                steps = sorted((s, e) for _, ph, s, e in mine if ph == "step")
+                lo = steps[0][0] if steps else (busy[0][0] if busy else t0)
+                hi = steps[-1][1] if steps else (busy[-1][1] if busy else t0)
+                cur, gaps = lo, []
+                for s, e in busy:
+                    if s > cur:
+                        gaps.append((sec(cur), (s - cur) / 1e9))
+                    cur = max(cur, e)
+                if hi > cur:
+                    gaps.append((sec(cur), (hi - cur) / 1e9))
+                if gaps:
+                    ax.broken_barh(gaps, (y - 0.35, 0.7), facecolor="none", edgecolor="#d62728", hatch="///",
+                                   label=None if "idle" in seen else "device idle")
+                    seen.add("idle")
+                for s, _e in steps[:400]:
+                    ax.vlines(sec(s), y - 0.45, y + 0.45, colors="black", linewidth=0.4)
+        elif kind == "gpu":
+            samples = ctx.timeline.window(key, t0, t1)
+            for s in samples:
+                ax.broken_barh([(sec(s.start_ns), (s.end_ns - s.start_ns) / 1e9)], (y - 0.35, 0.7 * s.busy),
+                               color="#2ca02c")
+            gaps = [(g["start_s"], g["duration_s"]) for g in idle_gaps(samples, threshold, t0)]
+            if gaps:
+                ax.broken_barh(gaps, (y - 0.35, 0.7), facecolor="none", edgecolor="#d62728", hatch="///",
+                               label=None if "idle" in seen else "device idle")
+                seen.add("idle")
+        else:
+            if cpu_series:
+                xs = [sec(t) for t, _ in cpu_series]
+                ax.step(xs, [y - 0.35 + 0.7 * b for _, b in cpu_series], where="pre", color="#1f77b4")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([lab for lab, _ in reversed(rows)], fontsize=8)
+    ax.set_xlim(0, max(1e-3, (t1 - t0) / 1e9))
+    ax.set_xlabel("seconds since the command started")
+    ax.set_title("teye profile: host preparing batches vs device training (red hatching: device idle)")
+    if seen:
+        ax.legend(loc="upper right", fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _wait_quiet(src: PhaseSource, quiet_s: float = 0.15, limit_s: float = 2.0) -> None:
+    """Let the receiver drain the datagrams the command sent before it exited."""
+    deadline = time.monotonic() + limit_s
+    last = -1
+    while time.monotonic() < deadline:
+        n = src.receiver.received
+        if n == last:
+            return
+        last = n
+        time.sleep(quiet_s)
+
+
+def main(args) -> int:
+    from .cli import _setup_logging, load_config
+    cmd = list(args.cmd or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        print("teye profile: no command given; usage: teye profile [--output DIR] -- CMD ARGS...", file=sys.stderr)
+        return 2
+    cfg = load_config(args)
+    _setup_logging(cfg["log_level"] if getattr(args, "log_level", None) else "warning")
+    out_dir = args.output
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--output {out_dir}: {e.strerror or e}") from None
+    if shutil.which(cmd[0]) is None and not os.path.exists(cmd[0]):
+        print(f"teye profile: command not found: {cmd[0]}", file=sys.stderr)
+        return 127
+
+    pcfg = copy.deepcopy(cfg["phases"])
+    pcfg["window_seconds"] = LONG_S          # the verdict covers the whole run
+    pcfg["job_expiry_seconds"] = LONG_S
+    pcfg["stall_seconds"] = LONG_S
+    ctx = AgentContext()
+    tmp = tempfile.mkdtemp(prefix="teye-profile-")
+    sock_path = os.path.join(tmp, "phases.sock")
+    phases = PhaseSource(pcfg, ctx, socket_path=sock_path, record_intervals=RECORD_INTERVALS)
+    gpu_src, gpu_note = _build_gpu(cfg, ctx)
+    sampler = None
+    if gpu_src is not None:
+        from .sampler import Sampler
+        sampler = Sampler({"gpu": (gpu_src, min(GPU_INTERVAL_S, cfg["collectors"]["gpu"]["interval_seconds"]))})
+        sampler.start()
+    cpu = _CpuTracker(cfg["procfs"])
+    env = dict(os.environ, TEYE_PHASE_SOCKET=sock_path)
+    t0 = ctx.clock()
+    cpu.sample(t0)
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the command; we still report
+    try:
+        try:
+            proc = subprocess.Popen(cmd, env=env)
+        except OSError as e:
+            print(f"teye profile: cannot run {cmd[0]}: {e.strerror or e}", file=sys.stderr)
+            return 127
+        old_term = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    now = ctx.clock()
+                    cpu.sample(now)
+                    phases.collect()
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+        t1 = ctx.clock()
+        cpu.sample(t1)
+        _wait_quiet(phases)
+        if sampler is not None:
+            sampler.stop()
+            sampler.read_once("gpu")  # the driver samples up to the end of the run
+        reading = phases.collect(force=True)
+        intervals = list(phases.table.recorded or ())
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        phases.close()
+        if sampler is not None:
+            sampler.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    status = rc if rc >= 0 else 128 - rc
+    jobs = sorted(reading.jobs, key=lambda j: (-j.steps, -sum(s for _, s in j.phase_seconds)))
+    summary: Dict[str, Any] = {
+        "command": cmd, "exit_status": status, "duration_s": round((t1 - t0) / 1e9, 3), "output_dir": out_dir,
+        "host": {"cpus": cpu.cpus, "cpu_busy_ratio": None if cpu.mean() is None else round(cpu.mean(), 4)},
+        "gpus": _gpu_summary(ctx, t0, t1, cfg["gpu"]["busy_threshold"]),
+        "gpu_note": gpu_note or "no GPU samples during the run",
+        "jobs": [_job_summary(j) for j in jobs],
+        "messages": {k: v for k, v in reading.results if v},
+        "timeline_png": None, "timeline_note": None,
+    }
+    if importlib.util.find_spec("matplotlib") is None:
+        summary["timeline_note"] = "matplotlib is not installed (pip install 'teye[plots]')"
+    else:
+        try:
+            plot_timeline(os.path.join(out_dir, "timeline.png"), t0, t1, intervals, [j.train_job for j in jobs],
+                          ctx, cpu.series, cfg["gpu"]["busy_threshold"])
+            summary["timeline_png"] = "timeline.png"
+        except (OSError, ValueError) as e:
+            summary["timeline_note"] = f"plotting failed: {e}"
+    try:
+        with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=2)
+            fh.write("\n")
+    except OSError as e:
+        print(f"teye profile: cannot write {out_dir}/summary.json: {e.strerror or e}", file=sys.stderr)
+    sys.stdout.write(render_overview(summary))
+    sys.stdout.flush()
+    return status

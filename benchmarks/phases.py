@@ -1,0 +1,199 @@
+"""Phase protocol costs and accuracy: agent CPU under load, client overhead, input-bound accuracy.
+
+    python benchmarks/phases.py [--rate 10000] [--seconds 5] [--steps 60]
+
+1. Agent CPU at --rate phase messages/s: a real `teye agent` (phases + cpu collectors) on a
+   private socket; a sender paces typical per-step datagrams (2 phases + 1 step record) at
+   the rate for --seconds.  Reports the agent's CPU (utime+stime from /proc) as a share of
+   one core, minus its idle baseline measured just before, and peak RSS.
+2. Client overhead: `with rep.phase(...)` and `rep.step()` timed one by one (median, p99),
+   against an empty context manager, while the agent receives.
+3. Input-bound accuracy: training loops with injected data_wait sleeps (ground truth measured
+   around the sleeps) report to the agent; the agent's teye_job_input_bound_ratio is compared.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.conftest import PROCFS, parse_exposition  # noqa: E402
+from tests.procs import REPO, free_port, http_get, wait_http  # noqa: E402
+from workloads.phases import Reporter  # noqa: E402
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_agent(tmp: str):
+    sock = os.path.join(tmp, "phases.sock")
+    conf = os.path.join(tmp, "teye.yaml")
+    with open(conf, "w") as fh:
+        fh.write("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in
+                                           ("memory", "disk", "network", "infiniband", "nfs", "nfsd", "pressure",
+                                            "gpu")))
+        fh.write("phases:\n  max_messages_per_second: 50000\n")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--config", conf, "--procfs", PROCFS,
+                             "--listen", f"127.0.0.1:{port}", "--phase-socket", sock, "--log-level", "error"],
+                            cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/healthz", proc=proc)
+    return proc, url, sock
+
+
+def metrics(url: str):
+    return parse_exposition(http_get(url + "/metrics"))
+
+
+def agent_cpu(proc, sock: str, rate: int, seconds: float):
+    time.sleep(1.0)
+    c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+    time.sleep(3.0)
+    idle = (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.settimeout(1.0)
+    batch = max(1, rate // 100)  # 100 bursts a second
+    sent = blocked = 0
+    c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+    nxt = t0
+    while time.monotonic() - t0 < seconds:
+        t = time.monotonic_ns()
+        for i in range(batch):
+            msg = {"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t - 3_000_000, t - 2_000_000],
+                                                              ["compute", t - 2_000_000, t]],
+                   "steps": [[t - 3_000_000, t, 32]]}
+            try:
+                s.sendto(json.dumps(msg, separators=(",", ":")).encode(), sock)
+                sent += 1
+            except OSError:
+                blocked += 1
+        nxt += 0.01
+        delay = nxt - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    wall = time.monotonic() - t0
+    time.sleep(0.5)
+    busy = (cpu_seconds(proc.pid) - c0) / (wall + 0.5)
+    return {"idle_cpu": idle, "loaded_cpu": busy, "achieved_rate": sent / wall, "send_failures": blocked,
+            "peak_rss_mib": peak_rss_mib(proc.pid)}
+
+
+def client_overhead(sock: str, n: int = 20000):
+    rep = Reporter(train_job="overhead", socket_path=sock)
+    clock = time.perf_counter_ns
+    empty, phase, step = [], [], []
+    null = contextlib.nullcontext()
+    for i in range(n):
+        a = clock()
+        with null:
+            pass
+        b = clock()
+        with rep.phase("compute"):
+            pass
+        c = clock()
+        if i % 3 == 2:
+            rep.step(samples=32)  # flushes: one datagram per 3 phases
+            step.append(clock() - c)
+        empty.append(b - a)
+        phase.append(c - b)
+    rep.close()
+
+    def q(xs, p):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(p * len(xs)))] / 1000
+
+    return {"empty_us": statistics.median(empty) / 1000, "phase_us": statistics.median(phase) / 1000,
+            "phase_p99_us": q(phase, 0.99), "step_send_us": statistics.median(step) / 1000,
+            "step_send_p99_us": q(step, 0.99),
+            "per_phase_amortized_us": (statistics.median(phase) - statistics.median(empty)) / 1000
+            + statistics.median(step) / 1000 / 3, "dropped": rep.dropped}
+
+
+def accuracy(url: str, sock: str, steps: int):
+    rows = []
+    for k, (wait_ms, compute_ms) in enumerate(((2, 18), (6, 14), (10, 10), (16, 4), (30, 10))):
+        job = f"acc{k}"
+        rep = Reporter(train_job=job, socket_path=sock)
+        waited = total = 0.0
+        for _ in range(steps):
+            t0 = time.monotonic()
+            with rep.phase("data_wait"):
+                time.sleep(wait_ms / 1000)
+            t1 = time.monotonic()
+            with rep.phase("compute"):
+                time.sleep(compute_ms / 1000)
+            rep.step(samples=32)
+            waited += t1 - t0
+            total += time.monotonic() - t0
+        rep.close()
+        time.sleep(1.5)  # the agent's phases collector runs once a second
+        m = metrics(url)
+        got = m[("teye_job_input_bound_ratio", (("train_job", job),))]
+        kind = [dict(lab)["kind"] for (name, lab), v in m.items()
+                if name == "teye_job_bottleneck" and dict(lab)["train_job"] == job and v == 1][0]
+        rows.append((wait_ms, compute_ms, waited / total, got, kind))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=int, default=10000)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--steps", type=int, default=60)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="teye-bench-")
+    proc, url, sock = start_agent(tmp)
+    try:
+        cpu = agent_cpu(proc, sock, args.rate, args.seconds)
+        over = client_overhead(sock)
+        acc = accuracy(url, sock, args.steps)
+        accepted = metrics(url)[("teye_phase_messages_total", (("result", "accepted"),))]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"{'measure':<52} {'value':>12}")
+    print("-" * 65)
+    print(f"{'agent CPU, idle baseline (share of one core)':<52} {100 * cpu['idle_cpu']:>11.1f}%")
+    print(f"{'agent CPU at %d msg/s (achieved %.0f msg/s)' % (args.rate, cpu['achieved_rate']):<52} "
+          f"{100 * cpu['loaded_cpu']:>11.1f}%")
+    print(f"{'agent CPU per message (above baseline)':<52} "
+          f"{1e6 * (cpu['loaded_cpu'] - cpu['idle_cpu']) / max(1.0, cpu['achieved_rate']):>10.1f}us")
+    print(f"{'agent peak RSS':<52} {cpu['peak_rss_mib']:>9.1f}MiB")
+    print(f"{'sender send failures (queue full)':<52} {cpu['send_failures']:>12d}")
+    print(f"{'messages accepted by the agent':<52} {int(accepted):>12d}")
+    print(f"{'client: empty context manager (median)':<52} {over['empty_us']:>10.2f}us")
+    print(f"{'client: with rep.phase() (median / p99)':<52} {over['phase_us']:>6.2f}/{over['phase_p99_us']:.1f}us")
+    print(f"{'client: rep.step() incl. JSON + send (median / p99)':<52} "
+          f"{over['step_send_us']:>6.2f}/{over['step_send_p99_us']:.1f}us")
+    print(f"{'client: overhead per phase, 3 phases/step, amortized':<52} {over['per_phase_amortized_us']:>10.2f}us")
+    print()
+    print(f"{'injected wait/compute ms':<26}{'truth':>8}{'agent':>8}{'error':>8}  verdict")
+    for w, c, truth, got, kind in acc:
+        print(f"{f'{w}/{c}':<26}{truth:>8.3f}{got:>8.3f}{got - truth:>+8.3f}  {kind}")
+    errs = [abs(g - t) for _, _, t, g, _ in acc]
+    print(f"{'max |error| of input-bound ratio':<42}{max(errs):>8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The stdlib client: what it sends, and that it never blocks or raises (no agent, bad path, full buffer)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+
+import pytest
+
+from agent.context import AgentContext
+from agent.phases.protocol import decode
+from agent.phases.source import PhaseSource
+from tests.phases.helpers import MS, phases_cfg, shared_tmpdir
+from workloads.phases import Reporter, default_socket_path
+
+
+@pytest.fixture
+def sockdir():
+    d = shared_tmpdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def listener(sockdir):
+    """A plain datagram socket standing in for the agent: returns (path, recv())."""
+    path = os.path.join(sockdir, "agent.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(2.0)
+    yield path, s
+    s.close()
+
+
+def test_one_datagram_per_step_with_the_documented_schema(listener, monkeypatch):
+    path, s = listener
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    rep = Reporter(train_job="resnet50-bs64", socket_path=path)
+    t0 = time.monotonic_ns()
+    with rep.phase("data_wait"):
+        time.sleep(0.002)
+    with rep.phase("compute"):
+        time.sleep(0.001)
+    rep.record_phase("communication", t0, t0 + 5)
+    rep.step(samples=64)
+    obj = json.loads(s.recv(65536))
+    assert obj["v"] == 1 and obj["job"] == "resnet50-bs64" and obj["cvd"] == "2,3"
+    (w, ws, we), (c, cs, ce), (m, ms, me) = obj["phases"]
+    assert (w, c, m) == ("data_wait", "compute", "communication")
+    assert we - ws >= 2 * MS and ce - cs >= 1 * MS and cs >= we and (ms, me) == (t0, t0 + 5)
+    ((ss, se, n),) = obj["steps"]
+    assert n == 64 and ss == t0 and se >= ce  # the first step starts at the first phase
+    assert decode(json.dumps(obj).encode(), time.monotonic_ns()).job == "resnet50-bs64"  # the agent accepts it
+    with rep.phase("compute"):
+        pass
+    rep.step(samples=64)
+    (ss2, _, _), = json.loads(s.recv(65536))["steps"]
+    assert ss2 == se  # the next step starts where the previous ended
+    assert rep.sent == 2 and rep.dropped == 0
+
+
+def test_batching_without_steps_and_flush_on_close(listener):
+    path, s = listener
+    rep = Reporter(train_job="j", socket_path=path, max_batch=10)
+    t = time.monotonic_ns()
+    for i in range(25):
+        rep.record_phase("compute", t + i, t + i + 1)
+    assert len(json.loads(s.recv(65536))["phases"]) == 10
+    assert len(json.loads(s.recv(65536))["phases"]) == 10
+    rep.close()
+    assert len(json.loads(s.recv(65536))["phases"]) == 5
+
+
+def test_no_agent_bad_path_and_bad_arguments_never_raise_and_are_counted(sockdir):
+    for path in (os.path.join(sockdir, "nobody-here.sock"), "/nonexistent/dir/x.sock",
+                 os.path.join(sockdir, "x" * 200), sockdir):
+        rep = Reporter(train_job="j", socket_path=path)
+        start = time.perf_counter()
+        for _ in range(100):
+            with rep.phase("compute"):
+                pass
+            rep.step(samples=1)
+        assert time.perf_counter() - start < 1.0
+        assert rep.sent == 0 and rep.dropped_messages == 100 and rep.dropped == 200, path
+    rep = Reporter(train_job="j", socket_path=os.path.join(sockdir, "x.sock"))
+    rep.record_phase("compute", "soon", None)
+    rep.record_phase("compute", 10, 5)
+    rep.step(samples="many")
+    assert rep.dropped == 3
+
+
+def test_exceptions_inside_a_phase_propagate_and_the_phase_is_recorded(listener):
+    path, s = listener
+    rep = Reporter(train_job="j", socket_path=path)
+    with pytest.raises(KeyError):
+        with rep.phase("data_wait"):
+            raise KeyError("end of data")
+    rep.flush()
+    assert json.loads(s.recv(65536))["phases"][0][0] == "data_wait"
+
+
+def test_full_socket_buffer_drops_without_blocking_and_reports_the_count(sockdir):
+    path = os.path.join(sockdir, "slow.sock")
+    agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    agent.bind(path)  # an agent that does not read (hung): its queue fills
+    try:
+        rep = Reporter(train_job="j", socket_path=path)
+        start = time.perf_counter()
+        for _ in range(2000):
+            with rep.phase("compute"):
+                pass
+            rep.step(samples=1)
+        assert time.perf_counter() - start < 2.0
+        assert rep.dropped_messages > 0 and rep.sent + rep.dropped_messages == 2000
+        assert rep.dropped == 2 * rep.dropped_messages and rep.last_error == "BlockingIOError"
+        agent.setblocking(False)
+        while True:  # the agent catches up ...
+            try:
+                agent.recv(65536)
+            except BlockingIOError:
+                break
+        agent.settimeout(1.0)
+        with rep.phase("compute"):
+            pass
+        rep.step(samples=1)
+        # ... and the next datagram tells it how many records this process lost
+        assert json.loads(agent.recv(65536))["dropped"] == rep.dropped
+    finally:
+        agent.close()
+
+
+def test_round_trip_through_the_agent(sockdir):
+    path = os.path.join(sockdir, "p.sock")
+    src = PhaseSource(phases_cfg(), AgentContext(), socket_path=path)
+    try:
+        rep = Reporter(train_job="roundtrip", socket_path=path)
+        for _ in range(5):
+            with rep.phase("data_wait"):
+                time.sleep(0.006)
+            with rep.phase("compute"):
+                time.sleep(0.002)
+            rep.step(samples=8)
+        deadline = time.monotonic() + 5
+        while src.receiver.received < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (job,) = src.collect().jobs
+        assert job.train_job == "roundtrip" and job.steps == 5 and job.samples == 40
+        assert dict(job.phase_seconds)["data_wait"] == pytest.approx(0.030, rel=0.5)
+        assert 0.6 < job.input_bound_ratio < 0.8 and job.verdict.kind == "input"
+    finally:
+        src.close()
+
+
+def test_socket_path_from_environment(monkeypatch, sockdir):
+    monkeypatch.setenv("TEYE_PHASE_SOCKET", os.path.join(sockdir, "env.sock"))
+    assert Reporter(train_job="j").socket_path == os.path.join(sockdir, "env.sock")
+    monkeypatch.delenv("TEYE_PHASE_SOCKET")
+    assert default_socket_path() == "/run/teye/phases.sock" or os.path.exists(default_socket_path())
+
+
+def test_job_names_are_made_valid():
+    assert Reporter(train_job="my job/v2").train_job == "my_job_v2"
+    assert Reporter(train_job="_x").train_job == "j_x"
+    assert Reporter(train_job="é" * 200).train_job.startswith("j_")

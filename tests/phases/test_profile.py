@@ -1,0 +1,97 @@
+"""`teye profile -- CMD`: verdict, input-bound ratio against the injected ground truth, PNG, exit status."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agent.profile import idle_gaps, render_overview
+from agent.context import UtilSample
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# A training loop with injected sleeps; it writes its own ground truth (measured around the sleeps).
+SCRIPT = """
+import json, sys, time
+from workloads.phases import Reporter
+wait_s, compute_s, steps, out, status = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+rep = Reporter(train_job="injected")
+waited = total = 0.0
+for _ in range(steps):
+    t0 = time.monotonic()
+    with rep.phase("data_wait"):
+        time.sleep(wait_s)
+    t1 = time.monotonic()
+    with rep.phase("compute"):
+        time.sleep(compute_s)
+    rep.step(samples=32)
+    waited += t1 - t0
+    total += time.monotonic() - t0
+json.dump({"input_bound_ratio": waited / total}, open(out, "w"))
+sys.exit(status)
+"""
+
+
+def _profile(tmp_path, name, *args):
+    out = tmp_path / name
+    truth = tmp_path / f"{name}-truth.json"
+    p = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(out), "--",
+                        sys.executable, "-c", SCRIPT, *[str(a) for a in args[:3]], str(truth), str(args[3])],
+                       capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env={**os.environ, "PYTHONPATH": REPO})
+    summary = json.loads((out / "summary.json").read_text())
+    return p, summary, json.loads(truth.read_text()), out
+
+
+def test_input_bound_command(tmp_path):
+    p, summary, truth, out = _profile(tmp_path, "slow-input", 0.03, 0.01, 15, 3)
+    assert p.returncode == 3 and summary["exit_status"] == 3  # the command's exit status
+    (job,) = summary["jobs"]
+    assert job["train_job"] == "injected" and job["steps"] == 15 and job["samples"] == 480
+    assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.02)
+    assert job["verdict"]["kind"] == "input" and "prefetch" in job["verdict"]["recommendation"]
+    assert job["step_time_breakdown"]["data_wait"]["ms_per_step"] == pytest.approx(30, rel=0.3)
+    assert summary["gpus"] == [] and summary["gpu_note"]  # CPU-only machine: the device rows say none
+    assert "devices: none" in p.stdout and "verdict: INPUT" in p.stdout and "input-bound:" in p.stdout
+    if importlib.util.find_spec("matplotlib"):
+        png = (out / "timeline.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        assert summary["timeline_png"] == "timeline.png"
+    else:
+        assert summary["timeline_png"] is None and "matplotlib" in summary["timeline_note"]
+
+
+def test_compute_bound_command(tmp_path):
+    p, summary, truth, _ = _profile(tmp_path, "fast-input", 0.0005, 0.02, 15, 0)
+    assert p.returncode == 0
+    (job,) = summary["jobs"]
+    assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.02)
+    assert job["input_bound_ratio"] < 0.1 and job["verdict"]["kind"] == "compute"
+
+
+def test_usage_errors(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(tmp_path), "--"],
+                       capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 2 and "no command given" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(tmp_path), "--",
+                        "/nonexistent/cmd"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 127 and "command not found" in p.stderr
+
+
+def test_idle_gaps_and_overview_rendering():
+    ms = 1_000_000
+    samples = [UtilSample(0, 100 * ms, 0.0), UtilSample(100 * ms, 200 * ms, 0.0), UtilSample(200 * ms, 300 * ms, 0.9),
+               UtilSample(300 * ms, 350 * ms, 0.0), UtilSample(400 * ms, 500 * ms, 0.0)]
+    assert idle_gaps(samples, 0.0, 0) == [{"start_s": 0.0, "duration_s": 0.2}, {"start_s": 0.4, "duration_s": 0.1},
+                                          {"start_s": 0.3, "duration_s": 0.05}]
+    text = render_overview({"command": ["train"], "exit_status": 0, "duration_s": 1.0, "output_dir": "d",
+                            "host": {"cpus": 2, "cpu_busy_ratio": 0.5}, "gpu_note": "",
+                            "gpus": [{"gpu": "0", "busy_ratio": 0.6, "idle_ratio": 0.4,
+                                      "longest_idle_gaps": idle_gaps(samples, 0.0, 0)}],
+                            "jobs": [], "timeline_png": None, "timeline_note": "matplotlib is not installed"})
+    assert "GPU 0: busy 60 %, idle 40 %; longest idle gaps: 0.20 s at +0.0 s" in text
+    assert "no phase messages arrived" in text

@@ -1,0 +1,90 @@
+"""The verdict rules on constructed evidence, one case per kind, plus the thresholds from config."""
+from __future__ import annotations
+
+import pytest
+
+from agent.phases.verdict import KINDS, RECOMMENDATIONS, Evidence, Thresholds, decide
+from tests.phases.helpers import phases_cfg
+
+TH = Thresholds()
+
+
+def ev(phases, step_seconds=0.0, steps=0, gpu_idle=None, observed=0.0, step_idle=None, silent=0.0):
+    return Evidence(window_s=60.0, phase_seconds=phases, step_seconds=step_seconds, steps=steps,
+                    gpu_idle_seconds=gpu_idle or {}, gpu_observed_seconds=observed,
+                    gpu_step_idle_seconds=step_idle, silent_s=silent)
+
+
+def test_input_by_step_time_share():
+    v = decide(ev({"data_wait": 6.0, "compute": 3.0}, step_seconds=10.0, steps=100))
+    assert v.kind == "input"
+    assert "data_wait 60 % of step time (threshold 20 %)" in v.evidence and "100 steps" in v.evidence
+    assert "prefetch" in v.recommendation and "num_parallel_calls" in v.recommendation
+
+
+def test_input_by_where_gpu_idle_falls_even_below_the_time_threshold():
+    # data_wait only 15 % of step time, but 80 % of the GPU idle time (GPU idle 30 %) falls in it
+    v = decide(ev({"data_wait": 1.5, "compute": 8.5}, step_seconds=10.0, steps=50,
+                  gpu_idle={"data_wait": 2.4, "compute": 0.6}, observed=10.0, step_idle=3.0))
+    assert v.kind == "input"
+    assert "80 % of GPU idle time falls in data_wait" in v.evidence
+    assert "GPU idle 30 % of observed time" in v.evidence
+
+
+def test_host_by_host_phase():
+    v = decide(ev({"data_wait": 0.5, "host": 3.0, "compute": 6.5}, step_seconds=10.0, steps=10))
+    assert v.kind == "host" and "gpu_private" in v.recommendation
+
+
+def test_host_by_gpu_idle_inside_compute():
+    # the job is all "compute" yet the GPU idles 40 % of the time, during compute: launch-bound
+    v = decide(ev({"data_wait": 0.2, "compute": 9.8}, step_seconds=10.0, steps=10,
+                  gpu_idle={"data_wait": 0.2, "compute": 3.8}, observed=10.0, step_idle=4.0))
+    assert v.kind == "host"
+    # ... but a compute-bound job with a few normal gaps between kernels stays compute
+    v = decide(ev({"data_wait": 0.2, "compute": 9.8}, step_seconds=10.0, steps=10,
+                  gpu_idle={"data_wait": 0.1, "compute": 1.1}, observed=10.0, step_idle=1.2))
+    assert v.kind == "compute"
+
+
+def test_communication():
+    v = decide(ev({"data_wait": 0.3, "compute": 5.0, "communication": 4.5}, step_seconds=10.0, steps=10))
+    assert v.kind == "communication"
+    assert "gradient" in v.recommendation.lower() and "InfiniBand" in v.recommendation
+
+
+def test_compute():
+    v = decide(ev({"data_wait": 0.5, "compute": 9.3, "host": 0.2}, step_seconds=10.0, steps=10,
+                  gpu_idle={"data_wait": 0.3}, observed=10.0, step_idle=0.4))
+    assert v.kind == "compute"
+    assert "compute 93 % of step time" in v.evidence and "mixed precision" in v.recommendation
+
+
+def test_idle_when_silent_or_idle_outside_phases():
+    v = decide(ev({"compute": 5.0}, step_seconds=5.0, steps=5, silent=45.0))
+    assert v.kind == "idle" and "no phase or step reported for 45 s" in v.evidence
+    assert decide(ev({})).kind == "idle"
+    # GPU idle 70 % of the time, but only a little of it overlaps the reported phases
+    v = decide(ev({"data_wait": 0.5, "compute": 4.0}, step_seconds=10.0, steps=10,
+                  gpu_idle={"data_wait": 0.5, "compute": 0.5}, observed=10.0, step_idle=7.0))
+    assert v.kind == "idle" and "outside the reported phases" in v.evidence
+
+
+def test_largest_lost_share_wins():
+    v = decide(ev({"data_wait": 2.5, "communication": 4.0, "compute": 3.5}, step_seconds=10.0, steps=10))
+    assert v.kind == "communication" and dict(v.scores) == pytest.approx({"input": 0.25, "communication": 0.4})
+
+
+def test_without_steps_the_phase_sum_is_the_step_time():
+    v = decide(ev({"data_wait": 1.0, "compute": 3.0}))
+    assert v.kind == "input" and "data_wait 25 %" in v.evidence
+
+
+def test_thresholds_come_from_config():
+    th = Thresholds.from_config(phases_cfg(input_bound_threshold=0.5))
+    e = ev({"data_wait": 3.0, "compute": 7.0}, step_seconds=10.0, steps=10)
+    assert decide(e, TH).kind == "input" and decide(e, th).kind == "compute"
+
+
+def test_every_kind_has_a_recommendation():
+    assert set(RECOMMENDATIONS) == set(KINDS)
