@@ -25,6 +25,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent.context import AgentContext  # noqa: E402
+from benchmarks._proc import cpu_seconds  # noqa: E402
 from agent.errors import SourceUnavailable  # noqa: E402
 from agent.gpu.nvml import load_pynvml  # noqa: E402
 from agent.gpu.replay import Replay  # noqa: E402
@@ -35,11 +36,6 @@ from tests.procs import REPO, free_port, wait_http  # noqa: E402
 TRACE = os.path.join(REPO, "tests", "data", "gpu", "synthetic-8gpu.jsonl")
 OTHER_COLLECTORS = ("cpu", "memory", "disk", "network", "infiniband", "nfs", "nfsd", "pressure", "phases")
 
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def time_polls(src: GpuSource, advance, polls: int) -> list:

@@ -27,21 +27,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.conftest import PROCFS, parse_exposition  # noqa: E402
 from tests.procs import REPO, free_port, http_get, wait_http  # noqa: E402
+from benchmarks._proc import cpu_seconds, peak_rss_mib  # noqa: E402
 from workloads.phases import Reporter  # noqa: E402
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def start_agent(tmp: str):

@@ -38,6 +38,17 @@ def node_exporter_golden():
         return parse_exposition(fh.read())
 
 
+def reading_series(reading) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    """{(name, sorted label pairs): value} from a reading's points, like parse_exposition; fails on duplicates."""
+    out = {}
+    for p in reading.points():
+        if p.value is not None:
+            key = (p.spec.name, tuple(sorted(zip(p.spec.labels, p.labels))))
+            assert key not in out, f"duplicate series {key}"
+            out[key] = float(p.value)
+    return out
+
+
 def golden(values, name: str, **labels) -> float:
     """Look up one golden value by name and exact labels (KeyError when absent)."""
     return values[(name, tuple(sorted(labels.items())))]

@@ -15,20 +15,11 @@ from agent.sources.cpu import CpuSource
 from agent.sources.infiniband import (COUNTERS, InfinibandSource, parse_counter, parse_port, parse_rate,
                                       parse_state)
 from exporters.prometheus import make_registry
-from tests.conftest import PROCFS, SYSFS, golden, parse_exposition
+from tests.conftest import PROCFS, SYSFS, golden, parse_exposition, reading_series as series
 
 IB = os.path.join(SYSFS, "class", "infiniband")
 
 
-def series(reading):
-    """{(name, sorted label pairs): value} like tests.conftest.parse_exposition, from a reading's points."""
-    out = {}
-    for p in reading.points():
-        if p.value is not None:
-            key = (p.spec.name, tuple(sorted(zip(p.spec.labels, p.labels))))
-            assert key not in out, f"duplicate series {key}"
-            out[key] = float(p.value)
-    return out
 
 
 def by_name(values, name):

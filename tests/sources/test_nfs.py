@@ -15,20 +15,12 @@ from agent.sources.cpu import CpuSource
 from agent.sources.nfs import (EVENT_NAMES, NfsClientSource, parse_mountstats, parse_rpc_nfs, unescape,
                                visible_mounts)
 from exporters.prometheus import make_registry
-from tests.conftest import PROCFS, golden, parse_exposition
+from tests.conftest import PROCFS, golden, parse_exposition, reading_series as series
 
 MOUNTSTATS = os.path.join(PROCFS, "self", "mountstats")
 RPC_NFS = os.path.join(PROCFS, "net", "rpc", "nfs")
 
 
-def series(reading):
-    out = {}
-    for p in reading.points():
-        if p.value is not None:
-            key = (p.spec.name, tuple(sorted(zip(p.spec.labels, p.labels))))
-            assert key not in out, f"duplicate series {key}"
-            out[key] = float(p.value)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,11 @@ from agent.sources import build
 from agent.sources.cpu import CpuSource
 from agent.sources.nfsd import NfsdSource, parse_nfsd
 from exporters.prometheus import make_registry
-from tests.conftest import PROCFS, golden, parse_exposition
+from tests.conftest import PROCFS, golden, parse_exposition, reading_series as series
 
 NFSD = os.path.join(PROCFS, "net", "rpc", "nfsd")
 
 
-def series(reading):
-    out = {}
-    for p in reading.points():
-        if p.value is not None:
-            key = (p.spec.name, tuple(sorted(zip(p.spec.labels, p.labels))))
-            assert key not in out, f"duplicate series {key}"
-            out[key] = float(p.value)
-    return out
 
 
 @pytest.fixture(scope="module")
