@@ -1,0 +1,173 @@
+"""End to end on the CPU: a real `teye agent`, real training processes, a real Prometheus."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import PROCFS, parse_exposition
+from tests.phases.helpers import shared_tmpdir
+from tests.procs import REPO, Agent, Prometheus, prometheus_binary
+
+pytestmark = pytest.mark.e2e
+
+OTHERS = ("memory", "disk", "network", "infiniband", "nfs", "nfsd", "pressure", "gpu")
+TRAIN = os.path.join(REPO, "workloads", "train.py")
+
+
+@pytest.fixture
+def agent(tmp_path):
+    d = shared_tmpdir()
+    conf = tmp_path / "teye.yaml"
+    conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in OTHERS))
+    sock = os.path.join(d, "phases.sock")
+    a = Agent(["--config", str(conf), "--procfs", PROCFS, "--phase-socket", sock],
+              log_path=str(tmp_path / "agent.log"))
+    a.sock = sock
+    yield a
+    assert a.stop() == 0
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _value(metrics, name, **labels):
+    return metrics.get((name, tuple(sorted(labels.items()))))
+
+
+def _wait_job(agent, job, steps, timeout=15.0):
+    """The agent's /metrics once the phases collector has seen all `steps` steps of `job`."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        m = parse_exposition(agent.metrics())
+        if (_value(m, "teye_job_steps_total", train_job=job) or 0) >= steps or time.monotonic() > deadline:
+            return m
+        time.sleep(0.3)
+
+
+def _prometheus_agrees(tmp_path, agent, job, kind):
+    """A real Prometheus scraping the agent sees the same verdict and ratio."""
+    if not prometheus_binary():
+        pytest.skip("prometheus not installed (./dev.sh test installs it)")
+    prom = Prometheus(str(tmp_path), [f"127.0.0.1:{agent.port}"])
+    try:
+        res = prom.wait_for(f'teye_job_bottleneck{{train_job="{job}",kind="{kind}"}} == 1')
+        assert len(res) == 1 and res[0]["metric"]["job"] == "teye"  # Prometheus' job label, ours is train_job
+        served = parse_exposition(agent.metrics())
+        (ratio,) = prom.query(f'teye_job_input_bound_ratio{{train_job="{job}"}}')
+        assert float(ratio["value"][1]) == pytest.approx(
+            _value(served, "teye_job_input_bound_ratio", train_job=job), abs=0.02)
+        (steps,) = prom.query(f'teye_job_steps_total{{train_job="{job}"}}')
+        assert float(steps["value"][1]) == _value(served, "teye_job_steps_total", train_job=job)
+    finally:
+        prom.stop()
+
+
+LOOP = textwrap.dedent("""
+    import sys, time
+    from workloads.phases import Reporter
+    rep = Reporter(train_job=sys.argv[1])
+    for _ in range(int(sys.argv[2])):
+        with rep.phase("data_wait"):
+            time.sleep(float(sys.argv[3]))
+        with rep.phase("compute"):
+            time.sleep(float(sys.argv[4]))
+        rep.step(samples=32)
+""")
+
+
+def test_agent_and_prometheus_see_a_reporting_loop(agent, tmp_path):
+    env = {**os.environ, "PYTHONPATH": REPO, "TEYE_PHASE_SOCKET": agent.sock}
+    subprocess.run([sys.executable, "-c", LOOP, "loop-input", "25", "0.03", "0.01"], env=env, check=True,
+                   timeout=60)
+    subprocess.run([sys.executable, "-c", LOOP, "loop-compute", "25", "0.001", "0.03"], env=env, check=True,
+                   timeout=60)
+    m = _wait_job(agent, "loop-compute", 25)
+    assert _value(m, "teye_job_bottleneck", train_job="loop-input", kind="input") == 1
+    assert _value(m, "teye_job_input_bound_ratio", train_job="loop-input") == pytest.approx(0.75, abs=0.08)
+    assert _value(m, "teye_job_bottleneck", train_job="loop-compute", kind="compute") == 1
+    assert _value(m, "teye_job_input_bound_ratio", train_job="loop-compute") < 0.1
+    assert _value(m, "teye_job_samples_total", train_job="loop-input") == 25 * 32
+    assert _value(m, "teye_phase_messages_total", result="accepted") == 50
+    _prometheus_agrees(tmp_path, agent, "loop-input", "input")
+
+
+@pytest.fixture
+def train_ready():
+    if not os.path.exists(TRAIN):
+        pytest.skip("workloads/train.py (the workloads issue) is not there yet")
+    pytest.importorskip("tensorflow")
+
+
+TRACE_8GPU = os.path.join(REPO, "tests", "data", "gpu", "synthetic-8gpu.jsonl")
+
+
+@pytest.mark.skipif(not os.path.exists(TRACE_8GPU), reason="the GPU issue's synthetic trace is not there")
+def test_gpu_replay_idle_time_per_phase(tmp_path):
+    """`teye agent --gpu-replay` with the synthetic 8-GPU trace: GPU 5 is 90 % busy in 10 ms slices the
+    whole time, GPU 6 idle after 3.5 s.  Two loops select them with CUDA_VISIBLE_DEVICES; the agent
+    credits GPU idle time per phase in proportion: 10 % and 100 % of each phase's time."""
+    import time
+    d = shared_tmpdir()
+    conf = tmp_path / "teye.yaml"
+    conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in OTHERS if c != "gpu"))
+    sock = os.path.join(d, "phases.sock")
+    agent = Agent(["--config", str(conf), "--procfs", PROCFS, "--phase-socket", sock, "--gpu-replay", TRACE_8GPU],
+                  log_path=str(tmp_path / "agent.log"))
+    try:
+        time.sleep(4.0)  # past GPU 6's short job in the trace
+        env = {**os.environ, "PYTHONPATH": REPO, "TEYE_PHASE_SOCKET": sock}
+        procs = [subprocess.Popen([sys.executable, "-c", LOOP, job, "20", "0.06", "0.04"],
+                                  env={**env, "CUDA_VISIBLE_DEVICES": cvd})
+                 for job, cvd in (("on-gpu5", "5"), ("on-gpu6", "6"))]
+        assert [p.wait(60) for p in procs] == [0, 0]
+        deadline = time.monotonic() + 20
+        while True:  # the last phases are credited once the GPU collector has read the samples covering them
+            m = parse_exposition(agent.metrics())
+            if (_value(m, "teye_phase_pending_intervals") == 0 and
+                    _value(m, "teye_job_gpu_idle_seconds_total", train_job="on-gpu6", gpu="6", phase="compute")) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        for job, gpu, ratio in (("on-gpu5", "5", 0.1), ("on-gpu6", "6", 1.0)):
+            for phase in ("data_wait", "compute"):
+                spent = _value(m, "teye_job_phase_seconds_total", train_job=job, phase=phase)
+                idle = _value(m, "teye_job_gpu_idle_seconds_total", train_job=job, gpu=gpu, phase=phase)
+                print("REPLAY-E2E", job, phase, round(idle, 3), round(spent, 3), round(idle / spent, 3))
+                assert idle == pytest.approx(ratio * spent, rel=0.15), (job, phase, idle, spent)
+        assert _value(m, "teye_phase_intervals_attributed_total", result="late") == 0
+        # all of GPU 6's idle time is "explained" by data_wait + compute, data_wait holds 60 %: input
+        assert _value(m, "teye_job_bottleneck", train_job="on-gpu6", kind="input") == 1
+    finally:
+        assert agent.stop() == 0
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _train(agent, pipeline, job):
+    env = {**os.environ, "PYTHONPATH": REPO, "TEYE_PHASE_SOCKET": agent.sock, "TEYE_TRAIN_JOB": job,
+           "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run([sys.executable, "-m", "workloads.train", "--model", "simple_cnn", "--pipeline", pipeline,
+                        "--io-latency-ms", "20", "--steps", "30", "--batch-size", "32", "--train-job", job],
+                       env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return _wait_job(agent, job, 30)
+
+
+@pytest.mark.tf
+def test_naive_pipeline_is_input_bound(train_ready, agent, tmp_path):
+    m = _train(agent, "naive", "e2e-naive")
+    assert _value(m, "teye_job_steps_total", train_job="e2e-naive") >= 30
+    assert _value(m, "teye_job_bottleneck", train_job="e2e-naive", kind="input") == 1
+    assert _value(m, "teye_job_input_bound_ratio", train_job="e2e-naive") >= 0.5
+    _prometheus_agrees(tmp_path, agent, "e2e-naive", "input")
+
+
+@pytest.mark.tf
+def test_tfdata_pipeline_is_not_input_bound(train_ready, agent, tmp_path):
+    m = _train(agent, "tfdata", "e2e-tfdata")
+    assert _value(m, "teye_job_steps_total", train_job="e2e-tfdata") >= 30
+    assert _value(m, "teye_job_bottleneck", train_job="e2e-tfdata", kind="input") == 0
+    assert _value(m, "teye_job_input_bound_ratio", train_job="e2e-tfdata") < 0.2
