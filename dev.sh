@@ -42,7 +42,7 @@ test)
     command -v amtool >/dev/null || need+=(prometheus-alertmanager)
     command -v systemd-analyze >/dev/null || need+=(systemd)
     if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
-    make_venv "[dev,workloads,dashboards,plots]"
+    make_venv "[dev,workloads-cpu,dashboards,plots]"
     set +e
     "$VENV/bin/python" -m pytest "$@"
     rc=$?
