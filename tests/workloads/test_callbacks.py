@@ -11,6 +11,7 @@ import keras  # noqa: E402
 
 from workloads.callbacks import PhaseCallback, InputProbe  # noqa: E402
 from workloads.timing import PhaseTimer  # noqa: E402
+from tests.workloads.sinks import RecordingSink  # noqa: E402
 
 pytestmark = pytest.mark.tf
 
@@ -25,15 +26,6 @@ def slow_batches(n, batch):
         yield x, (x.sum(axis=1, keepdims=True) > 4).astype(np.float32)
 
 
-class RecordingSink:
-    def __init__(self):
-        self.phases, self.steps = [], []
-
-    def record_phase(self, name, start_ns, end_ns):
-        self.phases.append((name, start_ns, end_ns))
-
-    def step(self, samples=0, start_ns=None, end_ns=None):
-        self.steps.append((start_ns, end_ns, samples))
 
 
 def test_fit_with_slow_generator_reports_the_input_wait():

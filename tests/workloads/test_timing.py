@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from workloads.timing import PhaseTimer, percentile
+from tests.workloads.sinks import RecordingSink
 
 
 class FakeClock:
@@ -22,16 +23,6 @@ class FakeClock:
         self.t += ns
 
 
-class RecordingSink:
-    def __init__(self):
-        self.phases = []
-        self.steps = []
-
-    def record_phase(self, name, start_ns, end_ns):
-        self.phases.append((name, start_ns, end_ns))
-
-    def step(self, samples=0, start_ns=None, end_ns=None):
-        self.steps.append((start_ns, end_ns, samples))
 
 
 def run_loop(timer, clock, plan):

@@ -11,21 +11,13 @@ tf = pytest.importorskip("tensorflow")
 from tests.workloads.test_data import write_dataset  # noqa: E402
 from workloads import train  # noqa: E402
 from workloads.timing import PhaseTimer  # noqa: E402
+from tests.workloads.sinks import RecordingSink  # noqa: E402
 
 pytestmark = pytest.mark.tf
 
 TINY = ["--synthetic-samples", "256", "--no-progress"]
 
 
-class RecordingSink:
-    def __init__(self):
-        self.phases, self.steps = [], []
-
-    def record_phase(self, name, start_ns, end_ns):
-        self.phases.append((name, start_ns, end_ns))
-
-    def step(self, samples=0, start_ns=None, end_ns=None):
-        self.steps.append((start_ns, end_ns, samples))
 
 
 def run(tmp_path, *argv, timer=None):
