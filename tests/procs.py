@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -48,8 +49,12 @@ class Agent:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "w+") if log_path else subprocess.DEVNULL
+        args = list(args)
+        if "--phase-socket" not in args:  # never touch the node's real /run/teye socket from a test
+            self._sockdir = tempfile.TemporaryDirectory(prefix="teye-test-")
+            args += ["--phase-socket", os.path.join(self._sockdir.name, "phases.sock")]
         self.proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{self.port}"]
-                                     + list(args), cwd=REPO, env={**os.environ, **(env or {})},
+                                     + args, cwd=REPO, env={**os.environ, **(env or {})},
                                      stdout=self._log, stderr=subprocess.STDOUT)
         wait_http(self.url + "/healthz", proc=self.proc)
 
