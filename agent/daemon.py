@@ -81,7 +81,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     h, p = server.address
     log.info("teye agent listening on http://%s:%d/metrics with collectors: %s", h, p, ", ".join(srcs))
     try:
-        while not stop.wait(0.5):
+        while not stop.wait(2.0):  # a signal handler sets stop, which wakes this at once
             pass
     finally:
         server.stop()

@@ -89,7 +89,7 @@ class MetricsServer:
         return self._srv.server_address[:2]
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.2},
+        self._thread = threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="teye-http", daemon=True)
         self._thread.start()
 
