@@ -30,6 +30,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from . import data as wdata
+from .annotations import JobAnnotations
 from .pipelines import PIPELINES, make_batches
 from .phases import Reporter
 from .timing import PhaseTimer
@@ -139,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a JSON record here when training finishes (multiworker: '{worker}' in the "
                         "name is replaced by the worker index; otherwise non-chief workers add .worker<i>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is shown only on a TTY)")
+    p.add_argument("--grafana-url", metavar="URL", default=os.environ.get("TEYE_GRAFANA_URL") or None,
+                   help="post job start/end and epoch annotations to this Grafana (chief worker only; needs "
+                        "teye[dashboards]; default: $TEYE_GRAFANA_URL)")
+    p.add_argument("--grafana-token", metavar="TOKEN", default=os.environ.get("TEYE_GRAFANA_TOKEN", ""),
+                   help="Grafana service-account token for --grafana-url (default: $TEYE_GRAFANA_TOKEN)")
     return p
 
 
@@ -415,8 +421,10 @@ def _mean(xs) -> float:
 
 
 def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index: int = 0,
-          timer: Optional[PhaseTimer] = None) -> dict:
-    """Run the configured training; returns the results record (raises on failure)."""
+          timer: Optional[PhaseTimer] = None, notes: Optional[JobAnnotations] = None) -> dict:
+    """Run the configured training; returns the results record (raises on failure).
+
+    ``notes`` (optional) gets the start annotation before the first step and one per finished epoch."""
     import keras
     import tensorflow as tf
 
@@ -432,7 +440,8 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         if trainer.local_batch > n_local:
             raise UsageError(f"batch of {trainer.local_batch} samples per worker is larger than this worker's "
                              f"{n_local} training samples")
-        steps = args.steps if args.steps is not None else args.epochs * (n_local // trainer.local_batch)
+        steps_per_epoch = n_local // trainer.local_batch
+        steps = args.steps if args.steps is not None else args.epochs * steps_per_epoch
         initial_sha = trainer.weights_sha256()
         it = trainer.batches(args.pipeline, records, io_latency_ms=args.io_latency_ms,
                              read_parallelism=args.read_parallelism, cache=args.cache, seed=args.seed,
@@ -440,6 +449,9 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         timer = timer if timer is not None else PhaseTimer(sink=make_sink(args))
         progress = Progress(steps, enabled=not args.no_progress)
         losses: List[float] = []
+        if notes is not None:
+            notes.start(f"{args.train_job} started: {args.model} bs={args.batch_size} pipeline={args.pipeline}, "
+                        f"{steps} steps" + (f" ({args.epochs} epochs)" if args.epochs else ""))
         t0 = time.monotonic()
         for i in range(steps):
             with timer.phase("data_wait"):
@@ -453,6 +465,8 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
                 done = (i + 1) * trainer.global_batch
                 progress.update(i + 1, loss, done / max(1e-9, time.monotonic() - t0))
             timer.step(samples=trainer.local_batch)
+            if notes is not None and args.epochs and (i + 1) % steps_per_epoch == 0:
+                notes.epoch((i + 1) // steps_per_epoch, args.epochs, f"step {i + 1}, loss {loss:.4f}")
         final_sha = trainer.weights_sha256()
         info = device_info(tf)
     finally:
@@ -536,24 +550,34 @@ def main(argv: Optional[List[str]] = None, *, timer: Optional[PhaseTimer] = None
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
+    notes = JobAnnotations.from_args(args, worker_index, log)
     try:
-        record = train(args, records, log, num_workers=num_workers, worker_index=worker_index, timer=timer)
+        record = train(args, records, log, num_workers=num_workers, worker_index=worker_index, timer=timer,
+                       notes=notes)
     except UsageError as e:
         log(f"error: {e}")
+        notes.end(f"{args.train_job} failed: {e}")
         return EXIT_USAGE
     except tf.errors.ResourceExhaustedError as e:
-        log(f"out of memory with batch size {args.batch_size} ({e.message.splitlines()[0] if e.message else e}); "
-            "no results written")
+        first = e.message.splitlines()[0] if e.message else str(e)
+        log(f"out of memory with batch size {args.batch_size} ({first}); no results written")
+        notes.end(f"{args.train_job} failed: out of memory with batch size {args.batch_size} ({first})")
         return EXIT_OOM
     except TrainingFailed as e:
         log(f"training failed: {e}; no results written")
+        notes.end(f"{args.train_job} failed: {e}")
         return EXIT_FAILED
+    except BaseException as e:  # not handled here: close the job's region in Grafana, then let it propagate
+        notes.end(f"{args.train_job} crashed: {type(e).__name__}: {e}")
+        raise
     record.update(data_fields)
-    print(summary_line(record, data_desc), flush=True)
+    line = summary_line(record, data_desc)
+    print(line, flush=True)
     if args.results:
         path = _results_path(args.results, args.distribute == "multiworker", worker_index)
         _write_json(path, record)
         log(f"results written to {path}")
+    notes.end(line)
     return EXIT_OK
 
 
