@@ -95,8 +95,10 @@ def test_tf_config_cluster_parsing():
 
 
 def test_gpu_thread_env_is_exported(monkeypatch):
-    monkeypatch.delenv("TF_GPU_THREAD_MODE", raising=False)
-    monkeypatch.delenv("TF_GPU_THREAD_COUNT", raising=False)
+    # setenv first so monkeypatch restores (removes) what configure_threads exports below
+    for var in ("TF_GPU_THREAD_MODE", "TF_GPU_THREAD_COUNT"):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     args = train.parse_args(["--gpu-thread-mode", "gpu_private", "--gpu-thread-count", "4"])
     msgs = []
     train.configure_threads(args, msgs.append)
