@@ -57,41 +57,23 @@ class TrainingFailed(Exception):
 
 
 # -- arguments --------------------------------------------------------------------------------
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def _bounded(cast, minimum, inclusive: bool, what: str):
+    """An argparse type: ``cast(text)``, finite and >= (or >) ``minimum``, else an error saying ``what``."""
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (math.isfinite(v) and (v >= minimum if inclusive else v > minimum)):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return v
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    v = _non_negative_float(text)
-    if v == 0:
-        raise argparse.ArgumentTypeError("expected a number > 0")
-    return v
+_positive_int = _bounded(int, 0, False, "a positive integer")
+_non_negative_int = _bounded(int, 0, True, "an integer >= 0")
+_non_negative_float = _bounded(float, 0, True, "a finite number >= 0")
+_positive_float = _bounded(float, 0, False, "a finite number > 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
