@@ -73,7 +73,7 @@ def test_a_slow_grafana_does_not_stall_the_caller():
     notes.epoch(2, 3)
     queued_s = time.monotonic() - t
     notes.end("e")                             # waits for the queue (bounded by CLOSE_WAIT_S)
-    assert queued_s < 0.1
+    assert queued_s < 0.4  # one blocking post alone would take 0.5 s
     assert calls == ["start", "epoch", "epoch", "end"]
 
 
