@@ -1,7 +1,6 @@
 """The dashboards as code: committed JSON is what the code generates, and every panel is complete."""
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -9,6 +8,7 @@ import pytest
 
 from dashboards.common import iter_panels
 from dashboards.generate import JSON_DIR, MODULES, main as generate_main, render_all, stale
+from dashboards.push import load_dashboards
 
 VARIABLES = {"teye-cluster.json": {"datasource", "node", "gpu", "train_job"},
              "teye-node.json": {"datasource", "node", "gpu"},
@@ -17,11 +17,7 @@ VARIABLES = {"teye-cluster.json": {"datasource", "node", "gpu", "train_job"},
 
 @pytest.fixture(scope="module")
 def dashboards():
-    out = {}
-    for name in MODULES:
-        with open(os.path.join(JSON_DIR, name), encoding="utf-8") as fh:
-            out[name] = json.load(fh)
-    return out
+    return dict(zip(MODULES, load_dashboards()))
 
 
 def exprs(d):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 
@@ -12,6 +11,8 @@ import yaml
 from agent.catalog import load_all
 from agent.metrics import HISTOGRAM, registered
 from dashboards.common import iter_panels
+from dashboards.push import load_dashboards
+from tests.deploy.rulefiles import rules_with_files
 from tests.procs import REPO
 
 SELECTOR = re.compile(r"\b(teye_[a-z0-9_]+)\{([^}]*)\}")
@@ -40,9 +41,7 @@ def spec_of(name, specs):
 def expressions():
     """(where, PromQL) for every dashboard query and every rule."""
     out = []
-    for path in sorted(glob.glob(os.path.join(REPO, "dashboards", "json", "*.json"))):
-        with open(path, encoding="utf-8") as fh:
-            d = json.load(fh)
+    for d in load_dashboards():
         for p in iter_panels(d):
             for t in p.get("targets") or []:
                 out.append((f"{d['uid']}: {p['title']}", t["expr"]))
@@ -52,11 +51,8 @@ def expressions():
         for v in d["templating"]["list"]:
             if v["type"] == "query":
                 out.append((f"{d['uid']}: variable {v['name']}", v["query"]))
-    for path in sorted(glob.glob(os.path.join(REPO, "deploy", "prometheus", "rules", "*.yml"))):
-        with open(path, encoding="utf-8") as fh:
-            for g in yaml.safe_load(fh)["groups"]:
-                for r in g["rules"]:
-                    out.append((f"{os.path.basename(path)}: {r.get('alert') or r.get('record')}", r["expr"]))
+    for path, r in rules_with_files():
+        out.append((f"{os.path.basename(path)}: {r.get('alert') or r.get('record')}", r["expr"]))
     return out
 
 

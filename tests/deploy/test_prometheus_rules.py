@@ -9,10 +9,10 @@ import subprocess
 
 import yaml
 
+from tests.deploy.rulefiles import RULE_FILES, load_rules
 from tests.procs import REPO
 
 PROM = os.path.join(REPO, "deploy", "prometheus")
-RULE_FILES = sorted(glob.glob(os.path.join(PROM, "rules", "*.yml")))
 TEST_FILES = sorted(glob.glob(os.path.join(PROM, "tests", "*.yml")))
 ALERTMANAGER = os.path.join(REPO, "deploy", "alertmanager", "alertmanager.yml")
 SEVERITIES = {"critical", "warning", "info"}
@@ -25,12 +25,7 @@ def promtool(*args, cwd=PROM):
 
 
 def rules():
-    out = []
-    for path in RULE_FILES:
-        with open(path, encoding="utf-8") as fh:
-            for group in yaml.safe_load(fh)["groups"]:
-                out.extend(group["rules"])
-    return out
+    return load_rules()
 
 
 def alerts():

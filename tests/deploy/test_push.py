@@ -1,15 +1,12 @@
 """`teye dashboards push` against a fake Grafana that records the requests grafana-client sends."""
 from __future__ import annotations
 
-import json
-import os
 import socket
 
 import pytest
 
 from agent.cli import main as teye
-from dashboards.generate import JSON_DIR, MODULES
-from dashboards.push import annotate
+from dashboards.push import annotate, load_dashboards
 
 from .fake_grafana import FakeGrafana
 
@@ -18,12 +15,7 @@ TITLES = {"teye-cluster": "teye / Cluster overview", "teye-node": "teye / Node",
 
 
 def committed():
-    out = {}
-    for name in MODULES:
-        with open(os.path.join(JSON_DIR, name), encoding="utf-8") as fh:
-            d = json.load(fh)
-        out[d["uid"]] = d
-    return out
+    return {d["uid"]: d for d in load_dashboards()}
 
 
 def push(url, token="good-token", folder=None):

@@ -18,8 +18,6 @@ both every second with the recording and alert rules loaded.  Then:
 """
 from __future__ import annotations
 
-import glob
-import json
 import os
 import re
 import subprocess
@@ -28,17 +26,16 @@ import textwrap
 import time
 
 import pytest
-import yaml
 
 from dashboards.common import iter_panels
-from dashboards.generate import JSON_DIR, MODULES
+from dashboards.push import load_dashboards
 from tests.conftest import PROCFS, SYSFS, parse_exposition
+from tests.deploy.rulefiles import RULE_FILES, load_rules
 from tests.procs import REPO, Agent, Prometheus
 
 pytestmark = pytest.mark.e2e
 
 TRACE = os.path.join(REPO, "tests", "data", "gpu", "synthetic-8gpu.jsonl")
-RULE_FILES = sorted(glob.glob(os.path.join(REPO, "deploy", "prometheus", "rules", "*.yml")))
 TRAIN_JOB = "e2e-resnet"
 # The workload's truth: 30 ms data_wait + 50 ms compute per step, 32 samples per step.
 DATA_WAIT_S, COMPUTE_S = 0.03, 0.05
@@ -62,21 +59,6 @@ RECORD_RE = re.compile(r"teye:[a-z0-9_]+:[a-z0-9_]+")
 METRIC_RE = re.compile(r"\b(teye_[a-z0-9_]+|up|ALERTS)\b")
 
 
-def load_dashboards():
-    out = []
-    for name in MODULES:
-        with open(os.path.join(JSON_DIR, name), encoding="utf-8") as fh:
-            out.append(json.load(fh))
-    return out
-
-
-def load_rules():
-    out = []
-    for path in RULE_FILES:
-        with open(path, encoding="utf-8") as fh:
-            for g in yaml.safe_load(fh)["groups"]:
-                out.extend(g["rules"])
-    return out
 
 
 def base_metrics(expr: str, records: dict, seen=None) -> set:
