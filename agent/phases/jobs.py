@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Deque, Dict, FrozenSet, Mapping, Optional, Tuple
 
+from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution
@@ -119,13 +119,6 @@ class _Job:
         self.gpu_idle: Dict[Tuple[str, int], float] = {}
         self.pending: Deque[attribution.Pending] = deque(maxlen=max_pending)
         self.ring = _Ring(window_ns)
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 class JobTable:
