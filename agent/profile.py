@@ -41,8 +41,9 @@ class _CpuTracker:
     """Host CPU busy ratio over time from /proc/stat deltas."""
 
     def __init__(self, procfs: str):
-        from .sources.cpu import CpuSource
+        from .sources.cpu import MODES, CpuSource
         self.src = CpuSource(procfs)
+        self._idle_modes = (MODES.index("idle"), MODES.index("iowait"))
         self.series: List[Tuple[int, float]] = []   # (t_ns, busy ratio since previous point)
         self.cpus = 0
         self._prev = None
@@ -53,11 +54,8 @@ class _CpuTracker:
         except (OSError, ParseError):
             return
         self.cpus = len(r.seconds)
-        tot = [0.0] * 8
-        for v in r.seconds.values():
-            for i, x in enumerate(v):
-                tot[i] += x
-        total, idle = sum(tot), tot[3] + tot[4]  # idle + iowait
+        tot = [sum(mode) for mode in zip(*r.seconds.values())]  # seconds per mode, all CPUs
+        total, idle = sum(tot), sum(tot[i] for i in self._idle_modes)
         if self._prev is not None:
             dt, di = total - self._prev[0], idle - self._prev[1]
             if dt > 0:
