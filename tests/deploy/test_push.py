@@ -1,12 +1,12 @@
 """`teye dashboards push` against a fake Grafana that records the requests grafana-client sends."""
 from __future__ import annotations
 
-import socket
 
 import pytest
 
 from agent.cli import main as teye
 from dashboards.push import annotate, load_dashboards
+from tests.procs import free_port
 
 from .fake_grafana import FakeGrafana
 
@@ -73,9 +73,7 @@ def test_bad_token_exits_1_naming_the_dashboard_and_reporting_nothing_uploaded(c
 
 
 def test_unreachable_grafana_exits_1_naming_the_dashboard(capsys):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     assert push(f"http://127.0.0.1:{port}") == 1
     err = capsys.readouterr().err
     assert "dashboard 'teye / Cluster overview' (uid teye-cluster) not uploaded" in err
@@ -115,9 +113,7 @@ def test_annotate_posts_tags_the_job_dashboard_filters_on():
 
 
 def test_annotate_never_raises_when_grafana_is_down():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     assert annotate(f"http://127.0.0.1:{port}", "t", "job", "start", kind="start") is None
 
 

@@ -6,7 +6,6 @@ import argparse
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 import pytest
 
 from tests.deploy.fake_grafana import FakeGrafana
+from tests.procs import free_port
 from workloads import annotations as wann
 
 pytest.importorskip("grafana_client")
@@ -27,11 +27,7 @@ def by_kind(g: FakeGrafana):
 
 
 def closed_port_url() -> str:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 # -- the helper alone (no TensorFlow) ------------------------------------------------------------
