@@ -22,7 +22,8 @@
 #   --unit-dir DIR    systemd unit directory (default /etc/systemd/system)
 #   --source DIR      teye source tree to install (default: this repository)
 #   --python PY       interpreter for the venv (default python3, >= 3.9)
-#   --system-site-packages   let the venv see the system's Python packages
+#   --system-site-packages   let the venv see the system's Python packages (runtime only:
+#                     teye itself is still built in an isolated environment)
 #   --no-user         do not create or remove the teye user
 #   --no-systemd      do not call systemctl (install the unit file only)
 #   --dry-run         print the actions instead of running them
@@ -148,7 +149,11 @@ if [ "$MANAGE_USER" = 1 ]; then
     fi
 fi
 
-# 2. venv + package (pip upgrades in place, so re-running upgrades teye)
+# 2. venv + package (pip upgrades in place, so re-running upgrades teye).
+# teye is always built in an isolated build environment (pip fetches the setuptools that
+# pyproject.toml asks for): never with the build tools of this host's Python, which may lack
+# `wheel` or carry a setuptools too old for the project metadata.
+unset PIP_NO_BUILD_ISOLATION PIP_BUILD_ISOLATION PIP_NO_USE_PEP517 PIP_USE_PEP517
 if [ -x "$VENV/bin/python" ]; then
     say "reusing venv $VENV"
 else

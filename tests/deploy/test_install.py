@@ -4,6 +4,10 @@ One real install (venv + pip from this repository) is shared by the module; the 
 runs install.sh again (idempotency, uninstall) or in --dry-run mode (root paths,
 user creation, systemctl calls), with the systemd / NVIDIA probes pointed at
 temporary paths to simulate hosts with and without them.
+
+The installs use a fresh interpreter environment that has only what `venv` and `ensurepip`
+give (no `wheel`), as a new Debian node has: the result must not depend on this host's
+Python packages.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import subprocess
 
 import pytest
 
+from tests.freshpy import fresh_python
 from tests.procs import REPO
 
 SCRIPT = os.path.join(REPO, "deploy", "install.sh")
@@ -22,7 +27,9 @@ def run_install(*args, systemd=False, nvidia=False, probe_dir="/nonexistent-teye
     env = dict(os.environ)
     env["SYSTEMD_RUNTIME_DIR"] = probe_dir if systemd else "/nonexistent-teye-probe/systemd"
     env["NVIDIA_DRIVER_FILE"] = os.path.join(probe_dir, "version") if nvidia else "/nonexistent-teye-probe/nvidia"
-    env["PIP_NO_BUILD_ISOLATION"] = "0"   # build with the setuptools already here (no download)
+    # What an admin's shell may carry: pip's (inverted) switch that turns build isolation off, which
+    # made builds use the host's own setuptools and fail without `wheel`. The installer must ignore it.
+    env["PIP_NO_BUILD_ISOLATION"] = "0"
     res = subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=300)
     if check:
         assert res.returncode == 0, res.stdout + res.stderr
@@ -42,13 +49,19 @@ def source_copy(dest):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def fresh(tmp_path_factory):
+    """An interpreter environment with only venv + ensurepip (pip, setuptools; no wheel)."""
+    return fresh_python(tmp_path_factory.mktemp("fresh-python"))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, fresh):
     root = tmp_path_factory.mktemp("root")
     src = source_copy(tmp_path_factory.mktemp("src"))
     paths = {"prefix": root / "opt" / "teye", "etc": root / "etc" / "teye", "units": root / "etc" / "systemd",
              "src": src}
     args = ["--no-user", "--prefix", str(paths["prefix"]), "--etc", str(paths["etc"]), "--unit-dir",
-            str(paths["units"]), "--system-site-packages", "--source", str(src)]
+            str(paths["units"]), "--python", fresh, "--source", str(src)]
     first = run_install(*args)
     return paths, args, first
 
@@ -77,6 +90,38 @@ def test_install_creates_venv_config_and_unit(installed):
     shipped = open(os.path.join(REPO, "deploy", "systemd", "teye-agent.service")).read()
     assert unit.replace(f"ExecStart={teye} agent --config {cfg_path}",
                         "ExecStart=/opt/teye/venv/bin/teye agent --config /etc/teye/teye.yml") == shipped
+
+
+def test_fresh_python_lacks_wheel(fresh):
+    """The premise of this module: the interpreter the installer is given has no `wheel`."""
+    res = subprocess.run([fresh, "-c", "import wheel"], capture_output=True, text=True)
+    assert res.returncode != 0 and "No module named 'wheel'" in res.stderr
+
+
+def test_installed_package_carries_the_spdx_license(installed):
+    paths, _, _ = installed
+    py = str(paths["prefix"] / "venv" / "bin" / "python")
+    meta = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.metadata('teye').as_string())"],
+                          capture_output=True, text=True, check=True, cwd=str(paths["prefix"])).stdout
+    assert "License-Expression: Apache-2.0" in meta.splitlines()
+
+
+def test_editable_install_on_a_fresh_interpreter(fresh, tmp_path):
+    """What ./dev.sh does (pip install -e) works with an interpreter lacking wheel, without a deprecation banner."""
+    (tmp_path / "src").mkdir()
+    src = source_copy(tmp_path / "src")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    res = subprocess.run([fresh, "-m", "pip", "install", "-v", "--no-deps", "--disable-pip-version-check",
+                          "-e", str(src)], capture_output=True, text=True, env=env, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "project.license" not in out and "SetuptoolsDeprecationWarning" not in out, out[-3000:]
+    where = subprocess.run([fresh, "-c", "import agent, importlib.metadata as m; "
+                            "print(agent.__file__); print(m.version('teye'))"],
+                           capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert where.returncode == 0, where.stderr
+    file, version = where.stdout.split()
+    assert file == str(src / "agent" / "__init__.py") and version == "0.1.0"
 
 
 def test_installed_unit_verifies_clean(installed):
