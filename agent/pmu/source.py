@@ -116,7 +116,6 @@ class Plan:
 
 def _problem(plan: Plan, group: str, why: str) -> None:
     plan.problems.setdefault(group, why)
-    log.warning("pmu %s not counted: %s", GROUP_TITLES[group], why)
 
 
 def build_plan(sysfs: str, procfs: str) -> Plan:
@@ -349,6 +348,8 @@ class PmuSource:
             if not plan.groups:
                 raise SourceUnavailable("nothing to count: " + "; ".join(f"{GROUP_TITLES[g]}: {w}"
                                                                           for g, w in plan.problems.items()))
+            for grp, why in plan.problems.items():
+                log.warning("pmu %s not counted: %s", GROUP_TITLES[grp], why)
             reader = self._factory()
             _raise_fd_limit(sum(len(g.events) for g in plan.groups))
             self.reader, self.plan = reader, plan
@@ -508,3 +509,57 @@ def from_config(cfg, ctx=None) -> PmuSource:
     else:
         factory = LiveReader
     return PmuSource(factory, sysfs=cfg["sysfs"], procfs=cfg["procfs"], reprobe_seconds=p["reprobe_seconds"])
+
+
+def _paranoid(procfs: str) -> Optional[int]:
+    try:
+        with open(os.path.join(procfs, "sys", "kernel", "perf_event_paranoid"), encoding="utf-8") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _hypervisor(procfs: str) -> bool:
+    try:
+        with open(os.path.join(procfs, "cpuinfo"), encoding="utf-8", errors="replace") as fh:
+            return any(line.startswith("flags") and " hypervisor" in line for line in fh)
+    except OSError:
+        return False
+
+
+def _family(pmu: str) -> str:
+    """'uncore_imc_3' -> 'uncore_imc_*' (one name for the numbered instances)."""
+    return re.sub(r"_\d+$", "_*", pmu)
+
+
+def probe(sysfs: str, procfs: str, reader=None) -> List[Tuple[str, bool, str]]:
+    """(group, supported, detail) for each group: the plan, then one trial open per group (closed at once)."""
+    try:
+        plan = build_plan(sysfs, procfs)
+    except SourceUnavailable as e:
+        why = str(e) + ("; this is a virtual machine (cpuinfo flag 'hypervisor')" if _hypervisor(procfs) else "")
+        return [(g, False, why) for g in GROUPS]
+    reader = reader if reader is not None else LiveReader()
+    out = []
+    for g in GROUPS:
+        if g in plan.problems:
+            out.append((g, False, plan.problems[g]))
+            continue
+        mine = [p for p in plan.groups if p.group == g]
+        try:
+            handle = reader.open(mine[0])
+        except PerfError as e:
+            why = str(e)
+            if e.kind == "denied":
+                level = _paranoid(procfs)
+                why = (f"not permitted: kernel.perf_event_paranoid={level if level is not None else '?'} and teye has "
+                       f"neither CAP_PERFMON nor CAP_SYS_ADMIN (grant CAP_PERFMON, or set "
+                       f"kernel.perf_event_paranoid=0 as the fallback)")
+            out.append((g, False, why))
+            continue
+        reader.close(handle)
+        events = sorted({f"{_family(e.pmu)}/{e.event}/" for p in mine for e in p.events})
+        cpus = sorted({p.cpu for p in mine})
+        shown = ", ".join(events[:4]) + (f" and {len(events) - 4} more" if len(events) > 4 else "")
+        out.append((g, True, f"{len(mine)} group(s) on {len(cpus)} CPU(s): {shown}"))
+    return out
