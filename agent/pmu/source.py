@@ -66,6 +66,10 @@ PCIE_READ = metric("teye_pcie_read_bytes_total", COUNTER, "Bytes PCIe devices be
 PCIE_WRITTEN = metric("teye_pcie_written_bytes_total", COUNTER, "Bytes PCIe devices behind this root bus wrote "
                       "to host memory (device to host; Intel IIO free-running bw_in ports).",
                       ["socket", "root_bus"])
+GPU_ROOT_BUS = metric("teye_gpu_pcie_root_bus_info", GAUGE, "Always 1 per NVIDIA GPU found under "
+                      "<sysfs>/bus/pci/devices: the PCIe root bus it sits behind (the root_bus of "
+                      "teye_pcie_*_bytes_total), by the GPU's PCI address as in teye_gpu_info.",
+                      ["pci_bus_id", "root_bus"])
 RUNNING = metric("teye_pmu_counter_running_ratio", GAUGE, "Share of the time enabled that this PMU's counters "
                  "were actually counting over the last poll (below 1: multiplexed, values are scaled "
                  "estimates).", ["pmu"])
@@ -112,6 +116,7 @@ class Plan:
     groups: List[GroupPlan] = field(default_factory=list)
     problems: Dict[str, str] = field(default_factory=dict)   # group -> why it is not planned
     cpu_model: Optional[events_mod.CpuModel] = None
+    gpu_root_buses: Tuple[Tuple[str, str], ...] = ()          # (pci_bus_id, root_bus)
 
 
 def _problem(plan: Plan, group: str, why: str) -> None:
@@ -135,6 +140,7 @@ def build_plan(sysfs: str, procfs: str) -> Plan:
     _plan_fp(plan, cpu, online, packages)
     _plan_memory(plan, sysfs, names)
     _plan_pcie(plan, sysfs, names)
+    plan.gpu_root_buses = tuple(sorted(sysfs_mod.gpu_root_buses(sysfs).items()))
     return plan
 
 
@@ -275,6 +281,7 @@ class PmuReading:
     pcie_read: Tuple[Tuple[str, str, float], ...] = ()           # socket, root_bus, bytes
     pcie_written: Tuple[Tuple[str, str, float], ...] = ()
     running: Tuple[Tuple[str, float], ...] = ()                  # pmu, ratio
+    gpu_root_buses: Tuple[Tuple[str, str], ...] = ()             # pci_bus_id, root_bus
     groups: Tuple[Tuple[str, str], ...] = ()                     # group, "ok" or why not
     open_fds: int = 0
 
@@ -284,6 +291,8 @@ class PmuReading:
                            (PCIE_READ, self.pcie_read), (PCIE_WRITTEN, self.pcie_written), (RUNNING, self.running)):
             for row in rows:
                 yield point(spec, row[-1], *row[:-1])
+        for bus_id, root in self.gpu_root_buses:
+            yield point(GPU_ROOT_BUS, 1.0, bus_id, root)
 
     def total(self, name: str) -> Optional[float]:
         """Sum of one family over all its series (None when absent): for `teye profile` deltas."""
@@ -482,6 +491,7 @@ class PmuSource:
             pcie_read=tuple(out["pcie_read"]), pcie_written=tuple(out["pcie_written"]),
             running=tuple((p, r[1] / r[0] if r[0] > 0 else r[3] / r[2]) for p, r in sorted(run.items()) if r[2] > 0),
             groups=tuple((g, status.get(g, "not planned")) for g in GROUPS),
+            gpu_root_buses=self.plan.gpu_root_buses,
             open_fds=getattr(self.reader, "open_fds", 0))
 
 

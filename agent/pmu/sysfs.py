@@ -225,6 +225,33 @@ def root_buses(pmu_path: str) -> Dict[int, str]:
     return out
 
 
+def gpu_root_buses(sysfs: str) -> Dict[str, str]:
+    """NVIDIA display/3D controllers -> the PCIe root bus they sit behind.
+
+    Keys are PCI addresses in NVML's form ('00000000:18:00.0', as teye_gpu_info's pci_bus_id);
+    values 'SEGMENT:BUS' as in the IIO PMUs' die files, from the device's path under
+    <sysfs>/devices (``pci0000:17/0000:17:00.0/0000:18:00.0`` -> ``0000:17``).
+    """
+    out = {}
+    base = os.path.join(sysfs, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for n in names:
+        d = os.path.join(base, n)
+        try:
+            if _read(os.path.join(d, "vendor")).lower() != "0x10de" or not _read(os.path.join(d, "class")).startswith("0x03"):
+                continue
+        except OSError:
+            continue
+        m = re.search(r"/pci([0-9a-fA-F]{4}:[0-9a-fA-F]{2})/", os.path.realpath(d))
+        a = re.match(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])$", n)
+        if m and a:
+            out[f"0000{a.group(1)}:{a.group(2)}".upper()] = m.group(1).lower()
+    return out
+
+
 def bytes_per_count(alias: EventAlias, path: str) -> float:
     """Bytes one count stands for: scale x the unit's bytes.  PmuFormatError on a unit that is not bytes."""
     if alias.unit not in UNIT_BYTES:

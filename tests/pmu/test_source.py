@@ -195,5 +195,5 @@ def test_points_carry_the_contract_names(fake, make_source):
     assert names == {"teye_cpu_cycles_total", "teye_cpu_instructions_total",
                      "teye_cpu_floating_point_operations_total", "teye_memory_read_bytes_total",
                      "teye_memory_written_bytes_total", "teye_pcie_read_bytes_total",
-                     "teye_pcie_written_bytes_total", "teye_pmu_counter_running_ratio"}
+                     "teye_pcie_written_bytes_total", "teye_pmu_counter_running_ratio", "teye_gpu_pcie_root_bus_info"}
     assert point(src_mod.PCIE_READ, 1.0, "0", "0000:00").labels == ("0", "0000:00")

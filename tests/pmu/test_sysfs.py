@@ -89,3 +89,12 @@ def test_cpu_not_in_table_says_which():
     fe, why = events.fp_events(events.CpuModel("GenuineIntel", 6, 0x3f, "Haswell-EP"))
     assert fe == () and why == ("CPU model not in teye's floating-point event table: GenuineIntel family 0x6 "
                                 "model 0x3f (Haswell-EP)")
+
+
+def test_gpus_are_matched_to_the_root_bus_of_their_iio_stack():
+    s, p = tree("cascadelake")
+    # NVML's address form (8-digit domain, upper case) -> die-file form; the Mellanox NIC is not a GPU
+    assert sysfs.gpu_root_buses(s) == {"00000000:18:00.0": "0000:17", "00000000:86:00.0": "0000:85"}
+    assert build_plan(s, p).gpu_root_buses == (("00000000:18:00.0", "0000:17"), ("00000000:86:00.0", "0000:85"))
+    # 0000:17 is die 0 of IIO stack 1: the PCIe counters of that stack carry the same root_bus
+    assert sysfs.root_buses(s + "/bus/event_source/devices/uncore_iio_1")[0] == "0000:17"

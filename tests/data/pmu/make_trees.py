@@ -73,6 +73,16 @@ def software(root):
     pmu(root, "msr", 8, {"event": "config:0-63"}, {"tsc": "event=0x00", "aperf": "event=0x01", "mperf": "event=0x02"})
 
 
+def pci_device(root, path, vendor, cls):
+    """A PCI function under <sys>/devices/<path> and its <sys>/bus/pci/devices symlink (as the kernel links it)."""
+    d = os.path.join(root, "sys", "devices", path)
+    w(os.path.join(d, "vendor"), vendor)
+    w(os.path.join(d, "class"), cls)
+    link = os.path.join(root, "sys", "bus", "pci", "devices", os.path.basename(path))
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(os.path.relpath(d, os.path.dirname(link)), link)
+
+
 def cascadelake(root):
     cpus(root, model=85, name="Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz")
     software(root)
@@ -88,6 +98,10 @@ def cascadelake(root):
             ev[f"bw_in_port{p}"] = (f"event=0xff,umask={0x20 + p:#04x}", "3.814697266e-6", "MiB")
             ev[f"bw_out_port{p}"] = (f"event=0xff,umask={0x24 + p:#04x}", "3.814697266e-6", "MiB")
         pmu(root, f"uncore_iio_free_running_{i}", 30 + i, FREERUNNING_FORMAT, ev, "0,2")
+    # a GPU behind root bus 0000:17 (IIO stack 1, socket 0), a 3D controller behind 0000:85 and a NIC
+    pci_device(root, "pci0000:17/0000:17:00.0/0000:18:00.0", "0x10de", "0x030200")
+    pci_device(root, "pci0000:85/0000:85:02.0/0000:86:00.0", "0x10de", "0x030000")
+    pci_device(root, "pci0000:85/0000:85:00.0/0000:3b:00.0", "0x15b3", "0x020700")
 
 
 def icelake(root):
