@@ -3,11 +3,12 @@
 :class:`ReplayReader` has the methods of :class:`agent.pmu.source.LiveReader` (open, read,
 close), so the source's decoding (plan from ``--sysfs``/``--procfs``, multiplex scaling,
 totals, bytes and operations) runs unchanged on recorded values.  Replay time starts at
-the first open and runs with the monotonic clock: a read gets the values of the latest
-line at or before the current trace time (the lines play at their recorded pace).  A
+the first line's ``t`` when the source first opens its counters and runs with the monotonic
+clock: a read gets the values of the latest line at or before the current trace time (the
+lines play at their recorded pace).  A
 group whose events are not all in that line fails as the kernel would for an offline CPU
 (ENODEV), so it is absent; one never recorded fails to open (ENOENT).  Past the last
-line the trace loops (its length is the last ``t`` plus the last interval); the counters
+line the trace loops (its length is the last ``t`` minus the first plus the last interval); the counters
 then restart from their first values, which the source counts as counters started afresh,
 so totals keep growing.
 """
@@ -31,7 +32,8 @@ class ReplayReader:
             for _, reads in lines]
         self._known = set().union(*self._reads) if self._reads else set()
         step = self._times[-1] - self._times[-2] if len(self._times) > 1 else 1.0
-        self.length = (self._times[-1] + max(step, 1e-3)) if self._times else 0.0
+        self.first = self._times[0] if self._times else 0.0
+        self.length = (self._times[-1] - self.first + max(step, 1e-3)) if self._times else 0.0
         self._clock = clock
         self._start: Optional[int] = None
         self.open_fds = 0
@@ -47,7 +49,7 @@ class ReplayReader:
         now = self._clock()
         if self._start is None:
             self._start = now
-        t = ((now - self._start) / 1e9) % self.length
+        t = self.first + ((now - self._start) / 1e9) % self.length
         i = bisect.bisect_right(self._times, t) - 1
         return self._reads[i] if i >= 0 else None
 

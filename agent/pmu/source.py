@@ -108,7 +108,11 @@ class GroupPlan:
 
     @property
     def what(self) -> str:
-        return f"{self.pmu}/{','.join(e.event for e in self.events)}/"
+        w = self.__dict__.get("_what")
+        if w is None:  # cached: named in every read's error message
+            w = f"{self.pmu}/{','.join(e.event for e in self.events)}/"
+            object.__setattr__(self, "_what", w)
+        return w
 
 
 @dataclass
@@ -319,15 +323,16 @@ class _Counter:
 
 
 class _GroupState:
-    __slots__ = ("handle", "retry_at", "live", "times", "delta", "failed")
+    __slots__ = ("handle", "retry_at", "live", "times", "delta", "failed", "counters")
 
-    def __init__(self):
+    def __init__(self, n: int):
         self.handle = None
         self.retry_at = 0
         self.live = False
         self.times: Optional[Tuple[int, int]] = None
         self.delta: Optional[Tuple[int, int]] = None
         self.failed: Optional[str] = None
+        self.counters: List[_Counter] = [_Counter() for _ in range(n)]  # one per event, kept across reopens
 
 
 class PmuSource:
@@ -342,7 +347,6 @@ class PmuSource:
         self.reader = None
         self.plan: Optional[Plan] = None
         self._state: Dict[Tuple[str, str, int], _GroupState] = {}
-        self._counters: Dict[Tuple[str, str, int], _Counter] = {}
         self._retry_start_at = 0
         self._unavailable: Optional[SourceUnavailable] = None
         self._rlog = RateLimitedLog(log)
@@ -362,7 +366,7 @@ class PmuSource:
             reader = self._factory()
             _raise_fd_limit(sum(len(g.events) for g in plan.groups))
             self.reader, self.plan = reader, plan
-            self._state = {g.key: _GroupState() for g in plan.groups}
+            self._state = {g.key: _GroupState(len(g.events)) for g in plan.groups}
             errors = [self._open(g, self._state[g.key], now) for g in plan.groups]
             if not any(st.handle is not None for st in self._state.values()):
                 first = next((e for e in errors if e), "no group could be opened")
@@ -393,10 +397,8 @@ class PmuSource:
             self._fail(g, st, now, str(e))
             return str(e)
         st.failed, st.times = None, None
-        for e in g.events:  # a fresh counter starts from zero: its first value adds to the total
-            c = self._counters.get((e.pmu, e.event, g.cpu))
-            if c is not None:
-                c.last_scaled = None
+        for c in st.counters:  # a fresh counter starts from zero: its first value adds to the total
+            c.last_scaled = None
         return None
 
     def _fail(self, g: GroupPlan, st: _GroupState, now: int, why: str) -> None:
@@ -440,10 +442,7 @@ class PmuSource:
                 st.live, st.failed = False, "counter never ran (time running 0)"
                 continue
             st.live, st.failed = True, None
-            for e, v in zip(g.events, values):
-                c = self._counters.get((e.pmu, e.event, g.cpu))
-                if c is None:
-                    c = self._counters[(e.pmu, e.event, g.cpu)] = _Counter()
+            for c, v in zip(st.counters, values):
                 c.update(v, enabled, running)
         return self._reading()
 
@@ -464,29 +463,26 @@ class PmuSource:
                 status[g.group] = "ok"
             elif st.failed:
                 status.setdefault(g.group, st.failed)
-            for e in g.events:
-                c = self._counters.get((e.pmu, e.event, g.cpu))
-                if e.kind in ("cycles", "instructions", "flops"):
-                    if st.live and c is not None:
-                        per_cpu[e.kind].append((str(g.cpu),) + e.labels + (c.total * e.factor,))
-                else:
-                    key = (e.kind, (str(g.socket),) + e.labels)
-                    acc = sums.setdefault(key, [0.0, False])
-                    if c is not None:
-                        acc[0] += c.total * e.factor
-                    acc[1] = acc[1] or st.live
+            if g.group in ("core", "fp"):   # per CPU: present while its group counts
+                if st.live:
+                    cpu = str(g.cpu)
+                    for e, c in zip(g.events, st.counters):
+                        per_cpu[e.kind].append((cpu,) + e.labels + (c.total * e.factor,))
+                continue
+            socket = str(g.socket)           # per socket / root bus: sums keep what stopped counting
+            for e, c in zip(g.events, st.counters):
+                acc = sums.setdefault((e.kind, (socket,) + e.labels), [0.0, False])
+                acc[0] += c.total * e.factor
+                acc[1] = acc[1] or st.live
         for grp, why in self.plan.problems.items():
             status.setdefault(grp, why)
         out: Dict[str, List] = defaultdict(list)
         for (kind, labels), (total, live) in sums.items():
             if live:
                 out[kind].append(labels + (total,))
-        flops: Dict[tuple, float] = defaultdict(float)
-        for row in per_cpu["flops"]:
-            flops[row[:-1]] += row[-1]
         return PmuReading(
             cycles=tuple(per_cpu["cycles"]), instructions=tuple(per_cpu["instructions"]),
-            flops=tuple(k + (v,) for k, v in flops.items()),
+            flops=tuple(per_cpu["flops"]),
             memory_read=tuple(out["mem_read"]), memory_written=tuple(out["mem_written"]),
             pcie_read=tuple(out["pcie_read"]), pcie_written=tuple(out["pcie_written"]),
             running=tuple((p, r[1] / r[0] if r[0] > 0 else r[3] / r[2]) for p, r in sorted(run.items()) if r[2] > 0),
