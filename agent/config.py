@@ -132,6 +132,9 @@ SCHEMA: Dict[str, Any] = {
         "reprobe_seconds": Field(FLOAT, 60.0, "A counter group that failed (open/read error, CPU offline) is "
                                  "tried again after this many seconds; a PMU-less start is retried as often.",
                                  _positive),
+        "memory_peak_bytes_per_second": Field(FLOAT, None, "The node's peak DRAM bandwidth (all sockets, read + "
+                                              "write). When set, `teye profile` calls an input-bound job 'host' "
+                                              "once memory traffic reaches 80 % of it.", _positive, nullable=True),
     },
     "phases": {
         "socket": Field(STR, None, "Unix datagram socket path for phase messages (default: /run/teye/phases.sock, "
