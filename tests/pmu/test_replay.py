@@ -111,3 +111,26 @@ def test_record_loop_writes_one_line_per_poll_and_removes_the_file_without_a_pmu
     with pytest.raises(SourceUnavailable, match="no hardware PMU"):
         record(str(path), 1.0, 1.0, vm_sys, vm_proc, inner=LiveReader(Counters(fake)))
     assert not path.exists()
+
+
+def test_cli_record_pmu_and_agent_pmu_replay_flags(tmp_path, capsys):
+    from agent.cli import build_parser, main
+    from agent.config import load
+    from agent.pmu.source import from_config
+    args = build_parser().parse_args(["agent", "--pmu-replay", "t.jsonl"])
+    assert load(None, {"pmu": {"replay": "t.jsonl"}})["pmu"]["replay"] == args.pmu_replay
+    vm_sys, vm_proc = tree("vm")
+    out = tmp_path / "rec.jsonl"
+    assert main(["record", "--pmu", "--output", str(out), "--duration", "1", "--sysfs", vm_sys,
+                 "--procfs", vm_proc]) == 1
+    assert "teye record: nothing to record: no hardware PMU" in capsys.readouterr().err and not out.exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "teye-gpu-trace", "version": 1}\n')
+    assert main(["agent", "--pmu-replay", str(bad), "--listen", "127.0.0.1:0"]) == 2
+    assert "config key 'pmu.replay': cannot replay" in capsys.readouterr().err
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"format": "teye-pmu-trace", "version": 1}\n{"t": 0, "reads": [{"pmu": "cpu", "event": '
+                    '"fp_ret_sse_avx_ops.all", "cpu": 2, "value": 7, "enabled_ns": 4, "running_ns": 2}]}\n')
+    z_sys, z_proc = tree("zen3")
+    cfg = load(None, {"sysfs": z_sys, "procfs": z_proc, "pmu": {"replay": str(good)}})
+    assert from_config(cfg).collect().flops == (("2", "all", "all", 14.0),)
