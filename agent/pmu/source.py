@@ -132,6 +132,8 @@ def build_plan(sysfs: str, procfs: str) -> Plan:
     devices = sysfs_mod.devices_dir(sysfs)
     names = sysfs_mod.list_pmus(sysfs)
     if "cpu" not in names:
+        if "cpu_core" in names:
+            raise SourceUnavailable(f"hybrid CPU (cpu_core/cpu_atom PMUs under {devices}): not supported by teye yet")
         raise SourceUnavailable(NO_PMU.format(dir=devices))
     plan = Plan(cpu_model=events_mod.read_cpuinfo(procfs))
     try:
@@ -210,7 +212,9 @@ def _numbered(names, prefix: str) -> List[str]:
 
 
 def _plan_memory(plan: Plan, sysfs: str, names) -> None:
-    free = _numbered(names, "uncore_imc_free_running_")
+    devices = sysfs_mod.devices_dir(sysfs)
+    free = [p for p in _numbered(names, "uncore_imc_free_running_")
+            if os.path.isfile(os.path.join(devices, p, "events", "read"))]  # else the CAS counters
     if free:
         pmus, read, write = free, "read", "write"
     else:

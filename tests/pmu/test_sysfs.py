@@ -98,3 +98,20 @@ def test_gpus_are_matched_to_the_root_bus_of_their_iio_stack():
     assert build_plan(s, p).gpu_root_buses == (("00000000:18:00.0", "0000:17"), ("00000000:86:00.0", "0000:85"))
     # 0000:17 is die 0 of IIO stack 1: the PCIe counters of that stack carry the same root_bus
     assert sysfs.root_buses(s + "/bus/event_source/devices/uncore_iio_1")[0] == "0000:17"
+
+
+def test_free_running_imc_without_read_falls_back_to_cas_and_hybrid_is_named(copy_tree):
+    import os
+    import shutil
+    sysfs, procfs = copy_tree("icelake")
+    dev = os.path.join(sysfs, "bus", "event_source", "devices")
+    for i in (0, 1):
+        for f in ("read", "read.scale", "read.unit"):
+            os.unlink(os.path.join(dev, f"uncore_imc_free_running_{i}", "events", f))
+    mem = [g for g in build_plan(sysfs, procfs).groups if g.group == "memory"]
+    assert {(g.pmu, e.event, e.config[0]) for g in mem for e in g.events} == {
+        (f"uncore_imc_{i}", ev, cfg) for i in (0, 1) for ev, cfg in (("cas_count_read", 0x0f04),
+                                                                   ("cas_count_write", 0x3004))}
+    shutil.move(os.path.join(dev, "cpu"), os.path.join(dev, "cpu_core"))
+    with pytest.raises(SourceUnavailable, match="hybrid CPU"):
+        build_plan(sysfs, procfs)
