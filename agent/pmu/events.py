@@ -104,6 +104,25 @@ TABLE: Dict[Tuple[str, int], Dict[Optional[int], Tuple[Tuple[FpEvent, ...], str]
 }
 
 
+@dataclass(frozen=True)
+class UncoreEvent:
+    name: str          # the table's event name (also the name in recorded traces)
+    terms: str         # description in the uncore PMU's format terms
+    bytes_per_count: float
+
+
+# Memory-controller events without a sysfs alias: (vendor, PMU name prefix) ->
+# (read event, written event, source).  AMD Zen 4 and later: one amd_umc_<n> PMU per memory
+# controller (arch/x86/events/amd/uncore.c: format event config:0-7, rdwrmask config:8-9);
+# UMC CAS commands, one per 64-byte line (perf pmu-events amdzen4/amdzen5
+# memory-controller.json: umc_cas_cmd.rd = EventCode 0x0a, RdWrMask 0x1; .wr = RdWrMask 0x2).
+UNCORE_MEMORY = {
+    ("AuthenticAMD", "amd_umc_"): (UncoreEvent("umc_cas_cmd.rd", "event=0x0a,rdwrmask=0x1", 64.0),
+                                   UncoreEvent("umc_cas_cmd.wr", "event=0x0a,rdwrmask=0x2", 64.0),
+                                   "AMD UMC CAS commands: perf amdzen4/amdzen5 memory-controller.json"),
+}
+
+
 def fp_events(cpu: Optional[CpuModel]) -> Tuple[Tuple[FpEvent, ...], str]:
     """(events, source) for this CPU; ((), why not) when it is not in the table."""
     if cpu is None:

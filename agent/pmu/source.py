@@ -8,6 +8,7 @@ What is counted (the *plan*, built from ``<sysfs>`` and ``<procfs>/cpuinfo``):
 - ``memory``: per socket, on the CPU named by each memory controller PMU's ``cpumask``:
   ``uncore_imc_free_running_<n>/{read,write}`` where those exist (Ice Lake-SP and later),
   else ``uncore_imc_<n>/{cas_count_read,cas_count_write}``; bytes = count x scale x unit;
+  on AMD Zen 4+ ``amd_umc_<n>`` with the table's CAS events (64 bytes each);
 - ``pcie``: per socket and root bus, ``uncore_iio_free_running_<n>/bw_in_port*`` (bytes
   devices wrote into host memory) and ``bw_out_port*`` (bytes devices read), the root bus
   from ``uncore_iio_<n>/die<socket>``.
@@ -57,7 +58,7 @@ FLOPS = metric("teye_cpu_floating_point_operations_total", COUNTER,
                ["cpu", "precision", "width"])
 MEM_READ = metric("teye_memory_read_bytes_total", COUNTER, "Bytes read from DRAM by the memory controllers of "
                   "a socket (Intel uncore IMC CAS or free-running counters, bytes from the kernel's scale and "
-                  "unit files).", ["socket"])
+                  "unit files; AMD Zen 4+ UMC CAS commands, 64 bytes each).", ["socket"])
 MEM_WRITTEN = metric("teye_memory_written_bytes_total", COUNTER, "Bytes written to DRAM by the memory "
                      "controllers of a socket (as teye_memory_read_bytes_total).", ["socket"])
 PCIE_READ = metric("teye_pcie_read_bytes_total", COUNTER, "Bytes PCIe devices behind this root bus read from "
@@ -183,7 +184,9 @@ def _plan_fp(plan: Plan, cpu: sysfs_mod.Pmu, online, packages) -> None:
 
 
 def _uncore_groups(plan: Plan, sysfs: str, group: str, pmu_name: str, wanted, tag: str = "") -> List[GroupPlan]:
-    """Groups of ``wanted`` [(event, kind, labels)] on each cpumask CPU of one uncore PMU (problems logged)."""
+    """Groups of ``wanted`` [(event, kind, labels)] on each cpumask CPU of one uncore PMU (problems noted).
+
+    An event is a sysfs alias, or an :class:`agent.pmu.events.UncoreEvent` of teye's table."""
     try:
         pmu = sysfs_mod.load_pmu(sysfs, pmu_name)
     except (OSError, ParseError) as e:
@@ -191,6 +194,14 @@ def _uncore_groups(plan: Plan, sysfs: str, group: str, pmu_name: str, wanted, ta
         return []
     evs = []
     for event, kind, labels in wanted:
+        if isinstance(event, events_mod.UncoreEvent):
+            try:
+                cfg = pmu.encode(sysfs_mod.parse_terms(event.terms, event.name), f"table event {event.name}")
+            except ParseError as e:
+                _problem(plan, group, f"{pmu_name}/{event.name}/: {e}")
+                return []
+            evs.append(Ev(pmu_name, event.name, pmu.type, cfg, kind, event.bytes_per_count, labels))
+            continue
         path = os.path.join(pmu.path, "events", event)
         try:
             a = pmu.alias(event)
@@ -219,10 +230,13 @@ def _plan_memory(plan: Plan, sysfs: str, names) -> None:
         pmus, read, write = free, "read", "write"
     else:
         pmus, read, write = _numbered(names, "uncore_imc_"), "cas_count_read", "cas_count_write"
+    vendor = plan.cpu_model.vendor if plan.cpu_model else ""
+    for (v, prefix), (rd, wr, _source) in events_mod.UNCORE_MEMORY.items():
+        if not pmus and v == vendor:
+            pmus, read, write = _numbered(names, prefix), rd, wr
     if not pmus:
-        _problem(plan, "memory", f"no uncore_imc PMU under {sysfs_mod.devices_dir(sysfs)} (not an Intel server "
-                                 f"CPU, or the intel_uncore driver is not loaded; AMD memory counters are not "
-                                 f"supported yet)")
+        _problem(plan, "memory", f"no memory-controller PMU under {devices} (uncore_imc_* on Intel servers with "
+                                 f"the intel_uncore driver, amd_umc_* on AMD Zen 4 and later with Linux >= 6.8)")
         return
     for p in pmus:
         plan.groups.extend(_uncore_groups(plan, sysfs, "memory", p, ((read, "mem_read", ()),

@@ -67,7 +67,19 @@ def test_amd_flops_are_all_precisions_and_widths(fake, make_source):
     fake.set(CPU, 0xff03, 3, 12345)
     r = s.collect()
     assert rows(r, "flops")[("3", "all", "all")] == 12345.0
-    assert r.memory_read == () and dict(r.groups)["memory"].startswith("no uncore_imc PMU")
+    assert r.memory_read == () and dict(r.groups)["memory"].startswith("no memory-controller PMU under ")
+
+
+def test_amd_zen4_memory_from_umc_cas_commands(fake, make_source):
+    s = make_source("zen4")
+    umc0, umc1 = 13, 14
+    fake.set(umc0, 0x0a | 0x1 << 8, 0, 1000)      # umc_cas_cmd.rd: event 0x0a, rdwrmask 1
+    fake.set(umc1, 0x0a | 0x1 << 8, 0, 24)
+    fake.set(umc0, 0x0a | 0x2 << 8, 2, 5)         # umc_cas_cmd.wr on socket 1
+    r = s.collect()
+    assert rows(r, "memory_read") == {("0",): 1024 * 64.0, ("1",): 0.0}
+    assert rows(r, "memory_written") == {("0",): 0.0, ("1",): 5 * 64.0}
+    assert dict(r.groups)["memory"] == "ok" and dict(r.groups)["pcie"].startswith("no uncore_iio_free_running")
 
 
 def test_multiplexed_counts_are_scaled_like_perf_and_running_ratio_exported(fake, make_source, clock):

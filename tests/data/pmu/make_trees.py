@@ -138,13 +138,25 @@ def zen3(root):
     pmu(root, "amd_iommu_0", 13, {"csource": "config:0-7", "devid": "config:8-23"}, {}, "0")
 
 
+def zen4(root):
+    cpus(root, vendor="AuthenticAMD", family=25, model=0x11, name="AMD EPYC 9654 96-Core Processor")
+    software(root)
+    pmu(root, "cpu", 4, {"event": "config:0-7,32-35", "umask": "config:8-15", "edge": "config:18",
+                         "inv": "config:23", "cmask": "config:24-31"},
+        {"cpu-cycles": "event=0x76", "instructions": "event=0xc0", "branch-instructions": "event=0xc2",
+         "branch-misses": "event=0xc3"})
+    pmu(root, "amd_df", 11, {"event": "config:0-7,32-37", "umask": "config:8-15,24-27"}, {}, "0,2")
+    for i in range(2):
+        pmu(root, f"amd_umc_{i}", 13 + i, {"event": "config:0-7", "rdwrmask": "config:8-9"}, {}, "0,2")
+
+
 def vm(root):
     cpus(root, n=2, per_socket=2, hypervisor=True, model=85, name="Intel Xeon Processor (Cascadelake)")
     software(root)
 
 
 if __name__ == "__main__":
-    for name, fn in (("cascadelake", cascadelake), ("icelake", icelake), ("zen3", zen3), ("vm", vm)):
+    for name, fn in (("cascadelake", cascadelake), ("icelake", icelake), ("zen3", zen3), ("zen4", zen4), ("vm", vm)):
         root = os.path.join(HERE, name)
         shutil.rmtree(root, ignore_errors=True)
         fn(root)
