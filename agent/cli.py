@@ -34,6 +34,8 @@ def _overrides(args: argparse.Namespace) -> dict:
             o[key] = v
     if getattr(args, "gpu_replay", None):
         o.setdefault("gpu", {})["replay"] = args.gpu_replay
+    if getattr(args, "pmu_replay", None):
+        o.setdefault("pmu", {})["replay"] = args.pmu_replay
     if getattr(args, "phase_socket", None):
         o.setdefault("phases", {})["socket"] = args.phase_socket
     return o
@@ -73,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 0.0.0.0:9835)")
     _common_source_flags(a)
     a.add_argument("--gpu-replay", metavar="FILE", help="serve a recorded NVML trace instead of live NVML")
+    a.add_argument("--pmu-replay", metavar="FILE", help="serve a recorded PMU trace (teye record --pmu) instead "
+                   "of live perf events")
     a.add_argument("--phase-socket", metavar="PATH", help="Unix datagram socket for training-phase messages")
     a.set_defaults(func=cmd_agent)
 
@@ -80,12 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common_source_flags(d)
     d.set_defaults(func=_lazy("agent.doctor"))
 
-    r = sub.add_parser("record", help="record what the GPU backend reads, as JSON lines")
+    r = sub.add_parser("record", help="record what the GPU backend (or, with --pmu, the PMU source) reads, "
+                       "as JSON lines")
     r.add_argument("--output", required=True, metavar="FILE")
+    r.add_argument("--pmu", action="store_true", help="record raw hardware-counter reads instead of NVML")
     r.add_argument("--duration", type=float, default=60.0, metavar="SECONDS")
     r.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
     _common_source_flags(r)
-    r.set_defaults(func=_lazy("agent.gpu.record"))
+    r.set_defaults(func=lambda args: _lazy("agent.pmu.record" if args.pmu else "agent.gpu.record")(args))
 
     pr = sub.add_parser("profile", help="run a command and explain its GPU idle time")
     pr.add_argument("--output", metavar="DIR", default="teye-profile")

@@ -90,6 +90,7 @@ COLLECTORS = {
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
     "gpu": (1.0, "NVIDIA GPUs (NVML)"),
+    "pmu": (5.0, "host hardware counters (perf events: CPI, FLOPS, memory and PCIe bandwidth)"),
     "phases": (1.0, "training-job phases (phase socket)"),
 }
 
@@ -124,6 +125,16 @@ SCHEMA: Dict[str, Any] = {
         "max_processes": Field(INT, 32, "Most processes exported per GPU (lowest pids first).", _positive),
         "reprobe_seconds": Field(FLOAT, 10.0, "A lost GPU, or NVML when it is unavailable, is probed again after "
                                  "this many seconds.", _positive),
+    },
+    "pmu": {
+        "replay": Field(STR, None, "Serve a recorded PMU trace (teye record --pmu) instead of live perf events.",
+                        nullable=True),
+        "reprobe_seconds": Field(FLOAT, 60.0, "A counter group that failed (open/read error, CPU offline) is "
+                                 "tried again after this many seconds; a PMU-less start is retried as often.",
+                                 _positive),
+        "memory_peak_bytes_per_second": Field(FLOAT, None, "The node's peak DRAM bandwidth (all sockets, read + "
+                                              "write). When set, `teye profile` calls an input-bound job 'host' "
+                                              "once memory traffic reaches 80 % of it.", _positive, nullable=True),
     },
     "phases": {
         "socket": Field(STR, None, "Unix datagram socket path for phase messages (default: /run/teye/phases.sock, "

@@ -2,8 +2,9 @@
 
 Covers NVML (library, driver, CUDA, each GPU: GPM, MIG, utilization ring, ECC, XID events),
 InfiniBand devices (<sysfs>/class/infiniband), NFS mounts (<procfs>/self/mountinfo and
-mountstats), perf events (<procfs>/sys/kernel/perf_event_paranoid) and the permissions of
-/dev/nvidia*.  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
+mountstats), perf events (<procfs>/sys/kernel/perf_event_paranoid), the permissions of
+/dev/nvidia*, then one line per hardware-counter group (core cycles/instructions, floating point,
+memory and PCIe bandwidth: supported, or why not).  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
 with the GPU source off (teye_collector_up{collector="gpu"} = 0).
 """
 from __future__ import annotations
@@ -142,6 +143,13 @@ def perf_line(procfs: str, euid: int) -> str:
     return f"perf events: kernel.perf_event_paranoid={level}: {meaning}; {who}"
 
 
+def pmu_lines(sysfs: str, procfs: str, reader=None) -> List[str]:
+    """One line per hardware-counter group (agent/pmu): supported, or why not."""
+    from .pmu.source import GROUP_TITLES, probe
+    return [f"pmu {GROUP_TITLES[g]}: " + ("supported: " if ok else "not supported: ") + detail
+            for g, ok, detail in probe(sysfs, procfs, reader)]
+
+
 def device_line(dev_root: str = "/dev") -> str:
     nodes = sorted(glob.glob(os.path.join(dev_root, "nvidia*")))
     nodes = [n for n in nodes if not os.path.isdir(n)]
@@ -184,6 +192,7 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     lines.append(nfs_line(cfg["procfs"]))
     lines.append(perf_line(cfg["procfs"], euid))
     lines.append(device_line(dev_root))
+    lines.extend(pmu_lines(cfg["sysfs"], cfg["procfs"]))
     return lines
 
 

@@ -86,6 +86,39 @@ def _build_gpu(cfg, ctx):
     return src, None
 
 
+class _PmuWindow:
+    """Hardware-counter totals at the start and end of the run (agent/pmu), or why there are none."""
+
+    def __init__(self, cfg):
+        self.src, self.note, self.first = None, None, None
+        if not cfg["collectors"]["pmu"]["enabled"]:
+            self.note = "pmu collector disabled in the configuration"
+            return
+        from .pmu.source import from_config
+        try:
+            self.src = from_config(cfg)
+            self.first = self.src.collect()
+        except (SourceUnavailable, OSError, ParseError) as e:
+            self.note, self.src = str(e), None
+
+    def close(self) -> None:
+        if self.src is not None:
+            self.src.close()
+
+    def summary(self, seconds: float) -> Optional[Dict[str, Any]]:
+        if self.src is None:
+            return None
+        from .pmu.summary import summarize
+        try:
+            last = self.src.collect()
+        except (SourceUnavailable, OSError, ParseError) as e:
+            self.note = str(e)
+            return None
+        finally:
+            self.src.close()
+        return summarize(self.first, last, seconds)
+
+
 def idle_gaps(samples: Sequence, threshold: float, start_ns: int) -> List[Dict[str, float]]:
     """Merge consecutive samples at or below the busy threshold into gaps, longest first."""
     gaps = []
@@ -164,6 +197,11 @@ def render_overview(summary: Dict[str, Any]) -> str:
     host = summary["host"]
     if host.get("cpu_busy_ratio") is not None:
         lines.append(f"  host: {host['cpus']} CPUs, {100 * host['cpu_busy_ratio']:.0f} % busy on average")
+    if host.get("counters") is not None:
+        from .pmu.summary import render
+        lines.append(f"  host counters: {render(host['counters'])}")
+    elif host.get("counters_note"):
+        lines.append(f"  host counters: not available ({host['counters_note']})")
     if not summary["gpus"]:
         lines.append(f"  devices: none ({summary['gpu_note']})")
     for g in summary["gpus"]:
@@ -318,6 +356,7 @@ def main(args) -> int:
         sampler = Sampler({"gpu": (gpu_src, min(GPU_INTERVAL_S, cfg["collectors"]["gpu"]["interval_seconds"]))})
         sampler.start()
     cpu = _CpuTracker(cfg["procfs"])
+    pmu = _PmuWindow(cfg)
     env = dict(os.environ, TEYE_PHASE_SOCKET=sock_path)
     t0 = ctx.clock()
     cpu.sample(t0)
@@ -342,6 +381,7 @@ def main(args) -> int:
             signal.signal(signal.SIGTERM, old_term)
         t1 = ctx.clock()
         cpu.sample(t1)
+        counters = pmu.summary((t1 - t0) / 1e9)
         _wait_quiet(phases)
         if sampler is not None:
             sampler.stop()
@@ -351,6 +391,7 @@ def main(args) -> int:
     finally:
         signal.signal(signal.SIGINT, old_int)
         phases.close()
+        pmu.close()
         if sampler is not None:
             sampler.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -366,6 +407,11 @@ def main(args) -> int:
         "messages": {k: v for k, v in reading.results if v},
         "timeline_png": None, "timeline_note": None,
     }
+    summary["host"]["counters"], summary["host"]["counters_note"] = counters, pmu.note
+    from .pmu.summary import refine_verdict
+    for j in summary["jobs"]:  # the host counters are evidence; a saturated host turns "input" into "host"
+        j["verdict"] = refine_verdict(j["verdict"], counters, summary["host"]["cpu_busy_ratio"],
+                                      cfg["pmu"]["memory_peak_bytes_per_second"])
     if importlib.util.find_spec("matplotlib") is None:
         summary["timeline_note"] = "matplotlib is not installed (pip install 'teye[plots]')"
     else:

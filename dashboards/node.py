@@ -14,6 +14,53 @@ def _rate(metric: str, sel: str = NODE) -> str:
     return f"rate({metric}{{{sel}}}{RATE})"
 
 
+def _hardware_counters(d):
+    """Host hardware counters (pmu collector, recording rules in deploy/prometheus/rules/teye-pmu.yml)."""
+    d = d.with_row(row("Host hardware counters"))
+    d = d.with_panel(timeseries(
+        "Cycles per instruction", "CPI of the whole node and of its busiest CPUs over 5 minutes (perf cycles / "
+        "instructions, system-wide). Around 0.3-1 is compute-bound code; several cycles per instruction mean "
+        "the CPUs wait on memory. Empty on VMs without a virtual PMU: see `teye doctor`.",
+        "none",
+        [target(f"teye:node_cpi:ratio5m{{{NODE}}}", "node"),
+         target(f"topk(8, teye:cpu_cpi:ratio5m{{{NODE}}})", "cpu {{cpu}}")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Floating point by class", "Floating-point operations per second by precision and vector width (FMA "
+        "counted as the vendor's event counts it). AMD's counter splits neither: one 'all/all' series.",
+        "flops",
+        [target(f"teye:node_floating_point_operations:rate5m{{{NODE}}}", "{{precision}} {{width}}")],
+        stack=True, min=0))
+    d = d.with_panel(timeseries(
+        "Vectorization ratio", "Packed (128/256/512-bit) floating-point operations / all floating-point "
+        "operations over 5 minutes. Low while a job decodes or augments on the CPU: the host code is scalar.",
+        "percentunit",
+        [target(f"teye:node_vectorization:ratio5m{{{NODE}}}", "packed share")],
+        min=0, max=1))
+    d = d.with_panel(timeseries(
+        "Memory bandwidth", "DRAM bytes per second read and written per socket (memory-controller counters). "
+        "Near the platform's peak while GPUs idle in data_wait: the host, not storage, is the bottleneck.",
+        "Bps",
+        [target(f"teye:socket_memory_read_bytes:rate5m{{{NODE}}}", "socket {{socket}} read"),
+         target(f"teye:socket_memory_written_bytes:rate5m{{{NODE}}}", "socket {{socket}} written")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "PCIe bandwidth per root bus", "Bytes per second PCIe devices behind each root bus read from host "
+        "memory (host to device) and wrote to it (device to host), from the IIO counters. The table next to "
+        "it names the GPUs behind each root bus.",
+        "Bps",
+        [target(f"teye:root_bus_pcie_read_bytes:rate5m{{{NODE}}}", "{{root_bus}} read (host to device)"),
+         target(f"teye:root_bus_pcie_written_bytes:rate5m{{{NODE}}}", "{{root_bus}} written (device to host)")],
+        min=0))
+    d = d.with_panel(table(
+        "GPUs behind each root bus", "Each GPU's PCI address and the PCIe root bus it sits behind (the agent's "
+        "PCI topology joined with teye_gpu_info), to read the PCIe panel per GPU.",
+        "none",
+        [target(f"teye:gpu_pcie_root_bus:info{{{NODE}}}", instant=True, fmt="table")],
+        hide=("Time", "__name__", "job", "instance", "Value")))
+    return d
+
+
 def build():
     d = (dashboard(UID, TITLE, "One node as the teye agent sees it: host CPU, memory, disk, network, "
                    "InfiniBand and NFS, then every GPU's utilization, SM activity, memory, power, temperature, "
@@ -88,6 +135,8 @@ def build():
          target(f"teye_collector_duration_seconds{{{NODE}}}", instant=True, fmt="table")],
         hide=("Time", "__name__", "job", "instance"),
         rename={"Value #A": "up", "Value #B": "last read"}))
+
+    d = _hardware_counters(d)
 
     d = d.with_row(row("GPUs"))
     d = d.with_panel(timeseries(

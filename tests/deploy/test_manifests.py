@@ -43,6 +43,7 @@ def test_daemonset_hands_host_proc_and_sys_to_the_agent():
     assert env == {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
     assert "nvidia.com/gpu" not in str(c.get("resources", {}))
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert c["securityContext"]["capabilities"]["add"] == ["PERFMON"]   # hardware counters, nothing more
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert args.listen.endswith(":9835") and c["ports"][0]["containerPort"] == 9835

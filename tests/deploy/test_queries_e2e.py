@@ -180,6 +180,10 @@ def test_every_dashboard_query_runs_and_returns_data(stack):
     # counters appear with the trace's first XID event, 2 s into it.
     allowed_missing = {"teye_network_receive_bytes_total", "teye_network_transmit_bytes_total",
                        "teye_gpu_xid_errors_total"}
+    # Hardware counters (pmu collector) need a hardware PMU: neither the fixture trees nor a VM
+    # have one (their rules are promtool-tested in deploy/prometheus/tests/teye-pmu.test.yml).
+    from agent.pmu import source as pmu_source
+    allowed_missing |= {s.name for s in vars(pmu_source).values() if type(s).__name__ == "MetricSpec"}
     for where, missing in not_exported:
         assert set(missing) <= allowed_missing, not_exported
 

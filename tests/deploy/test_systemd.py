@@ -97,7 +97,11 @@ def test_unit_grants_only_what_the_agent_needs():
     assert s["DevicePolicy"] == ["closed"]
     assert s["DeviceAllow"] == ["char-nvidia-frontend rw", "char-nvidia rw", "char-nvidia-caps r"]
     assert s["ProtectSystem"] == ["strict"] and s["ProtectHome"] == ["yes"] and s["PrivateTmp"] == ["yes"]
-    assert s["NoNewPrivileges"] == ["yes"] and s["CapabilityBoundingSet"] == [""]
+    assert s["NoNewPrivileges"] == ["yes"]
+    # one capability: system-wide hardware counters (pmu collector), and the one syscall it needs from @debug
+    assert s["CapabilityBoundingSet"] == ["CAP_PERFMON"] and s["AmbientCapabilities"] == ["CAP_PERFMON"]
+    assert s["SystemCallFilter"][1:] == ["~@privileged @resources @mount @swap @reboot @raw-io @module @obsolete "
+                                         "@cpu-emulation @debug", "perf_event_open"]
     assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6 AF_NETLINK"]
     assert s["SystemCallFilter"][0] == "@system-service"
     # /proc stays fully visible (GPU process -> cgroup -> job) and uids stay real (SO_PASSCRED)

@@ -54,7 +54,10 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert lines[6].startswith("perf events: not available")
     assert lines[7].startswith("permissions: nvidia0 -rw-rw-rw- ")
     assert "nvidia1 ---------- " in lines[7] and lines[7].count("NOT read/writable") in (0, 1)
-    assert len(lines) == 8  # one line each
+    assert [line.split(":")[0] for line in lines[8:]] == [  # then one line per hardware-counter group
+        "pmu core cycles/instructions", "pmu floating point", "pmu memory bandwidth", "pmu PCIe bandwidth"]
+    assert all("not supported: no hardware PMU" in line for line in lines[8:])
+    assert len(lines) == 12  # one line each
     fake.gpus[2].lost = False
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)
     assert "MIG on (2 instances: 2/1, 2/5)" in lines[3]

@@ -1,0 +1,136 @@
+"""Core floating-point events that have no sysfs alias, by CPU vendor/family/model.
+
+The ``cpu`` PMU's sysfs ``events/`` directory names only generic events (cycles,
+instructions, ...); the floating-point classes come from this small table.  Each entry
+gives the event description in the PMU's own terms (encoded through its ``format/``
+files like any sysfs alias), the precision and vector width it counts, and how many
+floating-point operations one count stands for.  Every entry cites its public source.
+
+Intel ``FP_ARITH_INST_RETIRED`` (event 0xC7) counts *instructions* by class; an FMA
+instruction counts twice (SDM vol. 3B, "Performance Monitoring Events"; Intel perfmon
+event lists at github.com/intel/perfmon: SKX/events/skylakex_core.json,
+CLX/events/cascadelakex_core.json, ICX/events/icelakex_core.json,
+SPR/events/sapphirerapids_core.json, EMR/events/emeraldrapids_core.json), so operations =
+count x lanes: scalar 1, 128-bit 2 double / 4 single, 256-bit 4 / 8, 512-bit 8 / 16.
+
+AMD ``Retired SSE/AVX FLOPs`` (PMCx003, umask 0xFF all of add/sub, multiply, multiply-add
+(2 per FMA), divide/sqrt) counts *operations* already, of every precision and width
+together (Processor Programming Reference for family 17h models 31h, 19h model 01h and
+19h model 11h; linux tools/perf/pmu-events/arch/x86/amdzen{2,3,4}/floating-point.json
+``fp_ret_sse_avx_ops.all``); teye exports it as precision="all", width="all".
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class CpuModel:
+    vendor: str   # GenuineIntel, AuthenticAMD, ...
+    family: int
+    model: int
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.vendor} family {self.family:#x} model {self.model:#x}" + (f" ({self.name})" if self.name else "")
+
+
+@dataclass(frozen=True)
+class FpEvent:
+    name: str          # the table's event name (also the name in recorded traces)
+    terms: str         # description in the cpu PMU's format terms
+    precision: str     # single, double, all
+    width: str         # scalar, 128, 256, 512, all
+    flops_per_count: float
+    group: str         # events of one group are opened together (at most 4: fits any core's counters)
+
+
+def read_cpuinfo(procfs: str) -> Optional[CpuModel]:
+    """The first processor's vendor, family and model from <procfs>/cpuinfo (None when absent)."""
+    path = os.path.join(procfs, "cpuinfo")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields: Dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        k, sep, v = line.partition(":")
+        if sep:
+            fields.setdefault(k.strip(), v.strip())
+    try:
+        return CpuModel(fields["vendor_id"], int(fields["cpu family"]), int(fields["model"]),
+                        fields.get("model name", ""))
+    except (KeyError, ValueError):
+        return None
+
+
+def _intel_fp_arith() -> Tuple[FpEvent, ...]:
+    out = []
+    for umask, width, prec, lanes in ((0x01, "scalar", "double", 1), (0x02, "scalar", "single", 1),
+                                      (0x04, "128", "double", 2), (0x08, "128", "single", 4),
+                                      (0x10, "256", "double", 4), (0x20, "256", "single", 8),
+                                      (0x40, "512", "double", 8), (0x80, "512", "single", 16)):
+        suffix = "scalar" if width == "scalar" else f"{width}b_packed"
+        out.append(FpEvent(f"fp_arith_inst_retired.{suffix}_{prec}", f"event=0xc7,umask={umask:#04x}",
+                           prec, width, float(lanes), f"fp_{prec}"))
+    return tuple(out)
+
+
+_INTEL_SERVER = _intel_fp_arith()  # FP_ARITH_INST_RETIRED.* in the SKX/CLX/ICX/SPR/EMR core event lists
+_AMD_FLOPS = (FpEvent("fp_ret_sse_avx_ops.all", "event=0x03,umask=0xff", "all", "all", 1.0, "fp_all"),)
+
+# (vendor, family) -> {model: (events, source)}; model None matches any model of the family.
+TABLE: Dict[Tuple[str, int], Dict[Optional[int], Tuple[Tuple[FpEvent, ...], str]]] = {
+    ("GenuineIntel", 6): {
+        0x55: (_INTEL_SERVER, "Skylake-SP / Cascade Lake / Cooper Lake: intel/perfmon SKX, CLX, CPX core json"),
+        0x6a: (_INTEL_SERVER, "Ice Lake-SP: intel/perfmon ICX/events/icelakex_core.json"),
+        0x6c: (_INTEL_SERVER, "Ice Lake-D: intel/perfmon ICX/events/icelakex_core.json"),
+        0x8f: (_INTEL_SERVER, "Sapphire Rapids: intel/perfmon SPR/events/sapphirerapids_core.json"),
+        0xcf: (_INTEL_SERVER, "Emerald Rapids: intel/perfmon EMR/events/emeraldrapids_core.json"),
+    },
+    ("AuthenticAMD", 0x17): {
+        None: (_AMD_FLOPS, "Zen/Zen 2: AMD PPR family 17h, PMCx003; perf amdzen1/amdzen2 floating-point.json"),
+    },
+    ("AuthenticAMD", 0x19): {
+        None: (_AMD_FLOPS, "Zen 3/Zen 4: AMD PPR family 19h, PMCx003; perf amdzen3/amdzen4 floating-point.json"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class UncoreEvent:
+    name: str          # the table's event name (also the name in recorded traces)
+    terms: str         # description in the uncore PMU's format terms
+    bytes_per_count: float
+
+
+# Memory-controller events without a sysfs alias: (vendor, PMU name prefix) ->
+# (read event, written event, source).  AMD Zen 4 and later: one amd_umc_<n> PMU per memory
+# controller (arch/x86/events/amd/uncore.c: format event config:0-7, rdwrmask config:8-9);
+# UMC CAS commands, one per 64-byte line (perf pmu-events amdzen4/amdzen5
+# memory-controller.json: umc_cas_cmd.rd = EventCode 0x0a, RdWrMask 0x1; .wr = RdWrMask 0x2).
+UNCORE_MEMORY = {
+    ("AuthenticAMD", "amd_umc_"): (UncoreEvent("umc_cas_cmd.rd", "event=0x0a,rdwrmask=0x1", 64.0),
+                                   UncoreEvent("umc_cas_cmd.wr", "event=0x0a,rdwrmask=0x2", 64.0),
+                                   "AMD UMC CAS commands: perf amdzen4/amdzen5 memory-controller.json"),
+}
+
+
+def fp_events(cpu: Optional[CpuModel]) -> Tuple[Tuple[FpEvent, ...], str]:
+    """(events, source) for this CPU; ((), why not) when it is not in the table."""
+    if cpu is None:
+        return (), "CPU model unknown (no readable cpuinfo)"
+    fam = TABLE.get((cpu.vendor, cpu.family))
+    entry = None
+    if fam is not None:
+        entry = fam.get(cpu.model) or fam.get(None)
+    if entry is None:
+        return (), f"CPU model not in teye's floating-point event table: {cpu}"
+    return entry
