@@ -203,7 +203,7 @@ class MetricsServer:
         self._conns: Dict[_Conn, None] = {}
         self._waiting: "OrderedDict[_Conn, None]" = OrderedDict()  # evictable, longest waiting first
         self._renders = 0
-        self._tokens = 0.0
+        self._tokens: Optional[float] = None  # the bucket starts full
         self._tokens_at = time.monotonic()
         self._thread: Optional[threading.Thread] = None
         self._main: Optional[asyncio.Task] = None
@@ -307,7 +307,9 @@ class MetricsServer:
         if interval <= 0:
             return False
         now = time.monotonic()
-        self._tokens = min(float(max(burst, 1)), self._tokens + (now - self._tokens_at) / interval)
+        full = float(max(burst, 1))
+        tokens = full if self._tokens is None else self._tokens
+        self._tokens = min(full, tokens + (now - self._tokens_at) / interval)
         self._tokens_at = now
         if self._tokens >= 1.0:
             self._tokens -= 1.0
@@ -344,6 +346,8 @@ class MetricsServer:
                 keep = await self._answer(head, reader, writer)
                 if not keep:
                     await self._linger(reader, writer)
+                    writer.close()  # flushes what is buffered (TLS: then close_notify) before closing
+                    await asyncio.wait_for(writer.wait_closed(), lim.write_timeout_seconds)
                     return
         except asyncio.TimeoutError:
             log.debug("http: connection timed out")
@@ -373,8 +377,9 @@ class MetricsServer:
     async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Close after the response: send FIN, then read what the client still sends (at most 1 s,
         64 KiB) so that unread request bytes do not turn the close into a reset that loses the answer."""
-        if writer.can_write_eof():
-            writer.write_eof()
+        if not writer.can_write_eof():  # TLS has no half-close; its close_notify ends the session
+            return
+        writer.write_eof()
         try:
             await asyncio.wait_for(reader.read(MAX_DISCARDED_BODY), 1.0)
         except (asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
