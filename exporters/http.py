@@ -257,6 +257,9 @@ class MetricsServer:
 
     async def _accept_loop(self) -> None:
         while True:
+            # sock_accept returns without yielding while the backlog is non-empty: yield once per
+            # connection so that evicted connections release their fds and new ones start reading.
+            await asyncio.sleep(0)
             try:
                 sock, _ = await self._loop.sock_accept(self._sock)
             except OSError as e:
