@@ -198,11 +198,21 @@ def defaults(schema: Dict[str, Any] = SCHEMA) -> Dict[str, Any]:
 MAX_NUMBER = 1e9  # larger counts or seconds are mistakes, and overflow timers and buffers
 
 
-def _short(value: Any) -> str:
+def key_text(key: Any) -> str:
+    """A mapping key as an error message shows it: one short line."""
+    text = str(key)
+    return text[:100] if text.isprintable() else repr(text)[:100]
+
+
+def short_repr(value: Any) -> str:
     """repr() bounded in length and depth: a YAML alias bomb must not expand in an error message."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"an integer of {value.bit_length()} bits"
-    return reprlib.Repr().repr(value) if isinstance(value, (list, dict)) else repr(value)[:200]
+    if isinstance(value, (list, dict)):
+        r = reprlib.Repr()
+        r.maxlevel, r.maxlist, r.maxdict = 2, 6, 4
+        return r.repr(value)[:200]
+    return repr(value)[:200]
 
 
 def _validate_value(key: str, f: Field, value: Any) -> Any:
@@ -211,16 +221,16 @@ def _validate_value(key: str, f: Field, value: Any) -> Any:
     ok = isinstance(value, f.type) and not (isinstance(value, bool) and bool not in f.type)
     if not ok:
         raise ConfigError(f"config key '{key}': expected {_type_name(f.type)}, got {type(value).__name__} "
-                          f"{_short(value)}")
+                          f"{short_repr(value)}")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) <= MAX_NUMBER:
         raise ConfigError(f"config key '{key}': must be a finite number of at most {MAX_NUMBER:.0e} "
-                          f"(got {_short(value)})")
+                          f"(got {short_repr(value)})")
     if f.type == FLOAT:
         value = float(value)
     if f.check:
         err = f.check(value)
         if err:
-            raise ConfigError(f"config key '{key}': {err} (got {_short(value)})")
+            raise ConfigError(f"config key '{key}': {err} (got {short_repr(value)})")
     return value
 
 
@@ -231,7 +241,7 @@ def merge(base: Dict[str, Any], override: Any, schema: Dict[str, Any] = SCHEMA, 
         raise ConfigError(f"config {where}: expected a mapping of keys, got {type(override).__name__}")
     out = copy.deepcopy(base)
     for key, value in override.items():
-        dotted = prefix + str(key)[:100]
+        dotted = prefix + key_text(key)
         if key not in schema:
             choices = ", ".join(sorted(schema))
             raise ConfigError(f"config key '{dotted}': unknown key (known here: {choices})")

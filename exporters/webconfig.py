@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from agent.config import key_text, short_repr
 from agent.errors import ConfigError
 from agent.logutil import RateLimitedLog
 
@@ -107,7 +108,7 @@ def go_duration(text: Any, key: str) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if pos != len(s) or not s:
-        raise ConfigError(f"{key}: expected a duration such as 1s or 250ms, got {text!r}")
+        raise ConfigError(f"{key}: expected a duration such as 1s or 250ms, got {short_repr(text)}")
     return total
 
 
@@ -139,12 +140,12 @@ def _mapping(value: Any, key: str) -> Dict[str, Any]:
 def _check_keys(section: Dict[str, Any], allowed, where: str) -> None:
     for k in section:
         if k not in allowed:
-            raise ConfigError(f"{where}{k}: unknown key (known here: {', '.join(sorted(allowed))})")
+            raise ConfigError(f"{where}{key_text(k)}: unknown key (known here: {', '.join(sorted(allowed))})")
 
 
 def _string(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+        raise ConfigError(f"{key}: expected a non-empty string, got {short_repr(value)}")
     return value
 
 
@@ -152,7 +153,7 @@ def _strings(value: Any, key: str) -> List[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+        raise ConfigError(f"{key}: expected a list of strings, got {short_repr(value)}")
     return value
 
 
@@ -209,8 +210,8 @@ def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
             os.close(fd)
 
     auth = section.get("client_auth_type", "NoClientCert") or "NoClientCert"
-    if auth not in CLIENT_AUTH:
-        raise ConfigError(f"{w}client_auth_type: expected one of {', '.join(CLIENT_AUTH)}, got {auth!r}")
+    if not isinstance(auth, str) or auth not in CLIENT_AUTH:
+        raise ConfigError(f"{w}client_auth_type: expected one of {', '.join(CLIENT_AUTH)}, got {short_repr(auth)}")
     ca_file, ca = section.get("client_ca_file"), section.get("client_ca")
     if (ca_file or ca) and auth == "NoClientCert":
         raise ConfigError(f"{w}client_ca_file: client CAs are configured but client_auth_type is NoClientCert")
@@ -238,8 +239,8 @@ def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
 
     for k, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
         v = section.get(k) or default
-        if v not in TLS_VERSIONS:
-            raise ConfigError(f"{w}{k}: expected one of {', '.join(TLS_VERSIONS)}, got {v!r}")
+        if not isinstance(v, str) or v not in TLS_VERSIONS:
+            raise ConfigError(f"{w}{k}: expected one of {', '.join(TLS_VERSIONS)}, got {short_repr(v)}")
         try:
             setattr(ctx, k.replace("_version", "imum_version"), TLS_VERSIONS[v])
         except ValueError as e:
@@ -253,7 +254,7 @@ def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
         if s in TLS13_SUITES:
             continue
         if s not in GO_CIPHERS:
-            raise ConfigError(f"{w}cipher_suites: {s!r} is not supported (supported: "
+            raise ConfigError(f"{w}cipher_suites: {short_repr(s)} is not supported (supported: "
                               f"{', '.join(sorted(GO_CIPHERS) + sorted(TLS13_SUITES))})")
         names.append(GO_CIPHERS[s])
     if names:
@@ -263,13 +264,13 @@ def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
             raise ConfigError(f"{w}cipher_suites: OpenSSL here offers none of {suites}") from None
     prefer = section.get("prefer_server_cipher_suites", True)
     if not isinstance(prefer, bool):
-        raise ConfigError(f"{w}prefer_server_cipher_suites: expected a boolean, got {prefer!r}")
+        raise ConfigError(f"{w}prefer_server_cipher_suites: expected a boolean, got {short_repr(prefer)}")
     if prefer:
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     curves = _strings(section.get("curve_preferences"), w + "curve_preferences")
     for c in curves:
         if c not in GO_CURVES:
-            raise ConfigError(f"{w}curve_preferences: {c!r} is not one of {', '.join(GO_CURVES)}")
+            raise ConfigError(f"{w}curve_preferences: {short_repr(c)} is not one of {', '.join(GO_CURVES)}")
     if curves:
         ctx.set_ecdh_curve(GO_CURVES[curves[0]])
     ctx.set_alpn_protocols(["http/1.1"])
@@ -290,22 +291,22 @@ def parse(data: Any, base: str = ".") -> Tuple[Settings, List[str]]:
         raise ConfigError(f"http_server_config.http2: expected a boolean, got {http['http2']!r}")
     headers = []
     for name, value in _mapping(http.get("headers"), "http_server_config.headers").items():
-        where = f"http_server_config.headers.{name}"
+        where = f"http_server_config.headers.{key_text(name)}"
         if name not in HEADERS:
             raise ConfigError(f"{where}: unknown header (allowed: {', '.join(HEADERS)})")
         if value in (None, ""):
             continue
         if not isinstance(value, str) or "\r" in value or "\n" in value:
-            raise ConfigError(f"{where}: expected a one-line string, got {value!r}")
+            raise ConfigError(f"{where}: expected a one-line string, got {short_repr(value)}")
         allowed = HEADERS[name]
         if allowed and value.lower() not in allowed:
-            raise ConfigError(f"{where}: expected one of {', '.join(allowed)}, got {value!r}")
+            raise ConfigError(f"{where}: expected one of {', '.join(allowed)}, got {short_repr(value)}")
         headers.append((name, value))
 
     users = {}
     for user, h in _mapping(doc.get("basic_auth_users"), "basic_auth_users").items():
         if not isinstance(user, str) or not isinstance(h, str) or not _BCRYPT.match(h):
-            raise ConfigError(f"basic_auth_users.{user}: expected a bcrypt hash ($2y$10$... as htpasswd -nBC 10 "
+            raise ConfigError(f"basic_auth_users.{key_text(user)}: expected a bcrypt hash ($2y$10$... as htpasswd -nBC 10 "
                               "writes it)")
         users[user] = h.encode()
 
@@ -314,7 +315,7 @@ def parse(data: Any, base: str = ".") -> Tuple[Settings, List[str]]:
     interval = go_duration(rate.get("interval", 0), "rate_limit.interval")
     burst = rate.get("burst", 0)
     if not isinstance(burst, int) or isinstance(burst, bool) or burst < 0:
-        raise ConfigError(f"rate_limit.burst: expected an integer >= 0, got {burst!r}")
+        raise ConfigError(f"rate_limit.burst: expected an integer >= 0, got {short_repr(burst)}")
     return Settings(tls, users, tuple(headers), interval, burst), files
 
 
