@@ -5,7 +5,7 @@ slow or idle clients cost a few kilobytes each, never a thread.  Rendering and b
 a small fixed pool of worker threads.  The bounds (``web.*`` in the config):
 
 - ``max_connections`` open connections, clamped below the process's fd limit (RLIMIT_NOFILE
-  minus :data:`FD_RESERVE` for the sampler, NVML, the phase socket and logs).  When the
+  minus the fds open when the server starts, minus :data:`FD_RESERVE` for what opens later).  When the
   table is full, a new connection evicts the one that has waited longest for its request
   (a half-sent request or an idle keep-alive), so connections that hold without asking can
   never lock a scraper out; a connection being answered is never evicted.
@@ -29,6 +29,7 @@ import asyncio
 import errno
 import gzip
 import logging
+import os
 import resource
 import socket
 import ssl
@@ -57,8 +58,9 @@ LANDING = b"""<!doctype html>
 </body></html>
 """
 TEXT = "text/plain; charset=utf-8"
-# File descriptors kept free for everything but HTTP connections: the listening socket, the
-# phase socket, NVML's device handles (a few per GPU), /proc and /sys reads, logs, Python.
+# File descriptors kept free, beyond those open at start, for what opens later: /proc and /sys
+# reads (one at a time per collector thread), a GPU coming back (NVML opens its device nodes),
+# the render workers, logs.
 FD_RESERVE = 64
 WORKER_THREADS = 4
 MAX_HEADERS = 100
@@ -98,12 +100,20 @@ class Limits:
         return cls(**{k: web[k] for k in cls.__dataclass_fields__ if k in web})
 
 
+def open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
 def fd_budget(wanted: int) -> int:
-    """Connections this process can hold: ``wanted``, at most the soft RLIMIT_NOFILE minus FD_RESERVE."""
+    """Connections this process can hold: ``wanted``, at most the soft RLIMIT_NOFILE minus the fds open
+    now (sources, NVML, perf events are opened before the server) minus FD_RESERVE."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(1, min(wanted, soft - FD_RESERVE))
+    return max(1, min(wanted, soft - open_fds() - FD_RESERVE))
 
 
 class _BadRequest(Exception):
