@@ -36,6 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.procs import REPO, free_port  # noqa: E402
+from tests.web.agentproc import stop_process  # noqa: E402
 from tests.web.certs import bcrypt_hash, write_pki  # noqa: E402
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -91,13 +92,7 @@ class Exporter:
         return threads, rss
 
     def stop(self, sig=15) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig)
 
 
 class Row:

@@ -66,7 +66,7 @@ WORKER_THREADS = 4
 MAX_HEADERS = 100
 MAX_DISCARDED_BODY = 65536
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           413: "Content Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+           413: "Content Too Large", 500: "Internal Server Error", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
            503: "Service Unavailable"}
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
@@ -463,9 +463,13 @@ class MetricsServer:
                     body, ctype, more = await self._loop.run_in_executor(
                         self._pool, self._render, req.headers.get("accept", ""),
                         req.headers.get("accept-encoding", ""))
+                    code = 200
+                except Exception:  # a bug in rendering: logged with its traceback, the scrape gets 500
+                    _rlog.error("render", "http: rendering /metrics failed", exc_info=True)
+                    code, body, ctype, more = 500, b"internal error\n", TEXT, ()
                 finally:
                     self._renders -= 1
-                self._write(writer, 200, body, ctype, extra + list(more), is_head, not keep)
+                self._write(writer, code, body, ctype, extra + list(more), is_head, not keep)
         elif req.path == "/":
             self._write(writer, 200, LANDING, "text/html; charset=utf-8", extra, is_head, not keep)
         else:

@@ -175,36 +175,32 @@ def _memfile(data: str) -> int:
     return fd
 
 
+def _pem_source(section: Dict[str, Any], what: str, base: str, files: List[str], fds: List[int]) -> str:
+    """The path ssl loads the certificate or key from: ``{what}_file`` (watched for changes), or the
+    inline ``{what}`` PEM in an anonymous in-memory file (its fd appended to fds)."""
+    w = "tls_server_config."
+    path, inline = section.get(what + "_file"), section.get(what)
+    if path and inline:
+        raise ConfigError(f"{w}{what} and {w}{what}_file: give one of them, not both")
+    if not (path or inline):
+        raise ConfigError(f"{w}{what}_file: missing (required when tls_server_config is set)")
+    if path:
+        path = _resolve(base, _string(path, w + what + "_file"))
+        files.append(path)
+        return path
+    fds.append(_memfile(_string(inline, w + what)))
+    return f"/proc/self/fd/{fds[-1]}"
+
+
 def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
     w = "tls_server_config."
     _check_keys(section, _TLS_KEYS, w)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.options |= ssl.OP_NO_COMPRESSION
-    cert_file, key_file = section.get("cert_file"), section.get("key_file")
-    cert, key = section.get("cert"), section.get("key")
-    if cert_file and cert:
-        raise ConfigError(f"{w}cert and {w}cert_file: give one of them, not both")
-    if key_file and key:
-        raise ConfigError(f"{w}key and {w}key_file: give one of them, not both")
-    if not (cert_file or cert):
-        raise ConfigError(f"{w}cert_file: missing (required when tls_server_config is set)")
-    if not (key_file or key):
-        raise ConfigError(f"{w}key_file: missing (required when tls_server_config is set)")
-    fds = []
+    fds: List[int] = []
     try:
-        if cert_file:
-            certpath = _resolve(base, _string(cert_file, w + "cert_file"))
-            files.append(certpath)
-        else:
-            fds.append(_memfile(_string(cert, w + "cert")))
-            certpath = f"/proc/self/fd/{fds[-1]}"
-        if key_file:
-            keypath = _resolve(base, _string(key_file, w + "key_file"))
-            files.append(keypath)
-        else:
-            fds.append(_memfile(_string(key, w + "key")))
-            keypath = f"/proc/self/fd/{fds[-1]}"
-        _load_chain(ctx, certpath, keypath, "certificate/key")
+        paths = [_pem_source(section, what, base, files, fds) for what in ("cert", "key")]
+        _load_chain(ctx, paths[0], paths[1], "certificate/key")
     finally:
         for fd in fds:
             os.close(fd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agent.errors import ParseError
@@ -53,11 +54,6 @@ def mutated(draw, text: str) -> str:
     return "\n".join(lines)
 
 
-def text_for(name: str):
-    return st.one_of(st.binary(max_size=512).map(lambda b: b.decode("utf-8", "replace")),
-                     st.text(max_size=256), mutated(fixture(PROCFS, name)))
-
-
 def parses_or_parse_error(fn, text):
     try:
         return fn(text)
@@ -65,63 +61,39 @@ def parses_or_parse_error(fn, text):
         return None
 
 
+NET_DEV = os.path.join(os.path.dirname(os.path.dirname(PROCFS)), "net_dev", "proc", "net", "dev")
+
+# parser, the fixture file it reads (mutated by the fuzzer), and what a reading must be
+TEXT_PARSERS = {
+    "stat": (lambda t: cpu.parse_stat(t, "stat"), os.path.join(PROCFS, "stat"),
+             lambda r: isinstance(r, cpu.CpuReading)),
+    "diskstats": (lambda t: disk.parse_diskstats(t, "diskstats", exclude=r"^loop"), os.path.join(PROCFS, "diskstats"),
+                  lambda r: isinstance(r, disk.DiskReading)),
+    "meminfo": (lambda t: memory.parse_meminfo(t, "meminfo"), os.path.join(PROCFS, "meminfo"),
+                lambda r: isinstance(r, memory.MemoryReading)),
+    "net/dev": (lambda t: network.parse_net_dev(t, "net/dev"), NET_DEV,
+                lambda r: isinstance(r, network.NetworkReading)),
+    "mountstats": (lambda t: nfs.parse_mountstats(t, "mountstats"), os.path.join(PROCFS, "self", "mountstats"),
+                   lambda r: all(isinstance(m, nfs.NfsMount) for m in r)),
+    "net/rpc/nfs": (lambda t: nfs.parse_rpc_nfs(t, "net/rpc/nfs"), os.path.join(PROCFS, "net", "rpc", "nfs"),
+                    lambda r: isinstance(r, nfs.NfsRpcStats)),
+    "net/rpc/nfsd": (lambda t: nfsd.parse_nfsd(t, "net/rpc/nfsd"), os.path.join(PROCFS, "net", "rpc", "nfsd"),
+                     lambda r: isinstance(r, nfsd.NfsdReading)),
+    **{f"pressure/{n}": (lambda t: pressure.parse_psi(t, "pressure"), os.path.join(PROCFS, "pressure", n),
+                         lambda r: all(isinstance(v, pressure.PsiLine) for v in r.values()))
+       for n in ("cpu", "io", "memory", "irq")},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_PARSERS))
 @FUZZ
-@given(text_for("stat"))
-def test_cpu_stat(text):
-    r = parses_or_parse_error(lambda t: cpu.parse_stat(t, "stat"), text)
-    assert r is None or isinstance(r, cpu.CpuReading)
-
-
-@FUZZ
-@given(text_for("diskstats"))
-def test_diskstats(text):
-    r = parses_or_parse_error(lambda t: disk.parse_diskstats(t, "diskstats", exclude=r"^loop"), text)
-    assert r is None or isinstance(r, disk.DiskReading)
-
-
-@FUZZ
-@given(text_for("meminfo"))
-def test_meminfo(text):
-    r = parses_or_parse_error(lambda t: memory.parse_meminfo(t, "meminfo"), text)
-    assert r is None or isinstance(r, memory.MemoryReading)
-
-
-NET_DEV = fixture(os.path.dirname(os.path.dirname(PROCFS)), "net_dev", "proc", "net", "dev")
-
-
-@FUZZ
-@given(st.one_of(st.binary(max_size=512).map(lambda b: b.decode("utf-8", "replace")), mutated(NET_DEV)))
-def test_net_dev(text):
-    r = parses_or_parse_error(lambda t: network.parse_net_dev(t, "net/dev"), text)
-    assert r is None or isinstance(r, network.NetworkReading)
-
-
-@FUZZ
-@given(text_for("self/mountstats"))
-def test_mountstats(text):
-    r = parses_or_parse_error(lambda t: nfs.parse_mountstats(t, "mountstats"), text)
-    assert r is None or all(isinstance(m, nfs.NfsMount) for m in r)
-
-
-@FUZZ
-@given(text_for("net/rpc/nfs"))
-def test_rpc_nfs(text):
-    r = parses_or_parse_error(lambda t: nfs.parse_rpc_nfs(t, "net/rpc/nfs"), text)
-    assert r is None or isinstance(r, nfs.NfsRpcStats)
-
-
-@FUZZ
-@given(text_for("net/rpc/nfsd"))
-def test_nfsd(text):
-    r = parses_or_parse_error(lambda t: nfsd.parse_nfsd(t, "net/rpc/nfsd"), text)
-    assert r is None or isinstance(r, nfsd.NfsdReading)
-
-
-@FUZZ
-@given(st.sampled_from(["cpu", "io", "memory", "irq"]).flatmap(lambda n: text_for(f"pressure/{n}")))
-def test_pressure(text):
-    r = parses_or_parse_error(lambda t: pressure.parse_psi(t, "pressure/io"), text)
-    assert r is None or all(isinstance(v, pressure.PsiLine) for v in r.values())
+@given(data=st.data())
+def test_text_parsers(name, data):
+    parse, path, is_reading = TEXT_PARSERS[name]
+    text = data.draw(st.one_of(st.binary(max_size=512).map(lambda b: b.decode("utf-8", "replace")),
+                               st.text(max_size=256), mutated(fixture(path))))
+    r = parses_or_parse_error(parse, text)
+    assert r is None or is_reading(r)
 
 
 PORT = os.path.join(SYSFS, "class", "infiniband", "mlx4_0", "ports", "1")

@@ -14,6 +14,18 @@ from typing import List, Optional
 from tests.procs import REPO, free_port
 
 
+def stop_process(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 10.0) -> int:
+    """Send sig, wait; SIGKILL when it does not exit in time.  Returns the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class WebAgent:
     def __init__(self, tmpdir: str, web_config: Optional[str] = None, ca: Optional[str] = None,
                  wrap: List[str] = (), args: List[str] = (), port: Optional[int] = None):
@@ -74,12 +86,5 @@ class WebAgent:
             return fh.read()
 
     def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
         self._log.close()
-        return self.proc.returncode
+        return stop_process(self.proc, sig)

@@ -149,3 +149,17 @@ def test_slow_heads_and_idle_keep_alives_are_closed():
         assert read_all(idle) == b""
     finally:
         srv.stop()
+
+
+def test_a_failing_render_is_a_500_with_its_traceback_logged(logs):
+    def broken(accept, encoding):
+        raise KeyError("bug")
+    srv, _ = start(render=broken)
+    try:
+        code, _, body = request(srv, "/metrics")
+        assert (code, body) == (500, b"internal error\n")
+        errors = no_tracebacks(logs.records)
+        assert len(errors) == 1 and errors[0].exc_info[0] is KeyError
+        assert request(srv, "/healthz")[0] == 200
+    finally:
+        srv.stop()

@@ -233,3 +233,18 @@ def test_rate_limit_answers_429(tmp_path, pki):
         assert [request(srv)[0] for _ in range(4)] == [200, 200, 429, 429]
     finally:
         srv.stop()
+
+
+def test_inline_certificate_key_and_client_ca(tmp_path, pki):
+    def block(name):
+        return "|\n" + "".join("    " + line + "\n" for line in open(pki[name]).read().splitlines())
+    path = tmp_path / "web.yml"
+    path.write_text(f"tls_server_config:\n  cert: {block('server')}  key: {block('server-key')}"
+                    f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca: {block('ca')}")
+    srv, _ = start(str(path))
+    try:
+        code, _, body = request(srv, ctx=client_context(pki["ca"], pki["client"], pki["client-key"]))
+        assert (code, body) == (200, BODY)
+        assert handshake_refused(srv, client_context(pki["ca"]))
+    finally:
+        srv.stop()
