@@ -105,8 +105,9 @@ SCHEMA: Dict[str, Any] = {
         "config_file": Field(STR, None, "exporter-toolkit web configuration file (TLS, basic auth, headers), the "
                              "format node_exporter's --web.config.file reads; unset serves plain HTTP.",
                              nullable=True),
-        "max_connections": Field(INT, 512, "Most open HTTP connections (lowered to the fd limit minus 64); when "
-                                 "full, the connection waiting longest for its request is closed.", _positive),
+        "max_connections": Field(INT, 4096, "Most open HTTP connections, about 7 KiB each (lowered to fit the fd "
+                                 "limit); when full, the connection waiting longest for its request is closed.",
+                                 _positive),
         "max_requests": Field(INT, 40, "Most concurrent /metrics requests (as node_exporter's "
                               "--web.max-requests); more get 503.", _positive),
         "header_timeout_seconds": Field(FLOAT, 10.0, "TLS handshake and request head must arrive within this.",

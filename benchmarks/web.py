@@ -13,6 +13,8 @@ exporters, scrapes alternating between them so that machine noise hits both alik
 - parallel-N: N threads scraping at once
 - tls+auth:   sequential scrapes over https with basic auth, one new connection (handshake) each
 - restart:    kill -9, start again, seconds until /healthz (teye) or / (node_exporter) answers
+- slow-N at a lower fd limit (--evict-nofile, default 1024, the systemd default): more slow
+              connections than descriptors; teye closes the longest-waiting ones to make room
 
 Per row: scrape latency p50/p99 (ms), failed scrapes, peak threads and peak RSS of the exporter
 (/proc/<pid>/status, sampled after every scrape), and the teye/node_exporter ratio of p50.
@@ -246,6 +248,7 @@ def main() -> int:
     ap.add_argument("--slow", type=int, default=2000)
     ap.add_argument("--scrapers", type=int, default=50)
     ap.add_argument("--nofile", type=int, default=8192, help="fd limit of both exporters (the unit's LimitNOFILE)")
+    ap.add_argument("--evict-nofile", type=int, default=1024, help="fd limit for the last slow-N row (0: skip)")
     args = ap.parse_args()
     if not NODE_EXPORTER:
         print("prometheus-node-exporter not installed (apt-get install prometheus-node-exporter)", file=sys.stderr)
@@ -261,14 +264,14 @@ def main() -> int:
         fh.write(f"tls_server_config:\n  cert_file: {pki['server']}\n  key_file: {pki['server-key']}\n"
                  f"basic_auth_users:\n  prometheus: '{bcrypt_hash(PASSWORD, cost=10)}'\n")
 
-    def make(tls: bool):
+    def make(tls: bool, nofile: int = args.nofile):
         tp, np_ = free_port(), free_port()
         extra = ["--web.config.file", web] if tls else []
         teye = Exporter("teye", [sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{tp}",
                                  "--phase-socket", os.path.join(tmp, f"p{tp}.sock")] + extra,
-                        tp, "/healthz", args.nofile, tls, pki["ca"], tmp)
+                        tp, "/healthz", nofile, tls, pki["ca"], tmp)
         node = Exporter("node_exporter", [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{np_}"] + extra,
-                        np_, "/", args.nofile, tls, pki["ca"], tmp)
+                        np_, "/", nofile, tls, pki["ca"], tmp)
         return [teye, node]
 
     print(f"teye: {sys.executable} -m agent agent; node_exporter: {NODE_EXPORTER}; fd limit {args.nofile} each; "
@@ -305,6 +308,17 @@ def main() -> int:
     finally:
         for ex in exs:
             ex.stop()
+    if args.evict_nofile:
+        exs = make(tls=False, nofile=args.evict_nofile)
+        try:
+            rows, notes = under_attack(exs, args.scrapes // 2, args.slow)
+            print_rows(f"slow-{args.slow} at fd limit {args.evict_nofile}: {args.scrapes // 2} scrapes, more slow "
+                       "connections than descriptors", rows)
+            for n in notes:
+                print("  " + n)
+        finally:
+            for ex in exs:
+                ex.stop()
     return 0
 
 
