@@ -18,7 +18,7 @@ from agent.phases import protocol
 from agent.sources import cpu, disk, infiniband, memory, network, nfs, nfsd, pressure
 from tests.conftest import PROCFS, SYSFS
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def fixture(*parts: str) -> str:
@@ -141,7 +141,7 @@ def datagrams(draw) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(datagrams())
 def test_phase_protocol(data):
     try:
