@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import logging
 import os
 import re
@@ -415,5 +414,6 @@ class WebConfig:
                 self._auth_cache[key] = cached
                 while len(self._auth_cache) > AUTH_CACHE_SIZE:
                     self._auth_cache.popitem(last=False)
-        # Constant-time: the outcome never depends on a short-circuit over the secret.
-        return hmac.compare_digest(b"\1" if cached else b"\0", b"\1") and known is not None
+        # Timing: no secret is compared byte by byte here.  bcrypt's check is constant-time, unknown
+        # users pay the same hash as known ones, and the cache is keyed by a SHA-256 digest.
+        return cached and known is not None
