@@ -38,6 +38,10 @@ def _overrides(args: argparse.Namespace) -> dict:
         o.setdefault("pmu", {})["replay"] = args.pmu_replay
     if getattr(args, "phase_socket", None):
         o.setdefault("phases", {})["socket"] = args.phase_socket
+    if getattr(args, "web_config_file", None):
+        o.setdefault("web", {})["config_file"] = args.web_config_file
+    if getattr(args, "web_max_requests", None) is not None:
+        o.setdefault("web", {})["max_requests"] = args.web_max_requests
     return o
 
 
@@ -78,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--pmu-replay", metavar="FILE", help="serve a recorded PMU trace (teye record --pmu) instead "
                    "of live perf events")
     a.add_argument("--phase-socket", metavar="PATH", help="Unix datagram socket for training-phase messages")
+    a.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                   help="exporter-toolkit web config (TLS, basic auth), as node_exporter's flag")
+    a.add_argument("--web.max-requests", dest="web_max_requests", type=int, metavar="N",
+                   help="most concurrent /metrics requests (default 40)")
     a.set_defaults(func=cmd_agent)
 
     d = sub.add_parser("doctor", help="print what this node supports and why not")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -101,6 +102,24 @@ SCHEMA: Dict[str, Any] = {
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),
     "stale_after_seconds": Field(FLOAT, 10.0, "A read still running after this long marks its collector down "
                                  "(a hung NFS mount never hangs a scrape).", _positive),
+    "web": {
+        "config_file": Field(STR, None, "exporter-toolkit web configuration file (TLS, basic auth, headers), the "
+                             "format node_exporter's --web.config.file reads; unset serves plain HTTP.",
+                             nullable=True),
+        "max_connections": Field(INT, 4096, "Most open HTTP connections, about 7 KiB each (lowered to fit the fd "
+                                 "limit); when full, the connection waiting longest for its request is closed.",
+                                 _positive),
+        "max_requests": Field(INT, 40, "Most concurrent /metrics requests (as node_exporter's "
+                              "--web.max-requests); more get 503.", _positive),
+        "header_timeout_seconds": Field(FLOAT, 10.0, "TLS handshake and request head must arrive within this.",
+                                        _positive),
+        "idle_timeout_seconds": Field(FLOAT, 120.0, "An idle keep-alive connection is closed after this.",
+                                      _positive),
+        "write_timeout_seconds": Field(FLOAT, 30.0, "A client that does not read its response within this is "
+                                       "dropped.", _positive),
+        "max_header_bytes": Field(INT, 16384, "Largest request head (request line and headers); larger gets 431.",
+                                  _positive),
+    },
     "collectors": {name: _collector(iv, help=desc) for name, (iv, desc) in COLLECTORS.items()},
     "disk": {
         "exclude": Field(STR, r"^(z?ram\d+|loop\d+|fd\d+|(h|s|v|xv)d[a-z]+\d+|nvme\d+n\d+p\d+|mmcblk\d+p\d+)$",
@@ -188,18 +207,42 @@ def defaults(schema: Dict[str, Any] = SCHEMA) -> Dict[str, Any]:
     return out
 
 
+MAX_NUMBER = 1e9  # larger counts or seconds are mistakes, and overflow timers and buffers
+
+
+def key_text(key: Any) -> str:
+    """A mapping key as an error message shows it: one short line."""
+    text = str(key)
+    return text[:100] if text.isprintable() else repr(text)[:100]
+
+
+def short_repr(value: Any) -> str:
+    """repr() bounded in length and depth: a YAML alias bomb must not expand in an error message."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, (list, dict)):
+        r = reprlib.Repr()
+        r.maxlevel, r.maxlist, r.maxdict = 2, 6, 4
+        return r.repr(value)[:200]
+    return repr(value)[:200]
+
+
 def _validate_value(key: str, f: Field, value: Any) -> Any:
     if value is None and f.nullable:
         return None
     ok = isinstance(value, f.type) and not (isinstance(value, bool) and bool not in f.type)
     if not ok:
-        raise ConfigError(f"config key '{key}': expected {_type_name(f.type)}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"config key '{key}': expected {_type_name(f.type)}, got {type(value).__name__} "
+                          f"{short_repr(value)}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) <= MAX_NUMBER:
+        raise ConfigError(f"config key '{key}': must be a finite number of at most {MAX_NUMBER:.0e} "
+                          f"(got {short_repr(value)})")
     if f.type == FLOAT:
         value = float(value)
     if f.check:
         err = f.check(value)
         if err:
-            raise ConfigError(f"config key '{key}': {err} (got {value!r})")
+            raise ConfigError(f"config key '{key}': {err} (got {short_repr(value)})")
     return value
 
 
@@ -210,7 +253,7 @@ def merge(base: Dict[str, Any], override: Any, schema: Dict[str, Any] = SCHEMA, 
         raise ConfigError(f"config {where}: expected a mapping of keys, got {type(override).__name__}")
     out = copy.deepcopy(base)
     for key, value in override.items():
-        dotted = prefix + str(key)
+        dotted = prefix + key_text(key)
         if key not in schema:
             choices = ", ".join(sorted(schema))
             raise ConfigError(f"config key '{dotted}': unknown key (known here: {choices})")
@@ -236,6 +279,8 @@ def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None)
             where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
             raise ConfigError(f"config file {path}:{where}: invalid YAML: {problem}") from None
+        except (ValueError, RecursionError) as e:  # an integer too long to convert, nesting too deep
+            raise ConfigError(f"config file {path}: unreadable YAML: {str(e).splitlines()[0][:200]}") from None
         if data is not None:
             cfg = merge(cfg, data)
     if overrides:

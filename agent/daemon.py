@@ -51,16 +51,19 @@ def health(sampler: Sampler) -> Optional[str]:
 
 def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> int:
     """Run until SIGTERM/SIGINT (or stop_event); returns the exit status."""
-    from exporters.http import MetricsServer
+    from exporters.http import Limits, MetricsServer, registry_renderer
+    from exporters.webconfig import WebConfig
     from exporters.prometheus import make_registry
 
     from .context import AgentContext
+    web = WebConfig(cfg["web"]["config_file"])  # a bad web config fails before anything is opened
     srcs = build_sources(cfg, AgentContext())
     sampler = Sampler(srcs)
     registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"])
     host, port = config_mod.split_hostport(cfg["listen"])
     try:
-        server = MetricsServer(host, port, registry, lambda: health(sampler))
+        server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler),
+                               web, Limits.from_config(cfg["web"]))
     except OSError as e:
         for src, _ in srcs.values():
             close = getattr(src, "close", None)
@@ -79,7 +82,8 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     sampler.start()
     server.start()
     h, p = server.address
-    log.info("teye agent listening on http://%s:%d/metrics with collectors: %s", h, p, ", ".join(srcs))
+    log.info("teye agent listening on %s://%s:%d/metrics (at most %d connections) with collectors: %s",
+             server.scheme, h, p, server.max_connections, ", ".join(srcs))
     try:
         while not stop.wait(2.0):  # a signal handler sets stop, which wakes this at once
             pass

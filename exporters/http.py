@@ -1,17 +1,54 @@
-"""HTTP endpoint: /metrics (Prometheus text or OpenMetrics), / (landing page), /healthz."""
+"""HTTP(S) endpoint: /metrics (Prometheus text or OpenMetrics), / (landing page), /healthz.
+
+One event-loop thread owns every connection (a selector, not a thread per connection), so
+slow or idle clients cost a few kilobytes each, never a thread.  Rendering and bcrypt run on
+a small fixed pool of worker threads.  The bounds (``web.*`` in the config):
+
+- ``max_connections`` open connections, clamped below the process's fd limit (RLIMIT_NOFILE
+  minus the fds open when the server starts, minus :data:`FD_RESERVE` for what opens later).  When the
+  table is full, a new connection evicts the one that has waited longest for its request
+  (a half-sent request or an idle keep-alive), so connections that hold without asking can
+  never lock a scraper out; a connection being answered is never evicted.
+- ``header_timeout_seconds``: the TLS handshake and the request head must arrive within it.
+- ``idle_timeout_seconds``: an idle keep-alive connection is closed after it.
+- ``write_timeout_seconds``: a client that stops reading its response is dropped.
+- ``max_requests``: concurrent /metrics renders (as node_exporter's ``--web.max-requests``);
+  beyond it a scrape gets 503 at once.
+- ``max_header_bytes``: a longer request head gets 431.
+
+TLS, basic auth, security headers and rate limiting come from the exporter-toolkit web
+configuration file (:mod:`exporters.webconfig`).  /healthz answers without credentials (it
+carries no data) so liveness probes need none.
+
+Malformed requests, unknown methods and paths get a 4xx; a client that goes away mid-response
+costs one debug line.
+"""
 from __future__ import annotations
 
+import asyncio
+import errno
 import gzip
 import logging
+import os
+import resource
 import socket
+import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Optional
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
+from agent.logutil import RateLimitedLog
+
+from .webconfig import WebConfig, parse_basic_auth
+
 log = logging.getLogger("teye.http")
+_rlog = RateLimitedLog(log)
 
 LANDING = b"""<!doctype html>
 <html><head><title>teye agent</title></head>
@@ -20,79 +57,458 @@ LANDING = b"""<!doctype html>
 <ul><li><a href="metrics">/metrics</a> (Prometheus)</li><li><a href="healthz">/healthz</a></li></ul>
 </body></html>
 """
+TEXT = "text/plain; charset=utf-8"
+# File descriptors kept free, beyond those open at start, for what opens later: /proc and /sys
+# reads (one at a time per collector thread), a GPU coming back (NVML opens its device nodes),
+# the render workers, logs.
+FD_RESERVE = 64
+WORKER_THREADS = 4
+MAX_HEADERS = 100
+MAX_DISCARDED_BODY = 65536
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+           413: "Content Too Large", 500: "Internal Server Error", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+           503: "Service Unavailable"}
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+# render(accept, accept_encoding) -> (body, content type, extra headers): the one place the
+# /metrics body is produced.
+Render = Callable[[str, str], Tuple[bytes, str, List[Tuple[str, str]]]]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, addr, handler, registry: CollectorRegistry, health: Callable[[], Optional[str]]):
-        host = addr[0]
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        self.registry = registry
-        self.health = health
-        super().__init__(addr, handler)
+def registry_renderer(registry: CollectorRegistry) -> Render:
+    """The /metrics body from a registry: text or OpenMetrics by Accept, gzip when asked for."""
+    def render(accept: str, accept_encoding: str):
+        encoder, ctype = choose_encoder(accept)
+        body = encoder(registry)
+        if "gzip" in accept_encoding:
+            return gzip.compress(body, compresslevel=1), ctype, [("Content-Encoding", "gzip")]
+        return body, ctype, []
+    return render
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
+@dataclass(frozen=True)
+class Limits:
+    max_connections: int = 4096
+    max_requests: int = 40
+    header_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 120.0
+    write_timeout_seconds: float = 30.0
+    max_header_bytes: int = 16384
 
-    def log_message(self, fmt, *args):  # access log only at debug level
-        log.debug("%s " + fmt, self.address_string(), *args)
+    @classmethod
+    def from_config(cls, web: Dict) -> "Limits":
+        return cls(**{k: web[k] for k in cls.__dataclass_fields__ if k in web})
 
-    def _send(self, code: int, body: bytes, ctype: str, extra=()):
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in extra:
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
-    def do_GET(self):
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            encoder, ctype = choose_encoder(self.headers.get("Accept", ""))
-            body = encoder(self.server.registry)
-            extra = []
-            if "gzip" in self.headers.get("Accept-Encoding", ""):
-                body = gzip.compress(body, compresslevel=1)
-                extra.append(("Content-Encoding", "gzip"))
-            self._send(200, body, ctype, extra)
-        elif path == "/":
-            self._send(200, LANDING, "text/html; charset=utf-8")
-        elif path == "/healthz":
-            problem = self.server.health()
-            if problem:
-                self._send(503, (problem + "\n").encode(), "text/plain; charset=utf-8")
-            else:
-                self._send(200, b"ok\n", "text/plain; charset=utf-8")
+def open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def fd_budget(wanted: int) -> int:
+    """Connections this process can hold: ``wanted``, at most the soft RLIMIT_NOFILE minus the fds open
+    now (sources, NVML, perf events are opened before the server) minus FD_RESERVE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - open_fds() - FD_RESERVE))
+
+
+class _BadRequest(Exception):
+    def __init__(self, code: int, reason: str):
+        super().__init__(reason)
+        self.code = code
+
+
+class _Request:
+    __slots__ = ("method", "path", "version", "headers")
+
+    def __init__(self, method: str, path: str, version: str, headers: Dict[str, str]):
+        self.method, self.path, self.version, self.headers = method, path, version, headers
+
+    def keep_alive(self) -> bool:
+        conn = self.headers.get("connection", "").lower()
+        if self.version == "HTTP/1.0":
+            return "keep-alive" in conn
+        return "close" not in conn
+
+
+def parse_head(head: bytes) -> _Request:
+    """Request line and headers (without the final blank line) -> _Request, or _BadRequest."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise _BadRequest(400, "malformed request line")
+    method, target, version = parts
+    if not method or not set(method) <= _TOKEN:
+        raise _BadRequest(400, "malformed method")
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise _BadRequest(400, f"unsupported protocol version {version[:16]!r}")
+    if not target.startswith("/") or any(c <= " " or c == "\x7f" for c in target):
+        raise _BadRequest(400, "malformed request target")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise _BadRequest(431, "too many header fields")
+    headers: Dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or not set(name) <= _TOKEN:
+            raise _BadRequest(400, "malformed header field")
+        name = name.lower()
+        value = value.strip(" \t")
+        if name in headers:
+            if name in ("content-length", "host", "authorization"):
+                raise _BadRequest(400, f"repeated {name} header")
+            value = headers[name] + ", " + value
+        headers[name] = value
+    if version == "HTTP/1.1" and "host" not in headers:
+        raise _BadRequest(400, "missing Host header")
+    return _Request(method, target.split("?", 1)[0], version, headers)
+
+
+class _Conn:
+    __slots__ = ("task", "sock", "transport")
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.task: Optional[asyncio.Task] = None
+        self.transport: Optional[asyncio.BaseTransport] = None
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
         else:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-    do_HEAD = do_GET
+            self.sock.close()
 
 
 class MetricsServer:
-    """Binds at construction (so a port in use fails early), serves in a thread after start()."""
+    """Binds at construction (so a port in use or a bad web config fails early), serves after start()."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry,
-                 health: Callable[[], Optional[str]] = lambda: None):
-        self._srv = _Server((host, port), _Handler, registry, health)
+    def __init__(self, host: str, port: int, render: Render,
+                 health: Callable[[], Optional[str]] = lambda: None,
+                 web: Optional[WebConfig] = None, limits: Limits = Limits()):
+        self._render = render
+        self._health = health
+        self._web = web or WebConfig(None)
+        self.limits = limits
+        self.max_connections = fd_budget(limits.max_connections)
+        if self.max_connections < limits.max_connections:
+            log.warning("web.max_connections %d lowered to %d: the fd limit is %d (raise LimitNOFILE)",
+                        limits.max_connections, self.max_connections,
+                        resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))
+            self._sock.listen(min(socket.SOMAXCONN, 1024))
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.setblocking(False)
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(self._on_loop_error)
+        self._pool = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="teye-http-worker")
+        self._conns: Dict[_Conn, None] = {}
+        self._waiting: "OrderedDict[_Conn, None]" = OrderedDict()  # evictable, longest waiting first
+        self._renders = 0
+        self._tokens: Optional[float] = None  # the bucket starts full
+        self._tokens_at = time.monotonic()
         self._thread: Optional[threading.Thread] = None
+        self._main: Optional[asyncio.Task] = None
 
     @property
     def address(self):
-        return self._srv.server_address[:2]
+        return self._sock.getsockname()[:2]
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self._web.tls_enabled else "http"
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="teye-http", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="teye-http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._srv.shutdown()
-        self._srv.server_close()
+        if self._thread is not None:
+            self._loop.call_soon_threadsafe(self._shutdown)
+            self._thread.join(10)
+        self._sock.close()
+        self._pool.shutdown(wait=False)
+
+    # -- event loop ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._main = self._loop.create_task(self._accept_loop())
+        try:
+            self._loop.run_until_complete(self._main)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            pending = [c.task for c in self._conns if c.task is not None]
+            for t in pending:
+                t.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
+
+    def _shutdown(self) -> None:
+        if self._main is not None:
+            self._main.cancel()
+
+    def _on_loop_error(self, loop, context) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, (OSError, ssl.SSLError)):
+            log.debug("http: %s: %s", context.get("message"), exc)
+        else:
+            _rlog.error("loop", "http: %s", context.get("message"), exc_info=exc)
+
+    async def _accept_loop(self) -> None:
+        while True:
+            # sock_accept returns without yielding while the backlog is non-empty: yield once per
+            # connection so that evicted connections release their fds and new ones start reading.
+            await asyncio.sleep(0)
+            try:
+                sock, _ = await self._loop.sock_accept(self._sock)
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    _rlog.warning("accept", "http: accept failed (%s); closing the longest-waiting connection",
+                                  e.strerror)
+                    if not self._evict():
+                        await asyncio.sleep(0.05)
+                continue
+            if len(self._conns) >= self.max_connections and not self._evict():
+                _rlog.warning("full", "http: %d connections all busy answering; refusing a new one",
+                              len(self._conns))
+                sock.close()
+                continue
+            # Responses are written whole: no reason to wait (Nagle) for the ACK of the TLS session
+            # tickets sent just before, which the client delays by 40 ms.
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # reset before we got to it
+                sock.close()
+                continue
+            conn = _Conn(sock)
+            self._conns[conn] = None
+            self._waiting[conn] = None
+            conn.task = self._loop.create_task(self._serve(conn))
+            conn.task.add_done_callback(lambda _t, c=conn: self._closed(c))
+
+    def _closed(self, conn: _Conn) -> None:
+        """A connection's task ended (answered, timed out, failed, evicted or never started)."""
+        self._conns.pop(conn, None)
+        self._waiting.pop(conn, None)
+        conn.abort()
+
+    def _evict(self) -> bool:
+        """Close the connection that has waited longest for a request; False if none is waiting."""
+        if not self._waiting:
+            return False
+        conn, _ = self._waiting.popitem(last=False)
+        self._conns.pop(conn, None)
+        if conn.transport is not None:
+            conn.transport.abort()  # frees the fd now; mid-handshake, cancelling the task does
+        if conn.task is not None:
+            conn.task.cancel()
+        log.debug("http: connection table full, closed the longest-waiting connection")
+        return True
+
+    def _set_waiting(self, conn: _Conn, waiting: bool) -> None:
+        if waiting:
+            self._waiting[conn] = None
+            self._waiting.move_to_end(conn)
+        else:
+            self._waiting.pop(conn, None)
+
+    def _rate_limited(self, interval: float, burst: int) -> bool:
+        if interval <= 0:
+            return False
+        now = time.monotonic()
+        full = float(max(burst, 1))
+        tokens = full if self._tokens is None else self._tokens
+        self._tokens = min(full, tokens + (now - self._tokens_at) / interval)
+        self._tokens_at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return False
+        return True
+
+    # -- one connection -----------------------------------------------------------------------
+
+    async def _serve(self, conn: _Conn) -> None:
+        lim = self.limits
+        settings = self._web.current()
+        reader = asyncio.StreamReader(limit=lim.max_header_bytes, loop=self._loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=self._loop)
+        try:
+            tls = settings.tls
+            if tls and not await asyncio.wait_for(self._looks_like_tls(conn.sock), lim.header_timeout_seconds):
+                return
+            transport, _ = await asyncio.wait_for(self._loop.connect_accepted_socket(
+                lambda: protocol, conn.sock, ssl=tls.context if tls else None,
+                ssl_handshake_timeout=lim.header_timeout_seconds if tls else None), lim.header_timeout_seconds)
+            conn.transport = transport
+            writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
+            if tls and tls.allowed_sans and not self._san_allowed(writer, tls.allowed_sans):
+                log.debug("http: client certificate SAN not in client_allowed_sans; closing")
+                return
+            first = True
+            while True:
+                self._set_waiting(conn, True)
+                head = await self._read_head(reader, first)
+                if head is None:
+                    return
+                first = False
+                self._set_waiting(conn, False)
+                keep = await self._answer(head, reader, writer)
+                if not keep:
+                    await self._linger(reader, writer)
+                    writer.close()  # flushes what is buffered (TLS: then close_notify) before closing
+                    await asyncio.wait_for(writer.wait_closed(), lim.write_timeout_seconds)
+                    return
+        except asyncio.TimeoutError:
+            log.debug("http: connection timed out")
+        except (ConnectionError, ssl.SSLError, OSError, asyncio.IncompleteReadError) as e:
+            log.debug("http: client went away: %s", e.__class__.__name__)
+
+    async def _looks_like_tls(self, sock: socket.socket) -> bool:
+        """Wait for the first byte without consuming it; a plain HTTP request gets a 400 (as Go's
+        servers answer it) instead of a failed handshake."""
+        ready = self._loop.create_future()
+        self._loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            self._loop.remove_reader(sock.fileno())
+        first = sock.recv(1, socket.MSG_PEEK)
+        if first[:1] == b"\x16" or not first:  # a TLS handshake record, or closed (the handshake reports it)
+            return True
+        log.debug("http: plain HTTP on the TLS port")
+        try:
+            sock.send(b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+                      b"Client sent an HTTP request to an HTTPS server.\n")
+        except OSError:
+            pass
+        return False
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Close after the response: send FIN, then read what the client still sends (at most 1 s,
+        64 KiB) so that unread request bytes do not turn the close into a reset that loses the answer."""
+        if not writer.can_write_eof():  # TLS has no half-close; its close_notify ends the session
+            return
+        writer.write_eof()
+        try:
+            await asyncio.wait_for(reader.read(MAX_DISCARDED_BODY), 1.0)
+        except (asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
+            pass
+
+    @staticmethod
+    def _san_allowed(writer: asyncio.StreamWriter, allowed: Iterable[str]) -> bool:
+        sslobj = writer.get_extra_info("ssl_object")
+        cert = sslobj.getpeercert() if sslobj is not None else None
+        sans = {v for _, v in (cert or {}).get("subjectAltName", ())}
+        return bool(sans & set(allowed))
+
+    async def _read_head(self, reader: asyncio.StreamReader, first: bool):
+        """The request head, or None when the client closed (or idled out) between requests."""
+        lim = self.limits
+        if first:
+            start = b""
+        else:
+            try:
+                start = await asyncio.wait_for(reader.readexactly(1), lim.idle_timeout_seconds)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+                return None
+        try:
+            rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), lim.header_timeout_seconds)
+        except asyncio.IncompleteReadError as e:
+            if first and not e.partial:
+                return None  # connected and closed without a request
+            raise
+        except asyncio.LimitOverrunError:
+            return _BadRequest(431, "request head too large")
+        return start + rest[:-4]
+
+    async def _answer(self, head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; returns whether the connection stays open."""
+        settings = self._web.current()
+        extra = list(settings.headers)
+        try:
+            if isinstance(head, _BadRequest):
+                raise head
+            req = parse_head(head)
+            await self._discard_body(req, reader)
+        except _BadRequest as e:
+            log.debug("http: %d %s", e.code, e)
+            self._write(writer, e.code, (str(e) + "\n").encode(), TEXT, extra, head=False, close=True)
+            return False
+        keep = req.keep_alive()
+        is_head = req.method == "HEAD"
+        if req.method not in ("GET", "HEAD"):
+            self._write(writer, 405, b"method not allowed\n", TEXT, extra + [("Allow", "GET, HEAD")],
+                        is_head, not keep)
+        elif req.path == "/healthz":
+            problem = self._health()
+            code, body = (503, (problem + "\n").encode()) if problem else (200, b"ok\n")
+            self._write(writer, code, body, TEXT, extra, is_head, not keep)
+        elif self._rate_limited(settings.rate_interval, settings.rate_burst):
+            self._write(writer, 429, b"too many requests\n", TEXT, extra, is_head, not keep)
+        elif settings.users and not await self._authorized(settings, req):
+            self._write(writer, 401, b"unauthorized\n", TEXT, extra + [("WWW-Authenticate", 'Basic realm="teye"')],
+                        is_head, not keep)
+        elif req.path == "/metrics":
+            if self._renders >= self.limits.max_requests:
+                _rlog.warning("busy", "http: %d /metrics requests in flight (web.max_requests); answering 503",
+                              self._renders)
+                self._write(writer, 503, b"too many concurrent scrapes\n", TEXT, extra, is_head, not keep)
+            else:
+                self._renders += 1
+                try:
+                    body, ctype, more = await self._loop.run_in_executor(
+                        self._pool, self._render, req.headers.get("accept", ""),
+                        req.headers.get("accept-encoding", ""))
+                    code = 200
+                except Exception:  # a bug in rendering: logged with its traceback, the scrape gets 500
+                    _rlog.error("render", "http: rendering /metrics failed", exc_info=True)
+                    code, body, ctype, more = 500, b"internal error\n", TEXT, ()
+                finally:
+                    self._renders -= 1
+                self._write(writer, code, body, ctype, extra + list(more), is_head, not keep)
+        elif req.path == "/":
+            self._write(writer, 200, LANDING, "text/html; charset=utf-8", extra, is_head, not keep)
+        else:
+            self._write(writer, 404, b"not found\n", TEXT, extra, is_head, not keep)
+        await asyncio.wait_for(writer.drain(), self.limits.write_timeout_seconds)
+        return keep
+
+    async def _discard_body(self, req: _Request, reader: asyncio.StreamReader) -> None:
+        if "transfer-encoding" in req.headers:
+            raise _BadRequest(400, "request bodies with Transfer-Encoding are not accepted")
+        length = req.headers.get("content-length", "0")
+        if not length.isdigit():
+            raise _BadRequest(400, "malformed Content-Length")
+        n = int(length)
+        if n > MAX_DISCARDED_BODY:
+            raise _BadRequest(413, "request body too large")
+        if n:
+            await asyncio.wait_for(reader.readexactly(n), self.limits.header_timeout_seconds)
+
+    async def _authorized(self, settings, req: _Request) -> bool:
+        creds = parse_basic_auth(req.headers.get("authorization"))
+        if creds is None:
+            return False
+        return await self._loop.run_in_executor(self._pool, self._web.check_password, settings, *creds)
+
+    @staticmethod
+    def _write(writer: asyncio.StreamWriter, code: int, body: bytes, ctype: str,
+               extra: List[Tuple[str, str]], head: bool, close: bool) -> None:
+        lines = [f"HTTP/1.1 {code} {REASONS.get(code, '')}", f"Content-Type: {ctype}",
+                 f"Content-Length: {len(body)}"]
+        lines += [f"{k}: {v}" for k, v in extra]
+        if close:
+            lines.append("Connection: close")
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        writer.write(data if head else data + body)

@@ -79,7 +79,9 @@ def prometheus_binary() -> Optional[str]:
 class Prometheus:
     """A real Prometheus (Debian package) scraping the given targets every second."""
 
-    def __init__(self, tmpdir: str, targets: List[str], rule_files: List[str] = (), scrape_job: str = "teye"):
+    def __init__(self, tmpdir: str, targets: List[str], rule_files: List[str] = (), scrape_job: str = "teye",
+                 more_scrape_configs: str = ""):
+        """more_scrape_configs: YAML list items (indented two spaces) appended to scrape_configs."""
         binary = prometheus_binary()
         if not binary:
             raise RuntimeError("prometheus not installed (apt-get install prometheus); .ci/run installs it")
@@ -96,7 +98,7 @@ scrape_configs:
   - job_name: {scrape_job}
     static_configs:
       - targets: {json.dumps(targets)}
-""")
+{more_scrape_configs}""")
         self._log = open(os.path.join(tmpdir, "prometheus.log"), "w+")
         self.proc = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmpdir}/data",
                                       f"--web.listen-address=127.0.0.1:{self.port}"],

@@ -1,0 +1,331 @@
+"""/metrics under attack and under TLS, `teye agent` side by side with Debian's prometheus-node-exporter.
+
+    python benchmarks/web.py [--scrapes 100] [--slow 2000] [--scrapers 50] [--nofile 8192]
+
+Both exporters run on this host under the same fd limit (prlimit, default the systemd unit's
+LimitNOFILE) and, for the TLS rows, the same exporter-toolkit web config file (a throwaway CA
+and certificate, basic auth with a cost-10 bcrypt hash).  Scenarios, each run against both
+exporters, scrapes alternating between them so that machine noise hits both alike:
+
+- plain:      sequential scrapes, one new connection each (Connection: close)
+- slow-N:     the same while N connections each hold half a request (re-opened as soon as the
+              server closes one, as a determined attacker would)
+- parallel-N: N threads scraping at once
+- tls+auth:   sequential scrapes over https with basic auth, one new connection (handshake) each
+- restart:    kill -9, start again, seconds until /healthz (teye) or / (node_exporter) answers
+- slow-N at a lower fd limit (--evict-nofile, default 1024, the systemd default): more slow
+              connections than descriptors; teye closes the longest-waiting ones to make room
+
+Per row: scrape latency p50/p99 (ms), failed scrapes, peak threads and peak RSS of the exporter
+(/proc/<pid>/status, sampled after every scrape), and the teye/node_exporter ratio of p50.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import os
+import selectors
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.procs import REPO, free_port  # noqa: E402
+from tests.web.agentproc import stop_process  # noqa: E402
+from tests.web.certs import bcrypt_hash, write_pki  # noqa: E402
+
+NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+PASSWORD = "bench-password"
+
+
+class Exporter:
+    def __init__(self, name: str, cmd, port: int, health: str, nofile: int, tls: bool, ca: str, tmp: str):
+        self.name, self.port, self.health, self.tls = name, port, health, tls
+        self.cmd = ["prlimit", f"--nofile={nofile}:{nofile}", "--"] + cmd
+        self.ctx = ssl.create_default_context(cafile=ca) if tls else None
+        self.log = open(os.path.join(tmp, f"{name}-{'tls' if tls else 'plain'}.log"), "a")
+        self.start()
+
+    def start(self) -> float:
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: see {self.log.name}")
+            try:
+                self.get(self.health, timeout=1)
+                return time.perf_counter() - t0
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.005)
+
+    def get(self, path: str = "/metrics", timeout: float = 10.0) -> int:
+        if self.tls:
+            c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.ctx)
+        else:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        headers = {"Connection": "close", "Accept-Encoding": "gzip"}
+        if self.tls:
+            headers["Authorization"] = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+        try:
+            c.request("GET", path, headers=headers)
+            r = c.getresponse()
+            body = r.read()
+            if r.status != 200:
+                raise OSError(f"HTTP {r.status}")
+            return len(body)
+        finally:
+            c.close()
+
+    def status(self):
+        threads = rss = 0
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("Threads:"):
+                    threads = int(line.split()[1])
+                elif line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) / 1024
+        return threads, rss
+
+    def stop(self, sig=15) -> None:
+        stop_process(self.proc, sig)
+
+
+class Row:
+    def __init__(self):
+        self.lat, self.fail, self.threads, self.rss = [], 0, 0, 0.0
+
+    def sample(self, ex: Exporter) -> None:
+        t, r = ex.status()
+        self.threads, self.rss = max(self.threads, t), max(self.rss, r)
+
+    def scrape(self, ex: Exporter) -> None:
+        t0 = time.perf_counter()
+        try:
+            ex.get()
+            self.lat.append(time.perf_counter() - t0)
+        except (OSError, http.client.HTTPException):
+            self.fail += 1
+        self.sample(ex)
+
+
+class SlowLoris(threading.Thread):
+    """n connections, each having sent half a request; those the server closes are re-opened."""
+
+    def __init__(self, port: int, n: int):
+        super().__init__(daemon=True)
+        self.port, self.n = port, n
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.reopened = 0
+
+    def _open(self, sel) -> None:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", self.port))
+        sel.register(s, selectors.EVENT_WRITE)
+
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for _ in range(self.n):
+            self._open(sel)
+        self.ready.set()
+        while not self.stop.is_set():
+            for key, ev in sel.select(0.05):
+                s = key.fileobj
+                try:
+                    if key.events == selectors.EVENT_WRITE:
+                        s.send(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                        sel.modify(s, selectors.EVENT_READ)
+                        continue
+                    if s.recv(4096):
+                        continue
+                except OSError:
+                    pass
+                sel.unregister(s)
+                s.close()
+                self.reopened += 1
+                self._open(sel)
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+        sel.close()
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def sequential(exs, n):
+    rows = {ex.name: Row() for ex in exs}
+    for _ in range(n):
+        for ex in exs:
+            rows[ex.name].scrape(ex)
+    return rows
+
+
+def under_attack(exs, n, slow):
+    rows, notes = {}, []
+    for ex in exs:  # one attack at a time: the attacker and the client share this machine
+        attack = SlowLoris(ex.port, slow)
+        attack.start()
+        attack.ready.wait(60)
+        time.sleep(1.0)
+        row = rows[ex.name] = Row()
+        for _ in range(n):
+            row.scrape(ex)
+        attack.stop.set()
+        attack.join(30)
+        t0 = time.perf_counter()
+        try:
+            ex.get()
+            after = f"{1000 * (time.perf_counter() - t0):.1f} ms"
+        except (OSError, http.client.HTTPException) as e:
+            after = f"failed ({e})"
+        notes.append(f"{ex.name}: {attack.reopened} attacker connections closed by the server; "
+                     f"first scrape after the attack {after}")
+    return rows, notes
+
+
+def parallel(exs, n, scrapers):
+    rows = {}
+    for ex in exs:
+        row = rows[ex.name] = Row()
+        lock = threading.Lock()
+        per = max(1, n // scrapers) * 2
+
+        def worker():
+            for _ in range(per):
+                t0 = time.perf_counter()
+                try:
+                    ex.get()
+                    with lock:
+                        row.lat.append(time.perf_counter() - t0)
+                except (OSError, http.client.HTTPException):
+                    with lock:
+                        row.fail += 1
+
+        ts = [threading.Thread(target=worker) for _ in range(scrapers)]
+        for t in ts:
+            t.start()
+        while any(t.is_alive() for t in ts):
+            row.sample(ex)
+            time.sleep(0.02)
+        for t in ts:
+            t.join()
+    return rows
+
+
+def restart(exs):
+    rows = {}
+    for ex in exs:
+        row = rows[ex.name] = Row()
+        for _ in range(5):
+            ex.stop(sig=9)
+            row.lat.append(ex.start())
+            row.sample(ex)
+    return rows
+
+
+def print_rows(title, rows, unit=1000.0, what="scrape"):
+    names = list(rows)
+    print(f"\n{title}")
+    print(f"  {'exporter':<16}{what + ' p50':>14}{'p99':>10}{'failed':>8}{'threads':>9}{'RSS MiB':>9}")
+    for name in names:
+        r = rows[name]
+        print(f"  {name:<16}{pct(r.lat, 0.5) * unit:>11.1f} ms{pct(r.lat, 0.99) * unit:>7.1f} ms{r.fail:>8d}"
+              f"{r.threads:>9d}{r.rss:>9.1f}")
+    if len(names) == 2 and rows[names[1]].lat and rows[names[0]].lat:
+        print(f"  p50 ratio {names[0]}/{names[1]}: "
+              f"{statistics.median(rows[names[0]].lat) / statistics.median(rows[names[1]].lat):.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scrapes", type=int, default=100)
+    ap.add_argument("--slow", type=int, default=2000)
+    ap.add_argument("--scrapers", type=int, default=50)
+    ap.add_argument("--nofile", type=int, default=8192, help="fd limit of both exporters (the unit's LimitNOFILE)")
+    ap.add_argument("--evict-nofile", type=int, default=1024, help="fd limit for the last slow-N row (0: skip)")
+    args = ap.parse_args()
+    if not NODE_EXPORTER:
+        print("prometheus-node-exporter not installed (apt-get install prometheus-node-exporter)", file=sys.stderr)
+        return 1
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.slow + 1000)), hard))
+
+    tmp = tempfile.mkdtemp(prefix="teye-bench-web-")
+    pki = write_pki(tmp)
+    web = os.path.join(tmp, "web.yml")
+    with open(web, "w") as fh:
+        fh.write(f"tls_server_config:\n  cert_file: {pki['server']}\n  key_file: {pki['server-key']}\n"
+                 f"basic_auth_users:\n  prometheus: '{bcrypt_hash(PASSWORD, cost=10)}'\n")
+
+    def make(tls: bool, nofile: int = args.nofile):
+        tp, np_ = free_port(), free_port()
+        extra = ["--web.config.file", web] if tls else []
+        teye = Exporter("teye", [sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{tp}",
+                                 "--phase-socket", os.path.join(tmp, f"p{tp}.sock")] + extra,
+                        tp, "/healthz", nofile, tls, pki["ca"], tmp)
+        node = Exporter("node_exporter", [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{np_}"] + extra,
+                        np_, "/", nofile, tls, pki["ca"], tmp)
+        return [teye, node]
+
+    print(f"teye: {sys.executable} -m agent agent; node_exporter: {NODE_EXPORTER}; fd limit {args.nofile} each; "
+          f"{os.cpu_count()} CPUs; scrapes use a new connection each")
+    exs = make(tls=False)
+    try:
+        for ex in exs:  # warm up (first renders, bcrypt cache, page-ins)
+            for _ in range(5):
+                ex.get()
+        print_rows(f"plain: {args.scrapes} sequential scrapes", sequential(exs, args.scrapes))
+        rows, notes = under_attack(exs, args.scrapes, args.slow)
+        print_rows(f"slow-{args.slow}: {args.scrapes} scrapes while {args.slow} connections hold half a request",
+                   rows)
+        for n in notes:
+            print("  " + n)
+        print_rows(f"parallel-{args.scrapers}: {args.scrapers} concurrent scrapers",
+                   parallel(exs, args.scrapes, args.scrapers))
+        plain_again = sequential(exs, args.scrapes)
+        print_rows("restart: kill -9, start again, seconds until serving (5 times)", restart(exs),
+                   unit=1000.0, what="ready")
+    finally:
+        for ex in exs:
+            ex.stop()
+    exs = make(tls=True)
+    try:
+        for ex in exs:
+            for _ in range(5):
+                ex.get()
+        tls_rows = sequential(exs, args.scrapes)
+        print_rows(f"tls+auth: {args.scrapes} sequential scrapes over https + basic auth (handshake each)", tls_rows)
+        for name in tls_rows:
+            print(f"  {name}: tls+auth p50 / plain p50 = "
+                  f"{statistics.median(tls_rows[name].lat) / statistics.median(plain_again[name].lat):.2f}")
+    finally:
+        for ex in exs:
+            ex.stop()
+    if args.evict_nofile:
+        exs = make(tls=False, nofile=args.evict_nofile)
+        try:
+            n = min(15, args.scrapes)  # a blinded exporter costs the 10 s timeout per scrape
+            rows, notes = under_attack(exs, n, args.slow)
+            print_rows(f"slow-{args.slow} at fd limit {args.evict_nofile}: {n} scrapes, more slow "
+                       "connections than descriptors", rows)
+            for n in notes:
+                print("  " + n)
+        finally:
+            for ex in exs:
+                ex.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
