@@ -27,6 +27,7 @@ class Field:
     help: str
     check: Optional[Callable[[Any], Optional[str]]] = None  # returns an error text or None
     nullable: bool = False
+    max: float = 1e9  # larger counts or seconds are mistakes, and overflow timers and buffers
 
 
 def _positive(v):
@@ -153,7 +154,8 @@ SCHEMA: Dict[str, Any] = {
                                  _positive),
         "memory_peak_bytes_per_second": Field(FLOAT, None, "The node's peak DRAM bandwidth (all sockets, read + "
                                               "write). When set, `teye profile` calls an input-bound job 'host' "
-                                              "once memory traffic reaches 80 % of it.", _positive, nullable=True),
+                                              "once memory traffic reaches 80 % of it.", _positive, nullable=True,
+                                              max=1e14),
     },
     "phases": {
         "socket": Field(STR, None, "Unix datagram socket path for phase messages (default: /run/teye/phases.sock, "
@@ -207,7 +209,7 @@ def defaults(schema: Dict[str, Any] = SCHEMA) -> Dict[str, Any]:
     return out
 
 
-MAX_NUMBER = 1e9  # larger counts or seconds are mistakes, and overflow timers and buffers
+MAX_NUMBER = Field.max  # the default bound of a numeric key; a key whose unit is larger (bytes/s) sets its own
 
 
 def key_text(key: Any) -> str:
@@ -234,8 +236,8 @@ def _validate_value(key: str, f: Field, value: Any) -> Any:
     if not ok:
         raise ConfigError(f"config key '{key}': expected {_type_name(f.type)}, got {type(value).__name__} "
                           f"{short_repr(value)}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) <= MAX_NUMBER:
-        raise ConfigError(f"config key '{key}': must be a finite number of at most {MAX_NUMBER:.0e} "
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) <= f.max:
+        raise ConfigError(f"config key '{key}': must be a finite number of at most {f.max:.0e} "
                           f"(got {short_repr(value)})")
     if f.type == FLOAT:
         value = float(value)

@@ -52,7 +52,7 @@ def check_loaded(cfg):
         v = config.get(cfg, ".".join(path))
         assert (v is None and f.nullable) or isinstance(v, f.type), (path, v)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            assert abs(v) <= config.MAX_NUMBER
+            assert abs(v) <= f.max
         if path[-1] == "interval_seconds":
             assert v > 0
 
