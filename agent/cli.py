@@ -9,13 +9,11 @@ from typing import List, Optional
 from . import __version__
 from . import config as config_mod
 from .errors import ConfigError
+from .logutil import setup_logging
 
 log = logging.getLogger("teye")
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def _common_source_flags(p: argparse.ArgumentParser) -> None:
@@ -52,7 +50,7 @@ def load_config(args: argparse.Namespace) -> dict:
 def cmd_agent(args: argparse.Namespace) -> int:
     from .daemon import run
     cfg = load_config(args)
-    _setup_logging(cfg["log_level"])
+    setup_logging(cfg["log_level"])
     return run(cfg)
 
 
@@ -66,6 +64,18 @@ def _lazy(module: str, func: str = "main"):
     def call(args):
         import importlib
         return getattr(importlib.import_module(module), func)(args)
+    return call
+
+
+def _with_config(module: str, func: str = "main"):
+    """Like _lazy, but the command gets the loaded configuration too: ``main(args, cfg)``.
+
+    Configuration is the CLI's business, so the modules below it never import agent.cli.
+    """
+    def call(args):
+        import importlib
+        cfg = load_config(args)
+        return getattr(importlib.import_module(module), func)(args, cfg)
     return call
 
 
@@ -90,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="print what this node supports and why not")
     _common_source_flags(d)
-    d.set_defaults(func=_lazy("agent.doctor"))
+    d.set_defaults(func=_with_config("agent.doctor"))
 
     r = sub.add_parser("record", help="record what the GPU backend (or, with --pmu, the PMU source) reads, "
                        "as JSON lines")
@@ -99,14 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=float, default=60.0, metavar="SECONDS")
     r.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
     _common_source_flags(r)
-    r.set_defaults(func=lambda args: _lazy("agent.pmu.record" if args.pmu else "agent.gpu.record")(args))
+    r.set_defaults(func=lambda args: _with_config("agent.pmu.record" if args.pmu else "agent.gpu.record")(args))
 
     pr = sub.add_parser("profile", help="run a command and explain its GPU idle time")
     pr.add_argument("--output", metavar="DIR", default="teye-profile")
     _common_source_flags(pr)
     pr.add_argument("--gpu-replay", metavar="FILE", help=argparse.SUPPRESS)
     pr.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
-    pr.set_defaults(func=_lazy("agent.profile"))
+    pr.set_defaults(func=_with_config("agent.profile"))
 
     db = sub.add_parser("dashboards", help="Grafana dashboards")
     dsub = db.add_subparsers(dest="dash_command", metavar="ACTION")

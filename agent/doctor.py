@@ -196,9 +196,7 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     return lines
 
 
-def main(args) -> int:
-    from .cli import load_config
-    cfg = load_config(args)
+def main(args, cfg: dict) -> int:
     for line in report(cfg):
         print(line)
     return 0

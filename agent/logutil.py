@@ -7,6 +7,12 @@ import time
 from typing import Dict, Tuple
 
 
+def setup_logging(level: str) -> None:
+    """The agent's log format on stderr at ``level`` (debug, info, warning, error)."""
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 class RateLimitedLog:
     def __init__(self, logger: logging.Logger, interval_s: float = 60.0, clock=time.monotonic):
         self._log = logger

@@ -24,6 +24,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .context import AgentContext
+from .logutil import setup_logging
 from .errors import ConfigError, ParseError, SourceUnavailable
 from .phases.jobs import JobView
 from .phases.protocol import PHASES
@@ -322,16 +323,14 @@ def _wait_quiet(src: PhaseSource, quiet_s: float = 0.15, limit_s: float = 2.0) -
         time.sleep(quiet_s)
 
 
-def main(args) -> int:
-    from .cli import _setup_logging, load_config
+def main(args, cfg: dict) -> int:
     cmd = list(args.cmd or [])
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         print("teye profile: no command given; usage: teye profile [--output DIR] -- CMD ARGS...", file=sys.stderr)
         return 2
-    cfg = load_config(args)
-    _setup_logging(cfg["log_level"] if getattr(args, "log_level", None) else "warning")
+    setup_logging(cfg["log_level"] if getattr(args, "log_level", None) else "warning")
     out_dir = args.output
     try:
         os.makedirs(out_dir, exist_ok=True)

@@ -243,10 +243,8 @@ def record(nv, path: str, duration_s: float, interval_s: float, cfg: Optional[di
     return polls
 
 
-def main(args) -> int:
-    from ..cli import load_config
+def main(args, cfg: dict) -> int:
     from .nvml import load_pynvml
-    cfg = load_config(args)
     if args.duration <= 0 or args.interval <= 0:
         print("teye record: --duration and --interval must be > 0", file=sys.stderr)
         return 2

@@ -86,9 +86,7 @@ def record(path: str, duration_s: float, interval_s: float, sysfs: str, procfs: 
     return polls
 
 
-def main(args) -> int:
-    from ..cli import load_config
-    cfg = load_config(args)
+def main(args, cfg: dict) -> int:
     if args.duration <= 0 or args.interval <= 0:
         print("teye record: --duration and --interval must be > 0", file=sys.stderr)
         return 2

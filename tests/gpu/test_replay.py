@@ -11,6 +11,7 @@ import time
 import pynvml
 import pytest
 
+from agent.cli import load_config
 from agent.context import AgentContext
 from agent.errors import ConfigError, ParseError
 from agent.gpu import record as record_mod
@@ -222,7 +223,7 @@ def test_teye_record_without_nvml_exits_1_and_leaves_no_file(tmp_path, capsys):
         pytest.skip("NVML works here: this test is for a machine without a GPU")
     except pynvml.NVMLError:
         pass
-    assert record_mod.main(args) == 1
+    assert record_mod.main(args, load_config(args)) == 1
     assert not out.exists()
     assert "nothing to record" in capsys.readouterr().err
 
