@@ -125,19 +125,21 @@ def _gpu_summary(ctx, t0: int, t1: int, threshold: float) -> List[Dict[str, Any]
 
 
 def _job_summary(j: JobView) -> Dict[str, Any]:
-    step_total = j.step_hist.sum
-    phases = dict(j.phase_seconds)
+    # The evidence covers the whole run (the profile's window); its phase times are the time inside
+    # the reported steps, so every share is a part of the step time (at most 1, never clipped).
+    ev = j.evidence
+    step_total = ev.step_seconds
+    phases = dict(ev.phase_seconds)
     phase_total = sum(phases.values())
-    denom = step_total if step_total > 0 else phase_total
     breakdown = {}
     for p in PHASES:
         s = phases.get(p, 0.0)
         if s or p in ("data_wait", "compute", "host", "communication"):
-            breakdown[p] = {"seconds": round(s, 6), "share": round(s / denom, 4) if denom else 0.0,
+            breakdown[p] = {"seconds": round(s, 6), "share": round(ev.share(p), 4),
                             "ms_per_step": round(1000 * s / j.steps, 3) if j.steps else None}
     if step_total > 0:
         un = max(0.0, step_total - phase_total)
-        breakdown["untracked"] = {"seconds": round(un, 6), "share": round(un / denom, 4),
+        breakdown["untracked"] = {"seconds": round(un, 6), "share": round(un / step_total, 4),
                                   "ms_per_step": round(1000 * un / j.steps, 3) if j.steps else None}
     idle_by_phase: Dict[str, float] = {}
     for _gpu, phase, s in j.gpu_idle_seconds:

@@ -7,10 +7,16 @@ and ``phases.trusted_uids``) and ``USER/NAME`` for everyone else: another user c
 neither add to nor squat on a trusted user's job name.
 
 Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums over the
-sliding window, a step-time histogram, at most 64 pids, at most ``max_pending_intervals``
+sliding window, a step-time histogram, at most 64 pids (each with at most 256 phases
+waiting for the step that closes them), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are live;
 a job silent for ``job_expiry_seconds`` expires and its series disappear.
+
+Shares of step time are computed from the phase time *inside* the reported steps
+(each phase's intervals clipped to the step of the same process and merged), in integer
+nanoseconds, and GPU idle shares from the GPU idle time inside steps: a share can never
+exceed 1, whatever the client sends.
 """
 from __future__ import annotations
 
@@ -33,6 +39,11 @@ log = logging.getLogger("teye.phases")
 NP = len(PHASES)
 PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 STEP = -1                       # pending-interval key of a step (phases use their index)
+IN_STEP = 100                   # pending-interval keys IN_STEP + i: GPU idle inside steps, per IN_KINDS[i]
+# The GPU idle the verdict weighs, inside steps: which phases each kind's (merged) time covers.
+IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("host", ("host", "compute")),
+            ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
+OPEN_PER_PID = 256              # phases kept per process until the step that closes them arrives
 RING_SLOTS = 30
 MAX_PIDS = 64
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -42,19 +53,23 @@ ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 class _Ring:
     """Sums over a sliding window in RING_SLOTS time slots (fixed size)."""
 
-    __slots__ = ("width", "idx", "phase", "step_s", "steps", "idle", "obs", "step_idle", "step_obs", "step_attr")
+    __slots__ = ("width", "idx", "phase", "in_step", "step_ns", "steps", "idle", "obs", "step_idle", "step_obs",
+                 "kind_idle", "step_attr")
 
+    # Times are integers (ns; GPU idle in attribution units) so that a part never sums above its whole.
     def __init__(self, window_ns: int):
         self.width = max(1, window_ns // RING_SLOTS)
         n = RING_SLOTS
         self.idx = [-1] * n
-        self.phase = [[0.0] * NP for _ in range(n)]
-        self.step_s = [0.0] * n
+        self.phase = [[0] * NP for _ in range(n)]     # ns per phase, as reported
+        self.in_step = [[0] * NP for _ in range(n)]   # ns per phase inside the reported steps
+        self.step_ns = [0] * n
         self.steps = [0] * n
-        self.idle = [[0.0] * NP for _ in range(n)]   # GPU idle overlapping each phase (summed over GPUs)
-        self.obs = [0.0] * n                          # GPU observed time during phases
-        self.step_idle = [0.0] * n                    # GPU idle during steps
-        self.step_obs = [0.0] * n                     # GPU observed time during steps
+        self.idle = [[0] * NP for _ in range(n)]      # GPU idle overlapping each phase (summed over GPUs)
+        self.obs = [[0] * NP for _ in range(n)]       # GPU observed time during each phase
+        self.step_idle = [0] * n                      # GPU idle during steps
+        self.step_obs = [0] * n                       # GPU observed time during steps
+        self.kind_idle = [[0] * len(IN_KINDS) for _ in range(n)]  # GPU idle inside steps per IN_KINDS
         self.step_attr = [False] * n                  # whether any step was attributed to GPUs here
 
     def slot(self, t_ns: int, now_ns: int) -> Optional[int]:
@@ -65,9 +80,12 @@ class _Ring:
         i = b % RING_SLOTS
         if self.idx[i] != b:
             self.idx[i] = b
-            self.phase[i] = [0.0] * NP
-            self.idle[i] = [0.0] * NP
-            self.step_s[i] = self.obs[i] = self.step_idle[i] = self.step_obs[i] = 0.0
+            self.phase[i] = [0] * NP
+            self.in_step[i] = [0] * NP
+            self.idle[i] = [0] * NP
+            self.obs[i] = [0] * NP
+            self.kind_idle[i] = [0] * len(IN_KINDS)
+            self.step_ns[i] = self.step_idle[i] = self.step_obs[i] = 0
             self.steps[i] = 0
             self.step_attr[i] = False
         return i
@@ -101,7 +119,7 @@ class JobView:
 
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring")
+                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -119,6 +137,7 @@ class _Job:
         self.gpu_idle: Dict[Tuple[str, int], float] = {}
         self.pending: Deque[attribution.Pending] = deque(maxlen=max_pending)
         self.ring = _Ring(window_ns)
+        self.open: Dict[int, Deque[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
 
 
 class JobTable:
@@ -217,8 +236,12 @@ class JobTable:
         else:
             self._jobs.move_to_end(key)
         job.last_ns = now
-        if pid in job.pids or len(job.pids) < MAX_PIDS:
+        known = pid in job.pids or len(job.pids) < MAX_PIDS
+        if known:
             job.pids[pid] = max(job.pids.get(pid, 0), msg.dropped)
+        opened = job.open.get(pid)
+        if opened is None and known:
+            opened = job.open[pid] = deque(maxlen=OPEN_PER_PID)
         gpus = ()
         if msg.phases or msg.steps:
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
@@ -226,17 +249,19 @@ class JobTable:
         rec = self.recorded
         for phase, s, e in msg.phases:
             i = PHASE_INDEX[phase]
-            d = (e - s) / 1e9
-            job.phase_s[i] += d
+            job.phase_s[i] += (e - s) / 1e9
+            if opened is not None:
+                opened.append((i, s, e))
             slot = ring.slot(e, now)
             if slot is not None:
-                ring.phase[slot][i] += d
+                ring.phase[slot][i] += e - s
             if gpus:
                 self._queue(job, attribution.Pending((i, e), s, e, gpus))
             if rec is not None:
                 rec.append((job.label, phase, s, e))
         for s, e, samples in msg.steps:
             d = (e - s) / 1e9
+            pieces = self._close_step(opened, s, e) if opened else {}
             job.steps += 1
             job.samples += samples
             job.hist_sum += d
@@ -246,18 +271,38 @@ class JobTable:
             job.hist[b] += 1
             slot = ring.slot(e, now)
             if slot is not None:
-                ring.step_s[slot] += d
+                ring.step_ns[slot] += e - s
                 ring.steps[slot] += 1
+                for i, iv in pieces.items():
+                    ring.in_step[slot][i] += sum(b - a for a, b in iv)
             if gpus:
                 self._queue(job, attribution.Pending((STEP, e), s, e, gpus))
+                for n, (_kind, names) in enumerate(IN_KINDS):
+                    for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
+                        self._queue(job, attribution.Pending((IN_STEP + n, e), a, b, gpus))
             if rec is not None:
                 rec.append((job.label, "step", s, e))
         return ACCEPTED
 
+    @staticmethod
+    def _close_step(opened: Deque[Tuple[int, int, int]], s: int, e: int) -> Dict[int, list]:
+        """The merged pieces of the process's open phases inside its step [s, e); forget those that end by e."""
+        pieces = attribution.clip_to_step(opened, s, e)
+        keep = [p for p in opened if p[2] > e]   # a phase straddling the step's end belongs to the next one too
+        opened.clear()
+        opened.extend(keep)
+        return pieces
+
     def _queue(self, job: _Job, p: attribution.Pending) -> None:
-        if len(job.pending) == job.pending.maxlen:
-            self.attributed["overflow"] += 1  # the oldest waiting interval is pushed out unattributed
-        job.pending.append(p)
+        q = job.pending
+        if len(q) == q.maxlen:
+            old = q.popleft()   # the oldest waiting interval is pushed out unattributed ...
+            if old.key[0] < IN_STEP:
+                self.attributed["overflow"] += 1
+            if old.key[0] == STEP:  # ... with the pieces of that step (queued right after it): no part without its whole
+                while q and q[0].key[0] >= IN_STEP and q[0].key[1] == old.key[1]:
+                    q.popleft()   # internal pieces, not reported intervals: not counted
+        q.append(p)
 
     # -- periodic work (the sampler's thread) ------------------------------------------------
     def _expire(self, now_ns: int) -> None:
@@ -288,8 +333,10 @@ class JobTable:
                 ready, late = attribution.take_ready(job.pending, tl.covered_until, now_ns, self.max_delay_ns, force)
                 if not ready:
                     continue
-                self.attributed["late"] += len(late)
-                self.attributed["complete"] += len(ready) - len(late)
+                # count the reported intervals, not the in-step pieces queued for the verdict
+                n_late = sum(1 for p in late if p.key[0] < IN_STEP)
+                self.attributed["late"] += n_late
+                self.attributed["complete"] += sum(1 for p in ready if p.key[0] < IN_STEP) - n_late
                 ring = job.ring
                 for ((kind, end), gpu), (idle, obs) in attribution.attribute_pending(ready, tl.window).items():
                     slot = ring.slot(end, now_ns)
@@ -299,10 +346,14 @@ class JobTable:
                             ring.step_obs[slot] += obs
                             ring.step_attr[slot] = True
                         continue
-                    job.gpu_idle[(gpu, kind)] = job.gpu_idle.get((gpu, kind), 0.0) + idle
+                    if kind >= IN_STEP:
+                        if slot is not None:
+                            ring.kind_idle[slot][kind - IN_STEP] += idle
+                        continue
+                    job.gpu_idle[(gpu, kind)] = job.gpu_idle.get((gpu, kind), 0.0) + idle / attribution.IDLE_UNIT
                     if slot is not None:
                         ring.idle[slot][kind] += idle
-                        ring.obs[slot] += obs
+                        ring.obs[slot][kind] += obs
 
     def views(self, now_ns: int):
         """Expire silent jobs, then return (JobViews, message counts, attribution counts, pending)."""
@@ -315,36 +366,48 @@ class JobTable:
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
         live = ring.live(now_ns)
-        phase = [0.0] * NP
-        idle = [0.0] * NP
-        step_s = obs = step_idle = step_obs = 0.0
+        phase = [0] * NP
+        in_step = [0] * NP
+        idle = [0] * NP
+        obs = [0] * NP
+        kind_idle = [0] * len(IN_KINDS)
+        step_ns = step_idle = step_obs = 0
         steps = 0
         step_attr = False
         for i in live:
             for k in range(NP):
                 phase[k] += ring.phase[i][k]
+                in_step[k] += ring.in_step[i][k]
                 idle[k] += ring.idle[i][k]
-            step_s += ring.step_s[i]
+                obs[k] += ring.obs[i][k]
+            for k in range(len(IN_KINDS)):
+                kind_idle[k] += ring.kind_idle[i][k]
+            step_ns += ring.step_ns[i]
             steps += ring.steps[i]
-            obs += ring.obs[i]
             step_idle += ring.step_idle[i]
             step_obs += ring.step_obs[i]
             step_attr = step_attr or ring.step_attr[i]
+        # With steps, shares count only the phase time inside them; without, the phases themselves.
+        times = in_step if step_ns > 0 else phase
+        unit = attribution.IDLE_UNIT
+        # Without steps, observed time is summed per phase like the idle time (same order, same
+        # rounding), so the idle sum cannot round above it.
+        phase_obs = sum(obs[k] / 1e9 for k in range(NP) if idle[k] or obs[k])
         return Evidence(
             window_s=min(self.window_ns, max(0, now_ns - job.created_ns)) / 1e9,
-            phase_seconds={p: phase[k] for k, p in enumerate(PHASES) if phase[k]},
-            step_seconds=step_s,
+            phase_seconds={p: times[k] / 1e9 for k, p in enumerate(PHASES) if times[k]},
+            step_seconds=step_ns / 1e9,
             steps=steps,
-            gpu_idle_seconds={p: idle[k] for k, p in enumerate(PHASES) if idle[k]},
-            gpu_observed_seconds=step_obs if step_attr else obs,
-            gpu_step_idle_seconds=step_idle if step_attr else None,
+            gpu_idle_seconds={p: idle[k] / unit for k, p in enumerate(PHASES) if idle[k]},
+            gpu_observed_seconds=step_obs / 1e9 if step_attr else phase_obs,
+            gpu_step_idle_seconds=step_idle / unit if step_attr else None,
+            gpu_idle_by_kind={name: kind_idle[k] / unit for k, (name, _) in enumerate(IN_KINDS)} if step_attr else None,
             silent_s=max(0.0, (now_ns - job.last_ns) / 1e9),
         )
 
     def _view(self, job: _Job, now_ns: int) -> JobView:
         ev = self._evidence(job, now_ns)
-        t = ev.step_time
-        ratio = min(1.0, ev.phase_seconds.get("data_wait", 0.0) / t) if t > 0 else None
+        ratio = ev.share("data_wait") if ev.step_time > 0 else None
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES) if job.phase_s[k] or k < 4),

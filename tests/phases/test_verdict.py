@@ -43,7 +43,7 @@ def test_host_by_gpu_idle_inside_compute():
     assert v.kind == "host"
     # ... but a compute-bound job with a few normal gaps between kernels stays compute
     v = decide(ev({"data_wait": 0.2, "compute": 9.8}, step_seconds=10.0, steps=10,
-                  gpu_idle={"data_wait": 0.1, "compute": 1.1}, observed=10.0, step_idle=1.2))
+                  gpu_idle={"data_wait": 0.25, "compute": 1.0}, observed=10.0, step_idle=1.25))
     assert v.kind == "compute"
 
 
