@@ -154,9 +154,22 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
         "gpu_idle_ratio": None if j.gpu_idle_ratio is None else round(j.gpu_idle_ratio, 4),
         "gpu_idle_seconds_by_phase": {k: round(v, 6) for k, v in sorted(idle_by_phase.items())},
         "client_dropped_records": j.client_dropped,
-        "verdict": {"kind": j.verdict.kind, "evidence": j.verdict.evidence,
+        "input_wait": _input_wait_summary(ev.input_wait),
+        "verdict": {"kind": j.verdict.kind, "cause": j.verdict.cause, "evidence": j.verdict.evidence,
                     "recommendation": j.verdict.recommendation},
     }
+
+
+def _input_wait_summary(w) -> Optional[Dict[str, Any]]:
+    """What the job's processes did during their data_wait (None: not sampled)."""
+    if w is None:
+        return None
+    r = w.cpu_ratio
+    return {"measured_wait_s": round(w.wait_s, 6), "cpu_s": round(w.cpu_s, 6),
+            "cpu_ratio": None if r is None else round(r, 4), "read_bytes": w.read_bytes,
+            "io_stall_s": None if w.io_stall_s is None else round(w.io_stall_s, 6),
+            "cpu_stall_s": None if w.cpu_stall_s is None else round(w.cpu_stall_s, 6),
+            "problem": w.problem or None}
 
 
 def render_overview(summary: Dict[str, Any]) -> str:
@@ -191,7 +204,12 @@ def render_overview(summary: Dict[str, Any]) -> str:
             by = ", ".join(f"{k} {v:.2f} s" for k, v in j["gpu_idle_seconds_by_phase"].items())
             lines.append(f"  GPU idle {100 * j['gpu_idle_ratio']:.0f} % of the job's step time; idle by phase: {by}")
         v = j["verdict"]
-        lines.append(f"  verdict: {v['kind'].upper()}: {v['evidence']}")
+        w = j.get("input_wait")
+        if w and w["cpu_ratio"] is not None:
+            lines.append(f"  while waiting for input: {w['cpu_ratio']:.2f} CPU s per s of data_wait"
+                         + (f", {w['read_bytes'] / 1e6:.1f} MB read" if w["read_bytes"] is not None else ""))
+        cause = f" ({v['cause']})" if v.get("cause") else ""
+        lines.append(f"  verdict: {v['kind'].upper()}{cause}: {v['evidence']}")
         lines.append(f"  recommendation: {v['recommendation']}")
     lines.append("")
     outs = ["summary.json"] + ([summary["timeline_png"]] if summary.get("timeline_png") else [])
@@ -312,7 +330,8 @@ def main(args) -> int:
     ctx = AgentContext()
     tmp = tempfile.mkdtemp(prefix="teye-profile-")
     sock_path = os.path.join(tmp, "phases.sock")
-    phases = PhaseSource(pcfg, ctx, socket_path=sock_path, record_intervals=RECORD_INTERVALS)
+    phases = PhaseSource(pcfg, ctx, socket_path=sock_path, record_intervals=RECORD_INTERVALS,
+                         procfs=cfg["procfs"], sysfs=cfg["sysfs"])
     gpu_src, gpu_note = _build_gpu(cfg, ctx)
     sampler = None
     if gpu_src is not None:

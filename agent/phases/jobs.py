@@ -30,9 +30,9 @@ from typing import Deque, Dict, FrozenSet, Mapping, Optional, Tuple
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
-from . import attribution
+from . import attribution, cause
 from .protocol import ACCEPTED, PHASES, RESULTS, Limits, Message, Rejected, decode
-from .verdict import Evidence, Thresholds, Verdict, decide
+from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
 
@@ -44,6 +44,9 @@ IN_STEP = 100                   # pending-interval keys IN_STEP + i: GPU idle in
 IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("host", ("host", "compute")),
             ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
 OPEN_PER_PID = 256              # phases kept per process until the step that closes them arrives
+MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
+WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
+DATA_WAIT = 0                   # PHASES.index("data_wait")
 RING_SLOTS = 30
 MAX_PIDS = 64
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -54,7 +57,7 @@ class _Ring:
     """Sums over a sliding window in RING_SLOTS time slots (fixed size)."""
 
     __slots__ = ("width", "idx", "phase", "in_step", "step_ns", "steps", "idle", "obs", "step_idle", "step_obs",
-                 "kind_idle", "step_attr")
+                 "kind_idle", "step_attr", "wait")
 
     # Times are integers (ns; GPU idle in attribution units) so that a part never sums above its whole.
     def __init__(self, window_ns: int):
@@ -71,6 +74,8 @@ class _Ring:
         self.step_obs = [0] * n                       # GPU observed time during steps
         self.kind_idle = [[0] * len(IN_KINDS) for _ in range(n)]  # GPU idle inside steps per IN_KINDS
         self.step_attr = [False] * n                  # whether any step was attributed to GPUs here
+        # what the processes did during their data_wait (see _WaitSums)
+        self.wait = [_WaitSums() for _ in range(n)]
 
     def slot(self, t_ns: int, now_ns: int) -> Optional[int]:
         cur = now_ns // self.width
@@ -88,11 +93,37 @@ class _Ring:
             self.step_ns[i] = self.step_idle[i] = self.step_obs[i] = 0
             self.steps[i] = 0
             self.step_attr[i] = False
+            self.wait[i] = _WaitSums()
         return i
 
     def live(self, now_ns: int):
         cur = now_ns // self.width
         return [i for i in range(RING_SLOTS) if cur - RING_SLOTS < self.idx[i] <= cur]
+
+
+class _WaitSums:
+    """Sums over the data_wait intervals that /proc samples covered (one ring slot)."""
+
+    __slots__ = ("n", "wait_ns", "cpu_s", "read_bytes", "no_io", "io_s", "io_n", "cst_s", "cst_n")
+
+    def __init__(self):
+        self.n = self.wait_ns = self.read_bytes = self.no_io = self.io_n = self.cst_n = 0
+        self.cpu_s = self.io_s = self.cst_s = 0.0
+
+    def add(self, wait_ns: int, u: "cause.WaitUsage") -> None:
+        self.n += 1
+        self.wait_ns += wait_ns
+        self.cpu_s += u.cpu_s
+        if u.read_bytes is None:
+            self.no_io += 1
+        else:
+            self.read_bytes += u.read_bytes
+        if u.io_stall_s is not None:
+            self.io_s += u.io_stall_s
+            self.io_n += 1
+        if u.cpu_stall_s is not None:
+            self.cst_s += u.cpu_stall_s
+            self.cst_n += 1
 
 
 @dataclass(frozen=True)
@@ -116,10 +147,16 @@ class JobView:
     verdict: Verdict
     evidence: Evidence
 
+    @property
+    def input_wait_cpu_ratio(self) -> Optional[float]:
+        """CPU seconds the job's processes used per second of data_wait (None: not measured)."""
+        w = self.evidence.input_wait
+        return None if w is None else w.cpu_ratio
+
 
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open")
+                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -138,17 +175,22 @@ class _Job:
         self.pending: Deque[attribution.Pending] = deque(maxlen=max_pending)
         self.ring = _Ring(window_ns)
         self.open: Dict[int, Deque[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
+        self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
+        self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
 
 
 class JobTable:
     """Applies validated messages and turns them into JobViews; thread-safe (one lock)."""
 
-    def __init__(self, cfg: Mapping, ctx, own_uid: Optional[int] = None, record_intervals: int = 0):
+    def __init__(self, cfg: Mapping, ctx, own_uid: Optional[int] = None, record_intervals: int = 0, probe=None):
         """``cfg`` is the ``phases`` config section; ``ctx`` an AgentContext (clock, timeline, gpu_pids).
 
         ``record_intervals`` > 0 keeps the newest that many raw intervals (for `teye profile`'s timeline).
+        ``probe`` (an ``agent.phases.procstat.InputProbe``) samples the senders of data_wait phases,
+        to name the cause of input-bound jobs; None: the cause is ``unknown``.
         """
         self.ctx = ctx
+        self.probe = probe
         self.max_jobs = cfg["max_jobs"]
         self.max_per_user = cfg["max_jobs_per_user"]
         self.expiry_ns = int(cfg["job_expiry_seconds"] * 1e9)
@@ -247,11 +289,15 @@ class JobTable:
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
         ring = job.ring
         rec = self.recorded
+        waited = False
         for phase, s, e in msg.phases:
             i = PHASE_INDEX[phase]
             job.phase_s[i] += (e - s) / 1e9
             if opened is not None:
                 opened.append((i, s, e))
+            if i == DATA_WAIT and self.probe is not None and e > s:
+                job.waits.append((pid, s, e))
+                waited = True
             slot = ring.slot(e, now)
             if slot is not None:
                 ring.phase[slot][i] += e - s
@@ -282,6 +328,8 @@ class JobTable:
                         self._queue(job, attribution.Pending((IN_STEP + n, e), a, b, gpus))
             if rec is not None:
                 rec.append((job.label, "step", s, e))
+        if waited:
+            self.probe.track(pid, uid, now)
         return ACCEPTED
 
     @staticmethod
@@ -328,6 +376,8 @@ class JobTable:
         with self._lock:
             self._known_gpus = known
             for job in self._jobs.values():
+                if job.waits:
+                    self._measure_waits(job, now_ns, force)
                 if not job.pending:
                     continue
                 ready, late = attribution.take_ready(job.pending, tl.covered_until, now_ns, self.max_delay_ns, force)
@@ -355,6 +405,30 @@ class JobTable:
                         ring.idle[slot][kind] += idle
                         ring.obs[slot][kind] += obs
 
+    def _measure_waits(self, job: _Job, now_ns: int, force: bool) -> None:
+        """Credit the job's data_wait intervals with what its processes did meanwhile (/proc samples)."""
+        seen: Dict[int, tuple] = {}
+        waits = job.waits
+        while waits:
+            pid, s, e = waits[0]
+            got = seen.get(pid)
+            if got is None:
+                got = seen[pid] = self.probe.samples(pid)
+            samples, problem, gone = got
+            u = cause.wait_usage(samples, s, e)
+            if u is None and not (gone or force or now_ns - e > WAIT_COVER_NS) and (
+                    not samples or samples[0].t_ns <= s):
+                break  # the sample after its end is not there yet
+            waits.popleft()
+            if u is None:
+                if gone or not samples:
+                    job.wait_problem = problem or f"no /proc sample of pid {pid}"
+                continue  # (or the wait began before sampling started)
+            slot = job.ring.slot(e, now_ns)
+            if slot is not None:
+                job.ring.wait[slot].add(e - s, u)
+            job.wait_problem = problem
+
     def views(self, now_ns: int):
         """Expire silent jobs, then return (JobViews, message counts, attribution counts, pending)."""
         with self._lock:
@@ -374,6 +448,7 @@ class JobTable:
         step_ns = step_idle = step_obs = 0
         steps = 0
         step_attr = False
+        waits = []
         for i in live:
             for k in range(NP):
                 phase[k] += ring.phase[i][k]
@@ -382,6 +457,9 @@ class JobTable:
                 obs[k] += ring.obs[i][k]
             for k in range(len(IN_KINDS)):
                 kind_idle[k] += ring.kind_idle[i][k]
+            w = ring.wait[i]
+            if w.n:
+                waits.append(w)
             step_ns += ring.step_ns[i]
             steps += ring.steps[i]
             step_idle += ring.step_idle[i]
@@ -403,7 +481,22 @@ class JobTable:
             gpu_step_idle_seconds=step_idle / unit if step_attr else None,
             gpu_idle_by_kind={name: kind_idle[k] / unit for k, (name, _) in enumerate(IN_KINDS)} if step_attr else None,
             silent_s=max(0.0, (now_ns - job.last_ns) / 1e9),
+            input_wait=self._input_wait(job, waits),
         )
+
+    def _input_wait(self, job: _Job, sums) -> Optional[InputWait]:
+        if self.probe is None:
+            return None
+        n = sum(w.n for w in sums)
+        if not n:
+            return InputWait(problem=job.wait_problem)
+        io_n, cst_n = sum(w.io_n for w in sums), sum(w.cst_n for w in sums)
+        return InputWait(
+            wait_s=sum(w.wait_ns for w in sums) / 1e9, cpu_s=sum(w.cpu_s for w in sums),
+            read_bytes=None if any(w.no_io for w in sums) else sum(w.read_bytes for w in sums),
+            io_stall_s=sum(w.io_s for w in sums) if io_n == n else None,
+            cpu_stall_s=sum(w.cst_s for w in sums) if cst_n == n else None,
+            problem=job.wait_problem)
 
     def _view(self, job: _Job, now_ns: int) -> JobView:
         ev = self._evidence(job, now_ns)
