@@ -169,6 +169,7 @@ def _input_wait_summary(w) -> Optional[Dict[str, Any]]:
             "cpu_ratio": None if r is None else round(r, 4), "read_bytes": w.read_bytes,
             "io_stall_s": None if w.io_stall_s is None else round(w.io_stall_s, 6),
             "cpu_stall_s": None if w.cpu_stall_s is None else round(w.cpu_stall_s, 6),
+            "run_delay_s": None if w.run_delay_s is None else round(w.run_delay_s, 6),
             "problem": w.problem or None}
 
 

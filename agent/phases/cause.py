@@ -21,6 +21,7 @@ class WaitUsage(NamedTuple):
     read_bytes: Optional[int]
     io_stall_s: Optional[float]
     cpu_stall_s: Optional[float]
+    run_delay_s: Optional[float] = None
 
 
 def value_at(samples: Sequence[ProcSample], times: Sequence[int], t_ns: int, field: int) -> Optional[float]:
@@ -61,4 +62,4 @@ def wait_usage(samples: Sequence[ProcSample], start_ns: int, end_ns: int) -> Opt
 
     cpu = delta(1)
     rb = delta(2)
-    return WaitUsage(cpu or 0.0, None if rb is None else int(round(rb)), delta(3), delta(4))
+    return WaitUsage(cpu or 0.0, None if rb is None else int(round(rb)), delta(3), delta(4), delta(5))

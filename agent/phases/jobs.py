@@ -104,11 +104,11 @@ class _Ring:
 class _WaitSums:
     """Sums over the data_wait intervals that /proc samples covered (one ring slot)."""
 
-    __slots__ = ("n", "wait_ns", "cpu_s", "read_bytes", "no_io", "io_s", "io_n", "cst_s", "cst_n")
+    __slots__ = ("n", "wait_ns", "cpu_s", "read_bytes", "no_io", "io_s", "io_n", "cst_s", "cst_n", "rd_s", "rd_n")
 
     def __init__(self):
-        self.n = self.wait_ns = self.read_bytes = self.no_io = self.io_n = self.cst_n = 0
-        self.cpu_s = self.io_s = self.cst_s = 0.0
+        self.n = self.wait_ns = self.read_bytes = self.no_io = self.io_n = self.cst_n = self.rd_n = 0
+        self.cpu_s = self.io_s = self.cst_s = self.rd_s = 0.0
 
     def add(self, wait_ns: int, u: "cause.WaitUsage") -> None:
         self.n += 1
@@ -124,6 +124,9 @@ class _WaitSums:
         if u.cpu_stall_s is not None:
             self.cst_s += u.cpu_stall_s
             self.cst_n += 1
+        if u.run_delay_s is not None:
+            self.rd_s += u.run_delay_s
+            self.rd_n += 1
 
 
 @dataclass(frozen=True)
@@ -490,12 +493,13 @@ class JobTable:
         n = sum(w.n for w in sums)
         if not n:
             return InputWait(problem=job.wait_problem)
-        io_n, cst_n = sum(w.io_n for w in sums), sum(w.cst_n for w in sums)
+        io_n, cst_n, rd_n = sum(w.io_n for w in sums), sum(w.cst_n for w in sums), sum(w.rd_n for w in sums)
         return InputWait(
             wait_s=sum(w.wait_ns for w in sums) / 1e9, cpu_s=sum(w.cpu_s for w in sums),
             read_bytes=None if any(w.no_io for w in sums) else sum(w.read_bytes for w in sums),
             io_stall_s=sum(w.io_s for w in sums) if io_n == n else None,
             cpu_stall_s=sum(w.cst_s for w in sums) if cst_n == n else None,
+            run_delay_s=sum(w.rd_s for w in sums) if rd_n == n else None,
             problem=job.wait_problem)
 
     def _view(self, job: _Job, now_ns: int) -> JobView:

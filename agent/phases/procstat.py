@@ -9,6 +9,9 @@ cumulative readings per pid.  The analysis (``agent.phases.cause``) only reads t
 Per sample, all cumulative:
 
 * CPU: ``utime + stime`` of ``/proc/<pid>/stat`` (the whole process, every thread), seconds;
+* run delay: the second field of ``/proc/<pid>/schedstat``, seconds the main thread was
+  runnable but waited for a CPU (a starved decoder in the training thread); ``None``
+  without schedstats;
 * reads: ``read_bytes`` of ``/proc/<pid>/io`` (bytes fetched from storage); ``None`` when
   the file is not readable (another user's process without CAP_SYS_PTRACE, hardened kernels);
 * pressure stall: ``total=`` of the ``some`` line of the process's cgroup ``io.pressure`` and
@@ -46,6 +49,7 @@ class ProcSample(NamedTuple):
     read_bytes: Optional[int]      # None: /proc/<pid>/io unreadable
     io_stall_s: Optional[float]    # PSI io "some" total (cgroup, else system); None: no PSI
     cpu_stall_s: Optional[float]   # PSI cpu "some" total of the cgroup; None: no cgroup PSI
+    run_delay_s: Optional[float] = None  # main thread's time runnable but not running; None: no schedstat
 
 
 class Gone(Exception):
@@ -148,7 +152,15 @@ class ProcReader:
         if io is None:
             io = _psi_total(os.path.join(self.procfs, "pressure", "io"))
         cpu_stall = _psi_total(os.path.join(cgroup, "cpu.pressure")) if cgroup else None
-        return ProcSample(now_ns, cpu, rb, io, cpu_stall), problem, start
+        return ProcSample(now_ns, cpu, rb, io, cpu_stall, self.run_delay(pid)), problem, start
+
+    def run_delay(self, pid: int) -> Optional[float]:
+        """Seconds the main thread waited on a run queue (/proc/<pid>/schedstat), None when unknown."""
+        try:
+            with open(self._p(pid, "schedstat"), encoding="ascii") as fh:
+                return int(fh.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError, UnicodeDecodeError):
+            return None
 
 
 class _Tracked:

@@ -32,8 +32,10 @@ The rules (thresholds from the ``phases`` config section):
 5. An ``input`` verdict names its cause from what the sending processes did while they
    waited (:class:`InputWait`, sampled from /proc by ``agent.phases.procstat``):
    ``host_cpu`` when their threads used at least ``input_cpu_busy_ratio`` CPU seconds per
-   second of data_wait (decoding, augmentation, Python) or were runnable but starved of
-   a CPU for at least ``input_cpu_stall_ratio`` of it (cgroup cpu.pressure); ``storage``
+   second of data_wait (decoding, augmentation, Python), or would have with the time the
+   main thread sat runnable on a run queue (schedstat: a starved decoder), or when the
+   job's cgroup was stalled on CPU for at least ``input_cpu_stall_ratio`` of it
+   (cpu.pressure); ``storage``
    when they waited with little CPU while /proc/<pid>/io was readable (reads, a slow file
    system, a remote store); ``unknown``, with the reason, when the waits could not be
    measured (the process exited, lives in another pid namespace, /proc/<pid>/io is not
@@ -139,6 +141,7 @@ class InputWait:
     read_bytes: Optional[int] = None       # bytes they read from storage meanwhile (None: /proc/<pid>/io unreadable)
     io_stall_s: Optional[float] = None     # io pressure ("some") during them: the job's cgroup, else the system's
     cpu_stall_s: Optional[float] = None    # cpu pressure ("some") of the job's cgroup during them
+    run_delay_s: Optional[float] = None    # main thread runnable but waiting for a CPU during them
     problem: str = ""                      # why (some) waits could not be measured
 
     @property
@@ -163,9 +166,15 @@ def input_cause(w: Optional[InputWait], th: "Thresholds" = None) -> Tuple[str, s
     cpu_stall = w.cpu_stall_s / w.wait_s if w.cpu_stall_s is not None else None
     if cpu_stall is not None:
         bits.append(f"CPU pressure {_pct(cpu_stall)}")
+    delay = w.run_delay_s / w.wait_s if w.run_delay_s is not None else 0.0
+    if w.run_delay_s is not None:
+        bits.append(f"main thread waiting for a CPU {_pct(delay)}")
     measured = ", ".join(bits)
     if r >= th.input_cpu_busy:
         return "host_cpu", f"cause host_cpu: the job's threads are busy while it waits ({measured})"
+    if r + delay >= th.input_cpu_busy:
+        return "host_cpu", (f"cause host_cpu: the job's threads are busy or runnable, starved of CPU, while it "
+                            f"waits ({measured})")
     if cpu_stall is not None and cpu_stall >= th.input_cpu_stall:
         return "host_cpu", f"cause host_cpu: the job's threads wait for a CPU while it waits ({measured})"
     if w.read_bytes is None:

@@ -34,14 +34,15 @@ class FakeProc:
         self.io, self.psi = io, psi
         if not io:   # a kernel without task I/O accounting / a file that vanished: no io file at all
             os.symlink("/nonexistent/io", os.path.join(self.dir, "io"))
-        self.cpu = self.read = self.io_stall = self.cpu_stall = 0.0
+        self.cpu = self.read = self.io_stall = self.cpu_stall = self.delay = 0.0
         self.flush()
 
     def _write(self, name, text, base=None):
         with open(os.path.join(base or self.dir, name), "w") as fh:
             fh.write(text)
 
-    def advance(self, seconds, cpu_rate, read_rate=0.0, io_stall=0.0, cpu_stall=0.0):
+    def advance(self, seconds, cpu_rate, read_rate=0.0, io_stall=0.0, cpu_stall=0.0, run_delay=0.0):
+        self.delay += seconds * run_delay
         self.cpu += seconds * cpu_rate
         self.read += seconds * read_rate
         self.io_stall += seconds * io_stall
@@ -53,6 +54,7 @@ class FakeProc:
         ticks = int(self.cpu * TCK)
         fields = ["S", "1"] + ["0"] * 9 + [str(ticks // 2), str(ticks - ticks // 2)] + ["0"] * 6 + ["777"] + ["0"] * 20
         self._write("stat", f"{PID} (python3 (train)) " + " ".join(fields) + "\n")
+        self._write("schedstat", f"{int(self.cpu * 1e9)} {int(self.delay * 1e9)} 42\n")
         if self.io:
             self._write("io", f"rchar: {int(self.read)}\nwchar: 0\nsyscr: 1\nsyscw: 0\n"
                               f"read_bytes: {int(self.read)}\nwrite_bytes: 0\ncancelled_write_bytes: 0\n")
@@ -68,7 +70,7 @@ def run_job(fake: FakeProc, wait_rates, compute_rates, steps=20, wait_ms=430, co
             before_samples=None):
     """A training loop (data_wait, compute per step) sampled every 50 ms by the probe; returns the JobView.
 
-    Rates are (cpu cores, read B/s, io stall share, cpu stall share) during each phase: the ground truth."""
+    Rates are (cpu cores, read B/s, io stall share, cpu stall share[, run delay share]) per phase: the truth."""
     ctx, clock = ctx_with_clock(1000 * S)
     probe = InputProbe(ProcReader(fake.proc, fake.sys, clk_tck=TCK), 0.05, clock)
     table = JobTable(phases_cfg(), ctx, own_uid=uid, probe=probe)
@@ -135,6 +137,15 @@ def test_host_cpu_when_starved_of_cpu(tmp_path):
     fake = FakeProc(str(tmp_path))
     view = run_job(fake, wait_rates=(0.1, 0.0, 0.0, 0.9), compute_rates=(1.0, 0.0, 0.0, 0.0))
     assert view.verdict.cause == "host_cpu" and "wait for a CPU" in view.verdict.evidence
+
+
+def test_host_cpu_when_the_decoding_thread_waits_on_the_run_queue(tmp_path):
+    """A decoder in the training thread on a saturated host: 0.3 core used, runnable the rest of the wait."""
+    fake = FakeProc(str(tmp_path), psi=False)
+    view = run_job(fake, wait_rates=(0.3, 0.0, 0.0, 0.0, 0.65), compute_rates=(1.0, 0.0, 0.0, 0.0, 0.0))
+    assert view.verdict.cause == "host_cpu", view.verdict.evidence
+    assert "starved of CPU" in view.verdict.evidence and "main thread waiting for a CPU 6" in view.verdict.evidence
+    assert view.evidence.input_wait.run_delay_s / view.evidence.input_wait.wait_s == pytest.approx(0.65, abs=0.03)
 
 
 def test_compute_bound_job_has_no_cause(tmp_path):
