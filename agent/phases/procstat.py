@@ -138,9 +138,19 @@ class ProcReader:
             return None, f"cannot read {path}: {e}"
         return None, f"{path} has no read_bytes line"
 
-    def sample(self, pid: int, now_ns: int, cgroup: Optional[str]) -> Tuple[ProcSample, str, int]:
+    def sample(self, pid: int, now_ns: int, cgroup: Optional[str],
+               psi: Optional[Dict[str, Optional[float]]] = None) -> Tuple[ProcSample, str, int]:
         """One reading of ``pid`` (Gone when it cannot be read at all), the I/O problem if any, and
-        the process's start time (ticks since boot: another value means another process)."""
+        the process's start time (ticks since boot: another value means another process).
+
+        ``psi`` caches pressure files for one sampling cycle (processes of a job share a cgroup)."""
+        psi = {} if psi is None else psi
+
+        def pressure(path: str) -> Optional[float]:
+            if path not in psi:
+                psi[path] = _psi_total(path)
+            return psi[path]
+
         f = self._stat(pid)
         try:
             cpu = (int(f[11]) + int(f[12])) / self.tck
@@ -148,10 +158,10 @@ class ProcReader:
         except ValueError:
             raise Gone(f"{self._p(pid, 'stat')}: utime/stime are not numbers") from None
         rb, problem = self.read_bytes(pid)
-        io = _psi_total(os.path.join(cgroup, "io.pressure")) if cgroup else None
+        io = pressure(os.path.join(cgroup, "io.pressure")) if cgroup else None
         if io is None:
-            io = _psi_total(os.path.join(self.procfs, "pressure", "io"))
-        cpu_stall = _psi_total(os.path.join(cgroup, "cpu.pressure")) if cgroup else None
+            io = pressure(os.path.join(self.procfs, "pressure", "io"))
+        cpu_stall = pressure(os.path.join(cgroup, "cpu.pressure")) if cgroup else None
         return ProcSample(now_ns, cpu, rb, io, cpu_stall, self.run_delay(pid)), problem, start
 
     def run_delay(self, pid: int) -> Optional[float]:
@@ -220,6 +230,7 @@ class InputProbe:
             stale = [pid for pid, t in self._pids.items() if now - t.last_ns > IDLE_S * 1e9]
             for pid in stale:
                 del self._pids[pid]
+        psi: Dict[str, Optional[float]] = {}
         for pid, t in todo:
             if pid in stale:
                 continue
@@ -231,7 +242,7 @@ class InputProbe:
                                    f"is uid {t.uid}: the sender lives in another pid namespace than this /proc "
                                    f"(or the pid was reused)")
                     t.cgroup = self.reader.cgroup(pid)
-                smp, problem, start = self.reader.sample(pid, now, t.cgroup)
+                smp, problem, start = self.reader.sample(pid, now, t.cgroup, psi)
                 if start != t.start:
                     raise Gone(f"pid {pid} exited (its pid now belongs to a newer process)")
             except Gone as e:
