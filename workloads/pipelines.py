@@ -126,10 +126,15 @@ def _sleep_each(ds, microseconds: int):
 
 
 def _burn_tf(tf, x, seconds: float):
-    """``x`` after a busy loop of ``seconds`` (wall time, in the tf.data thread running it, no GIL)."""
+    """``x`` after a busy loop of ``seconds`` (wall time, in the tf.data thread running it, no GIL).
+
+    Each iteration is a few hundred microseconds of vector math, so the loop stays a few dozen
+    ops per sample: the TensorFlow profiler's trace buffer must not overflow with tiny ops."""
     t0 = tf.timestamp()
+    vec = tf.range(65536, dtype=tf.float32) * 1e-4
     _, acc = tf.while_loop(lambda i, acc: tf.timestamp() - t0 < seconds,
-                           lambda i, acc: (i + 1, acc + tf.sin(acc)), (tf.constant(0), tf.constant(0.1)))
+                           lambda i, acc: (i + 1, acc + tf.reduce_sum(tf.sin(vec + acc)) * 1e-9),
+                           (tf.constant(0), tf.constant(0.1)))
     return x + tf.cast(0.0 * acc, x.dtype)
 
 

@@ -10,8 +10,10 @@ bases that on, and the sentence itself.
 The analyzer's classes (its own words): ``HIGHLY`` input-bound (a large share of step time
 waiting for a tf.data input), ``MODERATELY``, ``NOT``, ``COULD be`` and ``POTENTIALLY``
 (much of the step is "All Others" time, "which could be due to I/O or Python execution or
-both": a Python generator's input wait is seen only as such).  :func:`says_input_bound`
-maps them to teye's verdict: input for HIGHLY and POTENTIALLY.
+both": a Python generator's input wait is seen only as such).  The class alone is no
+verdict: the analyzer says POTENTIALLY even for 4 % of All Others time.
+:func:`says_input_bound` therefore judges the percentage the conclusion gives by teye's
+own threshold (``phases.input_bound_threshold``, 20 %, the analyzer's HIGHLY bound too).
 """
 from __future__ import annotations
 
@@ -39,9 +41,10 @@ def parse_conclusion(text: str) -> Dict[str, Any]:
     return {"class": m.group(1), "percent": float(m.group(2)), "text": text}
 
 
-def says_input_bound(analysis: Dict[str, Any]) -> bool:
-    """Whether the profiler's conclusion amounts to teye's ``input`` verdict."""
-    return analysis["class"] in ("HIGHLY", "POTENTIALLY")
+def says_input_bound(analysis: Dict[str, Any], threshold: float = 0.2) -> bool:
+    """Whether the profiler's conclusion amounts to teye's ``input`` verdict: it does not say NOT,
+    and the share of step time it blames on input (or All Others) reaches ``threshold``."""
+    return analysis["class"] != "NOT" and analysis["percent"] >= 100 * threshold
 
 
 def _xplanes(logdir: str):
