@@ -25,7 +25,7 @@ import os
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Deque, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import Callable, Deque, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
@@ -194,6 +194,9 @@ class JobTable:
         """
         self.ctx = ctx
         self.probe = probe
+        # Optional further evidence for every job's verdict, () -> ((topic, note), ...): e.g. memory
+        # bandwidth from hardware counters, cited when the host is the limit (see verdict.Evidence.extra).
+        self.extra_evidence: Optional[Callable[[], Tuple[Tuple[str, str], ...]]] = None
         self.max_jobs = cfg["max_jobs"]
         self.max_per_user = cfg["max_jobs_per_user"]
         self.expiry_ns = int(cfg["job_expiry_seconds"] * 1e9)
@@ -485,6 +488,7 @@ class JobTable:
             gpu_idle_by_kind={name: kind_idle[k] / unit for k, (name, _) in enumerate(IN_KINDS)} if step_attr else None,
             silent_s=max(0.0, (now_ns - job.last_ns) / 1e9),
             input_wait=self._input_wait(job, waits),
+            extra=self.extra_evidence() if self.extra_evidence is not None else (),
         )
 
     def _input_wait(self, job: _Job, sums) -> Optional[InputWait]:
