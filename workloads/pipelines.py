@@ -126,16 +126,11 @@ def _sleep_each(ds, microseconds: int):
 
 
 def _burn_tf(tf, x, seconds: float):
-    """``x`` after a busy loop of ``seconds`` (wall time, in the tf.data thread running it, no GIL).
-
-    Each iteration is a few hundred microseconds of vector math, so the loop stays a few dozen
-    ops per sample: the TensorFlow profiler's trace buffer must not overflow with tiny ops."""
-    t0 = tf.timestamp()
-    vec = tf.range(65536, dtype=tf.float32) * 1e-4
-    _, acc = tf.while_loop(lambda i, acc: tf.timestamp() - t0 < seconds,
-                           lambda i, acc: (i + 1, acc + tf.reduce_sum(tf.sin(vec + acc)) * 1e-9),
-                           (tf.constant(0), tf.constant(0.1)))
-    return x + tf.cast(0.0 * acc, x.dtype)
+    """``x`` after ``seconds`` of CPU work by :func:`burn_cpu` in a ``tf.py_function``: Python work in
+    tf.data's map threads, as a decoder wrapped in py_function (it holds the GIL, so parallel calls
+    overlap little).  A graph-side busy loop (``tf.while_loop`` on ``tf.timestamp``) would avoid the
+    GIL, but with one in the map function the TensorFlow profiler measures no step time at all."""
+    return tf.py_function(lambda a: (burn_cpu(seconds), a)[1], [x], x.dtype)
 
 
 def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float = 0.0,
@@ -173,7 +168,7 @@ def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float
         rec = tf.cast(tf.gather(table, i), tf.float32)
         img = tf.transpose(tf.reshape(rec[1:], (3, 32, 32)), (1, 2, 0))
         if cost_s > 0:
-            img = _burn_tf(tf, img, cost_s)
+            img = tf.ensure_shape(_burn_tf(tf, img, cost_s), (32, 32, 3))
         return img * (1.0 / 255.0), tf.cast(rec[0], tf.int32)
 
     ds = ds.map(decode, num_parallel_calls=map_calls)

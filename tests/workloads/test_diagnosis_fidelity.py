@@ -21,20 +21,19 @@ pytestmark = pytest.mark.tf
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _profiled_run(tmp_path, name, *train_args, profiler=True):
+def _profiled_run(tmp_path, name, *train_args):
     out = tmp_path / name
     argv = [sys.executable, "-m", "agent", "profile", "--output", str(out), "--",
             sys.executable, "-m", "workloads.train", "--model", "simple_cnn", "--batch-size", "16",
             "--steps", "13", "--warmup-steps", "3", "--synthetic-samples", "512", "--no-progress",
-            "--train-job", "j", "--results", str(out / "results.json"), *train_args]
-    if profiler:
-        argv += ["--profile-dir", str(out / "tb")]
+            "--train-job", "j", "--results", str(out / "results.json"), "--profile-dir", str(out / "tb"),
+            *train_args]
     p = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=240,
                        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert p.returncode == 0, p.stdout + p.stderr
     summary = json.loads((out / "summary.json").read_text())
     job = next(j for j in summary["jobs"] if j["train_job"] == "j")
-    assert job["steps"] == (10 if profiler else 13)  # with the profiler: exactly the profiled steps
+    assert job["steps"] == 10                       # exactly the profiled steps
     return job, json.loads((out / "results.json").read_text())
 
 
@@ -64,12 +63,19 @@ def test_teye_agrees_with_the_tf_profiler_and_the_wall_clock(tmp_path, name, arg
 
 @pytest.mark.parametrize("name, args", [
     ("naive-decode", ["--pipeline", "naive", "--decode-cost-ms", "5"]),
-    ("tfdata-decode", ["--pipeline", "tfdata", "--decode-cost-ms", "20"]),
+    ("tfdata-decode", ["--pipeline", "tfdata", "--decode-cost-ms", "10"]),
 ])
 def test_cpu_bound_input_is_named_host_cpu(tmp_path, name, args):
     pytest.importorskip("tensorflow")
-    job, res = _profiled_run(tmp_path, name, *args, profiler=False)
+    pytest.importorskip("xprof")
+    from workloads.tfprofile import says_input_bound
+    job, res = _profiled_run(tmp_path, name, *args)
     assert res["decode_cost_ms"] > 0
+    prof = res["tf_profiler"]
+    assert "error" not in prof, prof
+    assert abs(job["input_bound_ratio"] - prof["percent"] / 100) <= 0.05, (job["input_bound_ratio"], prof)
+    assert abs(job["input_bound_ratio"] - res["input_wait_fraction"]) <= 0.05
+    assert says_input_bound(prof)
     assert job["verdict"]["kind"] == "input" and job["verdict"]["cause"] == "host_cpu", job["verdict"]["evidence"]
     assert job["input_wait"]["cpu_ratio"] >= 0.5
     assert "num_parallel_calls" in job["verdict"]["recommendation"]
