@@ -120,12 +120,15 @@ def report(rows, truth):
     with_prof = [r for r in rows if r["prof_share"] is not None]
     if with_prof:
         worst = max(with_prof, key=lambda r: abs(r["teye_share"] - r["prof_share"]))
+        d = 100 * (worst["teye_share"] - worst["prof_share"])
         print(f"largest disagreement with the TF profiler: {worst['name']}: teye {_fmt(worst['teye_share'])} vs "
-              f"profiler {_fmt(worst['prof_share'])} ({worst['prof_class']})")
+              f"profiler {_fmt(worst['prof_share'])} ({worst['prof_class']}), {d:+.2f} points")
     if rows:
         worst = max(rows, key=lambda r: abs(r["teye_share"] - r["wall_share"]))
-        print(f"largest disagreement with the wall clock: {worst['name']}: teye {_fmt(worst['teye_share'])} vs "
-              f"wall clock {_fmt(worst['wall_share'])}")
+        d = 100 * (worst["teye_share"] - worst["wall_share"])
+        print(f"largest disagreement with the wall clock: {worst['name']}: teye {100 * worst['teye_share']:.2f}% vs "
+              f"wall clock {100 * worst['wall_share']:.2f}%, {d:+.2f} points (teye rounds to 4 digits; both use the "
+              f"loop's own timestamps, so this checks teye's step accounting, not an independent clock)")
 
 
 def main(argv=None) -> int:
@@ -134,7 +137,13 @@ def main(argv=None) -> int:
     p.add_argument("--warmup-steps", type=int, default=3)
     p.add_argument("--only", nargs="+", choices=sorted(MATRIX), help="run only these configurations")
     p.add_argument("--json", metavar="FILE", help="also write every row as JSON here")
+    p.add_argument("--report", metavar="FILE", help="print the table of an earlier --json run instead of running")
     args = p.parse_args(argv)
+    if args.report:
+        with open(args.report, encoding="utf-8") as fh:
+            rows = json.load(fh)
+        report(rows, {n: MATRIX[n][1] for n in MATRIX})
+        return 0
 
     def log(msg):
         print(f"  {msg}", file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ and ``phases.trusted_uids``) and ``USER/NAME`` for everyone else: another user c
 neither add to nor squat on a trusted user's job name.
 
 Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums over the
-sliding window, a step-time histogram, at most 64 pids (each with at most 256 phases
+sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
 waiting for the step that closes them), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are live;
@@ -43,7 +43,7 @@ IN_STEP = 100                   # pending-interval keys IN_STEP + i: GPU idle in
 # The GPU idle the verdict weighs, inside steps: which phases each kind's (merged) time covers.
 IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("host", ("host", "compute")),
             ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
-OPEN_PER_PID = 256              # phases kept per process until the step that closes them arrives
+OPEN_PER_PID = 128              # phases kept per process until the step that closes them arrives
 MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
 WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
 DATA_WAIT = 0                   # PHASES.index("data_wait")
