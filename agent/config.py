@@ -190,6 +190,14 @@ SCHEMA: Dict[str, Any] = {
                                     "this share of the observed time.", _ratio),
         "stall_seconds": Field(FLOAT, 30.0, "Verdict 'idle' when a live job reported no phase or step this long.",
                                _positive),
+        # input cause (issue 13): what the sending processes do while they wait for input
+        "input_sample_interval_seconds": Field(FLOAT, 0.05, "Period of the /proc samples (CPU time, I/O, pressure) "
+                                               "of the processes that send phases, to split data_wait by cause; "
+                                               "0 turns the sampling off.", lambda v: None if v >= 0 else "must be >= 0"),
+        "input_cpu_busy_ratio": Field(FLOAT, 0.5, "Input cause 'host_cpu' when the job's threads use at least this "
+                                      "many CPU seconds per second of data_wait (else 'storage').", _positive),
+        "input_cpu_stall_ratio": Field(FLOAT, 0.5, "Input cause 'host_cpu' also when the job's cgroup is stalled on "
+                                       "CPU (cpu.pressure 'some') at least this share of its data_wait.", _ratio),
     },
 }
 

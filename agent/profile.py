@@ -159,19 +159,21 @@ def _gpu_summary(ctx, t0: int, t1: int, threshold: float) -> List[Dict[str, Any]
 
 
 def _job_summary(j: JobView) -> Dict[str, Any]:
-    step_total = j.step_hist.sum
-    phases = dict(j.phase_seconds)
+    # The evidence covers the whole run (the profile's window); its phase times are the time inside
+    # the reported steps, so every share is a part of the step time (at most 1, never clipped).
+    ev = j.evidence
+    step_total = ev.step_seconds
+    phases = dict(ev.phase_seconds)
     phase_total = sum(phases.values())
-    denom = step_total if step_total > 0 else phase_total
     breakdown = {}
     for p in PHASES:
         s = phases.get(p, 0.0)
         if s or p in ("data_wait", "compute", "host", "communication"):
-            breakdown[p] = {"seconds": round(s, 6), "share": round(s / denom, 4) if denom else 0.0,
+            breakdown[p] = {"seconds": round(s, 6), "share": round(ev.share(p), 4),
                             "ms_per_step": round(1000 * s / j.steps, 3) if j.steps else None}
     if step_total > 0:
         un = max(0.0, step_total - phase_total)
-        breakdown["untracked"] = {"seconds": round(un, 6), "share": round(un / denom, 4),
+        breakdown["untracked"] = {"seconds": round(un, 6), "share": round(un / step_total, 4),
                                   "ms_per_step": round(1000 * un / j.steps, 3) if j.steps else None}
     idle_by_phase: Dict[str, float] = {}
     for _gpu, phase, s in j.gpu_idle_seconds:
@@ -186,9 +188,23 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
         "gpu_idle_ratio": None if j.gpu_idle_ratio is None else round(j.gpu_idle_ratio, 4),
         "gpu_idle_seconds_by_phase": {k: round(v, 6) for k, v in sorted(idle_by_phase.items())},
         "client_dropped_records": j.client_dropped,
-        "verdict": {"kind": j.verdict.kind, "evidence": j.verdict.evidence,
+        "input_wait": _input_wait_summary(ev.input_wait),
+        "verdict": {"kind": j.verdict.kind, "cause": j.verdict.cause, "evidence": j.verdict.evidence,
                     "recommendation": j.verdict.recommendation},
     }
+
+
+def _input_wait_summary(w) -> Optional[Dict[str, Any]]:
+    """What the job's processes did during their data_wait (None: not sampled)."""
+    if w is None:
+        return None
+    r = w.cpu_ratio
+    return {"measured_wait_s": round(w.wait_s, 6), "cpu_s": round(w.cpu_s, 6),
+            "cpu_ratio": None if r is None else round(r, 4), "read_bytes": w.read_bytes,
+            "io_stall_s": None if w.io_stall_s is None else round(w.io_stall_s, 6),
+            "cpu_stall_s": None if w.cpu_stall_s is None else round(w.cpu_stall_s, 6),
+            "run_delay_s": None if w.run_delay_s is None else round(w.run_delay_s, 6),
+            "problem": w.problem or None}
 
 
 def render_overview(summary: Dict[str, Any]) -> str:
@@ -228,7 +244,12 @@ def render_overview(summary: Dict[str, Any]) -> str:
             by = ", ".join(f"{k} {v:.2f} s" for k, v in j["gpu_idle_seconds_by_phase"].items())
             lines.append(f"  GPU idle {100 * j['gpu_idle_ratio']:.0f} % of the job's step time; idle by phase: {by}")
         v = j["verdict"]
-        lines.append(f"  verdict: {v['kind'].upper()}: {v['evidence']}")
+        w = j.get("input_wait")
+        if w and w["cpu_ratio"] is not None:
+            lines.append(f"  while waiting for input: {w['cpu_ratio']:.2f} CPU s per s of data_wait"
+                         + (f", {w['read_bytes'] / 1e6:.1f} MB read" if w["read_bytes"] is not None else ""))
+        cause = f" ({v['cause']})" if v.get("cause") else ""
+        lines.append(f"  verdict: {v['kind'].upper()}{cause}: {v['evidence']}")
         lines.append(f"  recommendation: {v['recommendation']}")
     lines.append("")
     outs = ["summary.json"] + ([summary["timeline_png"]] if summary.get("timeline_png") else [])
@@ -347,7 +368,8 @@ def main(args, cfg: dict) -> int:
     ctx = AgentContext()
     tmp = tempfile.mkdtemp(prefix="teye-profile-")
     sock_path = os.path.join(tmp, "phases.sock")
-    phases = PhaseSource(pcfg, ctx, socket_path=sock_path, record_intervals=RECORD_INTERVALS)
+    phases = PhaseSource(pcfg, ctx, socket_path=sock_path, record_intervals=RECORD_INTERVALS,
+                         procfs=cfg["procfs"], sysfs=cfg["sysfs"])
     gpu_src, gpu_note = _build_gpu(cfg, ctx)
     sampler = None
     if gpu_src is not None:

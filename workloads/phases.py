@@ -100,7 +100,8 @@ class Reporter:
         self._phases = []
         self._steps = []
         self._oldest_ns = 0
-        self._step_start = None
+        self._step_start = None     # where the next step starts: the previous step's end ...
+        self._open_start = None     # ... or, before the first step, the earliest phase since (never the buffer)
         self._lock = threading.Lock()
         self._sock = None
         self._resolved_ns = _monotonic_ns()
@@ -134,6 +135,8 @@ class Reporter:
         if e < s or s < 0:
             self._count_drop(1, "bad-interval")
             return
+        if self._step_start is None and (self._open_start is None or s < self._open_start):
+            self._open_start = s
         self._add(self._phases, rec, s)
 
     def step(self, samples: int = 0, start_ns: int = None, end_ns: int = None) -> None:
@@ -144,13 +147,16 @@ class Reporter:
                 s = int(start_ns)
             elif self._step_start is not None:
                 s = self._step_start
+            elif self._open_start is not None:  # phases already flushed still belong to this step
+                s = min(self._open_start, e)
             else:
-                s = min([p[1] for p in self._phases] or [e])
+                s = e
             n = int(samples)
         except (TypeError, ValueError, OverflowError):
             self._count_drop(1, "bad-argument")
             return
         self._step_start = e
+        self._open_start = None
         if e < s or n < 0:
             self._count_drop(1, "bad-interval")
             return
@@ -240,4 +246,5 @@ def _reinit_ref(ref) -> None:
     if rep is not None:  # a forked child must not inherit a lock held by another thread, nor the buffer
         rep._lock = threading.Lock()
         rep._phases, rep._steps = [], []
+        rep._step_start = rep._open_start = None
         rep._sock = None

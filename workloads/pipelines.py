@@ -2,7 +2,9 @@
 
 Both read CIFAR binary records (see :func:`workloads.data.encode_records`) one sample
 at a time from a store that can add a per-read storage latency (``io_latency_ms``,
-an NFS-like slow read), decode them (bytes -> float32 HWC image in [0, 1]) and
+an NFS-like slow read, spent sleeping), decode them (bytes -> float32 HWC image in [0, 1];
+``decode_cost_ms`` adds that much CPU work per sample, a busy loop standing for a costly
+decoder such as JPEG, so input can be made slow by storage or by host CPU at will) and
 augment them (random horizontal flip, random 32x32 crop of the 4-pixel padded image):
 
 * ``naive``: a Python generator; every read, decode and augment happens in the
@@ -10,7 +12,9 @@ augment them (random horizontal flip, random 32x32 crop of the 4-pixel padded im
 * ``tfdata``: ``tf.data``: indices -> ``interleave`` of per-sample reads
   (``read_parallelism`` reads in flight, as when reading many files) ->
   ``map(decode, num_parallel_calls=AUTOTUNE)`` -> optional ``cache()`` -> shuffle ->
-  ``map(augment, AUTOTUNE)`` -> ``batch`` -> ``prefetch(AUTOTUNE)``.
+  ``map(augment, AUTOTUNE)`` -> ``batch`` -> ``prefetch(AUTOTUNE)``; ``parallel_map=False``
+  runs the maps sequentially and ``prefetch=False`` drops the prefetch (the studies' "off"
+  positions of those optimizations).
 
 Both shard by sample index (``shard_count``/``shard_index``) for multi-worker runs.
 TensorFlow is imported only by :func:`tfdata_dataset`.
@@ -24,7 +28,7 @@ import numpy as np
 
 from .data import RECORD_BYTES, decode_record
 
-__all__ = ["PIPELINES", "SlowStore", "naive_batches", "tfdata_dataset", "augment_np"]
+__all__ = ["PIPELINES", "SlowStore", "naive_batches", "tfdata_dataset", "augment_np", "burn_cpu"]
 
 PIPELINES = ("naive", "tfdata")
 PAD = 4
@@ -55,6 +59,17 @@ class SlowStore:
         return self.records[i].copy()
 
 
+def burn_cpu(seconds: float) -> None:
+    """Busy-loop until this thread has used ``seconds`` of CPU time (a decoder's work, not a sleep)."""
+    if seconds <= 0:
+        return
+    end = time.thread_time() + seconds
+    x = 1.0
+    while time.thread_time() < end:
+        for _ in range(200):
+            x = x * 1.0000001 + 1e-9
+
+
 def augment_np(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Random horizontal flip and random 32x32 crop of the zero-padded (40x40) image."""
     if rng.random() < 0.5:
@@ -71,13 +86,17 @@ def _shard(n: int, shard_count: int, shard_index: int) -> np.ndarray:
 
 
 def naive_batches(store: SlowStore, batch_size: int, *, seed: int = 0, augment: bool = True,
-                  shard_count: int = 1, shard_index: int = 0) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+                  shard_count: int = 1, shard_index: int = 0,
+                  decode_cost_ms: float = 0.0) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
     """Endless (x float32 (B, 32, 32, 3), y int32 (B,)) batches from a plain Python generator.
 
     Each epoch visits this shard's samples in a new random order (dropping the last
     partial batch); each sample is read, decoded and augmented on demand, serially.
     """
     idx = _shard(len(store), shard_count, shard_index)
+    if decode_cost_ms < 0:
+        raise ValueError(f"decode cost must be >= 0 ms, got {decode_cost_ms}")
+    cost_s = decode_cost_ms / 1000.0
     if batch_size < 1 or batch_size > idx.size:
         raise ValueError(f"batch size {batch_size} must be within 1..{idx.size} (samples in this shard)")
     rng = np.random.default_rng(seed)
@@ -88,6 +107,7 @@ def naive_batches(store: SlowStore, batch_size: int, *, seed: int = 0, augment: 
             ys = np.empty((batch_size,), dtype=np.int32)
             for j, i in enumerate(order[b * batch_size:(b + 1) * batch_size]):
                 img, label = decode_record(store.read(int(i)))
+                burn_cpu(cost_s)
                 xs[j] = augment_np(img, rng) if augment else img
                 ys[j] = label
             yield xs, ys
@@ -105,9 +125,18 @@ def _sleep_each(ds, microseconds: int):
     return tf.data.experimental.from_variant(slept, ds.element_spec)
 
 
+def _burn_tf(tf, x, seconds: float):
+    """``x`` after ``seconds`` of CPU work by :func:`burn_cpu` in a ``tf.py_function``: Python work in
+    tf.data's map threads, as a decoder wrapped in py_function (it holds the GIL, so parallel calls
+    overlap little).  A graph-side busy loop (``tf.while_loop`` on ``tf.timestamp``) would avoid the
+    GIL, but with one in the map function the TensorFlow profiler measures no step time at all."""
+    return tf.py_function(lambda a: (burn_cpu(seconds), a)[1], [x], x.dtype)
+
+
 def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float = 0.0,
                    read_parallelism: int = 16, cache: bool = False, seed: int = 0, augment: bool = True,
-                   shard_count: int = 1, shard_index: int = 0, shuffle_buffer: int = 10000):
+                   shard_count: int = 1, shard_index: int = 0, shuffle_buffer: int = 10000,
+                   decode_cost_ms: float = 0.0, parallel_map: bool = True, prefetch: bool = True):
     """The ``tf.data`` pipeline over CIFAR binary ``records`` yielding (x float32, y int32) batches."""
     import tensorflow as tf
 
@@ -119,7 +148,11 @@ def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float
         raise ValueError(f"batch size {batch_size} must be within 1..{n_local} (samples in this shard)")
     if read_parallelism < 1:
         raise ValueError(f"read parallelism must be >= 1, got {read_parallelism}")
+    if decode_cost_ms < 0:
+        raise ValueError(f"decode cost must be >= 0 ms, got {decode_cost_ms}")
     autotune = tf.data.AUTOTUNE
+    map_calls = autotune if parallel_map else None
+    cost_s = decode_cost_ms / 1000.0
     table = tf.constant(records)
     latency_us = int(round(io_latency_ms * 1000))
 
@@ -134,9 +167,11 @@ def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float
     def decode(i):
         rec = tf.cast(tf.gather(table, i), tf.float32)
         img = tf.transpose(tf.reshape(rec[1:], (3, 32, 32)), (1, 2, 0))
+        if cost_s > 0:
+            img = tf.ensure_shape(_burn_tf(tf, img, cost_s), (32, 32, 3))
         return img * (1.0 / 255.0), tf.cast(rec[0], tf.int32)
 
-    ds = ds.map(decode, num_parallel_calls=autotune)
+    ds = ds.map(decode, num_parallel_calls=map_calls)
     if cache:
         ds = ds.cache().shuffle(min(n_local, shuffle_buffer), seed=seed, reshuffle_each_iteration=True).repeat()
 
@@ -146,8 +181,10 @@ def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float
             img = tf.image.pad_to_bounding_box(img, PAD, PAD, 32 + 2 * PAD, 32 + 2 * PAD)
             return tf.image.random_crop(img, (32, 32, 3)), label
 
-        ds = ds.map(aug, num_parallel_calls=autotune)
-    ds = ds.batch(batch_size, drop_remainder=True).prefetch(autotune)
+        ds = ds.map(aug, num_parallel_calls=map_calls)
+    ds = ds.batch(batch_size, drop_remainder=True)
+    if prefetch:
+        ds = ds.prefetch(autotune)
     opts = tf.data.Options()
     opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF  # sharded above
     return ds.with_options(opts)
@@ -155,14 +192,16 @@ def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float
 
 def make_batches(kind: str, records: np.ndarray, batch_size: int, *, io_latency_ms: float = 0.0,
                  read_parallelism: int = 16, cache: bool = False, seed: int = 0,
-                 shard_count: int = 1, shard_index: int = 0, augment: bool = True):
+                 shard_count: int = 1, shard_index: int = 0, augment: bool = True, decode_cost_ms: float = 0.0,
+                 parallel_map: bool = True, prefetch: bool = True):
     """An iterable of batches for pipeline ``kind`` (a generator for naive, a Dataset for tfdata)."""
     if kind == "naive":
         store = SlowStore(records, io_latency_ms / 1000.0)
         return naive_batches(store, batch_size, seed=seed, augment=augment,
-                             shard_count=shard_count, shard_index=shard_index)
+                             shard_count=shard_count, shard_index=shard_index, decode_cost_ms=decode_cost_ms)
     if kind == "tfdata":
         return tfdata_dataset(records, batch_size, io_latency_ms=io_latency_ms, read_parallelism=read_parallelism,
                               cache=cache, seed=seed, augment=augment,
-                              shard_count=shard_count, shard_index=shard_index)
+                              shard_count=shard_count, shard_index=shard_index, decode_cost_ms=decode_cost_ms,
+                              parallel_map=parallel_map, prefetch=prefetch)
     raise ValueError(f"unknown pipeline {kind!r}; valid: {', '.join(PIPELINES)}")

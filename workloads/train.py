@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", action="store_true", help="tfdata: cache decoded samples after the first epoch")
     p.add_argument("--io-latency-ms", type=_non_negative_float, default=0.0,
                    help="storage delay added to every sample read, both pipelines (default: %(default)s)")
+    p.add_argument("--decode-cost-ms", type=_non_negative_float, default=0.0,
+                   help="CPU work added to every sample's decode, both pipelines: a busy loop of this many ms "
+                        "(a costly decoder: input slow by host CPU rather than by storage; default: %(default)s)")
+    p.add_argument("--no-prefetch", action="store_true", help="tfdata: no prefetch at the end of the pipeline")
+    p.add_argument("--no-parallel-map", action="store_true",
+                   help="tfdata: run decode and augment maps sequentially (no num_parallel_calls)")
     p.add_argument("--read-parallelism", type=_positive_int, default=16,
                    help="tfdata: reads in flight at once (interleave cycle length; default: %(default)s)")
     p.add_argument("--gpu-thread-mode", choices=THREAD_MODES,
@@ -117,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Adam learning rate (default: 1e-4 for resnet50, which diverges early at 1e-3 "
                         "from scratch; 1e-3 otherwise)")
     p.add_argument("--seed", type=int, default=0, help="random seed (weights, data order, synthetic data)")
+    p.add_argument("--profile-dir", metavar="DIR",
+                   help="trace the steps after the warm-up with the TensorFlow profiler into DIR and add its "
+                        "input-pipeline analysis to the results (needs xprof); the warm-up steps are reported to "
+                        "teye as job <train-job>-warmup, so teye's verdict covers the profiled steps")
     p.add_argument("--train-job", help="job name for the phase reporter (default: <model>-bs<batch>)")
     p.add_argument("--results", metavar="FILE",
                    help="write a JSON record here when training finishes (multiworker: '{worker}' in the "
@@ -136,8 +146,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.gpu_thread_count is not None and args.gpu_thread_mode is None:
         parser.error("--gpu-thread-count needs --gpu-thread-mode (gpu_private or gpu_shared)")
-    if args.cache and args.pipeline != "tfdata":
-        parser.error("--cache applies to --pipeline tfdata only")
+    for flag, on in (("--cache", args.cache), ("--no-prefetch", args.no_prefetch),
+                     ("--no-parallel-map", args.no_parallel_map)):
+        if on and args.pipeline != "tfdata":
+            parser.error(f"{flag} applies to --pipeline tfdata only")
     if args.steps is None and args.epochs is None:
         args.steps = 50
     if args.learning_rate is None:
@@ -286,10 +298,12 @@ class Trainer:
 
     # -- input --
     def batches(self, kind: str, records: np.ndarray, *, io_latency_ms: float = 0.0, read_parallelism: int = 16,
-                cache: bool = False, seed: int = 0, worker_index: int = 0):
+                cache: bool = False, seed: int = 0, worker_index: int = 0, decode_cost_ms: float = 0.0,
+                parallel_map: bool = True, prefetch: bool = True):
         """An iterator of step inputs (tensors / per-replica values) for this worker."""
         strategy = self.strategy
-        common = dict(io_latency_ms=io_latency_ms, read_parallelism=read_parallelism, cache=cache, seed=seed)
+        common = dict(io_latency_ms=io_latency_ms, read_parallelism=read_parallelism, cache=cache, seed=seed,
+                      decode_cost_ms=decode_cost_ms, parallel_map=parallel_map, prefetch=prefetch)
         if kind == "tfdata":
             if strategy is None:
                 return iter(make_batches("tfdata", records, self.local_batch, **common))
@@ -427,33 +441,55 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         initial_sha = trainer.weights_sha256()
         it = trainer.batches(args.pipeline, records, io_latency_ms=args.io_latency_ms,
                              read_parallelism=args.read_parallelism, cache=args.cache, seed=args.seed,
-                             worker_index=worker_index)
+                             worker_index=worker_index, decode_cost_ms=args.decode_cost_ms,
+                             parallel_map=not args.no_parallel_map, prefetch=not args.no_prefetch)
         timer = timer if timer is not None else PhaseTimer(sink=make_sink(args))
         progress = Progress(steps, enabled=not args.no_progress)
         losses: List[float] = []
         if notes is not None:
             notes.start(f"{args.train_job} started: {args.model} bs={args.batch_size} pipeline={args.pipeline}, "
                         f"{steps} steps" + (f" ({args.epochs} epochs)" if args.epochs else ""))
+        warmup = min(args.warmup_steps, max(0, steps - 1))
+        profiling = getattr(args, "profile_dir", None)
+        real_sink = timer.sink
+        if profiling and warmup and real_sink is not None:  # warm-up under its own name: teye sees the profiled steps
+            timer.sink = Reporter(train_job=f"{args.train_job}-warmup")
         t0 = time.monotonic()
         for i in range(steps):
-            with timer.phase("data_wait"):
-                batch = next(it)
-            with timer.phase("compute"):
-                loss = trainer.step(batch)
-            with timer.phase("host"):
-                if not math.isfinite(loss) and args.mixed_precision != "mixed_float16":
-                    raise TrainingFailed(f"loss became {loss} at step {i + 1}")
-                losses.append(loss)
-                done = (i + 1) * trainer.global_batch
-                progress.update(i + 1, loss, done / max(1e-9, time.monotonic() - t0))
-            timer.step(samples=trainer.local_batch)
+            traced = contextlib.nullcontext()
+            if profiling and i >= warmup:
+                if i == warmup:
+                    if timer.sink is not real_sink:
+                        timer.sink.close()
+                        timer.sink = real_sink
+                    tf.profiler.experimental.start(args.profile_dir)
+                traced = tf.profiler.experimental.Trace("train", step_num=i, _r=1)
+            with traced:
+                with timer.phase("data_wait"):
+                    batch = next(it)
+                with timer.phase("compute"):
+                    loss = trainer.step(batch)
+                with timer.phase("host"):
+                    if not math.isfinite(loss) and args.mixed_precision != "mixed_float16":
+                        raise TrainingFailed(f"loss became {loss} at step {i + 1}")
+                    losses.append(loss)
+                    done = (i + 1) * trainer.global_batch
+                    progress.update(i + 1, loss, done / max(1e-9, time.monotonic() - t0))
+                timer.step(samples=trainer.local_batch)
             if notes is not None and args.epochs and (i + 1) % steps_per_epoch == 0:
                 notes.epoch((i + 1) // steps_per_epoch, args.epochs, f"step {i + 1}, loss {loss:.4f}")
+        tf_profiler = None
+        if profiling:
+            tf.profiler.experimental.stop()
+            from .tfprofile import ProfilerUnavailable, input_analysis
+            try:
+                tf_profiler = input_analysis(args.profile_dir)
+            except ProfilerUnavailable as e:
+                tf_profiler = {"error": str(e)}
         final_sha = trainer.weights_sha256()
         info = device_info(tf)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-    warmup = min(args.warmup_steps, max(0, steps - 1))
     summary = timer.summary(warmup_steps=warmup)
     finite = [v for v in losses if math.isfinite(v)]
     k = max(1, len(finite) // 10)
@@ -467,6 +503,9 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         "pipeline": args.pipeline,
         "cache": args.cache,
         "io_latency_ms": args.io_latency_ms,
+        "decode_cost_ms": args.decode_cost_ms,
+        "prefetch": not args.no_prefetch,
+        "parallel_map": not args.no_parallel_map,
         "read_parallelism": args.read_parallelism,
         "gpu_thread_mode": args.gpu_thread_mode or os.environ.get("TF_GPU_THREAD_MODE") or "global",
         "gpu_thread_count": args.gpu_thread_count,
@@ -492,11 +531,16 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         "initial_weights_sha256": initial_sha,
         "weights_sha256": final_sha,
     }
+    if tf_profiler is not None:
+        record["tf_profiler"] = tf_profiler
     return record
 
 
 def summary_line(r: dict, data_desc: str) -> str:
     lat = f" io_latency={r['io_latency_ms']:g}ms" if r["io_latency_ms"] else ""
+    lat += f" decode_cost={r['decode_cost_ms']:g}ms" if r.get("decode_cost_ms") else ""
+    lat += "" if r.get("prefetch", True) else " -prefetch"
+    lat += "" if r.get("parallel_map", True) else " -parallel_map"
     knobs = [f"{r['model']} bs={r['batch_size']}", f"pipeline={r['pipeline']}{' +cache' if r['cache'] else ''}{lat}"]
     if r["mixed_precision"] != "float32":
         knobs.append(r["mixed_precision"])

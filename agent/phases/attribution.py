@@ -11,6 +11,11 @@ of the interval that driver samples cover at all).  Phases that overlap each oth
 (e.g. communication overlapping compute) each get their full overlap: the split is
 "idle while this phase was running", not a partition.
 
+Idle time is summed exactly, in integers (busy ratios are taken in units of 2**-30,
+times nanoseconds), so the idle time of any set of intervals inside a step is never
+larger than the step's own idle time, not even by a rounding error: a share of GPU idle
+time computed from these sums cannot exceed 1.
+
 Attribution is incremental: a phase interval usually reaches the agent before the GPU
 samples that cover it (the driver's ring is read once a second).  :func:`take_ready`
 picks the intervals whose GPUs are covered up to their end, or that waited too long.
@@ -22,6 +27,8 @@ from collections import defaultdict
 from typing import Callable, Deque, Dict, FrozenSet, Hashable, Iterable, List, NamedTuple, Sequence, Tuple
 
 NS = 1e9
+BUSY_ONE = 1 << 30                  # busy ratio 1.0 in the integer units used for exact sums
+IDLE_UNIT = float(BUSY_ONE) * NS    # integer idle units per idle second
 
 
 class Pending(NamedTuple):
@@ -48,6 +55,12 @@ def idle_observed(samples: Sequence, start_ns: int, end_ns: int) -> Tuple[float,
 
 
 def _idle_observed(samples: Sequence, ends: List[int], start_ns: int, end_ns: int) -> Tuple[float, float]:
+    idle, observed = _idle_units(samples, ends, start_ns, end_ns)
+    return idle / IDLE_UNIT, observed / NS
+
+
+def _idle_units(samples: Sequence, ends: List[int], start_ns: int, end_ns: int) -> Tuple[int, int]:
+    """(idle in BUSY_ONE x ns units, observed ns): exact integers."""
     idle = observed = 0
     i = bisect.bisect_right(ends, start_ns)
     n = len(samples)
@@ -58,17 +71,22 @@ def _idle_observed(samples: Sequence, ends: List[int], start_ns: int, end_ns: in
         ov = min(end_ns, smp.end_ns) - max(start_ns, smp.start_ns)
         if ov > 0:
             observed += ov
-            idle += (1.0 - smp.busy) * ov
+            idle += (BUSY_ONE - round(smp.busy * BUSY_ONE)) * ov
         i += 1
-    return idle / NS, observed / NS
+    return idle, observed
 
 
 def attribute(intervals: Iterable[Tuple[Hashable, int, int]], samples: Sequence) -> Dict[Hashable, Tuple[float, float]]:
     """Sum (idle s, observed s) per key for intervals ``(key, start_ns, end_ns)`` on one GPU's samples."""
+    return {k: (i / IDLE_UNIT, o / NS) for k, (i, o) in attribute_units(intervals, samples).items()}
+
+
+def attribute_units(intervals: Iterable[Tuple[Hashable, int, int]], samples: Sequence) -> Dict[Hashable, Tuple[int, int]]:
+    """As :func:`attribute`, in exact integer units (idle: BUSY_ONE x ns, observed: ns)."""
     ends = [s.end_ns for s in samples]
-    out: Dict[Hashable, List[float]] = defaultdict(lambda: [0.0, 0.0])
+    out: Dict[Hashable, List[int]] = defaultdict(lambda: [0, 0])
     for key, s, e in intervals:
-        idle, obs = _idle_observed(samples, ends, s, e)
+        idle, obs = _idle_units(samples, ends, s, e)
         acc = out[key]
         acc[0] += idle
         acc[1] += obs
@@ -111,18 +129,19 @@ def take_ready(pending: Deque[Pending], covered_until: Callable[[str], int], now
 
 
 def attribute_pending(ready: Sequence[Pending], window: Callable[[str, int, int], Sequence]
-                      ) -> Dict[Tuple[Hashable, str], Tuple[float, float]]:
-    """(idle s, observed s) per (key, gpu) for ready intervals, one timeline query per GPU."""
+                      ) -> Dict[Tuple[Hashable, str], Tuple[int, int]]:
+    """(idle, observed) per (key, gpu) for ready intervals in exact integer units (see
+    :func:`attribute_units`), one timeline query per GPU."""
     by_gpu: Dict[str, List[Tuple[Hashable, int, int]]] = defaultdict(list)
     for p in ready:
         for g in p.gpus:
             by_gpu[g].append((p.key, p.start_ns, p.end_ns))
-    out: Dict[Tuple[Hashable, str], Tuple[float, float]] = {}
+    out: Dict[Tuple[Hashable, str], Tuple[int, int]] = {}
     for g, ivs in by_gpu.items():
         lo = min(s for _, s, _ in ivs)
         hi = max(e for _, _, e in ivs)
         samples = window(g, lo, hi)
-        for key, val in attribute(ivs, samples).items():
+        for key, val in attribute_units(ivs, samples).items():
             out[(key, g)] = val
     return out
 
@@ -139,3 +158,33 @@ def resolve_gpus(pid: int, cvd: Tuple[str, ...], gpu_pids, known_gpus: FrozenSet
     if not cvd or not known_gpus:
         return ()
     return tuple(sorted({c for c in cvd if c in known_gpus}))
+
+
+def merged(intervals: Iterable[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """The union of half-open intervals as disjoint, sorted intervals."""
+    out: List[List[int]] = []
+    for a, b in sorted(intervals):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1][1] = b
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def clip_to_step(phases: Iterable[Tuple[int, int, int]], start_ns: int, end_ns: int
+                 ) -> Dict[int, List[Tuple[int, int]]]:
+    """Per phase key, the disjoint pieces of ``phases`` ``(key, s, e)`` inside the step [start_ns, end_ns).
+
+    The pieces of one key are merged, so their total length never exceeds the step's:
+    a phase's share of step time computed from them is at most 1 by construction, even
+    when a client reports overlapping phases or phases outside its steps.
+    """
+    by_key: Dict[int, List[Tuple[int, int]]] = defaultdict(list)
+    for k, s, e in phases:
+        a, b = max(s, start_ns), min(e, end_ns)
+        if b > a:
+            by_key[k].append((a, b))
+    return {k: merged(v) for k, v in by_key.items()}

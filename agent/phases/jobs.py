@@ -7,10 +7,16 @@ and ``phases.trusted_uids``) and ``USER/NAME`` for everyone else: another user c
 neither add to nor squat on a trusted user's job name.
 
 Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums over the
-sliding window, a step-time histogram, at most 64 pids, at most ``max_pending_intervals``
+sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
+waiting for the step that closes them), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are live;
 a job silent for ``job_expiry_seconds`` expires and its series disappear.
+
+Shares of step time are computed from the phase time *inside* the reported steps
+(each phase's intervals clipped to the step of the same process and merged), in integer
+nanoseconds, and GPU idle shares from the GPU idle time inside steps: a share can never
+exceed 1, whatever the client sends.
 """
 from __future__ import annotations
 
@@ -19,20 +25,28 @@ import os
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Deque, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import Callable, Deque, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
-from . import attribution
+from . import attribution, cause
 from .protocol import ACCEPTED, PHASES, RESULTS, Limits, Message, Rejected, decode
-from .verdict import Evidence, Thresholds, Verdict, decide
+from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
 
 NP = len(PHASES)
 PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 STEP = -1                       # pending-interval key of a step (phases use their index)
+IN_STEP = 100                   # pending-interval keys IN_STEP + i: GPU idle inside steps, per IN_KINDS[i]
+# The GPU idle the verdict weighs, inside steps: which phases each kind's (merged) time covers.
+IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("host", ("host", "compute")),
+            ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
+OPEN_PER_PID = 128              # phases kept per process until the step that closes them arrives
+MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
+WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
+DATA_WAIT = 0                   # PHASES.index("data_wait")
 RING_SLOTS = 30
 MAX_PIDS = 64
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -42,20 +56,26 @@ ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 class _Ring:
     """Sums over a sliding window in RING_SLOTS time slots (fixed size)."""
 
-    __slots__ = ("width", "idx", "phase", "step_s", "steps", "idle", "obs", "step_idle", "step_obs", "step_attr")
+    __slots__ = ("width", "idx", "phase", "in_step", "step_ns", "steps", "idle", "obs", "step_idle", "step_obs",
+                 "kind_idle", "step_attr", "wait")
 
+    # Times are integers (ns; GPU idle in attribution units) so that a part never sums above its whole.
     def __init__(self, window_ns: int):
         self.width = max(1, window_ns // RING_SLOTS)
         n = RING_SLOTS
         self.idx = [-1] * n
-        self.phase = [[0.0] * NP for _ in range(n)]
-        self.step_s = [0.0] * n
+        self.phase = [[0] * NP for _ in range(n)]     # ns per phase, as reported
+        self.in_step = [[0] * NP for _ in range(n)]   # ns per phase inside the reported steps
+        self.step_ns = [0] * n
         self.steps = [0] * n
-        self.idle = [[0.0] * NP for _ in range(n)]   # GPU idle overlapping each phase (summed over GPUs)
-        self.obs = [0.0] * n                          # GPU observed time during phases
-        self.step_idle = [0.0] * n                    # GPU idle during steps
-        self.step_obs = [0.0] * n                     # GPU observed time during steps
+        self.idle = [[0] * NP for _ in range(n)]      # GPU idle overlapping each phase (summed over GPUs)
+        self.obs = [[0] * NP for _ in range(n)]       # GPU observed time during each phase
+        self.step_idle = [0] * n                      # GPU idle during steps
+        self.step_obs = [0] * n                       # GPU observed time during steps
+        self.kind_idle = [[0] * len(IN_KINDS) for _ in range(n)]  # GPU idle inside steps per IN_KINDS
         self.step_attr = [False] * n                  # whether any step was attributed to GPUs here
+        # what the processes did during their data_wait (see _WaitSums)
+        self.wait = [_WaitSums() for _ in range(n)]
 
     def slot(self, t_ns: int, now_ns: int) -> Optional[int]:
         cur = now_ns // self.width
@@ -65,16 +85,48 @@ class _Ring:
         i = b % RING_SLOTS
         if self.idx[i] != b:
             self.idx[i] = b
-            self.phase[i] = [0.0] * NP
-            self.idle[i] = [0.0] * NP
-            self.step_s[i] = self.obs[i] = self.step_idle[i] = self.step_obs[i] = 0.0
+            self.phase[i] = [0] * NP
+            self.in_step[i] = [0] * NP
+            self.idle[i] = [0] * NP
+            self.obs[i] = [0] * NP
+            self.kind_idle[i] = [0] * len(IN_KINDS)
+            self.step_ns[i] = self.step_idle[i] = self.step_obs[i] = 0
             self.steps[i] = 0
             self.step_attr[i] = False
+            self.wait[i] = _WaitSums()
         return i
 
     def live(self, now_ns: int):
         cur = now_ns // self.width
         return [i for i in range(RING_SLOTS) if cur - RING_SLOTS < self.idx[i] <= cur]
+
+
+class _WaitSums:
+    """Sums over the data_wait intervals that /proc samples covered (one ring slot)."""
+
+    __slots__ = ("n", "wait_ns", "cpu_s", "read_bytes", "no_io", "io_s", "io_n", "cst_s", "cst_n", "rd_s", "rd_n")
+
+    def __init__(self):
+        self.n = self.wait_ns = self.read_bytes = self.no_io = self.io_n = self.cst_n = self.rd_n = 0
+        self.cpu_s = self.io_s = self.cst_s = self.rd_s = 0.0
+
+    def add(self, wait_ns: int, u: "cause.WaitUsage") -> None:
+        self.n += 1
+        self.wait_ns += wait_ns
+        self.cpu_s += u.cpu_s
+        if u.read_bytes is None:
+            self.no_io += 1
+        else:
+            self.read_bytes += u.read_bytes
+        if u.io_stall_s is not None:
+            self.io_s += u.io_stall_s
+            self.io_n += 1
+        if u.cpu_stall_s is not None:
+            self.cst_s += u.cpu_stall_s
+            self.cst_n += 1
+        if u.run_delay_s is not None:
+            self.rd_s += u.run_delay_s
+            self.rd_n += 1
 
 
 @dataclass(frozen=True)
@@ -98,10 +150,16 @@ class JobView:
     verdict: Verdict
     evidence: Evidence
 
+    @property
+    def input_wait_cpu_ratio(self) -> Optional[float]:
+        """CPU seconds the job's processes used per second of data_wait (None: not measured)."""
+        w = self.evidence.input_wait
+        return None if w is None else w.cpu_ratio
+
 
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring")
+                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -119,17 +177,26 @@ class _Job:
         self.gpu_idle: Dict[Tuple[str, int], float] = {}
         self.pending: Deque[attribution.Pending] = deque(maxlen=max_pending)
         self.ring = _Ring(window_ns)
+        self.open: Dict[int, Deque[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
+        self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
+        self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
 
 
 class JobTable:
     """Applies validated messages and turns them into JobViews; thread-safe (one lock)."""
 
-    def __init__(self, cfg: Mapping, ctx, own_uid: Optional[int] = None, record_intervals: int = 0):
+    def __init__(self, cfg: Mapping, ctx, own_uid: Optional[int] = None, record_intervals: int = 0, probe=None):
         """``cfg`` is the ``phases`` config section; ``ctx`` an AgentContext (clock, timeline, gpu_pids).
 
         ``record_intervals`` > 0 keeps the newest that many raw intervals (for `teye profile`'s timeline).
+        ``probe`` (an ``agent.phases.procstat.InputProbe``) samples the senders of data_wait phases,
+        to name the cause of input-bound jobs; None: the cause is ``unknown``.
         """
         self.ctx = ctx
+        self.probe = probe
+        # Optional further evidence for every job's verdict, () -> ((topic, note), ...): e.g. memory
+        # bandwidth from hardware counters, cited when the host is the limit (see verdict.Evidence.extra).
+        self.extra_evidence: Optional[Callable[[], Tuple[Tuple[str, str], ...]]] = None
         self.max_jobs = cfg["max_jobs"]
         self.max_per_user = cfg["max_jobs_per_user"]
         self.expiry_ns = int(cfg["job_expiry_seconds"] * 1e9)
@@ -217,26 +284,36 @@ class JobTable:
         else:
             self._jobs.move_to_end(key)
         job.last_ns = now
-        if pid in job.pids or len(job.pids) < MAX_PIDS:
+        known = pid in job.pids or len(job.pids) < MAX_PIDS
+        if known:
             job.pids[pid] = max(job.pids.get(pid, 0), msg.dropped)
+        opened = job.open.get(pid)
+        if opened is None and known:
+            opened = job.open[pid] = deque(maxlen=OPEN_PER_PID)
         gpus = ()
         if msg.phases or msg.steps:
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
         ring = job.ring
         rec = self.recorded
+        waited = False
         for phase, s, e in msg.phases:
             i = PHASE_INDEX[phase]
-            d = (e - s) / 1e9
-            job.phase_s[i] += d
+            job.phase_s[i] += (e - s) / 1e9
+            if opened is not None:
+                opened.append((i, s, e))
+            if i == DATA_WAIT and self.probe is not None and e > s:
+                job.waits.append((pid, s, e))
+                waited = True
             slot = ring.slot(e, now)
             if slot is not None:
-                ring.phase[slot][i] += d
+                ring.phase[slot][i] += e - s
             if gpus:
                 self._queue(job, attribution.Pending((i, e), s, e, gpus))
             if rec is not None:
                 rec.append((job.label, phase, s, e))
         for s, e, samples in msg.steps:
             d = (e - s) / 1e9
+            pieces = self._close_step(opened, s, e) if opened else {}
             job.steps += 1
             job.samples += samples
             job.hist_sum += d
@@ -246,18 +323,40 @@ class JobTable:
             job.hist[b] += 1
             slot = ring.slot(e, now)
             if slot is not None:
-                ring.step_s[slot] += d
+                ring.step_ns[slot] += e - s
                 ring.steps[slot] += 1
+                for i, iv in pieces.items():
+                    ring.in_step[slot][i] += sum(b - a for a, b in iv)
             if gpus:
                 self._queue(job, attribution.Pending((STEP, e), s, e, gpus))
+                for n, (_kind, names) in enumerate(IN_KINDS):
+                    for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
+                        self._queue(job, attribution.Pending((IN_STEP + n, e), a, b, gpus))
             if rec is not None:
                 rec.append((job.label, "step", s, e))
+        if waited:
+            self.probe.track(pid, uid, now)
         return ACCEPTED
 
+    @staticmethod
+    def _close_step(opened: Deque[Tuple[int, int, int]], s: int, e: int) -> Dict[int, list]:
+        """The merged pieces of the process's open phases inside its step [s, e); forget those that end by e."""
+        pieces = attribution.clip_to_step(opened, s, e)
+        keep = [p for p in opened if p[2] > e]   # a phase straddling the step's end belongs to the next one too
+        opened.clear()
+        opened.extend(keep)
+        return pieces
+
     def _queue(self, job: _Job, p: attribution.Pending) -> None:
-        if len(job.pending) == job.pending.maxlen:
-            self.attributed["overflow"] += 1  # the oldest waiting interval is pushed out unattributed
-        job.pending.append(p)
+        q = job.pending
+        if len(q) == q.maxlen:
+            old = q.popleft()   # the oldest waiting interval is pushed out unattributed ...
+            if old.key[0] < IN_STEP:
+                self.attributed["overflow"] += 1
+            if old.key[0] == STEP:  # ... with the pieces of that step (queued right after it): no part without its whole
+                while q and q[0].key[0] >= IN_STEP and q[0].key[1] == old.key[1]:
+                    q.popleft()   # internal pieces, not reported intervals: not counted
+        q.append(p)
 
     # -- periodic work (the sampler's thread) ------------------------------------------------
     def _expire(self, now_ns: int) -> None:
@@ -283,13 +382,17 @@ class JobTable:
         with self._lock:
             self._known_gpus = known
             for job in self._jobs.values():
+                if job.waits:
+                    self._measure_waits(job, now_ns, force)
                 if not job.pending:
                     continue
                 ready, late = attribution.take_ready(job.pending, tl.covered_until, now_ns, self.max_delay_ns, force)
                 if not ready:
                     continue
-                self.attributed["late"] += len(late)
-                self.attributed["complete"] += len(ready) - len(late)
+                # count the reported intervals, not the in-step pieces queued for the verdict
+                n_late = sum(1 for p in late if p.key[0] < IN_STEP)
+                self.attributed["late"] += n_late
+                self.attributed["complete"] += sum(1 for p in ready if p.key[0] < IN_STEP) - n_late
                 ring = job.ring
                 for ((kind, end), gpu), (idle, obs) in attribution.attribute_pending(ready, tl.window).items():
                     slot = ring.slot(end, now_ns)
@@ -299,10 +402,38 @@ class JobTable:
                             ring.step_obs[slot] += obs
                             ring.step_attr[slot] = True
                         continue
-                    job.gpu_idle[(gpu, kind)] = job.gpu_idle.get((gpu, kind), 0.0) + idle
+                    if kind >= IN_STEP:
+                        if slot is not None:
+                            ring.kind_idle[slot][kind - IN_STEP] += idle
+                        continue
+                    job.gpu_idle[(gpu, kind)] = job.gpu_idle.get((gpu, kind), 0.0) + idle / attribution.IDLE_UNIT
                     if slot is not None:
                         ring.idle[slot][kind] += idle
-                        ring.obs[slot] += obs
+                        ring.obs[slot][kind] += obs
+
+    def _measure_waits(self, job: _Job, now_ns: int, force: bool) -> None:
+        """Credit the job's data_wait intervals with what its processes did meanwhile (/proc samples)."""
+        seen: Dict[int, tuple] = {}
+        waits = job.waits
+        while waits:
+            pid, s, e = waits[0]
+            got = seen.get(pid)
+            if got is None:
+                got = seen[pid] = self.probe.samples(pid)
+            samples, problem, gone = got
+            u = cause.wait_usage(samples, s, e)
+            if u is None and not (gone or force or now_ns - e > WAIT_COVER_NS) and (
+                    not samples or samples[0].t_ns <= s):
+                break  # the sample after its end is not there yet
+            waits.popleft()
+            if u is None:
+                if gone or not samples:
+                    job.wait_problem = problem or f"no /proc sample of pid {pid}"
+                continue  # (or the wait began before sampling started)
+            slot = job.ring.slot(e, now_ns)
+            if slot is not None:
+                job.ring.wait[slot].add(e - s, u)
+            job.wait_problem = problem
 
     def views(self, now_ns: int):
         """Expire silent jobs, then return (JobViews, message counts, attribution counts, pending)."""
@@ -315,36 +446,69 @@ class JobTable:
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
         live = ring.live(now_ns)
-        phase = [0.0] * NP
-        idle = [0.0] * NP
-        step_s = obs = step_idle = step_obs = 0.0
+        phase = [0] * NP
+        in_step = [0] * NP
+        idle = [0] * NP
+        obs = [0] * NP
+        kind_idle = [0] * len(IN_KINDS)
+        step_ns = step_idle = step_obs = 0
         steps = 0
         step_attr = False
+        waits = []
         for i in live:
             for k in range(NP):
                 phase[k] += ring.phase[i][k]
+                in_step[k] += ring.in_step[i][k]
                 idle[k] += ring.idle[i][k]
-            step_s += ring.step_s[i]
+                obs[k] += ring.obs[i][k]
+            for k in range(len(IN_KINDS)):
+                kind_idle[k] += ring.kind_idle[i][k]
+            w = ring.wait[i]
+            if w.n:
+                waits.append(w)
+            step_ns += ring.step_ns[i]
             steps += ring.steps[i]
-            obs += ring.obs[i]
             step_idle += ring.step_idle[i]
             step_obs += ring.step_obs[i]
             step_attr = step_attr or ring.step_attr[i]
+        # With steps, shares count only the phase time inside them; without, the phases themselves.
+        times = in_step if step_ns > 0 else phase
+        unit = attribution.IDLE_UNIT
+        # Without steps, observed time is summed per phase like the idle time (same order, same
+        # rounding), so the idle sum cannot round above it.
+        phase_obs = sum(obs[k] / 1e9 for k in range(NP) if idle[k] or obs[k])
         return Evidence(
             window_s=min(self.window_ns, max(0, now_ns - job.created_ns)) / 1e9,
-            phase_seconds={p: phase[k] for k, p in enumerate(PHASES) if phase[k]},
-            step_seconds=step_s,
+            phase_seconds={p: times[k] / 1e9 for k, p in enumerate(PHASES) if times[k]},
+            step_seconds=step_ns / 1e9,
             steps=steps,
-            gpu_idle_seconds={p: idle[k] for k, p in enumerate(PHASES) if idle[k]},
-            gpu_observed_seconds=step_obs if step_attr else obs,
-            gpu_step_idle_seconds=step_idle if step_attr else None,
+            gpu_idle_seconds={p: idle[k] / unit for k, p in enumerate(PHASES) if idle[k]},
+            gpu_observed_seconds=step_obs / 1e9 if step_attr else phase_obs,
+            gpu_step_idle_seconds=step_idle / unit if step_attr else None,
+            gpu_idle_by_kind={name: kind_idle[k] / unit for k, (name, _) in enumerate(IN_KINDS)} if step_attr else None,
             silent_s=max(0.0, (now_ns - job.last_ns) / 1e9),
+            input_wait=self._input_wait(job, waits),
+            extra=self.extra_evidence() if self.extra_evidence is not None else (),
         )
+
+    def _input_wait(self, job: _Job, sums) -> Optional[InputWait]:
+        if self.probe is None:
+            return None
+        n = sum(w.n for w in sums)
+        if not n:
+            return InputWait(problem=job.wait_problem)
+        io_n, cst_n, rd_n = sum(w.io_n for w in sums), sum(w.cst_n for w in sums), sum(w.rd_n for w in sums)
+        return InputWait(
+            wait_s=sum(w.wait_ns for w in sums) / 1e9, cpu_s=sum(w.cpu_s for w in sums),
+            read_bytes=None if any(w.no_io for w in sums) else sum(w.read_bytes for w in sums),
+            io_stall_s=sum(w.io_s for w in sums) if io_n == n else None,
+            cpu_stall_s=sum(w.cst_s for w in sums) if cst_n == n else None,
+            run_delay_s=sum(w.rd_s for w in sums) if rd_n == n else None,
+            problem=job.wait_problem)
 
     def _view(self, job: _Job, now_ns: int) -> JobView:
         ev = self._evidence(job, now_ns)
-        t = ev.step_time
-        ratio = min(1.0, ev.phase_seconds.get("data_wait", 0.0) / t) if t > 0 else None
+        ratio = ev.share("data_wait") if ev.step_time > 0 else None
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES) if job.phase_s[k] or k < 4),

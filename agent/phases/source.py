@@ -12,9 +12,10 @@ from typing import Iterator, Optional, Tuple
 
 from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
 from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
+from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
 from .receiver import Receiver, open_socket
-from .verdict import KINDS
+from .verdict import CAUSES, KINDS
 
 log = logging.getLogger("teye.phases")
 
@@ -38,6 +39,16 @@ GPU_IDLE_RATIO = metric("teye_job_gpu_idle_ratio", GAUGE,
 BOTTLENECK = metric("teye_job_bottleneck", GAUGE,
                     "1 for the job's current verdict (input, host, communication, compute, idle), 0 for the others.",
                     ["train_job", "kind"])
+INPUT_CAUSE = metric("teye_job_input_cause", GAUGE,
+                     "For a job whose verdict is input: 1 for the cause of its input waits, 0 for the others: "
+                     "storage (its processes wait with little CPU), host_cpu (their threads are busy decoding, "
+                     "augmenting, in Python, or starved of CPU), unknown (not measurable: the process exited, another "
+                     "pid namespace, /proc/<pid>/io unreadable). Absent for other verdicts.", ["train_job", "cause"])
+INPUT_WAIT_CPU = metric("teye_job_input_wait_cpu_ratio", GAUGE,
+                        "CPU seconds the job's sending processes (all threads) used per second of their data_wait, "
+                        "over the sliding window, from /proc/<pid>/stat sampled every "
+                        "phases.input_sample_interval_seconds (1 = one core busy; above 1 with several threads).",
+                        ["train_job"])
 JOB_INFO = metric("teye_job_info", GAUGE,
                   "Always 1: who runs the job, from kernel credentials (pid is the first sending process).",
                   ["train_job", "user", "uid", "pid"])
@@ -96,6 +107,10 @@ class PhasesReading:
             yield point(GPU_IDLE_RATIO, j.gpu_idle_ratio, name)
             for kind in KINDS:
                 yield point(BOTTLENECK, 1 if kind == j.verdict.kind else 0, name, kind)
+            if j.verdict.cause is not None:
+                for c in CAUSES:
+                    yield point(INPUT_CAUSE, 1 if c == j.verdict.cause else 0, name, c)
+            yield point(INPUT_WAIT_CPU, j.input_wait_cpu_ratio, name)
             yield point(LAST_AGE, j.last_message_age_s, name)
             yield point(CLIENT_DROPPED, j.client_dropped, name)
 
@@ -103,15 +118,21 @@ class PhasesReading:
 class PhaseSource:
     name = "phases"
 
-    def __init__(self, phases_cfg, ctx, socket_path: Optional[str] = None, record_intervals: int = 0):
-        """Bind the socket (ConfigError for a bad explicit path) and start the receiver thread."""
+    def __init__(self, phases_cfg, ctx, socket_path: Optional[str] = None, record_intervals: int = 0,
+                 procfs: str = "/proc", sysfs: str = "/sys"):
+        """Bind the socket (ConfigError for a bad explicit path) and start the receiver thread (and the
+        input probe, which samples the senders of data_wait under ``procfs``/``sysfs``)."""
         self.ctx = ctx
-        self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals)
+        interval = phases_cfg["input_sample_interval_seconds"]
+        self.probe = InputProbe(ProcReader(procfs, sysfs), interval, ctx.clock) if interval > 0 else None
+        self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals, probe=self.probe)
         sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
         self.path = path
         self.receiver = Receiver(sock, path, ident, self.table.handle, phases_cfg["max_message_bytes"],
                                  phases_cfg["max_messages_per_second"])
         self.receiver.start()
+        if self.probe is not None:
+            self.probe.start()
         log.info("receiving training-job phases on %s", path)
 
     def collect(self, force: bool = False) -> PhasesReading:
@@ -122,10 +143,12 @@ class PhaseSource:
 
     def close(self) -> None:
         self.receiver.close()
+        if self.probe is not None:
+            self.probe.close()
 
 
 def from_config(cfg, ctx) -> PhaseSource:
-    return PhaseSource(cfg["phases"], ctx)
+    return PhaseSource(cfg["phases"], ctx, procfs=cfg["procfs"], sysfs=cfg["sysfs"])
 
 
 __all__ = ["PhaseSource", "PhasesReading", "from_config", "RESULTS", "ATTRIBUTION_RESULTS"]

@@ -29,6 +29,23 @@ The rules (thresholds from the ``phases`` config section):
 4. The candidate with the largest lost share wins (ties: input, communication, host,
    idle); with no candidate the step is ``compute``-bound: the device does the work,
    and what is left is making that work cheaper.
+5. An ``input`` verdict names its cause from what the sending processes did while they
+   waited (:class:`InputWait`, sampled from /proc by ``agent.phases.procstat``):
+   ``host_cpu`` when their threads used at least ``input_cpu_busy_ratio`` CPU seconds per
+   second of data_wait (decoding, augmentation, Python), or would have with the time the
+   main thread sat runnable on a run queue (schedstat: a starved decoder), or when the
+   job's cgroup was stalled on CPU for at least ``input_cpu_stall_ratio`` of it
+   (cpu.pressure); ``storage``
+   when they waited with little CPU while /proc/<pid>/io was readable (reads, a slow file
+   system, a remote store); ``unknown``, with the reason, when the waits could not be
+   measured (the process exited, lives in another pid namespace, /proc/<pid>/io is not
+   readable).  The recommendation is the cause's.
+
+Shares are computed, never clipped: the evidence holds the phase time *inside* the
+steps and the GPU idle time inside the steps, so no share can exceed 1, and
+:class:`Evidence` refuses figures that would make one (a bug in its producer).
+``Evidence.extra`` carries optional notes from other collectors (e.g. hardware counters:
+memory bandwidth), cited when the host is the limit.
 """
 from __future__ import annotations
 
@@ -36,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
 KINDS = ("input", "host", "communication", "compute", "idle")
+CAUSES = ("storage", "host_cpu", "unknown")   # why an input-bound job waits
 
 RECOMMENDATIONS: Dict[str, str] = {
     "input": (
@@ -69,8 +87,29 @@ RECOMMENDATIONS: Dict[str, str] = {
         "as 'checkpoint' / 'eval' phases), or a job that finished its steps without exiting."),
 }
 
+INPUT_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
+    "host_cpu": (
+        "The input pipeline is limited by host CPU work (decoding, augmentation, Python) in the training "
+        "process. Parallelize it: tf.data map(num_parallel_calls=tf.data.AUTOTUNE) instead of a Python "
+        "generator, vectorize the decode (batch first, then map a batched decode), cache() decoded samples "
+        "that fit in memory so decoding runs once, move augmentation to the GPU or to NVIDIA DALI, and keep "
+        "py_function / from_generator out of the hot path (PyTorch: more DataLoader workers). If the host is "
+        "saturated, give input threads their own cores (TF_GPU_THREAD_MODE=gpu_private keeps them off the "
+        "kernel-launch threads)."),
+    "storage": (
+        "The input pipeline waits for storage with little CPU work: overlap and widen the reads. End the "
+        "pipeline with prefetch(tf.data.AUTOTUNE), read many files at once (interleave(num_parallel_calls="
+        "AUTOTUNE), TFRecord shards rather than small files), stage the data set on local NVMe or in memory "
+        "(cache() to a local file), shard the file list across workers, and check the file system: local disk "
+        "and NFS throughput and latency (teye_disk_*, teye_nfs_*)."),
+    "unknown": RECOMMENDATIONS["input"],
+}
+
 # Which reported phases each kind of lost time comes from.
 _PHASES_OF = {"input": ("data_wait",), "communication": ("communication",), "host": ("host",)}
+# ... and whose GPU idle time counts for it (GPU idle inside compute counts for host: see rule 2).
+_IDLE_PHASES_OF = {"input": ("data_wait",), "communication": ("communication",), "host": ("host", "compute"),
+                   "explained": ("data_wait", "communication", "host", "compute", "checkpoint", "eval")}
 _ORDER = ("input", "communication", "host", "idle")
 
 
@@ -82,12 +121,66 @@ class Thresholds:
     idle_dominant_share: float = 0.5
     gpu_idle_min_ratio: float = 0.1
     stall_seconds: float = 30.0
+    input_cpu_busy: float = 0.5
+    input_cpu_stall: float = 0.5
 
     @classmethod
     def from_config(cls, phases_cfg: Mapping) -> "Thresholds":
         return cls(phases_cfg["input_bound_threshold"], phases_cfg["host_threshold"],
                    phases_cfg["communication_threshold"], phases_cfg["idle_dominant_share"],
-                   phases_cfg["gpu_idle_min_ratio"], phases_cfg["stall_seconds"])
+                   phases_cfg["gpu_idle_min_ratio"], phases_cfg["stall_seconds"],
+                   phases_cfg["input_cpu_busy_ratio"], phases_cfg["input_cpu_stall_ratio"])
+
+
+@dataclass(frozen=True)
+class InputWait:
+    """What the job's sending processes did during the data_wait time that /proc samples covered."""
+
+    wait_s: float = 0.0                    # data_wait seconds covered by samples
+    cpu_s: float = 0.0                     # CPU seconds of those processes (all threads) during them
+    read_bytes: Optional[int] = None       # bytes they read from storage meanwhile (None: /proc/<pid>/io unreadable)
+    io_stall_s: Optional[float] = None     # io pressure ("some") during them: the job's cgroup, else the system's
+    cpu_stall_s: Optional[float] = None    # cpu pressure ("some") of the job's cgroup during them
+    run_delay_s: Optional[float] = None    # main thread runnable but waiting for a CPU during them
+    problem: str = ""                      # why (some) waits could not be measured
+
+    @property
+    def cpu_ratio(self) -> Optional[float]:
+        """CPU seconds per second of data_wait (1.0: one core busy all the time; more with several threads)."""
+        return self.cpu_s / self.wait_s if self.wait_s > 0 else None
+
+
+def input_cause(w: Optional[InputWait], th: "Thresholds" = None) -> Tuple[str, str]:
+    """(cause, evidence in words) of an input-bound job's waits: one of CAUSES."""
+    th = th or Thresholds()
+    if w is None or w.wait_s <= 0:
+        why = (w.problem if w is not None and w.problem else "no /proc samples of the sending processes "
+               "covered their data_wait phases")
+        return "unknown", f"cause unknown: {why}"
+    r = w.cpu_ratio
+    bits = [f"{r:.2f} CPU s per s of data_wait over {w.wait_s:.1f} s"]
+    if w.read_bytes is not None:
+        bits.append(f"read {w.read_bytes / w.wait_s / 1e6:.1f} MB/s")
+    if w.io_stall_s is not None:
+        bits.append(f"I/O pressure {_pct(w.io_stall_s / w.wait_s)}")
+    cpu_stall = w.cpu_stall_s / w.wait_s if w.cpu_stall_s is not None else None
+    if cpu_stall is not None:
+        bits.append(f"CPU pressure {_pct(cpu_stall)}")
+    delay = w.run_delay_s / w.wait_s if w.run_delay_s is not None else 0.0
+    if w.run_delay_s is not None:
+        bits.append(f"main thread waiting for a CPU {_pct(delay)}")
+    measured = ", ".join(bits)
+    if r >= th.input_cpu_busy:
+        return "host_cpu", f"cause host_cpu: the job's threads are busy while it waits ({measured})"
+    if r + delay >= th.input_cpu_busy:
+        return "host_cpu", (f"cause host_cpu: the job's threads are busy or runnable, starved of CPU, while it "
+                            f"waits ({measured})")
+    if cpu_stall is not None and cpu_stall >= th.input_cpu_stall:
+        return "host_cpu", f"cause host_cpu: the job's threads wait for a CPU while it waits ({measured})"
+    if w.read_bytes is None:
+        return "unknown", (f"cause unknown: little CPU while waiting ({measured}) but the reads cannot be "
+                           f"seen: {w.problem or '/proc/<pid>/io is not readable'}")
+    return "storage", f"cause storage: the job waits with little CPU ({measured})"
 
 
 @dataclass(frozen=True)
@@ -101,15 +194,36 @@ class Evidence:
     gpu_idle_seconds: Mapping[str, float] = field(default_factory=dict)  # GPU idle overlapping each phase
     gpu_observed_seconds: float = 0.0        # GPU time covered by samples during steps (or phases)
     gpu_step_idle_seconds: Optional[float] = None  # GPU idle during steps (None: no steps attributed)
+    # GPU idle inside steps in the merged time of each kind's phases: input (data_wait), communication,
+    # host (host + compute), explained (every phase but 'other'); None: summed from gpu_idle_seconds
+    gpu_idle_by_kind: Optional[Mapping[str, float]] = None
     silent_s: float = 0.0                    # since the job's last message
+    input_wait: Optional[InputWait] = None   # what the processes did while waiting for input
+    extra: Tuple[Tuple[str, str], ...] = ()  # (topic, note) from other collectors; topic "host" is cited
+    #                                          when the host is the limit (e.g. PMU memory bandwidth)
+
+    def __post_init__(self):
+        """Refuse figures that would make a share exceed 1: the producer has a bug."""
+        bad = [p for p, v in self.phase_seconds.items() if v < 0 or (self.step_seconds > 0 and v > self.step_seconds)]
+        if bad:
+            raise ValueError(f"inconsistent evidence: phase time of {', '.join(bad)} exceeds the step time "
+                             f"{self.step_seconds} s (phase_seconds must be the time inside the steps)")
+        if self.gpu_idle_total > self.gpu_observed_seconds or self.gpu_idle_total < 0:
+            raise ValueError(f"inconsistent evidence: GPU idle {self.gpu_idle_total} s exceeds the observed "
+                             f"{self.gpu_observed_seconds} s")
+        for kind in ("input", "communication", "host", "explained"):
+            if self._idle_of(kind) > self.gpu_idle_total:
+                raise ValueError(f"inconsistent evidence: GPU idle in {kind} phases exceeds the total GPU idle "
+                                 f"{self.gpu_idle_total} s")
 
     @property
     def step_time(self) -> float:
         return self.step_seconds if self.step_seconds > 0 else sum(self.phase_seconds.values())
 
     def share(self, phase: str) -> float:
+        """The phase's share of step time (at most 1: checked when the evidence is made)."""
         t = self.step_time
-        return min(1.0, self.phase_seconds.get(phase, 0.0) / t) if t > 0 else 0.0
+        return self.phase_seconds.get(phase, 0.0) / t if t > 0 else 0.0
 
     @property
     def gpu_idle_total(self) -> float:
@@ -122,14 +236,20 @@ class Evidence:
     def gpu_idle_ratio(self) -> Optional[float]:
         if self.gpu_observed_seconds <= 0:
             return None
-        return min(1.0, self.gpu_idle_total / self.gpu_observed_seconds)
+        return self.gpu_idle_total / self.gpu_observed_seconds
 
-    def idle_share(self, phases) -> float:
-        """Share of the GPU idle time that overlaps the given phases."""
+    def _idle_of(self, kind: str) -> float:
+        if self.gpu_idle_by_kind is not None:
+            return self.gpu_idle_by_kind.get(kind, 0.0)
+        phases = _IDLE_PHASES_OF[kind]
+        # same order as gpu_idle_total's sum: a sum over part of the terms cannot round above it
+        return sum(v for p, v in self.gpu_idle_seconds.items() if p in phases)
+
+    def idle_share(self, kind: str) -> float:
+        """Share of the GPU idle time that overlaps the phases of ``kind`` (input, communication,
+        host = host + compute, explained = every phase but 'other')."""
         total = self.gpu_idle_total
-        if total <= 0:
-            return 0.0
-        return min(1.0, sum(self.gpu_idle_seconds.get(p, 0.0) for p in phases) / total)
+        return self._idle_of(kind) / total if total > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +258,7 @@ class Verdict:
     evidence: str
     recommendation: str
     scores: Tuple[Tuple[str, float], ...] = ()   # lost share per candidate kind, for the record
+    cause: Optional[str] = None                  # for kind "input": one of CAUSES
 
 
 def _pct(x: float) -> str:
@@ -159,8 +280,8 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
     for kind in ("input", "communication", "host"):
         phases = _PHASES_OF[kind]
         share = sum(ev.share(p) for p in phases)
-        idle_phases = phases + (("compute",) if kind == "host" else ())
-        ishare = ev.idle_share(idle_phases) if gpu_rules else 0.0
+        idle_phases = _IDLE_PHASES_OF[kind]
+        ishare = ev.idle_share(kind) if gpu_rules else 0.0
         lost = max(share, ishare * idle_ratio) if gpu_rules else share
         # GPU idle inside compute is weaker evidence (some gaps between kernels are normal), so for
         # host the idle rule also needs the lost share itself to reach the threshold.
@@ -172,8 +293,7 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
                 bits.append(f"{_pct(ishare)} of GPU idle time falls in {'+'.join(idle_phases)}")
             notes[kind] = "; ".join(bits)
     if gpu_rules:
-        explained = ev.idle_share(("data_wait", "communication", "host", "compute", "checkpoint", "eval"))
-        unexplained = 1.0 - explained
+        unexplained = 1.0 - ev.idle_share("explained")
         if unexplained >= th.idle_dominant_share:
             scores["idle"] = unexplained * idle_ratio
             notes["idle"] = f"{_pct(unexplained)} of GPU idle time lies outside the reported phases"
@@ -185,6 +305,13 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
     ordered = tuple((k, round(scores[k], 4)) for k in _ORDER if k in scores)
     if scores:
         kind = max(_ORDER, key=lambda k: (scores.get(k, -1.0), -_ORDER.index(k)))
-        return Verdict(kind, notes[kind] + tail, RECOMMENDATIONS[kind], ordered)
+        host_notes = "".join(f"; {note}" for topic, note in ev.extra if topic == "host")
+        if kind == "input":
+            cause, why = input_cause(ev.input_wait, th)
+            cited = host_notes if cause == "host_cpu" else ""
+            return Verdict(kind, f"{notes[kind]}; {why}{cited}{tail}", INPUT_CAUSE_RECOMMENDATIONS[cause],
+                           ordered, cause)
+        return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail, RECOMMENDATIONS[kind],
+                       ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
                               f"{_pct(ev.share('data_wait'))}" + tail, RECOMMENDATIONS["compute"], ordered)

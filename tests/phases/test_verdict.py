@@ -43,7 +43,7 @@ def test_host_by_gpu_idle_inside_compute():
     assert v.kind == "host"
     # ... but a compute-bound job with a few normal gaps between kernels stays compute
     v = decide(ev({"data_wait": 0.2, "compute": 9.8}, step_seconds=10.0, steps=10,
-                  gpu_idle={"data_wait": 0.1, "compute": 1.1}, observed=10.0, step_idle=1.2))
+                  gpu_idle={"data_wait": 0.25, "compute": 1.0}, observed=10.0, step_idle=1.25))
     assert v.kind == "compute"
 
 
@@ -88,3 +88,23 @@ def test_thresholds_come_from_config():
 
 def test_every_kind_has_a_recommendation():
     assert set(RECOMMENDATIONS) == set(KINDS)
+
+
+def test_input_cause_and_extra_host_evidence():
+    from agent.phases.verdict import INPUT_CAUSE_RECOMMENDATIONS, InputWait
+    base = dict(window_s=60.0, phase_seconds={"data_wait": 6.0, "compute": 4.0}, step_seconds=10.0, steps=10,
+                extra=(("host", "memory bandwidth 92 % of peak"), ("gpu", "not cited")))
+    busy = decide(Evidence(**base, input_wait=InputWait(wait_s=6.0, cpu_s=6.6, read_bytes=0)))
+    assert (busy.kind, busy.cause) == ("input", "host_cpu")
+    assert "1.10 CPU s per s of data_wait over 6.0 s" in busy.evidence
+    assert "memory bandwidth 92 % of peak" in busy.evidence and "not cited" not in busy.evidence
+    assert busy.recommendation == INPUT_CAUSE_RECOMMENDATIONS["host_cpu"]
+    slow = decide(Evidence(**base, input_wait=InputWait(wait_s=6.0, cpu_s=0.3, read_bytes=60_000_000,
+                                                        io_stall_s=4.5)))
+    assert slow.cause == "storage" and "read 10.0 MB/s" in slow.evidence and "I/O pressure 75 %" in slow.evidence
+    assert "memory bandwidth" not in slow.evidence      # host notes only where the host is the limit
+    none = decide(Evidence(**base))
+    assert none.cause == "unknown" and none.recommendation == RECOMMENDATIONS["input"]
+    host = decide(Evidence(window_s=60.0, phase_seconds={"host": 5.0, "compute": 5.0}, step_seconds=10.0, steps=10,
+                           extra=(("host", "memory bandwidth 92 % of peak"),)))
+    assert host.kind == "host" and host.cause is None and "memory bandwidth 92 %" in host.evidence

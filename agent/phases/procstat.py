@@ -1,0 +1,273 @@
+"""What the processes that send phases do while they wait for input: CPU time, reads, pressure.
+
+The one door to ``/proc/<pid>`` for the input-cause split (issue 13).  :class:`ProcReader`
+reads one process (its roots, ``procfs`` and ``sysfs``, come from the config, so tests hand
+it fixture trees); :class:`InputProbe` samples the processes of live jobs every
+``phases.input_sample_interval_seconds`` in its own thread and keeps a short ring of
+cumulative readings per pid.  The analysis (``agent.phases.cause``) only reads those rings.
+
+Per sample, all cumulative:
+
+* CPU: ``utime + stime`` of ``/proc/<pid>/stat`` (the whole process, every thread), seconds;
+* run delay: the second field of ``/proc/<pid>/schedstat``, seconds the main thread was
+  runnable but waited for a CPU (a starved decoder in the training thread); ``None``
+  without schedstats;
+* reads: ``read_bytes`` of ``/proc/<pid>/io`` (bytes fetched from storage); ``None`` when
+  the file is not readable (another user's process without CAP_SYS_PTRACE, hardened kernels);
+* pressure stall: ``total=`` of the ``some`` line of the process's cgroup ``io.pressure`` and
+  ``cpu.pressure`` (cgroup v2, from ``/proc/<pid>/cgroup``), else ``/proc/pressure/io`` for I/O;
+  ``None`` where the kernel has no PSI.
+
+A pid the kernel handed us is checked against the sender: the process under ``/proc/<pid>``
+must belong to the sender's uid (otherwise the sender lives in another pid namespace than
+our /proc, or the pid was reused), and its start time must not change (the process exited
+and the pid was reused).  Each such problem is a reason, never an exception into the agent.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
+
+from ..logutil import RateLimitedLog
+
+log = logging.getLogger("teye.phases")
+
+RING = 1200            # samples kept per pid (60 s at the default 50 ms)
+MAX_PIDS = 64          # processes sampled at once (the most recently active)
+IDLE_S = 30.0          # a pid whose job sent no data_wait this long is no longer sampled
+
+
+class ProcSample(NamedTuple):
+    """Cumulative figures of one process at ``t_ns`` (CLOCK_MONOTONIC)."""
+
+    t_ns: int
+    cpu_s: float                   # utime + stime, all threads
+    read_bytes: Optional[int]      # None: /proc/<pid>/io unreadable
+    io_stall_s: Optional[float]    # PSI io "some" total (cgroup, else system); None: no PSI
+    cpu_stall_s: Optional[float]   # PSI cpu "some" total of the cgroup; None: no cgroup PSI
+    run_delay_s: Optional[float] = None  # main thread's time runnable but not running; None: no schedstat
+
+
+class Gone(Exception):
+    """The process cannot be sampled at all (exited, another pid namespace); the message says why."""
+
+
+def _psi_total(path: str) -> Optional[float]:
+    """Seconds of the ``some`` line's ``total=`` (µs) of a pressure file, None when absent/unreadable."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("some "):
+                    for field in line.split()[1:]:
+                        if field.startswith("total="):
+                            return int(field[6:]) / 1e6
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return None
+
+
+class ProcReader:
+    """Reads one process's CPU time, reads and pressure from a procfs/sysfs root."""
+
+    def __init__(self, procfs: str = "/proc", sysfs: str = "/sys", clk_tck: Optional[int] = None):
+        self.procfs = procfs
+        self.sysfs = sysfs
+        self.tck = clk_tck or os.sysconf("SC_CLK_TCK")
+
+    def _p(self, pid: int, name: str) -> str:
+        return os.path.join(self.procfs, str(pid), name)
+
+    def identity(self, pid: int) -> Tuple[int, int]:
+        """(real uid, start time in ticks) of the process; Gone when it does not exist."""
+        stat = self._stat(pid)
+        try:
+            start = int(stat[19])
+            with open(self._p(pid, "status"), encoding="utf-8") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        return int(line.split()[1]), start
+        except FileNotFoundError:
+            raise Gone(f"pid {pid} exited (no {self._p(pid, 'status')})") from None
+        except (OSError, ValueError, IndexError) as e:
+            raise Gone(f"cannot read {self._p(pid, 'status')}: {e}") from None
+        raise Gone(f"{self._p(pid, 'status')} has no Uid line")
+
+    def _stat(self, pid: int) -> List[str]:
+        path = self._p(pid, "stat")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            raise Gone(f"pid {pid} exited (no {path})") from None
+        except OSError as e:
+            raise Gone(f"cannot read {path}: {e.strerror or e}") from None
+        fields = text.rpartition(")")[2].split()   # the command name may hold spaces and parentheses
+        if len(fields) < 20:
+            raise Gone(f"{path} is not a process stat line ({len(fields)} fields after the name)")
+        return fields
+
+    def cgroup(self, pid: int) -> Optional[str]:
+        """The process's cgroup v2 directory under sysfs, None when unknown (v1 only, unreadable)."""
+        try:
+            with open(self._p(pid, "cgroup"), encoding="utf-8") as fh:
+                for line in fh:
+                    if line.startswith("0::"):
+                        return os.path.join(self.sysfs, "fs", "cgroup", line[3:].strip().lstrip("/"))
+        except OSError:
+            return None
+        return None
+
+    def read_bytes(self, pid: int) -> Tuple[Optional[int], str]:
+        """(read_bytes, problem): None and the reason when /proc/<pid>/io cannot be read."""
+        path = self._p(pid, "io")
+        try:
+            with open(path, encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("read_bytes:"):
+                        return int(line.split()[1]), ""
+        except PermissionError:
+            return None, (f"cannot read {path}: permission denied (another user's process: the agent needs "
+                          f"CAP_SYS_PTRACE, or ptrace is restricted on this kernel)")
+        except FileNotFoundError:
+            return None, f"no {path} (kernel without task I/O accounting, or the process exited)"
+        except (OSError, ValueError, IndexError) as e:
+            return None, f"cannot read {path}: {e}"
+        return None, f"{path} has no read_bytes line"
+
+    def sample(self, pid: int, now_ns: int, cgroup: Optional[str],
+               psi: Optional[Dict[str, Optional[float]]] = None) -> Tuple[ProcSample, str, int]:
+        """One reading of ``pid`` (Gone when it cannot be read at all), the I/O problem if any, and
+        the process's start time (ticks since boot: another value means another process).
+
+        ``psi`` caches pressure files for one sampling cycle (processes of a job share a cgroup)."""
+        psi = {} if psi is None else psi
+
+        def pressure(path: str) -> Optional[float]:
+            if path not in psi:
+                psi[path] = _psi_total(path)
+            return psi[path]
+
+        f = self._stat(pid)
+        try:
+            cpu = (int(f[11]) + int(f[12])) / self.tck
+            start = int(f[19])
+        except ValueError:
+            raise Gone(f"{self._p(pid, 'stat')}: utime/stime are not numbers") from None
+        rb, problem = self.read_bytes(pid)
+        io = pressure(os.path.join(cgroup, "io.pressure")) if cgroup else None
+        if io is None:
+            io = pressure(os.path.join(self.procfs, "pressure", "io"))
+        cpu_stall = pressure(os.path.join(cgroup, "cpu.pressure")) if cgroup else None
+        return ProcSample(now_ns, cpu, rb, io, cpu_stall, self.run_delay(pid)), problem, start
+
+    def run_delay(self, pid: int) -> Optional[float]:
+        """Seconds the main thread waited on a run queue (/proc/<pid>/schedstat), None when unknown."""
+        try:
+            with open(self._p(pid, "schedstat"), encoding="ascii") as fh:
+                return int(fh.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError, UnicodeDecodeError):
+            return None
+
+
+class _Tracked:
+    __slots__ = ("uid", "start", "cgroup", "ring", "problem", "last_ns", "gone")
+
+    def __init__(self, uid: int, now_ns: int):
+        self.uid = uid
+        self.start: Optional[int] = None
+        self.cgroup: Optional[str] = None
+        self.ring: Deque[ProcSample] = deque(maxlen=RING)
+        self.problem = ""
+        self.last_ns = now_ns
+        self.gone = False
+
+
+class InputProbe:
+    """Samples the tracked processes (the senders of data_wait phases) into per-pid rings."""
+
+    def __init__(self, reader: ProcReader, interval_s: float = 0.05, clock: Callable[[], int] = time.monotonic_ns):
+        self.reader = reader
+        self.interval_s = interval_s
+        self.clock = clock
+        self._pids: "OrderedDict[int, _Tracked]" = OrderedDict()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._rlog = RateLimitedLog(log)
+        self.samples_taken = 0
+
+    def track(self, pid: int, uid: int, now_ns: int) -> None:
+        """Sample ``pid`` (sent by ``uid``) from now on; called when its data_wait phases arrive."""
+        with self._lock:
+            t = self._pids.get(pid)
+            if t is None or t.uid != uid:
+                t = self._pids[pid] = _Tracked(uid, now_ns)
+                if pid <= 0:
+                    t.gone, t.problem = True, ("the sender is outside the agent's pid namespace (the kernel "
+                                               "reported pid 0)")
+                while len(self._pids) > MAX_PIDS:
+                    self._pids.popitem(last=False)
+            t.last_ns = now_ns
+            self._pids.move_to_end(pid)
+
+    def samples(self, pid: int) -> Tuple[List[ProcSample], str, bool]:
+        """(samples oldest first, problem, gone) of pid; ([], reason, True) when not tracked."""
+        with self._lock:
+            t = self._pids.get(pid)
+            if t is None:
+                return [], f"pid {pid} is not sampled (more than {MAX_PIDS} processes, or idle)", True
+            return list(t.ring), t.problem, t.gone
+
+    def sample_once(self, now_ns: Optional[int] = None) -> None:
+        """Read every tracked, live process once (the thread's loop body; tests call it directly)."""
+        now = self.clock() if now_ns is None else now_ns
+        with self._lock:
+            todo = [(pid, t) for pid, t in self._pids.items() if not t.gone]
+            stale = [pid for pid, t in self._pids.items() if now - t.last_ns > IDLE_S * 1e9]
+            for pid in stale:
+                del self._pids[pid]
+        psi: Dict[str, Optional[float]] = {}
+        for pid, t in todo:
+            if pid in stale:
+                continue
+            try:
+                if t.start is None:
+                    uid, t.start = self.reader.identity(pid)
+                    if uid != t.uid:
+                        raise Gone(f"{os.path.join(self.reader.procfs, str(pid))} belongs to uid {uid}, the sender "
+                                   f"is uid {t.uid}: the sender lives in another pid namespace than this /proc "
+                                   f"(or the pid was reused)")
+                    t.cgroup = self.reader.cgroup(pid)
+                smp, problem, start = self.reader.sample(pid, now, t.cgroup, psi)
+                if start != t.start:
+                    raise Gone(f"pid {pid} exited (its pid now belongs to a newer process)")
+            except Gone as e:
+                with self._lock:
+                    t.gone, t.problem = True, str(e)
+                self._rlog.log(logging.INFO, f"probe:{pid}", "input cause: %s", e)
+                continue
+            with self._lock:
+                t.ring.append(smp)
+                t.problem = problem
+            self.samples_taken += 1
+
+    # -- thread --------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.interval_s <= 0 or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="teye-input-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample_once()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
