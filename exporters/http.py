@@ -1,15 +1,15 @@
 """HTTP endpoint: /metrics (Prometheus text or OpenMetrics), / (landing page), /healthz."""
 from __future__ import annotations
 
-import gzip
 import logging
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
+
+from .render import render
 
 log = logging.getLogger("teye.http")
 
@@ -55,12 +55,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            encoder, ctype = choose_encoder(self.headers.get("Accept", ""))
-            body = encoder(self.server.registry)
-            extra = []
-            if "gzip" in self.headers.get("Accept-Encoding", ""):
-                body = gzip.compress(body, compresslevel=1)
-                extra.append(("Content-Encoding", "gzip"))
+            body, ctype, extra = render(self.server.registry, self.headers.get("Accept", ""),
+                                        self.headers.get("Accept-Encoding", ""))
             self._send(200, body, ctype, extra)
         elif path == "/":
             self._send(200, LANDING, "text/html; charset=utf-8")
