@@ -181,20 +181,35 @@ class Reporter:
         except (TypeError, ValueError):
             self._count_drop(n, "encode")
             return
-        try:
-            sock = self._sock
-            if sock is None:
-                sock = self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                sock.setblocking(False)
-            sock.sendto(data, self.socket_path)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            self._count_drop(n, type(e).__name__, messages=1)
-            self._maybe_resolve()
-        except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
-            self._count_drop(n, type(e).__name__, messages=1)
-        else:
-            self.sent += 1
-            self.sent_records += n
+        # The socket is connected once (a send then skips the kernel's path lookup); an agent that
+        # restarted refuses the old connection, so connect again to its new socket and retry once.
+        for retry in (False, True):
+            try:
+                sock = self._sock
+                if sock is None:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    try:
+                        sock.setblocking(False)
+                        sock.connect(self.socket_path)
+                    except OSError:
+                        sock.close()
+                        raise
+                    self._sock = sock
+                sock.send(data)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                stale, self._sock = self._sock, None
+                if stale is not None:
+                    stale.close()
+                    if not retry:
+                        continue
+                self._count_drop(n, type(e).__name__, messages=1)
+                self._maybe_resolve()
+            except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
+                self._count_drop(n, type(e).__name__, messages=1)
+            else:
+                self.sent += 1
+                self.sent_records += n
+            return
 
     def _maybe_resolve(self) -> None:
         """No agent at the path: look for it again now and then (it may start later)."""

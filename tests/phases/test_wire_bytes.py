@@ -1,12 +1,14 @@
-"""The fast paths of the phase protocol keep the wire bytes and the accounting unchanged."""
+"""The fast paths of the phase protocol keep the wire bytes, the accounting and the client's delivery unchanged."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 
 from agent.phases.jobs import STEP_BUCKETS, JobTable
 from agent.phases.protocol import encode
 from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
-from workloads.phases import _encode
+from workloads.phases import Reporter, _encode
 
 
 def test_client_datagram_is_json_dumps_byte_for_byte():
@@ -40,3 +42,30 @@ def test_step_histogram_and_window_slots_as_before():
     ev = view.evidence
     assert ev.steps == len(steps) - 1 and ev.phase_seconds == {"compute": 3.0}
     assert view.steps == len(steps)
+
+
+def _bind(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(2)
+    return s
+
+
+def test_client_reconnects_when_the_agent_restarts_or_appears(tmp_path):
+    path = str(tmp_path / "phases.sock")
+    rep = Reporter(train_job="r", socket_path=path)
+    rep.record_phase("compute", 10, 20)
+    rep.step(samples=1, start_ns=10, end_ns=20)  # no agent yet: dropped and counted
+    assert (rep.sent, rep.dropped, rep.dropped_messages) == (0, 2, 1)
+    first = _bind(path)
+    rep.step(samples=2, start_ns=20, end_ns=30)
+    assert json.loads(first.recv(65536))["steps"] == [[20, 30, 2]]
+    first.close()  # the agent restarts: a new socket at the same path
+    os.unlink(path)
+    second = _bind(path)
+    rep.step(samples=3, start_ns=30, end_ns=40)
+    msg = json.loads(second.recv(65536))
+    assert msg["steps"] == [[30, 40, 3]] and msg["dropped"] == 2
+    assert (rep.sent, rep.dropped_messages) == (2, 1)
+    rep.close()
+    second.close()
