@@ -62,10 +62,27 @@ def _esc(v: str) -> str:
     return v
 
 
-class _Family:
-    """Per-spec constants: both headers and the sample-line templates."""
+_VALUES: Dict[float, str] = {}
+_CACHE_MAX = 1 << 14  # entries per cache; a full cache starts over (label sets and values recur per reading)
 
-    __slots__ = ("spec", "text_head", "om_head", "line", "bucket", "count", "sum", "histogram")
+
+def _value(v) -> str:
+    """floatToGoString(v), remembered: counters and gauges repeat the same values reading after reading."""
+    f = float(v)
+    if f == 0.0:  # the commonest value; -0.0 == 0.0 as a key, so never cached
+        return "0.0" if math.copysign(1.0, f) > 0 else "-0.0"
+    s = _VALUES.get(f)
+    if s is None:
+        if len(_VALUES) >= _CACHE_MAX:
+            _VALUES.clear()
+        s = _VALUES[f] = floatToGoString(f)
+    return s
+
+
+class _Family:
+    """Per-spec constants: both headers and the sample-line templates, and the formatted label sets."""
+
+    __slots__ = ("spec", "text_head", "om_head", "line", "bucket", "count", "sum", "histogram", "prefixes")
 
     def __init__(self, spec: MetricSpec):
         if not _LEGACY_NAME.match(spec.name) or not all(_LEGACY_LABEL.match(lb) for lb in spec.labels):
@@ -84,6 +101,7 @@ class _Family:
         self.text_head = f"# HELP {text_name} {text_doc}\n# TYPE {text_name} {kind}\n"
         self.om_head = f"# HELP {fam} {om_doc}\n# TYPE {fam} {kind}\n"
         self.histogram = kind == HISTOGRAM
+        self.prefixes: Dict[tuple, object] = {}  # label values -> line prefix (histograms: prefixes per line)
         if self.histogram:
             if "le" in spec.labels:
                 raise _Unsupported(spec.name)
@@ -103,15 +121,29 @@ class _Family:
         return sample + "{{" + ",".join(f'{labels[i]}="{{{i}}}"' for i in order) + "}} "
 
     def lines(self, labels: Tuple[str, ...], value) -> str:
-        lv = [_esc(v) for v in labels]
+        prefix = self.prefixes.get(labels)
         if not self.histogram:
-            return self.line.format(*lv) + floatToGoString(float(value)) + "\n"
-        buckets = [("+Inf" if math.isinf(le) else repr(float(le)), c) for le, c in value.buckets]
-        out = [self.bucket.format(*lv, le) + floatToGoString(c) + "\n" for le, c in buckets]
-        if float(buckets[0][0]) >= 0 and value.sum is not None:
-            out.append(self.count.format(*lv) + floatToGoString(buckets[-1][1]) + "\n")
-            out.append(self.sum.format(*lv) + floatToGoString(value.sum) + "\n")
+            if prefix is None:
+                prefix = self._remember(labels, self.line.format(*[_esc(v) for v in labels]))
+            return prefix + _value(value) + "\n"
+        bounds = tuple(le for le, _ in value.buckets)
+        if prefix is None or prefix[0] != bounds:
+            lv = [_esc(v) for v in labels]
+            les = ["+Inf" if math.isinf(le) else repr(float(le)) for le in bounds]
+            prefix = self._remember(labels, (bounds, [self.bucket.format(*lv, le) for le in les],
+                                             float(les[0]) >= 0, self.count.format(*lv), self.sum.format(*lv)))
+        _, bucket_prefixes, nonnegative, count, total = prefix
+        out = [p + _value(c) + "\n" for p, (_, c) in zip(bucket_prefixes, value.buckets)]
+        if nonnegative and value.sum is not None:
+            out.append(count + _value(value.buckets[-1][1]) + "\n")
+            out.append(total + _value(value.sum) + "\n")
         return "".join(out)
+
+    def _remember(self, labels, prefix):
+        if len(self.prefixes) >= _CACHE_MAX:
+            self.prefixes.clear()
+        self.prefixes[labels] = prefix
+        return prefix
 
 
 _FAMILIES: Dict[str, _Family] = {}
@@ -131,18 +163,24 @@ _Prepared = List[Tuple[_Family, str, frozenset]]
 def prepare(points) -> _Prepared:
     """Format one reading's points (absent values and repeated series dropped, as families() does)."""
     fams: Dict[str, list] = {}
-    for p in points:
-        v = p.value
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+    spec = ent = None
+    for p_spec, labels, v in points:
+        if v is None or (isinstance(v, float) and v != v):  # absent, or NaN
             continue
-        spec = p.spec
-        ent = fams.get(spec.name)
-        if ent is None:
-            ent = fams[spec.name] = [_family(spec), [], set()]
-        if p.labels in ent[2]:
+        if p_spec is not spec:  # points of one family usually come together
+            spec = p_spec
+            ent = fams.get(spec.name)
+            if ent is None:
+                ent = fams[spec.name] = [_family(spec), [], set()]
+            fam, out, keys = ent
+        if labels in keys:
             continue
-        ent[2].add(p.labels)
-        ent[1].append(ent[0].lines(p.labels, v))
+        keys.add(labels)
+        prefix = None if fam.histogram else fam.prefixes.get(labels)
+        if prefix is not None:
+            out.append(prefix + _value(v) + "\n")
+        else:
+            out.append(fam.lines(labels, v))
     return [(f, "".join(lines), frozenset(keys)) for f, lines, keys in fams.values()]
 
 
@@ -259,7 +297,7 @@ class Exposition:
                 not all(a is b for a, b in zip(c.states, states)):
             c = self._composed = self._compose(states, ups)
         before, age_head, after = c.pieces[fmt]
-        age = age_head + "".join(prefix + floatToGoString(max(0.0, (now - t) / 1e9)) + "\n"
+        age = age_head + "".join(prefix + _value(max(0.0, (now - t) / 1e9)) + "\n"
                                  for prefix, t in c.ages).encode()
         if not gzip:
             return b"".join((before, age, after))
