@@ -8,7 +8,10 @@
    one core, minus its idle baseline measured just before, and peak RSS.
 2. Client overhead: `with rep.phase(...)` and `rep.step()` timed one by one (median, p99),
    against an empty context manager, while the agent receives.
-3. Input-bound accuracy: training loops with injected data_wait sleeps (ground truth measured
+3. Where the agent's time per message goes, in this process: JSON parsing alone, the whole
+   validation (protocol.decode), and validation plus the job-table update (JobTable.handle),
+   each the median of --repeat timings of 20,000 typical datagrams.
+4. Input-bound accuracy: training loops with injected data_wait sleeps (ground truth measured
    around the sleeps) report to the agent; the agent's teye_job_input_bound_ratio is compared.
 """
 from __future__ import annotations
@@ -118,6 +121,30 @@ def client_overhead(sock: str, n: int = 20000):
             + statistics.median(step) / 1000 / 3, "dropped": rep.dropped}
 
 
+def breakdown(repeat: int = 5, n: int = 20000):
+    """Median µs per typical datagram: JSON parse, protocol.decode, JobTable.handle (in this process)."""
+    from agent.context import AgentContext
+    from agent.config import defaults
+    from agent.phases.jobs import JobTable
+    from agent.phases.protocol import _DECODER, decode
+    t = time.monotonic_ns()
+    msgs = [json.dumps({"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t - 3_000_000, t - 2_000_000],
+                                                                    ["compute", t - 2_000_000, t]],
+                        "steps": [[t - 3_000_000, t, 32]]}, separators=(",", ":")).encode() for i in range(n)]
+    table = JobTable(defaults()["phases"], AgentContext())
+    now = time.monotonic_ns()
+    parts = {"json": lambda m: _DECODER.decode(m.decode("utf-8")), "decode": lambda m: decode(m, now),
+             "handle": lambda m: table.handle(m, 4242, 0, now)}
+    out = {k: [] for k in parts}
+    for _ in range(repeat):
+        for k, fn in parts.items():
+            t0 = time.perf_counter()
+            for m in msgs:
+                fn(m)
+            out[k].append((time.perf_counter() - t0) / n * 1e6)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
 def accuracy(url: str, sock: str, steps: int):
     rows = []
     for k, (wait_ms, compute_ms) in enumerate(((2, 18), (6, 14), (10, 10), (16, 4), (30, 10))):
@@ -149,6 +176,7 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=10000)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="teye-bench-")
     proc, url, sock = start_agent(tmp)
@@ -156,6 +184,7 @@ def main() -> int:
         cpu = agent_cpu(proc, sock, args.rate, args.seconds)
         over = client_overhead(sock)
         acc = accuracy(url, sock, args.steps)
+        parts = breakdown(args.repeat)
         accepted = metrics(url)[("teye_phase_messages_total", (("result", "accepted"),))]
     finally:
         proc.terminate()
@@ -175,6 +204,9 @@ def main() -> int:
     print(f"{'client: rep.step() incl. JSON + send (median / p99)':<52} "
           f"{over['step_send_us']:>6.2f}/{over['step_send_p99_us']:.1f}us")
     print(f"{'client: overhead per phase, 3 phases/step, amortized':<52} {over['per_phase_amortized_us']:>10.2f}us")
+    print(f"{'in process: JSON parse of a datagram':<52} {parts['json']:>10.2f}us")
+    print(f"{'in process: protocol.decode (JSON + validation)':<52} {parts['decode']:>10.2f}us")
+    print(f"{'in process: JobTable.handle (decode + table update)':<52} {parts['handle']:>10.2f}us")
     print()
     print(f"{'injected wait/compute ms':<26}{'truth':>8}{'agent':>8}{'error':>8}  verdict")
     for w, c, truth, got, kind in acc:

@@ -80,6 +80,9 @@ class Message(NamedTuple):
     dropped: int = 0                             # client-side cumulative dropped records
 
 
+_new_message = tuple.__new__  # Message(...) without the generated __new__'s Python frame
+
+
 def normalize_phase(name: str) -> str:
     return name if name in _PHASE_SET else "other"
 
@@ -89,6 +92,7 @@ def _reject_constant(name):
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_SCAN = _DECODER.scan_once
 _MISSING = object()
 _GOOD_NAMES: set = set()  # job names that matched JOB_NAME (bounded), so a job's messages skip the regex
 
@@ -119,7 +123,13 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     if len(data) > limits.max_bytes:
         raise Rejected("too_large", f"{len(data)} bytes (limit {limits.max_bytes})")
     try:
-        obj = _DECODER.decode(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        try:
+            obj, end = _SCAN(text, 0)  # the C scanner straight away: one whole JSON value, no padding
+        except StopIteration:
+            end = -1
+        if end != len(text):  # whitespace around it, or not JSON: the full decoder (and its error message)
+            obj = _DECODER.decode(text)
     except RecursionError:
         raise Rejected("not_json", "nested too deep") from None
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -200,7 +210,7 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     if not 0 <= dropped <= MAX_NS:
         raise Rejected("bad_value", f"'dropped' {dropped} is negative or absurd")
 
-    return Message(job, tuple(phases), tuple(steps), cvd, dropped)
+    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped))
 
 
 def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0) -> bytes:
