@@ -1,6 +1,11 @@
 """Phase protocol costs and accuracy: agent CPU under load, client overhead, input-bound accuracy.
 
     python benchmarks/phases.py [--rate 10000] [--seconds 5] [--steps 60]
+    python benchmarks/phases.py --baseline DIR [--rounds 3]   # before/after, in one run
+
+With ``--baseline DIR`` (another checkout, e.g. ``git archive 7803461 | tar -x -C DIR``), 1 and 2
+run for both trees, alternating, --rounds times (each agent from its own tree, each client from
+its own workloads/phases.py), and the medians are printed side by side with their ratio.
 
 1. Agent CPU at --rate phase messages/s: a real `teye agent` (phases + cpu collectors) on a
    private socket; a sender paces typical per-step datagrams (2 phases + 1 step record) at
@@ -36,7 +41,7 @@ from workloads.phases import Reporter  # noqa: E402
 
 
 
-def start_agent(tmp: str):
+def start_agent(tmp: str, tree: str = REPO):
     sock = os.path.join(tmp, "phases.sock")
     conf = os.path.join(tmp, "teye.yaml")
     with open(conf, "w") as fh:
@@ -47,7 +52,7 @@ def start_agent(tmp: str):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--config", conf, "--procfs", PROCFS,
                              "--listen", f"127.0.0.1:{port}", "--phase-socket", sock, "--log-level", "error"],
-                            cwd=REPO)
+                            cwd=tree)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz", proc=proc)
     return proc, url, sock
@@ -90,8 +95,8 @@ def agent_cpu(proc, sock: str, rate: int, seconds: float):
             "peak_rss_mib": peak_rss_mib(proc.pid)}
 
 
-def client_overhead(sock: str, n: int = 20000):
-    rep = Reporter(train_job="overhead", socket_path=sock)
+def client_overhead(sock: str, n: int = 20000, reporter=Reporter):
+    rep = reporter(train_job="overhead", socket_path=sock)
     clock = time.perf_counter_ns
     empty, phase, step = [], [], []
     null = contextlib.nullcontext()
@@ -171,13 +176,54 @@ def accuracy(url: str, sock: str, steps: int):
     return rows
 
 
+def per_message_us(cpu) -> float:
+    return 1e6 * (cpu["loaded_cpu"] - cpu["idle_cpu"]) / max(1.0, cpu["achieved_rate"])
+
+
+def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
+    """Agent CPU per message and client overhead per phase, this tree against baseline, alternating."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("baseline_phases", os.path.join(baseline, "workloads", "phases.py"))
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    trees = {"this tree": (REPO, Reporter), "baseline": (os.path.abspath(baseline), old.Reporter)}
+    got = {k: {"agent": [], "phase": [], "step": [], "amortized": []} for k in trees}
+    for _ in range(rounds):
+        for name, (tree, reporter) in trees.items():
+            tmp = tempfile.mkdtemp(prefix="teye-bench-")
+            proc, url, sock = start_agent(tmp, tree)
+            try:
+                got[name]["agent"].append(per_message_us(agent_cpu(proc, sock, rate, seconds)))
+                over = client_overhead(sock, reporter=reporter)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+            got[name]["phase"].append(over["phase_us"] - over["empty_us"])
+            got[name]["step"].append(over["step_send_us"])
+            got[name]["amortized"].append(over["per_phase_amortized_us"])
+    rows = (("agent CPU per message at %d msg/s (us)" % rate, "agent"),
+            ("client: with rep.phase() above an empty `with` (us)", "phase"),
+            ("client: rep.step() incl. encoding + send (us)", "step"),
+            ("client: overhead per phase, 3 phases/step (us)", "amortized"))
+    print(f"medians of {rounds} alternating rounds; baseline = {trees['baseline'][0]}")
+    print(f"{'':54}{'this tree':>11}{'baseline':>11}{'ratio':>8}")
+    for label, key in rows:
+        a, b = statistics.median(got["this tree"][key]), statistics.median(got["baseline"][key])
+        print(f"{label:54}{a:11.2f}{b:11.2f}{a / b:8.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=int, default=10000)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--baseline", metavar="DIR", help="another checkout to compare with (agent and client)")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.baseline:
+        return compare(args.baseline, args.rounds, args.rate, args.seconds)
     tmp = tempfile.mkdtemp(prefix="teye-bench-")
     proc, url, sock = start_agent(tmp)
     try:
@@ -194,8 +240,7 @@ def main() -> int:
     print(f"{'agent CPU, idle baseline (share of one core)':<52} {100 * cpu['idle_cpu']:>11.1f}%")
     print(f"{'agent CPU at %d msg/s (achieved %.0f msg/s)' % (args.rate, cpu['achieved_rate']):<52} "
           f"{100 * cpu['loaded_cpu']:>11.1f}%")
-    print(f"{'agent CPU per message (above baseline)':<52} "
-          f"{1e6 * (cpu['loaded_cpu'] - cpu['idle_cpu']) / max(1.0, cpu['achieved_rate']):>10.1f}us")
+    print(f"{'agent CPU per message (above baseline)':<52} {per_message_us(cpu):>10.1f}us")
     print(f"{'agent peak RSS':<52} {cpu['peak_rss_mib']:>9.1f}MiB")
     print(f"{'sender send failures (queue full)':<52} {cpu['send_failures']:>12d}")
     print(f"{'messages accepted by the agent':<52} {int(accepted):>12d}")
