@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import urllib.request
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -18,10 +19,11 @@ from agent.phases.jobs import JobTable
 from agent.phases.protocol import encode
 from agent.phases.source import PhasesReading
 from agent.sampler import Sampler, Snapshot, SourceState
+from agent.sources.network import NetworkSource
 from exporters.http import MetricsServer
 from exporters.prometheus import SnapshotCollector, make_registry
 from exporters.render import Exposition
-from tests.conftest import PROCFS, SYSFS
+from tests.conftest import DATA, PROCFS, SYSFS
 from tests.gpu.conftest import TRACE_8GPU
 from tests.phases.helpers import MS, S, phases_cfg
 
@@ -31,6 +33,7 @@ R_PLAIN = metric("teye_test_render_plain_ratio", GAUGE, "No labels.")
 R_HIST = metric("teye_test_render_wait_seconds", HISTOGRAM, "Histogram.", ["gpu"], buckets=[0.001, 0.5, 2])
 
 NOW = 50 * S
+NET_PROCFS = os.path.join(DATA, "net_dev", "proc")
 OM = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -81,6 +84,7 @@ def node_sampler(extra_sources=()):
     cfg = config_mod.load(None, {"procfs": PROCFS, "sysfs": SYSFS, "gpu": {"replay": TRACE_8GPU}})
     cfg["collectors"]["phases"]["enabled"] = False
     srcs = build_sources(cfg, AgentContext())
+    srcs["network"] = (NetworkSource(NET_PROCFS), 1.0)  # the node_exporter tree has no net/dev
     srcs.update(extra_sources)
     sampler = Sampler(srcs)
     for name in sampler.names:

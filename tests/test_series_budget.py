@@ -1,4 +1,4 @@
-"""The series budget in docs/operations.md against the exposition of the fixture node, the replays and jobs."""
+"""The series budget in docs/operations.md against the exposition of the fixture node, the replay and jobs."""
 from __future__ import annotations
 
 import collections
@@ -11,10 +11,11 @@ from agent import config as config_mod
 from agent.context import AgentContext
 from agent.daemon import build_sources
 from agent.sampler import Sampler
+from agent.sources.network import NetworkSource
 from exporters.render import Exposition
 from tests.conftest import PROCFS, SYSFS, parse_exposition
 from tests.gpu.conftest import TRACE_8GPU
-from tests.test_render import Fixed, jobs_reading
+from tests.test_render import NET_PROCFS, Fixed, jobs_reading
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "operations.md")
 
@@ -43,6 +44,7 @@ def node(n_jobs: int):
     cfg = config_mod.load(None, {"procfs": PROCFS, "sysfs": SYSFS, "gpu": {"replay": TRACE_8GPU}})
     cfg["collectors"]["phases"]["enabled"] = False
     srcs = build_sources(cfg, ctx)
+    srcs["network"] = (NetworkSource(NET_PROCFS), 1.0)
     srcs["phases"] = (Fixed("phases", jobs_reading(n_jobs)), 1.0)
     sampler = Sampler(srcs)
     for _ in range(2):  # GPM ratios need two samples
@@ -79,7 +81,7 @@ def test_series_per_node_follow_the_documented_budget(n_jobs):
     per_entity = {"teye_disk_": ("device", 17), "teye_network_": ("device", 16)}
     for prefix, (label, most) in per_entity.items():
         rows = per_prefix(series, prefix)
-        assert 0 < len(rows) <= most * len({lb[label] for _, lb in rows}) or not rows
+        assert 0 < len(rows) <= most * len({lb[label] for _, lb in rows})
     ib = per_prefix(series, "teye_infiniband_")
     ports = {(lb["device"], lb["port"]) for _, lb in ib if "port" in lb}
     hcas = {lb["device"] for _, lb in ib}
