@@ -2,6 +2,7 @@
 
     python benchmarks/scrape.py [--scrapes 200] [--gpus 1,8,16] [--jobs 0,10,100]
                                 [--fresh-scrapes 20] [--cpu-seconds 60] [--baseline DIR]
+                                [--prometheus-headers]
 
 All exporters run on this host at once: node_exporter with its default collectors (it
 collects at scrape time), teye with all collectors at their defaults (sampling in the
@@ -21,6 +22,7 @@ before/after ratios taken in the same run.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -41,11 +43,20 @@ NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_e
 TRACE_TOOL = os.path.join(REPO, "tests", "data", "gpu", "make_synthetic_trace.py")
 
 
+HEADERS: dict = {}  # --prometheus-headers: what Prometheus 2.x sends
+PROMETHEUS_HEADERS = {"Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                                "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                      "Accept-Encoding": "gzip"}
+
+
 def scrape(url: str) -> tuple:
     t0 = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=HEADERS), timeout=10) as r:
         body = r.read()
-    return time.perf_counter() - t0, body
+    dt = time.perf_counter() - t0
+    if r.headers.get("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    return dt, body
 
 
 def series(body: bytes) -> int:
@@ -122,7 +133,11 @@ def main() -> int:
     ap.add_argument("--fresh-scrapes", type=int, default=20)
     ap.add_argument("--cpu-seconds", type=float, default=60.0)
     ap.add_argument("--baseline", metavar="DIR", help="another teye checkout to run beside this one (before/after)")
+    ap.add_argument("--prometheus-headers", action="store_true",
+                    help="ask for OpenMetrics and gzip as Prometheus does (default: plain text, no compression)")
     args = ap.parse_args()
+    if args.prometheus_headers:
+        HEADERS.update(PROMETHEUS_HEADERS)
     if not NODE_EXPORTER:
         print("prometheus-node-exporter not found: apt-get install prometheus-node-exporter", file=sys.stderr)
         return 2
