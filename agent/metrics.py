@@ -104,7 +104,7 @@ def point(spec: MetricSpec, value, *labels: object) -> Point:
     """Build a Point, checking the label arity against the spec."""
     if len(labels) != len(spec.labels):
         raise ValueError(f"{spec.name}: expected labels {spec.labels}, got {labels!r}")
-    return Point(spec, tuple(str(v) for v in labels), value)
+    return Point(spec, tuple(map(str, labels)), value)
 
 
 def histogram_value(bounds: Iterable[float], counts: Iterable[float], total: float) -> HistogramValue:

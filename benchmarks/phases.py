@@ -1,6 +1,11 @@
 """Phase protocol costs and accuracy: agent CPU under load, client overhead, input-bound accuracy.
 
     python benchmarks/phases.py [--rate 10000] [--seconds 5] [--steps 60]
+    python benchmarks/phases.py --baseline DIR [--rounds 3]   # before/after, in one run
+
+With ``--baseline DIR`` (another checkout, e.g. ``git archive 7803461 | tar -x -C DIR``), 1 and 2
+run for both trees, alternating, --rounds times (each agent from its own tree, each client from
+its own workloads/phases.py), and the medians are printed side by side with their ratio.
 
 1. Agent CPU at --rate phase messages/s: a real `teye agent` (phases + cpu collectors) on a
    private socket; a sender paces typical per-step datagrams (2 phases + 1 step record) at
@@ -8,7 +13,10 @@
    one core, minus its idle baseline measured just before, and peak RSS.
 2. Client overhead: `with rep.phase(...)` and `rep.step()` timed one by one (median, p99),
    against an empty context manager, while the agent receives.
-3. Input-bound accuracy: training loops with injected data_wait sleeps (ground truth measured
+3. Where the agent's time per message goes, in this process: JSON parsing alone, the whole
+   validation (protocol.decode), and validation plus the job-table update (JobTable.handle),
+   each the median of --repeat timings of 20,000 typical datagrams.
+4. Input-bound accuracy: training loops with injected data_wait sleeps (ground truth measured
    around the sleeps) report to the agent; the agent's teye_job_input_bound_ratio is compared.
 """
 from __future__ import annotations
@@ -33,7 +41,7 @@ from workloads.phases import Reporter  # noqa: E402
 
 
 
-def start_agent(tmp: str):
+def start_agent(tmp: str, tree: str = REPO):
     sock = os.path.join(tmp, "phases.sock")
     conf = os.path.join(tmp, "teye.yaml")
     with open(conf, "w") as fh:
@@ -44,7 +52,7 @@ def start_agent(tmp: str):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--config", conf, "--procfs", PROCFS,
                              "--listen", f"127.0.0.1:{port}", "--phase-socket", sock, "--log-level", "error"],
-                            cwd=REPO)
+                            cwd=tree)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz", proc=proc)
     return proc, url, sock
@@ -87,8 +95,8 @@ def agent_cpu(proc, sock: str, rate: int, seconds: float):
             "peak_rss_mib": peak_rss_mib(proc.pid)}
 
 
-def client_overhead(sock: str, n: int = 20000):
-    rep = Reporter(train_job="overhead", socket_path=sock)
+def client_overhead(sock: str, n: int = 20000, reporter=Reporter):
+    rep = reporter(train_job="overhead", socket_path=sock)
     clock = time.perf_counter_ns
     empty, phase, step = [], [], []
     null = contextlib.nullcontext()
@@ -118,6 +126,30 @@ def client_overhead(sock: str, n: int = 20000):
             + statistics.median(step) / 1000 / 3, "dropped": rep.dropped}
 
 
+def breakdown(repeat: int = 5, n: int = 20000):
+    """Median µs per typical datagram: JSON parse, protocol.decode, JobTable.handle (in this process)."""
+    from agent.context import AgentContext
+    from agent.config import defaults
+    from agent.phases.jobs import JobTable
+    from agent.phases.protocol import _DECODER, decode
+    t = time.monotonic_ns()
+    msgs = [json.dumps({"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t - 3_000_000, t - 2_000_000],
+                                                                    ["compute", t - 2_000_000, t]],
+                        "steps": [[t - 3_000_000, t, 32]]}, separators=(",", ":")).encode() for i in range(n)]
+    table = JobTable(defaults()["phases"], AgentContext())
+    now = time.monotonic_ns()
+    parts = {"json": lambda m: _DECODER.decode(m.decode("utf-8")), "decode": lambda m: decode(m, now),
+             "handle": lambda m: table.handle(m, 4242, 0, now)}
+    out = {k: [] for k in parts}
+    for _ in range(repeat):
+        for k, fn in parts.items():
+            t0 = time.perf_counter()
+            for m in msgs:
+                fn(m)
+            out[k].append((time.perf_counter() - t0) / n * 1e6)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
 def accuracy(url: str, sock: str, steps: int):
     rows = []
     for k, (wait_ms, compute_ms) in enumerate(((2, 18), (6, 14), (10, 10), (16, 4), (30, 10))):
@@ -144,18 +176,61 @@ def accuracy(url: str, sock: str, steps: int):
     return rows
 
 
+def per_message_us(cpu) -> float:
+    return 1e6 * (cpu["loaded_cpu"] - cpu["idle_cpu"]) / max(1.0, cpu["achieved_rate"])
+
+
+def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
+    """Agent CPU per message and client overhead per phase, this tree against baseline, alternating."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("baseline_phases", os.path.join(baseline, "workloads", "phases.py"))
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    trees = {"this tree": (REPO, Reporter), "baseline": (os.path.abspath(baseline), old.Reporter)}
+    got = {k: {"agent": [], "phase": [], "step": [], "amortized": []} for k in trees}
+    for _ in range(rounds):
+        for name, (tree, reporter) in trees.items():
+            tmp = tempfile.mkdtemp(prefix="teye-bench-")
+            proc, url, sock = start_agent(tmp, tree)
+            try:
+                got[name]["agent"].append(per_message_us(agent_cpu(proc, sock, rate, seconds)))
+                over = client_overhead(sock, reporter=reporter)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+            got[name]["phase"].append(over["phase_us"] - over["empty_us"])
+            got[name]["step"].append(over["step_send_us"])
+            got[name]["amortized"].append(over["per_phase_amortized_us"])
+    rows = (("agent CPU per message at %d msg/s (us)" % rate, "agent"),
+            ("client: with rep.phase() above an empty `with` (us)", "phase"),
+            ("client: rep.step() incl. encoding + send (us)", "step"),
+            ("client: overhead per phase, 3 phases/step (us)", "amortized"))
+    print(f"medians of {rounds} alternating rounds; baseline = {trees['baseline'][0]}")
+    print(f"{'':54}{'this tree':>11}{'baseline':>11}{'ratio':>8}")
+    for label, key in rows:
+        a, b = statistics.median(got["this tree"][key]), statistics.median(got["baseline"][key])
+        print(f"{label:54}{a:11.2f}{b:11.2f}{a / b:8.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=int, default=10000)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--baseline", metavar="DIR", help="another checkout to compare with (agent and client)")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.baseline:
+        return compare(args.baseline, args.rounds, args.rate, args.seconds)
     tmp = tempfile.mkdtemp(prefix="teye-bench-")
     proc, url, sock = start_agent(tmp)
     try:
         cpu = agent_cpu(proc, sock, args.rate, args.seconds)
         over = client_overhead(sock)
         acc = accuracy(url, sock, args.steps)
+        parts = breakdown(args.repeat)
         accepted = metrics(url)[("teye_phase_messages_total", (("result", "accepted"),))]
     finally:
         proc.terminate()
@@ -165,8 +240,7 @@ def main() -> int:
     print(f"{'agent CPU, idle baseline (share of one core)':<52} {100 * cpu['idle_cpu']:>11.1f}%")
     print(f"{'agent CPU at %d msg/s (achieved %.0f msg/s)' % (args.rate, cpu['achieved_rate']):<52} "
           f"{100 * cpu['loaded_cpu']:>11.1f}%")
-    print(f"{'agent CPU per message (above baseline)':<52} "
-          f"{1e6 * (cpu['loaded_cpu'] - cpu['idle_cpu']) / max(1.0, cpu['achieved_rate']):>10.1f}us")
+    print(f"{'agent CPU per message (above baseline)':<52} {per_message_us(cpu):>10.1f}us")
     print(f"{'agent peak RSS':<52} {cpu['peak_rss_mib']:>9.1f}MiB")
     print(f"{'sender send failures (queue full)':<52} {cpu['send_failures']:>12d}")
     print(f"{'messages accepted by the agent':<52} {int(accepted):>12d}")
@@ -175,6 +249,9 @@ def main() -> int:
     print(f"{'client: rep.step() incl. JSON + send (median / p99)':<52} "
           f"{over['step_send_us']:>6.2f}/{over['step_send_p99_us']:.1f}us")
     print(f"{'client: overhead per phase, 3 phases/step, amortized':<52} {over['per_phase_amortized_us']:>10.2f}us")
+    print(f"{'in process: JSON parse of a datagram':<52} {parts['json']:>10.2f}us")
+    print(f"{'in process: protocol.decode (JSON + validation)':<52} {parts['decode']:>10.2f}us")
+    print(f"{'in process: JobTable.handle (decode + table update)':<52} {parts['handle']:>10.2f}us")
     print()
     print(f"{'injected wait/compute ms':<26}{'truth':>8}{'agent':>8}{'error':>8}  verdict")
     for w, c, truth, got, kind in acc:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import gzip
 import logging
 import os
 import resource
@@ -40,11 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from agent.logutil import RateLimitedLog
 
+from .render import render as render_exposition
 from .webconfig import WebConfig, parse_basic_auth
 
 log = logging.getLogger("teye.http")
@@ -76,13 +75,13 @@ Render = Callable[[str, str], Tuple[bytes, str, List[Tuple[str, str]]]]
 
 
 def registry_renderer(registry: CollectorRegistry) -> Render:
-    """The /metrics body from a registry: text or OpenMetrics by Accept, gzip when asked for."""
+    """The /metrics body from a registry: text or OpenMetrics by Accept, gzip when asked for.
+
+    teye's registry carries a prepared exposition (exporters.render), so a scrape joins bytes
+    formatted once per source reading; any other registry goes through prometheus_client.
+    """
     def render(accept: str, accept_encoding: str):
-        encoder, ctype = choose_encoder(accept)
-        body = encoder(registry)
-        if "gzip" in accept_encoding:
-            return gzip.compress(body, compresslevel=1), ctype, [("Content-Encoding", "gzip")]
-        return body, ctype, []
+        return render_exposition(registry, accept, accept_encoding)
     return render
 
 

@@ -115,7 +115,13 @@ class SnapshotCollector(Collector):
 
 
 def make_registry(get_snapshot: Callable, stale_after_s: float = 10.0) -> CollectorRegistry:
-    """A fresh registry holding only teye's collector (no process/platform defaults)."""
+    """A fresh registry holding only teye's collector (no process/platform defaults).
+
+    It carries ``teye_exposition``, the prepared renderer the HTTP server uses for /metrics
+    (exporters/render.py); prometheus_client's encoders still work on the registry itself.
+    """
+    from .render import Exposition  # render builds on this module
     reg = CollectorRegistry(auto_describe=True)
     reg.register(SnapshotCollector(get_snapshot, stale_after_s))
+    reg.teye_exposition = Exposition(get_snapshot, stale_after_s, fallback=reg)
     return reg

@@ -19,7 +19,6 @@ inside ``with rep.phase(...)`` propagate unchanged (the phase is still recorded)
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import re
 import socket
@@ -28,6 +27,7 @@ import tempfile
 import threading
 import time
 import weakref
+from json.encoder import encode_basestring_ascii as _json_str
 
 __all__ = ["Reporter", "PHASES", "default_socket_path"]
 
@@ -180,31 +180,42 @@ class Reporter:
             if not phases and not steps:
                 return
             self._phases, self._steps = [], []
-            obj = {"v": VERSION, "job": self.train_job, "phases": phases, "steps": steps}
-            if self._cvd is not None:
-                obj["cvd"] = self._cvd
-            if self.dropped:
-                obj["dropped"] = self.dropped
+            dropped = self.dropped
         n = len(phases) + len(steps)
         try:
-            data = json.dumps(obj, separators=(",", ":")).encode()
+            data = _encode(self.train_job, phases, steps, self._cvd, dropped)
         except (TypeError, ValueError):
             self._count_drop(n, "encode")
             return
-        try:
-            sock = self._sock
-            if sock is None:
-                sock = self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                sock.setblocking(False)
-            sock.sendto(data, self.socket_path)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            self._count_drop(n, type(e).__name__, messages=1)
-            self._maybe_resolve()
-        except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
-            self._count_drop(n, type(e).__name__, messages=1)
-        else:
-            self.sent += 1
-            self.sent_records += n
+        # The socket is connected once (a send then skips the kernel's path lookup); an agent that
+        # restarted refuses the old connection, so connect again to its new socket and retry once.
+        for retry in (False, True):
+            try:
+                sock = self._sock
+                if sock is None:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    try:
+                        sock.setblocking(False)
+                        sock.connect(self.socket_path)
+                    except OSError:
+                        sock.close()
+                        raise
+                    self._sock = sock
+                sock.send(data)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                stale, self._sock = self._sock, None
+                if stale is not None:
+                    stale.close()
+                    if not retry:
+                        continue
+                self._count_drop(n, type(e).__name__, messages=1)
+                self._maybe_resolve()
+            except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
+                self._count_drop(n, type(e).__name__, messages=1)
+            else:
+                self.sent += 1
+                self.sent_records += n
+            return
 
     def _maybe_resolve(self) -> None:
         """No agent at the path: look for it again now and then (it may start later)."""
@@ -233,6 +244,22 @@ class Reporter:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _encode(job: str, phases, steps, cvd, dropped: int) -> bytes:
+    """The datagram: byte for byte what ``json.dumps(obj, separators=(",", ":"))`` writes, without its generality.
+
+    Records are [str, int, int] and [int, int, int] (record_phase and step make them so).
+    """
+    out = ['{"v":%d,"job":%s,"phases":[' % (VERSION, _json_str(job)),
+           ",".join(["[%s,%d,%d]" % (_json_str(p), s, e) for p, s, e in phases]),
+           '],"steps":[', ",".join(["[%d,%d,%d]" % tuple(r) for r in steps]), "]"]
+    if cvd is not None:
+        out.append(',"cvd":' + _json_str(cvd))
+    if dropped:
+        out.append(',"dropped":%d' % dropped)
+    out.append("}")
+    return "".join(out).encode()
 
 
 def _flush_ref(ref) -> None:

@@ -87,8 +87,13 @@ def _decode(v) -> Any:
     return v
 
 
+_SCALARS = (int, str, float, type(None))
+
+
 def _frozen(v):
     """A hashable form of decoded JSON arguments (lists -> tuples, dicts -> sorted item tuples)."""
+    if type(v) in (list, tuple) and all(type(x) in _SCALARS for x in v):
+        return tuple(v)  # the common case (handles, indices, enum values): no recursion
     if isinstance(v, (list, tuple)):
         return tuple(_frozen(x) for x in v)
     if isinstance(v, dict):
@@ -175,10 +180,11 @@ class Replay:
     # ------------------------------------------------------------------ time
     def _now(self) -> int:
         """µs since the replay started (the first nvmlInit)."""
-        with self._lock:
-            if self._wall0 is None:
-                self._wall0 = self._wall_us()
-            return self._wall_us() - self._wall0
+        if self._wall0 is None:
+            with self._lock:
+                if self._wall0 is None:
+                    self._wall0 = self._wall_us()
+        return self._wall_us() - self._wall0
 
     def _error(self, name: str):
         return self._base.NVMLError(getattr(self._base, "NVML_ERROR_" + name))

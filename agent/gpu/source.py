@@ -34,6 +34,9 @@ from .ring import DEFAULT_GAP_BUCKETS, UtilRing
 log = logging.getLogger("teye.gpu")
 
 GPM_MIN_INTERVAL_NS = 100_000_000  # NVML: two GPM samples must be at least 100 ms apart
+# ECC, retired-page and remapped-row counters change on hardware faults, not from one poll to the
+# next: read them every 10 s (and at every (re)attach) instead of every poll (a quarter of the calls).
+HEALTH_EVERY_NS = 10 * 10**9
 
 _G = ["gpu"]
 GPU_INFO = metric("teye_gpu_info", GAUGE, "Always 1 per GPU (NVML index, or 'index/instance' for a MIG instance); "
@@ -237,6 +240,8 @@ class _Device:
         self.gpm_values: Dict[str, float] = {}
         self.proc_last_seen = 0
         self.children: List["_Device"] = []
+        self.health: Optional[tuple] = None   # (ecc, retired, retired_pending, remapped), read at health_ns
+        self.health_ns = 0
 
     @property
     def is_mig(self) -> bool:
@@ -320,6 +325,7 @@ class GpuSource:
                     b.gpm_free(s)
                 d.gpm_samples, d.gpm_supported, d.gpm_prev, d.gpm_values = [], None, None, {}
             d.handle, d.uuid = h, uuid
+            d.health = None
             d.name = b.name(h) or ""
             d.pci_bus_id = b.pci_bus_id(h) or ""
             old = {c.label: c for c in d.children}
@@ -327,7 +333,7 @@ class GpuSource:
             for instance_id, mh in b.mig_devices(h):
                 label = f"{d.label}/{instance_id}"
                 c = old.get(label) or _Device(label, d.index, mh, self._new_ring(), d, instance_id)
-                c.handle, c.up, c.reason = mh, True, None
+                c.handle, c.up, c.reason, c.health = mh, True, None, None
                 c.uuid = b.uuid(mh) or ""
                 c.name = b.name(mh) or d.name
                 c.pci_bus_id = d.pci_bus_id
@@ -429,12 +435,16 @@ class GpuSource:
         util, mem_util = b.utilization(h)
         used, total = b.memory(h)
         tx, rx = b.pcie_throughput(h)
-        retired, retired_pending = b.retired_pages(h)
+        fresh = d.health is None or now - d.health_ns >= HEALTH_EVERY_NS
+        if fresh:
+            retired, retired_pending = b.retired_pages(h)
+        else:
+            _, retired, retired_pending, _ = d.health
         if self.gpm:
             self._gpm(b, d, now)
         if self.want_processes and not d.children:
             procs.extend(self._processes(b, d))
-        return GpuStats(
+        stats = GpuStats(
             d.label, d.uuid, d.name, d.pci_bus_id, self.driver_version, True,
             utilization=util, memory_utilization=mem_util,
             memory_used=used, memory_total=total,
@@ -444,9 +454,12 @@ class GpuSource:
             pcie_tx=tx, pcie_rx=rx, pcie_max=b.pcie_link_max(h),
             gpm=tuple(sorted(d.gpm_values.items())),
             clock_events=b.clock_events(h) or (),
-            ecc=b.ecc_volatile(h), retired_pages=retired, retired_pending=retired_pending,
-            remapped_rows=b.remapped_rows(h),
+            ecc=b.ecc_volatile(h) if fresh else d.health[0], retired_pages=retired, retired_pending=retired_pending,
+            remapped_rows=b.remapped_rows(h) if fresh else d.health[3],
             **self._counters(d, xids))
+        if fresh:
+            d.health, d.health_ns = (stats.ecc, retired, retired_pending, stats.remapped_rows), now
+        return stats
 
     def _gpm(self, b: NvmlBackend, d: _Device, now: int) -> None:
         if d.gpm_supported is None:

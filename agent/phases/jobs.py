@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable, Deque, Dict, FrozenSet, Mapping, Optional, Tuple
@@ -79,8 +80,10 @@ class _Ring:
 
     def slot(self, t_ns: int, now_ns: int) -> Optional[int]:
         cur = now_ns // self.width
-        b = min(t_ns // self.width, cur)
-        if b <= cur - RING_SLOTS:
+        b = t_ns // self.width
+        if b >= cur:
+            b = cur
+        elif b <= cur - RING_SLOTS:
             return None  # older than the window
         i = b % RING_SLOTS
         if self.idx[i] != b:
@@ -296,15 +299,20 @@ class JobTable:
         ring = job.ring
         rec = self.recorded
         waited = False
+        phase_s = job.phase_s
+        # records ending in the current ring slot (nearly all of them) skip ring.slot()
+        width = ring.width
+        cur = now // width
+        cur_slot = ring.slot(now, now)
         for phase, s, e in msg.phases:
             i = PHASE_INDEX[phase]
-            job.phase_s[i] += (e - s) / 1e9
+            phase_s[i] += (e - s) / 1e9
             if opened is not None:
                 opened.append((i, s, e))
             if i == DATA_WAIT and self.probe is not None and e > s:
                 job.waits.append((pid, s, e))
                 waited = True
-            slot = ring.slot(e, now)
+            slot = cur_slot if e // width >= cur else ring.slot(e, now)
             if slot is not None:
                 ring.phase[slot][i] += e - s
             if gpus:
@@ -317,11 +325,8 @@ class JobTable:
             job.steps += 1
             job.samples += samples
             job.hist_sum += d
-            b = 0
-            while b < len(STEP_BUCKETS) and d > STEP_BUCKETS[b]:
-                b += 1
-            job.hist[b] += 1
-            slot = ring.slot(e, now)
+            job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
+            slot = cur_slot if e // width >= cur else ring.slot(e, now)
             if slot is not None:
                 ring.step_ns[slot] += e - s
                 ring.steps[slot] += 1

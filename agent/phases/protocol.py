@@ -80,6 +80,9 @@ class Message(NamedTuple):
     dropped: int = 0                             # client-side cumulative dropped records
 
 
+_new_message = tuple.__new__  # Message(...) without the generated __new__'s Python frame
+
+
 def normalize_phase(name: str) -> str:
     return name if name in _PHASE_SET else "other"
 
@@ -89,6 +92,9 @@ def _reject_constant(name):
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_SCAN = _DECODER.scan_once
+_MISSING = object()
+_GOOD_NAMES: set = set()  # job names that matched JOB_NAME (bounded), so a job's messages skip the regex
 
 
 def _is_int(v) -> bool:
@@ -117,7 +123,13 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     if len(data) > limits.max_bytes:
         raise Rejected("too_large", f"{len(data)} bytes (limit {limits.max_bytes})")
     try:
-        obj = _DECODER.decode(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        try:
+            obj, end = _SCAN(text, 0)  # the C scanner straight away: one whole JSON value, no padding
+        except StopIteration:
+            end = -1
+        if end != len(text):  # whitespace around it, or not JSON: the full decoder (and its error message)
+            obj = _DECODER.decode(text)
     except RecursionError:
         raise Rejected("not_json", "nested too deep") from None
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -125,21 +137,25 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     if type(obj) is not dict:
         raise Rejected("not_object", f"expected a JSON object, got {type(obj).__name__}")
 
-    if "v" not in obj:
+    v = obj.get("v", _MISSING)
+    if v is _MISSING:
         raise Rejected("missing_field", "'v' (protocol version) is required")
-    v = obj["v"]
-    if not _is_int(v):
+    if type(v) is not int:  # bool is an int subclass: excluded on purpose
         raise Rejected("wrong_type", "'v' must be an integer")
     if v != VERSION:
         raise Rejected("unknown_version", f"version {v} (this agent speaks {VERSION})")
 
-    if "job" not in obj:
+    job = obj.get("job", _MISSING)
+    if job is _MISSING:
         raise Rejected("missing_field", "'job' (training job name) is required")
-    job = obj["job"]
     if type(job) is not str:
         raise Rejected("wrong_type", "'job' must be a string")
-    if not JOB_NAME.match(job):
-        raise Rejected("bad_name", f"job name {job[:40]!r} must match [A-Za-z0-9][A-Za-z0-9_.:@+=-]{{0,127}}")
+    if job not in _GOOD_NAMES:
+        if not JOB_NAME.match(job):
+            raise Rejected("bad_name", f"job name {job[:40]!r} must match [A-Za-z0-9][A-Za-z0-9_.:@+=-]{{0,127}}")
+        if len(_GOOD_NAMES) >= 4096:
+            _GOOD_NAMES.clear()
+        _GOOD_NAMES.add(job)
 
     raw_phases = obj.get("phases", [])
     raw_steps = obj.get("steps", [])
@@ -189,12 +205,12 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
         cvd = tuple(p.strip() for p in raw_cvd.split(",") if p.strip())
 
     dropped = obj.get("dropped", 0)
-    if not _is_int(dropped):
+    if type(dropped) is not int:
         raise Rejected("wrong_type", "'dropped' must be an integer")
     if not 0 <= dropped <= MAX_NS:
         raise Rejected("bad_value", f"'dropped' {dropped} is negative or absurd")
 
-    return Message(job, tuple(phases), tuple(steps), cvd, dropped)
+    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped))
 
 
 def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0) -> bytes:

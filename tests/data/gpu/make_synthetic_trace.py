@@ -8,6 +8,9 @@ backend makes.  Regenerate with::
 
     python tests/data/gpu/make_synthetic_trace.py
 
+``--gpus N`` writes an N-GPU node instead (benchmarks/scrape.py uses 1 and 16): GPU i follows
+the timeline of GPU i mod 8 below, the XID events are kept for the GPUs that exist.
+
 Driver model: a utilization sample every P = 166 667 µs (1/6 s), value = percent of the
 sample period that the ground-truth timeline below is busy; the ring keeps 100 samples.
 The trace lasts D = 540 P = 90.00018 s (polled every second, plus a last poll at D) and
@@ -68,6 +71,7 @@ def _us(seconds: float) -> int:
 def busy_intervals(gpu: int):
     """Ground-truth busy intervals of one GPU in µs relative to the trace start, within [0, D)."""
     d = DURATION_US
+    gpu %= 8
     if gpu <= 3:
         phi = 0.013 * gpu
         out = [(0, _us(0.6 + phi))]
@@ -90,13 +94,13 @@ def busy_intervals(gpu: int):
     return busy
 
 
-def truth() -> dict:
+def truth(n_gpus: int = 8) -> dict:
     """Gaps (seconds) and busy seconds per GPU over one loop [0, D)."""
     out = {}
-    for g in range(8):
+    for g in range(n_gpus):
         iv = busy_intervals(g)
         gaps = [round((b - a) / S, 6) for (_, a), (b, _) in zip(iv, iv[1:]) if b > a]
-        if g == 6:
+        if g % 8 == 6:
             gaps.append(round((DURATION_US - iv[-1][1]) / S, 6))  # closed by the next loop
         out[str(g)] = {"gaps_s": gaps, "busy_s": sum(b - a for a, b in iv) / S}
     return out
@@ -112,12 +116,12 @@ def _timeline(gpu: int) -> Timeline:
     return Timeline(out)
 
 
-def build_fake() -> FakeNvml:
+def build_fake(n_gpus: int = 8) -> FakeNvml:
     gpus = []
-    for i in range(8):
+    for i in range(n_gpus):
         g = FakeGpu(i, timeline=_timeline(i), period_us=PERIOD_US, ring_start_us=START_US - 100 * PERIOD_US)
         g.uuid = f"GPU-5e7e0000-0000-4000-8000-{i:012d}"  # synthetic
-        g.bus_id = f"00000000:{(0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)[i]:02X}:00.0"
+        g.bus_id = f"{i // 8:08X}:{(0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)[i % 8]:02X}:00.0"
         g.ecc = (0, 0)
         g.remapped = (0, 0, 0, 0)
         g.energy_mj = 1_000_000_000 + i * 10_000_000
@@ -137,7 +141,7 @@ def set_state(fake: FakeNvml, t_us: int) -> None:
         g.pcie_gen = 5 if f > 0 else 1
         g.pcie_rx_kb, g.pcie_tx_kb = int(12_000_000 * f), int(800_000 * f)
         g.clock_events = 0x1 if f == 0 else (0x4 if f > 0.95 else 0x0)
-        nvlink = 20_000.0 * f if g.index <= 3 else 0.0
+        nvlink = 20_000.0 * f if g.index % 8 <= 3 else 0.0
         g.gpm_values = {pynvml.NVML_GPM_METRIC_SM_UTIL: round(90 * f, 1),
                         pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: round(50 * f, 1),
                         pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: round(60 * f, 1),
@@ -147,9 +151,10 @@ def set_state(fake: FakeNvml, t_us: int) -> None:
                         pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.0,
                         pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: round(nvlink),
                         pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: round(nvlink)}
-        pid = {0: 41000, 1: 41001, 2: 41002, 3: 41003, 4: 41004, 5: 41005, 6: 41040, 7: 41007}[g.index]
-        alive = not (g.index == 6 and t_us >= 3_500_000)
-        g.processes = [(pid, 60 * GiB if g.index <= 3 else 30 * GiB)] if alive else []
+        k = g.index % 8
+        pid = {0: 41000, 1: 41001, 2: 41002, 3: 41003, 4: 41004, 5: 41005, 6: 41040, 7: 41007}[k] + 100 * (g.index // 8)
+        alive = not (k == 6 and t_us >= 3_500_000)
+        g.processes = [(pid, 60 * GiB if k <= 3 else 30 * GiB)] if alive else []
         g.memory_used = (2 * GiB + (g.processes[0][1] if g.processes else 0))
 
 
@@ -158,13 +163,13 @@ def advance_energy(fake: FakeNvml, seconds: float) -> None:
         g.energy_mj += int(g.power_mw * seconds)
 
 
-def generate(path: str = OUT) -> str:
-    fake = build_fake()
+def generate(path: str = OUT, n_gpus: int = 8) -> str:
+    fake = build_fake(n_gpus)
     ctx = AgentContext(clock=lambda: fake.now_us * 1000)
-    header = {"synthetic": True, "host": "synthetic-8gpu", "tool": "tests/data/gpu/make_synthetic_trace.py",
-              "description": "SYNTHETIC 8-GPU node (not measured): see the generator's docstring for the "
+    header = {"synthetic": True, "host": f"synthetic-{n_gpus}gpu", "tool": "tests/data/gpu/make_synthetic_trace.py",
+              "description": f"SYNTHETIC {n_gpus}-GPU node (not measured): see the generator's docstring for the "
                              "busy/idle timelines and XID events",
-              "sample_period_us": PERIOD_US, "truth": truth()}
+              "sample_period_us": PERIOD_US, "truth": truth(n_gpus)}
     poll_times = [k * S for k in range(90)] + [DURATION_US]
     with open(path, "w", encoding="utf-8") as out:
         rec = Recorder(fake, out, clock_us=lambda: fake.now_us, header=header)
@@ -178,7 +183,7 @@ def generate(path: str = OUT) -> str:
             fake.now_us = START_US + t
             set_state(fake, t)
             for at, gpu, xid in XIDS:
-                if prev < at <= t:
+                if prev < at <= t and gpu < n_gpus:
                     ev = pynvml.c_nvmlEventData_t()
                     ev.device, ev.eventType, ev.eventData = fake.gpus[gpu].handle, pynvml.nvmlEventTypeXidCriticalError, xid
                     ev.gpuInstanceId = ev.computeInstanceId = 0xFFFFFFFF
@@ -191,7 +196,12 @@ def generate(path: str = OUT) -> str:
 
 
 if __name__ == "__main__":
-    p = generate(sys.argv[1] if len(sys.argv) > 1 else OUT)
+    import argparse
+    ap = argparse.ArgumentParser(description="Write the synthetic NVML trace.")
+    ap.add_argument("output", nargs="?", default=OUT)
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs on the synthetic node (default 8)")
+    a = ap.parse_args()
+    p = generate(a.output, a.gpus)
     with open(p, encoding="utf-8") as fh:
         head = json.loads(fh.readline())
     print(f"wrote {p} ({os.path.getsize(p)} bytes, synthetic={head['synthetic']})")

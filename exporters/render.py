@@ -1,0 +1,346 @@
+"""The /metrics body, prepared ahead of the scrape.
+
+prometheus_client rebuilds metric-family objects and formats every sample on every scrape
+(about 10 µs a series).  Here each source *reading* is formatted once, the first time a
+scrape sees it, into sample lines shared by both formats (the Prometheus text format and
+OpenMetrics write a sample line the same way; only the family headers differ).  A scrape
+then joins prepared pieces: the body for one set of source states is composed once and
+kept, and only what depends on the scrape's own clock is formatted per scrape:
+
+- ``teye_collector_last_read_age_seconds`` (the age grows with every scrape), and
+- ``teye_collector_up`` with a stuck read marked down after ``stale_after_s`` (the up flags
+  are part of the cache key, so a source turning stale recomposes the body without it).
+
+The gzip body is one ordinary gzip member built from raw-deflate pieces: the static pieces
+are compressed once (each ends on a byte boundary with a sync flush and uses no history
+from the others), the per-scrape piece is compressed per scrape, and the CRC is computed
+over the whole body.
+
+The output is byte for byte what ``prometheus_client``'s ``generate_latest`` (text) and
+``openmetrics.exposition.generate_latest`` produce for the same snapshot through
+:class:`exporters.prometheus.SnapshotCollector` (tests/test_render.py checks it).  The few
+cases this fast path does not cover (an Accept header asking for a name escaping that
+rewrites legacy names, a metric or label name outside the legacy character set, the same
+series exported by two collectors) go through prometheus_client's own encoder instead.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+import struct
+import time
+import zlib
+from typing import Callable, Dict, List, Optional, Tuple
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.utils import floatToGoString
+
+from agent import __version__
+from agent.logutil import RateLimitedLog
+from agent.metrics import COUNTER, HISTOGRAM, MetricSpec
+
+from .prometheus import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP
+
+log = logging.getLogger("teye.exporter")
+
+_LEGACY_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+# Name escapings under which a legacy name is written unchanged (others rewrite it: slow path).
+_PLAIN_ESCAPINGS = ("underscores", "allow-utf-8")
+_OM = "application/openmetrics-text"
+
+
+class _Unsupported(Exception):
+    """This snapshot needs prometheus_client's own encoder (see the module docstring)."""
+
+
+def _esc(v: str) -> str:
+    """Label value escaping (both formats)."""
+    if "\\" in v or "\n" in v or '"' in v:
+        return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return v
+
+
+_VALUES: Dict[float, str] = {}
+_CACHE_MAX = 1 << 14  # entries per cache; a full cache starts over (label sets and values recur per reading)
+
+
+def _value(v) -> str:
+    """floatToGoString(v), remembered: counters and gauges repeat the same values reading after reading."""
+    f = float(v)
+    if f == 0.0:  # the commonest value; -0.0 == 0.0 as a key, so never cached
+        return "0.0" if math.copysign(1.0, f) > 0 else "-0.0"
+    s = _VALUES.get(f)
+    if s is None:
+        if len(_VALUES) >= _CACHE_MAX:
+            _VALUES.clear()
+        s = _VALUES[f] = floatToGoString(f)
+    return s
+
+
+class _Family:
+    """Per-spec constants: both headers and the sample-line templates, and the formatted label sets."""
+
+    __slots__ = ("spec", "text_head", "om_head", "line", "bucket", "count", "sum", "histogram", "prefixes")
+
+    def __init__(self, spec: MetricSpec):
+        if not _LEGACY_NAME.match(spec.name) or not all(_LEGACY_LABEL.match(lb) for lb in spec.labels):
+            raise _Unsupported(spec.name)
+        name = spec.name
+        doc = spec.help
+        if spec.kind == COUNTER:
+            fam = name[:-6] if name.endswith("_total") else name  # prometheus_client's CounterMetricFamily
+            text_name, sample = fam + "_total", fam + "_total"
+        else:
+            fam = text_name = sample = name
+        kind = spec.kind
+        text_doc = doc.replace("\\", r"\\").replace("\n", r"\n")
+        om_doc = text_doc.replace('"', r"\"")
+        self.spec = spec
+        self.text_head = f"# HELP {text_name} {text_doc}\n# TYPE {text_name} {kind}\n"
+        self.om_head = f"# HELP {fam} {om_doc}\n# TYPE {fam} {kind}\n"
+        self.histogram = kind == HISTOGRAM
+        self.prefixes: Dict[tuple, object] = {}  # label values -> line prefix (histograms: prefixes per line)
+        if self.histogram:
+            if "le" in spec.labels:
+                raise _Unsupported(spec.name)
+            self.bucket = self._template(fam + "_bucket", spec.labels + ("le",))
+            self.count = self._template(fam + "_count", spec.labels)
+            self.sum = self._template(fam + "_sum", spec.labels)
+            self.line = None
+        else:
+            self.line = self._template(sample, spec.labels)
+
+    @staticmethod
+    def _template(sample: str, labels: Tuple[str, ...]) -> str:
+        """'name{a="{0}",b="{1}"} ' with labels sorted by name (as prometheus_client writes them)."""
+        if not labels:
+            return sample + " "
+        order = sorted(range(len(labels)), key=lambda i: labels[i])
+        return sample + "{{" + ",".join(f'{labels[i]}="{{{i}}}"' for i in order) + "}} "
+
+    def lines(self, labels: Tuple[str, ...], value) -> str:
+        prefix = self.prefixes.get(labels)
+        if not self.histogram:
+            if prefix is None:
+                prefix = self._remember(labels, self.line.format(*[_esc(v) for v in labels]))
+            return prefix + _value(value) + "\n"
+        bounds = tuple(le for le, _ in value.buckets)
+        if prefix is None or prefix[0] != bounds:
+            lv = [_esc(v) for v in labels]
+            les = ["+Inf" if math.isinf(le) else repr(float(le)) for le in bounds]
+            prefix = self._remember(labels, (bounds, [self.bucket.format(*lv, le) for le in les],
+                                             float(les[0]) >= 0, self.count.format(*lv), self.sum.format(*lv)))
+        _, bucket_prefixes, nonnegative, count, total = prefix
+        out = [p + _value(c) + "\n" for p, (_, c) in zip(bucket_prefixes, value.buckets)]
+        if nonnegative and value.sum is not None:
+            out.append(count + _value(value.buckets[-1][1]) + "\n")
+            out.append(total + _value(value.sum) + "\n")
+        return "".join(out)
+
+    def _remember(self, labels, prefix):
+        if len(self.prefixes) >= _CACHE_MAX:
+            self.prefixes.clear()
+        self.prefixes[labels] = prefix
+        return prefix
+
+
+_FAMILIES: Dict[str, _Family] = {}
+
+
+def _family(spec: MetricSpec) -> _Family:
+    f = _FAMILIES.get(spec.name)
+    if f is None or f.spec is not spec:
+        f = _FAMILIES[spec.name] = _Family(spec)
+    return f
+
+
+# A prepared reading: [(family, sample lines, frozenset of label tuples)] in first-seen order.
+_Prepared = List[Tuple[_Family, str, frozenset]]
+
+
+def prepare(points) -> _Prepared:
+    """Format one reading's points (absent values and repeated series dropped, as families() does)."""
+    fams: Dict[str, list] = {}
+    spec = ent = None
+    for p_spec, labels, v in points:
+        if v is None or (isinstance(v, float) and v != v):  # absent, or NaN
+            continue
+        if p_spec is not spec:  # points of one family usually come together
+            spec = p_spec
+            ent = fams.get(spec.name)
+            if ent is None:
+                ent = fams[spec.name] = [_family(spec), [], set()]
+            fam, out, keys = ent
+        if labels in keys:
+            continue
+        keys.add(labels)
+        prefix = None if fam.histogram else fam.prefixes.get(labels)
+        if prefix is not None:
+            out.append(prefix + _value(v) + "\n")
+        else:
+            out.append(fam.lines(labels, v))
+    return [(f, "".join(lines), frozenset(keys)) for f, lines, keys in fams.values()]
+
+
+class _Composed:
+    """The body for one tuple of source states and up flags: static text around the age family."""
+
+    __slots__ = ("states", "ups", "pieces", "ages", "gz")
+
+    def __init__(self, states, ups, pieces, ages):
+        self.states = states
+        self.ups = ups
+        self.pieces = pieces   # fmt -> (before_age bytes, age header bytes, after_age bytes)
+        self.ages = ages       # ((line prefix, updated_ns), ...) for the age family
+        self.gz: Dict[str, Tuple[bytes, bytes, int, int, int]] = {}
+
+
+def _deflate(data: bytes, final: bool) -> bytes:
+    c = zlib.compressobj(1, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
+
+
+class Exposition:
+    """Renders a Snapshot for /metrics; what :class:`SnapshotCollector` yields, prepared once."""
+
+    def __init__(self, get_snapshot: Callable, stale_after_s: float = 10.0,
+                 clock: Callable[[], int] = time.monotonic_ns, fallback=None):
+        self._get = get_snapshot
+        self._stale = stale_after_s
+        self._clock = clock
+        self._fallback = fallback   # a registry for prometheus_client's encoder
+        self._rlog = RateLimitedLog(log)
+        self._readings: Dict[str, Tuple[object, Optional[_Prepared]]] = {}
+        self._composed: Optional[_Composed] = None
+        self._build = _family(BUILD_INFO).lines((__version__,), 1.0)
+
+    # -- per reading -----------------------------------------------------------------------
+    def _reading(self, name: str, reading) -> Optional[_Prepared]:
+        """The prepared reading (cached per reading object); None when its points() fail."""
+        hit = self._readings.get(name)
+        if hit is not None and hit[0] is reading:
+            return hit[1]
+        try:
+            prepared = prepare(reading.points())
+        except _Unsupported:
+            raise
+        except Exception:  # a formatting bug in one source must not fail the scrape
+            self._rlog.error(f"{name}:points", "formatting collector %s failed", name, exc_info=True)
+            prepared = None
+        self._readings[name] = (reading, prepared)
+        return prepared
+
+    # -- per set of source states ----------------------------------------------------------
+    def _compose(self, states, ups) -> _Composed:
+        order: Dict[str, list] = {}   # family name -> [_Family, [text pieces], {origin: keys}]
+
+        def add(fam: _Family, text: str, origin: str, keys) -> None:
+            ent = order.get(fam.spec.name)
+            if ent is None:
+                ent = order[fam.spec.name] = [fam, [], {}]
+            owners = ent[2]
+            if origin not in owners:
+                for other in owners.values():
+                    if other & keys:
+                        raise _Unsupported("a series exported by two collectors")
+                owners[origin] = set()
+            owners[origin].update(keys)
+            ent[1].append(text)
+
+        up_f, dur_f = _family(COLLECTOR_UP), _family(COLLECTOR_DURATION)
+        age_f, fail_f = _family(COLLECTOR_AGE), _family(COLLECTOR_FAILURES)
+        add(_family(BUILD_INFO), self._build, "", {(__version__,)})
+        ages = []
+        for st, up in zip(states, ups):
+            name = st.name
+            key = {(name,)}
+            body = None
+            if up and st.reading is not None:
+                body = self._reading(name, st.reading)
+                if body is None:
+                    up = False
+            add(up_f, up_f.lines((name,), 1.0 if up else 0.0), "", key)
+            add(dur_f, dur_f.lines((name,), st.duration_s), "", key)
+            if st.updated_ns:
+                add(age_f, "", "", key)  # formatted per scrape
+                ages.append((age_f.line.format(_esc(name)), st.updated_ns))
+            add(fail_f, fail_f.lines((name,), float(st.failures)), "", key)
+            for fam, text, keys in body or ():
+                add(fam, text, name, keys)
+        pieces = {}
+        for fmt in ("text", "om"):
+            before: List[str] = []
+            after: List[str] = []
+            age_head = ""
+            part = before
+            for fam, texts, _ in order.values():
+                head = fam.text_head if fmt == "text" else fam.om_head
+                if fam is age_f:
+                    age_head, part = head, after
+                    continue
+                part.append(head)
+                part.extend(texts)
+            if fmt == "om":
+                after.append("# EOF\n")
+            pieces[fmt] = ("".join(before).encode(), age_head.encode(), "".join(after).encode())
+        return _Composed(states, ups, pieces, tuple(ages))
+
+    def _body(self, fmt: str, gzip: bool) -> bytes:
+        snap = self._get()
+        now = self._clock()
+        states = tuple(snap.sources.values())
+        ups = tuple(snap.is_up(st.name, now, self._stale) for st in states)
+        c = self._composed
+        if c is None or c.ups != ups or len(c.states) != len(states) or \
+                not all(a is b for a, b in zip(c.states, states)):
+            c = self._composed = self._compose(states, ups)
+        before, age_head, after = c.pieces[fmt]
+        age = age_head + "".join(prefix + _value(max(0.0, (now - t) / 1e9)) + "\n"
+                                 for prefix, t in c.ages).encode()
+        if not gzip:
+            return b"".join((before, age, after))
+        gz = c.gz.get(fmt)
+        if gz is None:
+            gz = c.gz[fmt] = (_deflate(before, False), _deflate(after, True), zlib.crc32(before),
+                              len(before), len(after))
+        z_before, z_after, crc, n_before, n_after = gz
+        crc = zlib.crc32(after, zlib.crc32(age, crc))
+        size = (n_before + len(age) + n_after) & 0xFFFFFFFF
+        # RFC 1952 member: magic, deflate, no flags, mtime 0, xfl 0, OS unknown (255)
+        return b"".join((b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", z_before, _deflate(age, False), z_after,
+                         struct.pack("<II", crc, size)))
+
+    def render(self, accept: str = "", accept_encoding: str = "") -> Tuple[bytes, str, List[Tuple[str, str]]]:
+        """(body, Content-Type, extra headers) for a GET /metrics with these request headers."""
+        encoder, ctype = choose_encoder(accept)
+        gzip = "gzip" in (accept_encoding or "")
+        escaping = ctype.rsplit("escaping=", 1)[1] if "escaping=" in ctype else "underscores"
+        body = None
+        if escaping in _PLAIN_ESCAPINGS:
+            try:
+                body = self._body("om" if ctype.startswith(_OM) else "text", gzip)
+            except _Unsupported:
+                self._composed = None
+        if body is None:
+            body = encoder(self._fallback)
+            if gzip:
+                body = zlib.compress(body, 1, wbits=31)
+        return body, ctype, [("Content-Encoding", "gzip")] if gzip else []
+
+
+def render(registry, accept: str = "", accept_encoding: str = "") -> Tuple[bytes, str, List[Tuple[str, str]]]:
+    """What the HTTP server answers to GET /metrics: (body, Content-Type, extra headers).
+
+    A registry made by :func:`exporters.prometheus.make_registry` carries a prepared
+    :class:`Exposition`; any other registry is encoded by prometheus_client.
+    """
+    prepared = getattr(registry, "teye_exposition", None)
+    if prepared is not None:
+        return prepared.render(accept, accept_encoding)
+    encoder, ctype = choose_encoder(accept)
+    body = encoder(registry)
+    if "gzip" in (accept_encoding or ""):
+        return zlib.compress(body, 1, wbits=31), ctype, [("Content-Encoding", "gzip")]
+    return body, ctype, []

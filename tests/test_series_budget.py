@@ -1,0 +1,115 @@
+"""The series budget in docs/operations.md against the exposition of the fixture node, the replay and jobs."""
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+
+import pytest
+
+from agent import config as config_mod
+from agent.context import AgentContext
+from agent.daemon import build_sources
+from agent.sampler import Sampler
+from agent.sources.network import NetworkSource
+from exporters.render import Exposition
+from tests.conftest import PROCFS, SYSFS, parse_exposition
+from tests.gpu.conftest import TRACE_8GPU
+from tests.test_render import NET_PROCFS, Fixed, jobs_reading
+
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "operations.md")
+
+# Every label teye exports and what bounds its values (the table in docs/operations.md).
+BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "state", "board_id", "firmware_version",
+                  "hca_type", "mountpoint", "export", "protocol", "transport", "event", "operation", "procedure",
+                  "error", "resource", "kind", "window", "gpu", "uuid", "name", "pci_bus_id", "driver_version",
+                  "reason", "type", "cause", "xid", "pid", "user", "slurm_job", "pod_uid", "train_job", "uid", "phase",
+                  "result", "le", "precision", "width", "socket", "root_bus", "pmu")
+
+
+def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
+    """docs/operations.md: G x (44 + B) + 3 per GPU process + 1 per (GPU, XID code) seen (GPM, no retired pages)."""
+    return g * (44 + buckets) + 3 * processes + xids
+
+
+def job_budget(j: int, input_bound: int = 0) -> int:
+    """docs/operations.md: 18 + 32 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
+    return 18 + 32 * j + 3 * input_bound
+
+
+def node(n_jobs: int):
+    """Fixture node + 8-GPU replay on a clock that advances 1 s per reading, n_jobs jobs; read twice."""
+    t = itertools.count(10**12, 10**9)
+    ctx = AgentContext(clock=lambda: next(t))
+    cfg = config_mod.load(None, {"procfs": PROCFS, "sysfs": SYSFS, "gpu": {"replay": TRACE_8GPU}})
+    cfg["collectors"]["phases"]["enabled"] = False
+    srcs = build_sources(cfg, ctx)
+    srcs["network"] = (NetworkSource(NET_PROCFS), 1.0)
+    srcs["phases"] = (Fixed("phases", jobs_reading(n_jobs)), 1.0)
+    sampler = Sampler(srcs)
+    for _ in range(2):  # GPM ratios need two samples
+        for name in sampler.names:
+            sampler.read_once(name)
+    body = Exposition(lambda: sampler.snapshot).render("", "")[0].decode()
+    return cfg, sampler, parse_exposition(body)
+
+
+def per_prefix(series, prefix):
+    return [(n, dict(lb)) for n, lb in series if n.startswith(prefix)]
+
+
+@pytest.mark.parametrize("n_jobs", [0, 5])
+def test_series_per_node_follow_the_documented_budget(n_jobs):
+    cfg, sampler, series = node(n_jobs)
+    collectors = len(sampler.names)
+    n_cpu = len({lb["cpu"] for _, lb in per_prefix(series, "teye_cpu_seconds_total")})
+    gpus = {lb["gpu"] for _, lb in per_prefix(series, "teye_gpu_up")}
+    procs = {(lb["gpu"], lb["pid"]) for _, lb in per_prefix(series, "teye_gpu_process_info")}
+    xids = {(lb["gpu"], lb["xid"]) for _, lb in per_prefix(series, "teye_gpu_xid_errors_total")}
+    assert (n_cpu, len(gpus)) == (8, 8) and procs  # the fixture node and the replay
+
+    assert len(per_prefix(series, "teye_collector_")) + len(per_prefix(series, "teye_build_info")) \
+        == 1 + 4 * collectors
+    host_cpu = ("teye_cpu", "teye_boot_time", "teye_context_switches", "teye_forks", "teye_interrupts",
+                "teye_procs_")
+    assert sum(len(per_prefix(series, p)) for p in host_cpu) == 7 + 10 * n_cpu
+    buckets = len(cfg["gpu"]["idle_gap_buckets"])
+    assert len(per_prefix(series, "teye_gpu_")) == gpu_budget(len(gpus), buckets, len(procs), len(xids))
+    input_bound = {dict(lb)["train_job"] for (n, lb), v in series.items()
+                   if n == "teye_job_bottleneck" and dict(lb)["kind"] == "input" and v == 1}
+    assert len(input_bound) == n_jobs  # the test jobs wait 30 % of each step for input
+    assert len(per_prefix(series, "teye_job_")) + len(per_prefix(series, "teye_phase_")) \
+        == job_budget(n_jobs, len(input_bound))
+
+    # per device or port: at most the documented series
+    per_entity = {"teye_disk_": ("device", 17), "teye_network_": ("device", 16)}
+    for prefix, (label, most) in per_entity.items():
+        rows = per_prefix(series, prefix)
+        assert 0 < len(rows) <= most * len({lb[label] for _, lb in rows})
+    ib = per_prefix(series, "teye_infiniband_")
+    ports = {(lb["device"], lb["port"]) for _, lb in ib if "port" in lb}
+    hcas = {lb["device"] for _, lb in ib}
+    assert ports and len(ib) <= 25 * len(ports) + len(hcas)
+    assert len(per_prefix(series, "teye_memory_")) <= 14
+    assert len(per_prefix(series, "teye_pressure_")) <= 24
+
+    labels = {k for _, lb in series for k, _ in lb}
+    assert labels <= set(BOUNDED_LABELS), f"label(s) without a documented bound: {labels - set(BOUNDED_LABELS)}"
+
+
+def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
+    with open(DOC, encoding="utf-8") as fh:
+        doc = fh.read()
+    section = doc[doc.index("## Series budget per node"):]
+    for label in BOUNDED_LABELS:
+        assert f"`{label}`" in section, label
+    for formula in ("7 + 10·N", "G·(44 + B)", "18 + 32·J", "1 + 4·C"):
+        assert formula in section, formula
+
+
+def test_jobs_scale_linearly_and_nothing_else_moves():
+    _, _, zero = node(0)
+    _, _, ten = node(10)
+    grown = collections.Counter(n for n, _ in ten) - collections.Counter(n for n, _ in zero)
+    assert sum(grown.values()) == (32 + 3) * 10  # the test jobs are input-bound: 3 cause series each
+    assert all(n.startswith("teye_job_") for n in grown)
