@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, FrozenSet, List, NamedTuple
+from typing import Callable, Deque, Dict, FrozenSet, List, NamedTuple, Tuple
 
 
 class UtilSample(NamedTuple):
@@ -78,3 +78,6 @@ class AgentContext:
     timeline: UtilTimeline = field(default_factory=UtilTimeline)
     # pid -> GPU labels it holds (updated by the GPU source each poll)
     gpu_pids: Dict[int, FrozenSet[str]] = field(default_factory=dict)
+    # (topic, note) pairs that host collectors offer as evidence to the verdicts (the pmu source:
+    # CPI, GFLOP/s, memory and PCIe bandwidth over its last poll); replaced whole by one writer
+    host_notes: Tuple[Tuple[str, str], ...] = ()

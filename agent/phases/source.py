@@ -126,6 +126,8 @@ class PhaseSource:
         interval = phases_cfg["input_sample_interval_seconds"]
         self.probe = InputProbe(ProcReader(procfs, sysfs), interval, ctx.clock) if interval > 0 else None
         self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals, probe=self.probe)
+        # what host collectors (hardware counters) offer as evidence, cited when the host is the limit
+        self.table.extra_evidence = lambda: ctx.host_notes
         sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
         self.path = path
         self.receiver = Receiver(sock, path, ident, self.table.handle, phases_cfg["max_message_bytes"],

@@ -41,6 +41,7 @@ from ..errors import ConfigError, ParseError, SourceUnavailable
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, Point, metric, point
 from . import events as events_mod
+from . import summary
 from . import sysfs as sysfs_mod
 from .perf import Counters, PerfError
 
@@ -357,8 +358,12 @@ class PmuSource:
     name = "pmu"
 
     def __init__(self, reader_factory: Callable[[], object], sysfs: str = "/sys", procfs: str = "/proc",
-                 reprobe_seconds: float = 60.0, clock: Callable[[], int] = time.monotonic_ns):
+                 reprobe_seconds: float = 60.0, clock: Callable[[], int] = time.monotonic_ns, ctx=None):
+        """``ctx`` (an AgentContext), when given, receives the counters of each poll interval as verdict
+        evidence (``ctx.host_notes``), so the phase verdicts can cite them."""
         self._factory = reader_factory
+        self._ctx = ctx
+        self._last: Optional[Tuple["PmuReading", int]] = None
         self.sysfs, self.procfs = sysfs, procfs
         self.reprobe_ns = int(reprobe_seconds * 1e9)
         self._clock = clock
@@ -462,7 +467,20 @@ class PmuSource:
             st.live, st.failed = True, None
             for c, v in zip(st.counters, values):
                 c.update(v, enabled, running)
-        return self._reading()
+        reading = self._reading()
+        if self._ctx is not None:
+            self._publish(reading, now)
+        return reading
+
+    def _publish(self, reading: "PmuReading", now: int) -> None:
+        """The figures between the previous poll and this one, as one note for the verdicts' evidence."""
+        last, self._last = self._last, (reading, now)
+        if last is None or now <= last[1]:
+            return
+        seconds = (now - last[1]) / 1e9
+        figures = summary.render(summary.summarize(last[0], reading, seconds))
+        self._ctx.host_notes = () if figures == summary.NO_FIGURES else \
+            (("host", f"host counters over the last {seconds:.0f} s: {figures}"),)
 
     def _reading(self) -> PmuReading:
         per_cpu: Dict[str, List] = defaultdict(list)
@@ -532,7 +550,7 @@ def from_config(cfg, ctx=None) -> PmuSource:
         factory = lambda: replay  # noqa: E731
     else:
         factory = LiveReader
-    return PmuSource(factory, sysfs=cfg["sysfs"], procfs=cfg["procfs"], reprobe_seconds=p["reprobe_seconds"])
+    return PmuSource(factory, sysfs=cfg["sysfs"], procfs=cfg["procfs"], reprobe_seconds=p["reprobe_seconds"], ctx=ctx)
 
 
 def _paranoid(procfs: str) -> Optional[int]:

@@ -22,6 +22,9 @@ HOST_INPUT_RECOMMENDATION = (
     "processes, tf.data AUTOTUNE) or a node with more memory bandwidth per GPU.")
 
 
+NO_FIGURES = "no counter figures"
+
+
 def _delta(before, after, name: str) -> Optional[float]:
     a = after.total(name)
     b = before.total(name)
@@ -76,7 +79,7 @@ def render(s: Dict[str, Any]) -> str:
         rd = "n/a" if s.get("pcie_read_gbps") is None else f"{s['pcie_read_gbps']:.2f}"
         wr = "n/a" if s.get("pcie_written_gbps") is None else f"{s['pcie_written_gbps']:.2f}"
         parts.append(f"PCIe {rd} GB/s host-to-device, {wr} GB/s device-to-host")
-    return ", ".join(parts) if parts else "no counter figures"
+    return ", ".join(parts) if parts else NO_FIGURES
 
 
 def host_saturation(s: Optional[Dict[str, Any]], cpu_busy_ratio: Optional[float],
