@@ -54,6 +54,34 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return run(cfg)
 
 
+def cmd_record(args: argparse.Namespace) -> int:
+    """teye record [--pmu]: what the NVML backend (or the PMU source) reads, as a JSON-lines trace."""
+    import os
+    from .errors import SourceUnavailable
+    cfg = load_config(args)
+    if args.duration <= 0 or args.interval <= 0:
+        print("teye record: --duration and --interval must be > 0", file=sys.stderr)
+        return 2
+    try:
+        if args.pmu:
+            from .pmu.record import record
+            polls = record(args.output, args.duration, args.interval, cfg["sysfs"], cfg["procfs"])
+        else:
+            from .gpu.nvml import load_pynvml
+            from .gpu.record import record as record_gpu
+            polls = record_gpu(load_pynvml(), args.output, args.duration, args.interval, cfg)
+    except SourceUnavailable as e:
+        if os.path.exists(args.output):
+            os.unlink(args.output)
+        print(f"teye record: nothing to record: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"teye record: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"teye record: {polls} polls written to {args.output}")
+    return 0
+
+
 def cmd_catalog(args: argparse.Namespace) -> int:
     from .catalog import render
     sys.stdout.write(render())
@@ -109,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=float, default=60.0, metavar="SECONDS")
     r.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
     _common_source_flags(r)
-    r.set_defaults(func=lambda args: _with_config("agent.pmu.record" if args.pmu else "agent.gpu.record")(args))
+    r.set_defaults(func=cmd_record)
 
     pr = sub.add_parser("profile", help="run a command and explain its GPU idle time")
     pr.add_argument("--output", metavar="DIR", default="teye-profile")

@@ -11,13 +11,11 @@ import ctypes
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from typing import Any, Callable, Dict, Optional, TextIO
 
 from .. import __version__
-from ..errors import SourceUnavailable
 from . import trace
 
 
@@ -241,22 +239,3 @@ def record(nv, path: str, duration_s: float, interval_s: float, cfg: Optional[di
     if polls == 0:
         os.unlink(path)
     return polls
-
-
-def main(args, cfg: dict) -> int:
-    from .nvml import load_pynvml
-    if args.duration <= 0 or args.interval <= 0:
-        print("teye record: --duration and --interval must be > 0", file=sys.stderr)
-        return 2
-    try:
-        polls = record(load_pynvml(), args.output, args.duration, args.interval, cfg)
-    except SourceUnavailable as e:
-        if os.path.exists(args.output):
-            os.unlink(args.output)
-        print(f"teye record: nothing to record: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"teye record: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(f"teye record: {polls} polls written to {args.output}")
-    return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Tuple
 
+from .. import tracefile
 from ..errors import ParseError
 
 FORMAT = "teye-gpu-trace"
@@ -38,32 +39,16 @@ def read(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     """(header, records) of a trace file; ParseError naming the line on anything malformed."""
     records: List[Dict[str, Any]] = []
     header = None
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise ParseError(path, f"line {lineno}: not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise ParseError(path, f"line {lineno}: expected a JSON object")
-            if header is None:
-                if obj.get("format") != FORMAT:
-                    raise ParseError(path, f"line {lineno}: not a {FORMAT} file (header 'format' is "
-                                           f"{obj.get('format')!r})")
-                if obj.get("version") != VERSION:
-                    raise ParseError(path, f"line {lineno}: unsupported version {obj.get('version')!r}")
-                header = obj
-                continue
-            t = obj.get("t")
-            if not isinstance(t, int) or isinstance(t, bool):
-                raise ParseError(path, f"line {lineno}: 't' must be an integer (µs since the start)")
-            if not obj.get("end") and not isinstance(obj.get("fn"), str):
-                raise ParseError(path, f"line {lineno}: record without 'fn'")
-            if "fn" in obj and "ret" not in obj and "err" not in obj:
-                raise ParseError(path, f"line {lineno}: record without 'ret' or 'err'")
-            records.append(obj)
-    if header is None:
-        raise ParseError(path, "empty trace (no header)")
+    for lineno, obj in tracefile.records(path, FORMAT, VERSION):
+        if header is None:
+            header = obj
+            continue
+        t = obj.get("t")
+        if not isinstance(t, int) or isinstance(t, bool):
+            raise ParseError(path, f"line {lineno}: 't' must be an integer (µs since the start)")
+        if not obj.get("end") and not isinstance(obj.get("fn"), str):
+            raise ParseError(path, f"line {lineno}: record without 'fn'")
+        if "fn" in obj and "ret" not in obj and "err" not in obj:
+            raise ParseError(path, f"line {lineno}: record without 'ret' or 'err'")
+        records.append(obj)
     return header, records

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
@@ -84,19 +83,3 @@ def record(path: str, duration_s: float, interval_s: float, sysfs: str, procfs: 
             os.unlink(path)
         raise
     return polls
-
-
-def main(args, cfg: dict) -> int:
-    if args.duration <= 0 or args.interval <= 0:
-        print("teye record: --duration and --interval must be > 0", file=sys.stderr)
-        return 2
-    try:
-        polls = record(args.output, args.duration, args.interval, cfg["sysfs"], cfg["procfs"])
-    except SourceUnavailable as e:
-        print(f"teye record: nothing to record: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"teye record: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(f"teye record: {polls} polls written to {args.output}")
-    return 0

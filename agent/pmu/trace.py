@@ -9,9 +9,9 @@ read() returned them, before scaling.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Tuple
 
+from .. import tracefile
 from ..errors import ParseError
 
 FORMAT = "teye-pmu-trace"
@@ -23,41 +23,25 @@ def read(path: str) -> Tuple[Dict[str, Any], List[Tuple[float, List[Dict[str, An
     """(header, [(t, reads)]) of a trace file; ParseError naming the line on anything malformed."""
     header = None
     lines: List[Tuple[float, List[Dict[str, Any]]]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise ParseError(path, f"line {lineno}: not JSON ({e})") from None
-            if not isinstance(obj, dict):
-                raise ParseError(path, f"line {lineno}: expected a JSON object")
-            if header is None:
-                if obj.get("format") != FORMAT:
-                    raise ParseError(path, f"line {lineno}: not a {FORMAT} file (header 'format' is "
-                                           f"{obj.get('format')!r})")
-                if obj.get("version") != VERSION:
-                    raise ParseError(path, f"line {lineno}: unsupported version {obj.get('version')!r}")
-                header = obj
-                continue
-            t = obj.get("t")
-            if not isinstance(t, (int, float)) or isinstance(t, bool) or t < 0:
-                raise ParseError(path, f"line {lineno}: 't' must be a number >= 0 (seconds since the start)")
-            if lines and t < lines[-1][0]:
-                raise ParseError(path, f"line {lineno}: 't' goes backwards ({t} < {lines[-1][0]})")
-            reads = obj.get("reads")
-            if not isinstance(reads, list):
-                raise ParseError(path, f"line {lineno}: 'reads' must be a list")
-            for i, r in enumerate(reads):
-                if not isinstance(r, dict):
-                    raise ParseError(path, f"line {lineno}: reads[{i}] is not an object")
-                for key, typ in READ_KEYS:
-                    v = r.get(key)
-                    if not isinstance(v, typ) or isinstance(v, bool) or (typ is int and v < 0):
-                        raise ParseError(path, f"line {lineno}: reads[{i}].{key} must be a "
-                                               f"{'non-negative integer' if typ is int else 'string'}")
-            lines.append((float(t), reads))
-    if header is None:
-        raise ParseError(path, "empty trace (no header)")
+    for lineno, obj in tracefile.records(path, FORMAT, VERSION):
+        if header is None:
+            header = obj
+            continue
+        t = obj.get("t")
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or t < 0:
+            raise ParseError(path, f"line {lineno}: 't' must be a number >= 0 (seconds since the start)")
+        if lines and t < lines[-1][0]:
+            raise ParseError(path, f"line {lineno}: 't' goes backwards ({t} < {lines[-1][0]})")
+        reads = obj.get("reads")
+        if not isinstance(reads, list):
+            raise ParseError(path, f"line {lineno}: 'reads' must be a list")
+        for i, r in enumerate(reads):
+            if not isinstance(r, dict):
+                raise ParseError(path, f"line {lineno}: reads[{i}] is not an object")
+            for key, typ in READ_KEYS:
+                v = r.get(key)
+                if not isinstance(v, typ) or isinstance(v, bool) or (typ is int and v < 0):
+                    raise ParseError(path, f"line {lineno}: reads[{i}].{key} must be a "
+                                           f"{'non-negative integer' if typ is int else 'string'}")
+        lines.append((float(t), reads))
     return header, lines

@@ -2,7 +2,6 @@
 and source; the shipped synthetic 8-GPU trace yields the gaps its generator documents."""
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -11,10 +10,9 @@ import time
 import pynvml
 import pytest
 
-from agent.cli import load_config
+from agent.cli import main as cli_main
 from agent.context import AgentContext
 from agent.errors import ConfigError, ParseError
-from agent.gpu import record as record_mod
 from agent.gpu.record import record
 from agent.gpu.replay import Replay
 from agent.gpu.source import GpuSource, from_config
@@ -215,15 +213,13 @@ def test_replay_unknown_functions_and_bad_files(tmp_path):
 
 def test_teye_record_without_nvml_exits_1_and_leaves_no_file(tmp_path, capsys):
     out = tmp_path / "rec.jsonl"
-    args = argparse.Namespace(output=str(out), duration=1.0, interval=0.5, config=None, procfs=None, sysfs=None,
-                              log_level=None)
     try:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
         pytest.skip("NVML works here: this test is for a machine without a GPU")
     except pynvml.NVMLError:
         pass
-    assert record_mod.main(args, load_config(args)) == 1
+    assert cli_main(["record", "--output", str(out), "--duration", "1", "--interval", "0.5"]) == 1
     assert not out.exists()
     assert "nothing to record" in capsys.readouterr().err
 
