@@ -218,6 +218,7 @@ def serve(nodes: List[Node]) -> Tuple[ThreadingHTTPServer, int]:
 # ---------------------------------------------------------------- Prometheus
 
 def start_prometheus(tmp: str, port: int, n: int) -> Tuple[subprocess.Popen, str]:
+    """Prometheus on tmp/data (blocks already there are loaded) scraping nodes 0..n-1 of the server at port."""
     groups = [{"targets": [f"127.0.0.1:{port}"],
                "labels": {"__metrics_path__": f"/node/{i}", "instance": f"gpu-node-{i:04d}"}} for i in range(n)]
     with open(os.path.join(tmp, "fleet.json"), "w") as fh:
@@ -405,6 +406,75 @@ def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
     return res
 
 
+IB_RAW = ("max by (job, instance, device, port) (teye_infiniband_port_state) < 4"
+          " and on (job, instance, device, port)"
+          " max by (job, instance, device, port) (max_over_time(teye_infiniband_port_state[1d])) >= 4")
+IB_RECORDED = ("max by (job, instance, device, port) (teye_infiniband_port_state) < 4"
+               " and on (job, instance, device, port)"
+               " max_over_time(teye:infiniband_port_state:max1h[1d]) >= 4")
+
+
+def backfill_ib(tmp: str, lines: List[Line], n: int, hours: float) -> int:
+    """Write `hours` of InfiniBand port states (every 15 s) for n nodes, and what
+    teye:infiniband_port_state:max1h would have recorded (every 5 min), as TSDB blocks in tmp/data.
+    Every port ACTIVE (4) all along, then DOWN (1) for the last 30 minutes on node 0: the alert
+    must find exactly node 0's ports with either expression.  Returns the number of raw samples."""
+    ports = [ln for ln in lines if ln.name == "teye_infiniband_port_state"]
+    end = int(time.time()) // 15 * 15 - 15
+    steps = int(hours * 3600 // 15)
+    om = os.path.join(tmp, "ib.om")
+    with open(om, "w") as fh:
+        for name, every in (("teye_infiniband_port_state", 15), ("teye:infiniband_port_state:max1h", 300)):
+            fh.write(f"# HELP {name} InfiniBand port state (backfilled)\n# TYPE {name} gauge\n")
+            for i in range(n):
+                for ln in ports:
+                    labels = ln.prefix[len(ln.name) + 1:-2]
+                    if name != ln.name:   # the recorded series keeps only job, instance, device, port
+                        labels = ",".join(p for p in labels.split(",") if p.split("=")[0] in ("device", "port"))
+                    series = f'{name}{{job="teye",instance="gpu-node-{i:04d}",{labels}}}'
+                    for k in range(0, steps, every // 15):
+                        ts = end - (steps - 1 - k) * 15
+                        down = i == 0 and name == ln.name and ts > end - 1800
+                        fh.write(f"{series} {1 if down else 4} {ts}\n")
+        fh.write("# EOF\n")
+    subprocess.run([shutil.which("promtool"), "tsdb", "create-blocks-from", "openmetrics", om,
+                    os.path.join(tmp, "data")], check=True, stdout=subprocess.DEVNULL)
+    os.remove(om)
+    return n * len(ports) * steps
+
+
+def run_ib_history(n: int, lines: List[Line], hours: float, repeats: int) -> dict:
+    """The port-down alert's day of history, from raw samples against the 5-minute record."""
+    tmp = tempfile.mkdtemp(prefix=f"teye-fleet-ib-{n}-")
+    t = time.monotonic()
+    samples = backfill_ib(tmp, lines, n, hours)
+    backfill_s = time.monotonic() - t
+    proc, url = start_prometheus(tmp, free_port(), 0)
+    res = {"n": n, "hours": hours, "raw_samples": samples, "backfill_s": backfill_s}
+    try:
+        for key, expr in (("raw", IB_RAW), ("recorded", IB_RECORDED)):
+            times = []
+            for _ in range(repeats):
+                data, dt = api(url, "query", query=expr, time=time.time() - 15)
+                times.append(dt)
+            res[key] = (statistics.median(times), pct(times, 0.95),
+                        sorted({r["metric"]["instance"] for r in data["result"]}))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def report_ib(r: dict) -> None:
+    print(f"\n-- TeyeInfinibandPortDown over {r['hours']:g} h of history, N={r['n']} "
+          f"({r['raw_samples']} raw samples backfilled in {r['backfill_s']:.0f} s) --")
+    for key, label in (("raw", "raw samples, [1d] (before)"), ("recorded", "5-minute record, [1d] (after)")):
+        p50, p95, firing = r[key]
+        print(f"{label:<44}p50 {p50:.3f} s  p95 {p95:.3f} s  firing on {firing}")
+    print(f"{'ratio of p50 (before / after)':<44}{r['raw'][0] / r['recorded'][0]:.1f}")
+
+
 def report(results: List[dict]) -> None:
     ns = [r["n"] for r in results]
     col = lambda vals: "".join(f"{v:>14}" for v in vals)
@@ -442,19 +512,26 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", default="10,100,1000", help="comma-separated fleet sizes")
     ap.add_argument("--seconds", type=float, default=255.0, help="run length per fleet size (>= 240)")
     ap.add_argument("--repeats", type=int, default=5, help="runs of each panel query")
+    ap.add_argument("--ib-history-hours", type=float, default=0.0,
+                    help="instead of the fleet: backfill this many hours of InfiniBand port states for each N "
+                         "and time the port-down alert on raw samples against the 5-minute record")
     ap.add_argument("--procfs", default=os.path.join(FIXTURES, "proc"))
     ap.add_argument("--sysfs", default=os.path.join(FIXTURES, "sys"))
     args = ap.parse_args(argv)
     if not shutil.which("prometheus"):
         print("prometheus not installed (apt-get install prometheus)", file=sys.stderr)
         return 2
-    if args.seconds < 240:
+    if args.seconds < 240 and not args.ib_history_hours:
         print("--seconds must be >= 240 (TeyeAgentDown needs 2 minutes of failed scrapes)", file=sys.stderr)
         return 2
     first, second, dt = capture(args.procfs, args.sysfs)
     headers, lines = template(first, second, dt)
     print(f"captured {len(lines)} series from the replay agent ({sum(l.counter for l in lines)} counters), "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", flush=True)
+    if args.ib_history_hours:
+        for n in (int(x) for x in args.nodes.split(",")):
+            report_ib(run_ib_history(n, lines, args.ib_history_hours, args.repeats))
+        return 0
     results = []
     for n in (int(x) for x in args.nodes.split(",")):
         t = time.monotonic()
