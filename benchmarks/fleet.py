@@ -21,16 +21,20 @@
    alerts are checked; after --seconds, with every node back:
      * series per node, ingested samples/s (prometheus_tsdb_head_samples_appended_total over
        the last minute), head series, Prometheus RSS;
-     * prometheus_rule_group_last_duration_seconds of every rule group (the largest value read
-       during the run, and the last one);
+     * prometheus_rule_group_last_duration_seconds of every rule group, every evaluation after
+       the first 2 minutes (p50 and max): "live", while Prometheus ingests the fleet;
      * every panel query of dashboards/json/*.json over the last hour (range queries: start =
-       now - 1 h, step 15 s; instant queries at now), run --repeats times: p50 and p95.
+       now - 1 h, step 15 s; instant queries at now), run --repeats times: p50 and p95, live.
        Variables: $__rate_interval = 1m (4 x the scrape interval, Grafana's rule),
        $__interval = 15s, $__range = 1h; cluster dashboard: every node, GPU and job (All);
        node dashboard: one node (it selects a single node), all its GPUs; job dashboard: one
-       training job, every node.
-   History is what the run itself scraped (about --seconds, not a full hour): the hour-long
-   queries read every sample that exists.  Say so next to any figure.
+       training job and "All" its nodes (the node variable lists the job's nodes: one here).
+   Then the fleet leaves service discovery (scraping stops) and, on a Prometheus doing nothing
+   else, each rule group's expressions run one after the other as instant queries and the
+   panels run again, at a moment before the stop: "idle".  On a small shared host the live
+   figures mostly measure the contention with ingestion; the idle ones the queries' own cost.
+   History is what the run itself scraped (about --seconds + 1 min, not a full hour): the
+   hour-long queries read every sample that exists.  Say so next to any figure.
 """
 from __future__ import annotations
 
@@ -311,8 +315,8 @@ def variables_for(uid: str) -> Dict[str, str]:
               "datasource": "unused"}
     if uid == "teye-node":
         return dict(common, node="gpu-node-0002", gpu=".*", train_job=".*")
-    if uid == "teye-job":
-        return dict(common, node=".*", gpu=".*", train_job="resnet-0002")
+    if uid == "teye-job":   # "All" nodes of the job = the nodes it reports from (node 2 only)
+        return dict(common, node="(gpu-node-0002)", gpu=".*", train_job="resnet-0002")
     return dict(common, node=".*", gpu=".*", train_job=".*")
 
 
@@ -334,67 +338,112 @@ def check_bad_input(url: str, n: int) -> List[Tuple[str, bool, str]]:
     nan = [r for r in query(url, '{__name__=~"teye:.+"}') if r["value"][1].lower() == "nan"]
     phantom = query(url, 'count(teye:gpu_utilization:ratio5m{instance=~"%s"})' % "|".join(sorted(lost)) or "none")
     present = float(query(url, "teye:fleet_gpus:count")[0]["value"][1])
+    direct = float(query(url, "count(teye_gpu_info)")[0]["value"][1])
     return [
         ("TeyeAgentDown fires for exactly the vanished nodes", down == vanished, f"{len(down)}/{len(vanished)}"),
         ("TeyeGPULost fires for exactly the nodes that lost their GPUs", gpu_lost == lost, f"{len(gpu_lost)}/{len(lost)}"),
         ("no negative recorded value", not negative, f"{len(negative)} negative"),
         ("no NaN recorded value", not nan, f"{len(nan)} NaN"),
         ("lost GPUs have no utilization (no phantom idle GPUs)", not phantom, f"{phantom and phantom[0]['value'][1]}"),
-        ("fleet GPU count excludes the vanished nodes", present == 8 * (n - len(vanished)), f"{present:.0f}"),
+        ("fleet GPU count excludes the vanished nodes", present == 8 * (n - len(vanished)),
+         f"recorded {present:.0f}, count(teye_gpu_info) {direct:.0f}, expected {8 * (n - len(vanished))}"),
     ]
 
 
+WARMUP_S = 120   # the first scrapes create 1,304 series per node: rule groups are timed after that
+
+
+def rule_groups() -> List[Tuple[str, List[str]]]:
+    """(group name, rule expressions) of every rule file."""
+    import yaml
+    out = []
+    for path in RULES:
+        with open(path) as fh:
+            out.extend((g["name"], [r["expr"] for r in g["rules"]]) for g in yaml.safe_load(fh)["groups"])
+    return out
+
+
+def time_panels(url: str, at: float, repeats: int) -> list:
+    out = []
+    for uid, title, expr, instant in panel_queries():
+        e = substitute(expr, variables_for(uid))
+        times, nseries = [], 0
+        for _ in range(repeats):
+            if instant:
+                data, dt = api(url, "query", query=e, time=at)
+            else:
+                data, dt = api(url, "query_range", query=e, start=at - 3600, end=at, step=SCRAPE_S)
+            times.append(dt)
+            nseries = len(data["result"])
+        out.append((uid, title, e, instant, statistics.median(times), pct(times, 0.95), nseries))
+    return out
+
+
+def time_rule_groups(url: str, at: float, repeats: int) -> Dict[str, Tuple[float, float]]:
+    """Each group's rules run one after the other as instant queries at `at` (wrapped in count() so
+    that no result is shipped): (p50, p95) of the group's total over the repeats."""
+    out = {}
+    for name, exprs in rule_groups():
+        totals = []
+        for _ in range(repeats):
+            totals.append(sum(api(url, "query", query=f"count({e})", time=at)[1] for e in exprs))
+        out[name] = (statistics.median(totals), pct(totals, 0.95))
+    return out
+
+
 def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
+    from benchmarks._proc import cpu_seconds
     tmp = tempfile.mkdtemp(prefix=f"teye-fleet-{n}-")
     t0 = time.monotonic()
     nodes = [Node(i, headers, lines, t0, 30.0, seconds - 30.0) for i in range(n)]
     srv, port = serve(nodes)
     proc, url = start_prometheus(tmp, port, n)
-    res: dict = {"n": n, "series_per_node": len(lines), "group_max": {}}
+    res: dict = {"n": n, "series_per_node": len(lines), "evals": {}}
     try:
         def poll_groups():
             m = self_metrics(url)
-            for (name, labels), v in m.items():
-                if name == "prometheus_rule_group_last_duration_seconds":
-                    g = re.search(r'rule_group="[^"]*;([^"]*)"', labels).group(1)
-                    res["group_max"][g] = max(res["group_max"].get(g, 0.0), v)
-                    res.setdefault("group_last", {})[g] = v
+            if time.monotonic() - t0 >= WARMUP_S:
+                stamps = {labels: v for (name, labels), v in m.items()
+                          if name == "prometheus_rule_group_last_evaluation_timestamp_seconds"}
+                for (name, labels), v in m.items():
+                    if name == "prometheus_rule_group_last_duration_seconds":
+                        g = re.search(r'rule_group="[^"]*;([^"]*)"', labels).group(1)
+                        res["evals"].setdefault(g, {})[stamps.get(labels)] = v   # one value per evaluation
             return m
 
         while time.monotonic() - t0 < seconds - 35:
-            time.sleep(10)
+            time.sleep(5)
             poll_groups()
         res["checks"] = check_bad_input(url, n)
         while time.monotonic() - t0 < seconds:
-            time.sleep(10)
+            time.sleep(5)
             poll_groups()
-        a = poll_groups()
-        ta = time.monotonic()
-        time.sleep(60)
-        b = poll_groups()
-        tb = time.monotonic()
+        a, ta, cpu_a, self_a = poll_groups(), time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(os.getpid())
+        while time.monotonic() - ta < 60:
+            time.sleep(5)
+            b = poll_groups()
+        tb, cpu_b, self_b = time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(os.getpid())
         key = ("prometheus_tsdb_head_samples_appended_total", '{type="float"}')
         if key not in a:
             key = ("prometheus_tsdb_head_samples_appended_total", "")
         res["samples_per_s"] = (b[key] - a[key]) / (tb - ta)
+        res["prometheus_cores"] = (cpu_b - cpu_a) / (tb - ta)
+        res["simulator_cores"] = (self_b - self_a) / (tb - ta)
         res["head_series"] = b[("prometheus_tsdb_head_series", "")]
         res["rss_mib"] = rss_mib(proc.pid)
         res["scraped_per_node"] = statistics.median(
             float(r["value"][1]) for r in query(url, 'scrape_samples_scraped{job="teye"}'))
-        res["queries"] = []
-        for uid, title, expr, instant in panel_queries():
-            e = substitute(expr, variables_for(uid))
-            times, nseries = [], 0
-            for _ in range(repeats):
-                now = time.time()
-                if instant:
-                    data, dt = api(url, "query", query=e, time=now)
-                else:
-                    data, dt = api(url, "query_range", query=e, start=now - 3600, end=now, step=SCRAPE_S)
-                times.append(dt)
-                nseries = len(data["result"])
-            res["queries"].append((uid, title, e, instant, statistics.median(times), pct(times, 0.95), nseries))
+        # Live: panel queries while Prometheus keeps scraping and evaluating.
+        res["queries"] = time_panels(url, time.time(), repeats)
         res["rss_mib_after_queries"] = rss_mib(proc.pid)
+        # Idle: stop scraping (the fleet leaves service discovery), then time the rule groups'
+        # expressions and the panels at a moment before the stop, on a server doing nothing else.
+        at = time.time() - 20
+        with open(os.path.join(tmp, "fleet.json"), "w") as fh:
+            json.dump([], fh)
+        time.sleep(20)
+        res["idle_groups"] = time_rule_groups(url, at, repeats)
+        res["idle_queries"] = time_panels(url, at, repeats)
     finally:
         proc.terminate()
         try:
@@ -477,30 +526,42 @@ def report_ib(r: dict) -> None:
 
 def report(results: List[dict]) -> None:
     ns = [r["n"] for r in results]
-    col = lambda vals: "".join(f"{v:>14}" for v in vals)
+    col = lambda vals, w=14: "".join(f"{v:>{w}}" for v in vals)
     print("\n== fleet (history = the run itself, not a full hour) ==")
     print(f"{'nodes':<44}{col(ns)}")
-    print(f"{'series per node (exposition lines)':<44}{col(r['series_per_node'] for r in results)}")
-    print(f"{'samples scraped per node (median)':<44}{col(int(r['scraped_per_node']) for r in results)}")
-    rows = (("ingested samples/s", "samples_per_s"), ("head series", "head_series"),
-            ("Prometheus RSS MiB (before queries)", "rss_mib"), ("Prometheus RSS MiB (after queries)",
-                                                                  "rss_mib_after_queries"))
-    for label, key in rows:
-        print(f"{label:<44}{col(f'{r[key]:.0f}' for r in results)}")
-    print("\n-- rule group evaluation, seconds: max seen during the run (last) --")
-    for g in sorted(results[0]["group_max"]):
-        vals = [f"{r['group_max'].get(g, float('nan')):.4f}({r.get('group_last', {}).get(g, float('nan')):.4f})"
-                for r in results]
-        print(f"{g:<44}{''.join(f'{v:>20}' for v in vals)}")
-    print("\n-- panel queries over the last hour, seconds: p50/p95 [series returned] --")
+    rows = (("series per node (exposition lines)", "series_per_node", "{:.0f}"),
+            ("samples scraped per node (median)", "scraped_per_node", "{:.0f}"),
+            ("ingested samples/s", "samples_per_s", "{:.0f}"), ("head series", "head_series", "{:.0f}"),
+            ("Prometheus CPU, cores (while ingesting)", "prometheus_cores", "{:.2f}"),
+            ("this simulator's CPU, cores", "simulator_cores", "{:.2f}"),
+            ("Prometheus RSS MiB (before queries)", "rss_mib", "{:.0f}"),
+            ("Prometheus RSS MiB (after queries)", "rss_mib_after_queries", "{:.0f}"))
+    for label, key, fmt in rows:
+        print(f"{label:<44}{col(fmt.format(r[key]) for r in results)}")
+    print(f"\n-- rule groups, seconds: live = prometheus_rule_group_last_duration_seconds p50/max over the "
+          f"evaluations after the first {WARMUP_S} s [count]; idle = the group's expressions as queries on the "
+          f"server after scraping stopped, p50/p95 --")
+    for g, _ in rule_groups():
+        vals = []
+        for r in results:
+            ev = [v for v in r["evals"].get(g, {}).values()]
+            live = f"{statistics.median(ev):.3f}/{max(ev):.3f}[{len(ev)}]" if ev else "-"
+            idle = "{:.3f}/{:.3f}".format(*r["idle_groups"][g])
+            vals.append(f"{live} {idle}")
+        print(f"{g:<24}{col(vals, 34)}")
+    print("\n-- panel queries over the last hour, seconds: live p50/p95 | idle p50/p95 [series returned] --")
     for k, q in enumerate(results[0]["queries"]):
         uid, title, expr, instant = q[:4]
-        vals = [f"{r['queries'][k][4]:.3f}/{r['queries'][k][5]:.3f}[{r['queries'][k][6]}]" for r in results]
-        label = f"{uid[5:]}: {title[:34]}{' (i)' if instant else ''}"
-        print(f"{label:<50}{''.join(f'{v:>22}' for v in vals)}")
-    worst = [(max(r["group_max"].values()), max(q[5] for q in r["queries"])) for r in results]
-    print(f"\n{'slowest rule group (max s)':<44}{col(f'{w[0]:.3f}' for w in worst)}")
-    print(f"{'slowest panel query (p95 s)':<44}{col(f'{w[1]:.3f}' for w in worst)}")
+        vals = [f"{r['queries'][k][4]:.3f}/{r['queries'][k][5]:.3f}|{r['idle_queries'][k][4]:.3f}/"
+                f"{r['idle_queries'][k][5]:.3f}[{r['queries'][k][6]}]" for r in results]
+        label = f"{uid[5:]}: {title[:30]}{' (i)' if instant else ''}"
+        print(f"{label:<44}{col(vals, 30)}")
+    print()
+    for label, fn in (("slowest rule group, live max", lambda r: max(max(v.values()) for v in r["evals"].values())),
+                      ("slowest rule group, idle p95", lambda r: max(v[1] for v in r["idle_groups"].values())),
+                      ("slowest panel query, live p95", lambda r: max(q[5] for q in r["queries"])),
+                      ("slowest panel query, idle p95", lambda r: max(q[5] for q in r["idle_queries"]))):
+        print(f"{label:<44}{col(f'{fn(r):.3f}' for r in results)}")
     print("\n-- bad input (checked at the end of the bad-input phase) --")
     for r in results:
         for name, ok, detail in r["checks"]:
