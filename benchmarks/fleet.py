@@ -576,6 +576,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ib-history-hours", type=float, default=0.0,
                     help="instead of the fleet: backfill this many hours of InfiniBand port states for each N "
                          "and time the port-down alert on raw samples against the 5-minute record")
+    ap.add_argument("--json", metavar="FILE", help="also write the raw results there (after each N)")
     ap.add_argument("--procfs", default=os.path.join(FIXTURES, "proc"))
     ap.add_argument("--sysfs", default=os.path.join(FIXTURES, "sys"))
     args = ap.parse_args(argv)
@@ -598,6 +599,9 @@ def main(argv=None) -> int:
         t = time.monotonic()
         results.append(run_fleet(n, headers, lines, args.seconds, args.repeats))
         print(f"N={n}: done in {time.monotonic() - t:.0f} s, load {os.getloadavg()[0]:.2f}", flush=True)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(results, fh)
     report(results)
     return 0
 
