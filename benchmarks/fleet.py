@@ -44,6 +44,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import socketserver
 import statistics
 import subprocess
@@ -354,12 +355,13 @@ WARMUP_S = 120   # the first scrapes create 1,304 series per node: rule groups a
 
 
 def rule_groups() -> List[Tuple[str, List[str]]]:
-    """(group name, rule expressions) of every rule file."""
+    """(file/group, rule expressions) of every rule file: "alerts/teye-jobs", "recording/teye-jobs"."""
     import yaml
     out = []
     for path in RULES:
         with open(path) as fh:
-            out.extend((g["name"], [r["expr"] for r in g["rules"]]) for g in yaml.safe_load(fh)["groups"])
+            out.extend((f"{os.path.basename(path)[5:-4]}/{g['name']}", [r["expr"] for r in g["rules"]])
+                       for g in yaml.safe_load(fh)["groups"])
     return out
 
 
@@ -407,7 +409,8 @@ def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
                           if name == "prometheus_rule_group_last_evaluation_timestamp_seconds"}
                 for (name, labels), v in m.items():
                     if name == "prometheus_rule_group_last_duration_seconds":
-                        g = re.search(r'rule_group="[^"]*;([^"]*)"', labels).group(1)
+                        f, g = re.search(r'rule_group="([^"]*);([^"]*)"', labels).groups()
+                        g = f"{os.path.basename(f)[5:-4]}/{g}"   # teye-jobs is a group in two files
                         res["evals"].setdefault(g, {})[stamps.get(labels)] = v   # one value per evaluation
             return m
 
@@ -580,6 +583,7 @@ def main(argv=None) -> int:
     ap.add_argument("--procfs", default=os.path.join(FIXTURES, "proc"))
     ap.add_argument("--sysfs", default=os.path.join(FIXTURES, "sys"))
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))   # run the finally blocks: stop what was started
     if not shutil.which("prometheus"):
         print("prometheus not installed (apt-get install prometheus)", file=sys.stderr)
         return 2
