@@ -1,4 +1,4 @@
-"""Cluster overview: which GPUs work, which idle and who holds them, jobs by verdict, fleet GPU-hours."""
+"""Cluster overview: which nodes and GPUs work, which idle and who holds them, jobs by verdict, fleet GPU-hours."""
 from __future__ import annotations
 
 from .common import (NODE, NODE_GPU, bargauge, dashboard, gpu_variable, heatmap, node_variable, row, stat, table,
@@ -18,7 +18,7 @@ JOBS = 'instance=~"$node", train_job=~"$train_job"'
 
 
 def build():
-    d = (dashboard(UID, TITLE, "Fleet view of teye nodes: GPU utilization per node and GPU, idle or "
+    d = (dashboard(UID, TITLE, "Fleet view of teye nodes: GPU utilization per node, idle or "
                    "under-used GPUs and the jobs holding them, training jobs by verdict, GPU-hours used "
                    "against allocated.")
          .with_variable(datasource_variable())
@@ -55,11 +55,13 @@ def build():
 
     d = d.with_row(row("GPU utilization"))
     d = d.with_panel(heatmap(
-        "GPU utilization per node and GPU",
-        "One row per GPU (node/GPU index), colored by its busy share over 5 minutes "
+        "GPU utilization per node",
+        "One row per node, colored by the mean busy share of its selected GPUs over 5 minutes "
         "(teye:gpu_utilization:ratio5m): exact busy time integrated from every NVML utilization sample by the "
-        "agent, so sub-second idle gaps count. GPUs that do not answer (lost, node down) are absent.",
-        "percentunit", [target(GPU_BUSY, "{{instance}}/{{gpu}}")],
+        "agent, so sub-second idle gaps count. GPUs that do not answer (lost, node down) are absent. One row "
+        "per node, not per GPU, so that a fleet of 1,000 nodes stays one query of 1,000 series; the table "
+        "below names the idle GPUs, and the node dashboard shows each GPU.",
+        "percentunit", [target(f"avg by (instance) ({GPU_BUSY})", "{{instance}}")],
         y_unit="none", cell_unit="percentunit", w=24, h=10, scheme="RdYlGn", min=0, max=1))
     d = d.with_panel(table(
         "Idle or low GPUs and their training jobs",
