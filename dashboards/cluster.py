@@ -1,4 +1,4 @@
-"""Cluster overview: which GPUs work, which idle and who holds them, jobs by verdict, fleet GPU-hours."""
+"""Cluster overview: which nodes and GPUs work, which idle and who holds them, jobs by verdict, fleet GPU-hours."""
 from __future__ import annotations
 
 from .common import (NODE, NODE_GPU, bargauge, dashboard, gpu_variable, heatmap, node_variable, row, stat, table,
@@ -7,18 +7,18 @@ from .common import (NODE, NODE_GPU, bargauge, dashboard, gpu_variable, heatmap,
 UID = "teye-cluster"
 TITLE = "teye / Cluster overview"
 
-# Busy share of each GPU from the driver's samples; NVML's current value where the
-# busy counters are absent.
-GPU_BUSY = (f"(rate(teye_gpu_busy_seconds_total{{{NODE_GPU}}}[$__rate_interval])"
-            f" / rate(teye_gpu_sampled_seconds_total{{{NODE_GPU}}}[$__rate_interval]))"
-            f" or teye_gpu_utilization_ratio{{{NODE_GPU}}}")
+# Busy share of each GPU over 5 minutes, recorded (teye-recording.yml): a fleet of
+# 1,000 nodes has 8,000 GPUs, too many to compute two rates per GPU at every step of
+# a panel (benchmarks/fleet.py).  GPUs that do not answer are absent, not idle.
+GPU_BUSY = f"teye:gpu_utilization:ratio5m{{{NODE_GPU}}}"
 LOW = "< on () group_left () teye:threshold:gpu_low_utilization_ratio"
-ALLOCATED = f"group by (instance, gpu) (teye_gpu_process_info{{{NODE}}})"
+# GPUs holding a process, from the per-node record.
+ALLOCATED = f"(sum(teye:node_gpus_allocated:count{{{NODE}}}) or vector(0))"
 JOBS = 'instance=~"$node", train_job=~"$train_job"'
 
 
 def build():
-    d = (dashboard(UID, TITLE, "Fleet view of teye nodes: GPU utilization per node and GPU, idle or "
+    d = (dashboard(UID, TITLE, "Fleet view of teye nodes: GPU utilization per node, idle or "
                    "under-used GPUs and the jobs holding them, training jobs by verdict, GPU-hours used "
                    "against allocated.")
          .with_variable(datasource_variable())
@@ -35,7 +35,7 @@ def build():
         "short", [target(f"count(teye_gpu_info{{{NODE}}})", instant=True)]))
     d = d.with_panel(stat(
         "GPUs allocated", "GPUs with at least one compute process on them (teye_gpu_process_info).",
-        "short", [target(f"count({ALLOCATED}) or vector(0)", instant=True)]))
+        "short", [target(ALLOCATED, instant=True)]))
     d = d.with_panel(stat(
         "Allocated GPUs below the low threshold",
         "Allocated GPUs whose 5-minute busy share is under teye:threshold:gpu_low_utilization_ratio "
@@ -55,10 +55,13 @@ def build():
 
     d = d.with_row(row("GPU utilization"))
     d = d.with_panel(heatmap(
-        "GPU utilization per node and GPU",
-        "One row per GPU (node/GPU index), colored by its busy share over the rate interval: exact busy time "
-        "integrated from every NVML utilization sample by the agent, so sub-second idle gaps count.",
-        "percentunit", [target(GPU_BUSY, "{{instance}}/{{gpu}}")],
+        "GPU utilization per node",
+        "One row per node, colored by the mean busy share of its selected GPUs over 5 minutes "
+        "(teye:gpu_utilization:ratio5m): exact busy time integrated from every NVML utilization sample by the "
+        "agent, so sub-second idle gaps count. GPUs that do not answer (lost, node down) are absent. One row "
+        "per node, not per GPU, so that a fleet of 1,000 nodes stays one query of 1,000 series; the table "
+        "below names the idle GPUs, and the node dashboard shows each GPU.",
+        "percentunit", [target(f"avg by (instance) ({GPU_BUSY})", "{{instance}}")],
         y_unit="none", cell_unit="percentunit", w=24, h=10, scheme="RdYlGn", min=0, max=1))
     d = d.with_panel(table(
         "Idle or low GPUs and their training jobs",
@@ -105,7 +108,7 @@ def build():
         "between allocated and busy is allocated GPU time that does no work.",
         "short",
         [target(f"sum({GPU_BUSY})", "busy (GPU-equivalents)"),
-         target(f"count({ALLOCATED}) or vector(0)", "allocated"),
+         target(ALLOCATED, "allocated"),
          target(f"count(teye_gpu_info{{{NODE}}})", "present")],
         w=12, min=0))
     d = d.with_panel(stat(
@@ -115,14 +118,14 @@ def build():
     d = d.with_panel(stat(
         "GPU-hours allocated", "GPU-hours with a compute process on the GPU over the dashboard's time range "
         "(mean number of allocated GPUs times the range).",
-        "suffix: GPU-h", [target(f"avg_over_time((count({ALLOCATED}) or vector(0))[$__range:]) * $__range_s / 3600",
+        "suffix: GPU-h", [target(f"avg_over_time({ALLOCATED}[$__range:]) * $__range_s / 3600",
                                  instant=True)], decimals=1))
     d = d.with_panel(stat(
         "Allocated GPU time used", "Busy GPU-hours divided by allocated GPU-hours over the time range: the share "
         "of the GPU time handed to jobs that did work.",
         "percentunit",
         [target(f"sum(increase(teye_gpu_busy_seconds_total{{{NODE}}}[$__range])) / 3600"
-                f" / (avg_over_time((count({ALLOCATED}) or vector(0))[$__range:]) * $__range_s / 3600)",
+                f" / (avg_over_time({ALLOCATED}[$__range:]) * $__range_s / 3600)",
                 instant=True)],
         thresholds=[(None, "red"), (0.15, "orange"), (0.25, "yellow"), (0.6, "green")]))
     return d

@@ -53,12 +53,13 @@ def datasource_variable() -> dash_b.DatasourceVariable:
 
 
 def _query_variable(name: str, label: str, query: str, description: str, *, multi: bool,
-                    include_all: bool) -> dash_b.QueryVariable:
+                    include_all: bool, all_value: Optional[str] = ".*") -> dash_b.QueryVariable:
+    """``all_value=None``: "All" means every value the query found (Grafana sends them as one regex)."""
     v = (dash_b.QueryVariable(name).label(label).query(query).datasource(DS).description(description)
          .refresh(dash_m.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dash_m.VariableSort.ALPHABETICAL_ASC)
          .multi(multi).include_all(include_all))
-    if include_all:
-        v = v.all_value(".*")
+    if include_all and all_value is not None:
+        v = v.all_value(all_value)
     return v
 
 
@@ -79,6 +80,20 @@ def train_job_variable(*, multi: bool = False) -> dash_b.QueryVariable:
                            'label_values(teye_job_steps_total{instance=~"$node"}, train_job)',
                            "Training jobs that report phases to the agents of the selected nodes.",
                            multi=multi, include_all=multi)
+
+
+def job_train_job_variable() -> dash_b.QueryVariable:
+    """The training job first, on the job dashboard: the nodes follow from it."""
+    return _query_variable("train_job", "Training job", "label_values(teye_job_steps_total, train_job)",
+                           "Training jobs that report phases to a teye agent.", multi=False, include_all=False)
+
+
+def job_node_variable() -> dash_b.QueryVariable:
+    """Nodes the selected job runs on; All = those nodes, not every node of the fleet, so that the
+    job's panels read the job's nodes only (a fleet of 1,000 nodes: benchmarks/fleet.py)."""
+    return _query_variable("node", "Node", 'label_values(teye_job_steps_total{train_job="$train_job"}, instance)',
+                           "Nodes the training job reports phases from (All: every one of them).",
+                           multi=True, include_all=True, all_value=None)
 
 
 # ------------------------------------------------------------------- queries

@@ -6,8 +6,8 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 
 from agent.phases.verdict import KINDS, RECOMMENDATIONS
 
-from .common import (DS, GRAFANA_DS, JOB, dashboard, datasource_variable, gpu_variable, heatmap, node_variable,
-                     row, stat, target, text, timeseries, train_job_variable)
+from .common import (DS, GRAFANA_DS, JOB, dashboard, datasource_variable, gpu_variable, heatmap, job_node_variable,
+                     job_train_job_variable, row, stat, target, text, timeseries)
 
 UID = "teye-job"
 TITLE = "teye / Training job"
@@ -51,9 +51,9 @@ def build():
                    "the evidence, and on one time axis the step time by phase next to GPU busy/idle time, the "
                    "idle split by the phase it fell in, and the idle-gap lengths.")
          .with_variable(datasource_variable())
-         .with_variable(node_variable())
-         .with_variable(gpu_variable())
-         .with_variable(train_job_variable()))
+         .with_variable(job_train_job_variable())
+         .with_variable(job_node_variable())
+         .with_variable(gpu_variable()))
     d = _annotations(d)
 
     d = d.with_row(row("Verdict and evidence"))

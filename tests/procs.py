@@ -77,11 +77,15 @@ def prometheus_binary() -> Optional[str]:
 
 
 class Prometheus:
-    """A real Prometheus (Debian package) scraping the given targets every second."""
+    """A real Prometheus (Debian package) scraping the given targets every second.
 
-    def __init__(self, tmpdir: str, targets: List[str], rule_files: List[str] = (), scrape_job: str = "teye",
-                 more_scrape_configs: str = ""):
-        """more_scrape_configs: YAML list items (indented two spaces) appended to scrape_configs."""
+    ``config`` replaces the generated configuration (targets, rule_files, scrape_job and
+    more_scrape_configs are then unused); ``more_scrape_configs`` are YAML list items (indented two
+    spaces) appended to scrape_configs; ``args`` are extra command-line flags
+    (``--enable-feature=agent``, ...)."""
+
+    def __init__(self, tmpdir: str, targets: List[str] = (), rule_files: List[str] = (), scrape_job: str = "teye",
+                 more_scrape_configs: str = "", config: Optional[str] = None, args: List[str] = ()):
         binary = prometheus_binary()
         if not binary:
             raise RuntimeError("prometheus not installed (apt-get install prometheus); .ci/run installs it")
@@ -90,7 +94,7 @@ class Prometheus:
         cfg = os.path.join(tmpdir, "prometheus.yml")
         rules = "".join(f"\n  - {r}" for r in rule_files)
         with open(cfg, "w") as fh:
-            fh.write(f"""global:
+            fh.write(config if config is not None else f"""global:
   scrape_interval: 1s
   evaluation_interval: 1s
 rule_files:{rules or ' []'}
@@ -100,8 +104,9 @@ scrape_configs:
       - targets: {json.dumps(targets)}
 {more_scrape_configs}""")
         self._log = open(os.path.join(tmpdir, "prometheus.log"), "w+")
-        self.proc = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmpdir}/data",
-                                      f"--web.listen-address=127.0.0.1:{self.port}"],
+        storage = "agent" if "--enable-feature=agent" in args else "tsdb"   # agent mode refuses the tsdb flags
+        self.proc = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.{storage}.path={tmpdir}/data",
+                                      f"--web.listen-address=127.0.0.1:{self.port}", *args],
                                      stdout=self._log, stderr=subprocess.STDOUT)
         wait_http(self.url + "/-/ready", timeout=60, proc=self.proc)
 

@@ -202,11 +202,13 @@ def test_annotation_and_variable_queries(stack):
                 continue
             m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"])
             assert m, v["query"]
-            match = substitute(m.group(1), {"node": ".*"})
+            match = substitute(m.group(1), {"node": ".*", "train_job": TRAIN_JOB})
             values = prom.api(f"label/{m.group(2)}/values", **{"match[]": match})
             want = {"node": sorted([f"127.0.0.1:{agent.port}", f"127.0.0.1:{live.port}"]),
                     "gpu": [str(i) for i in range(8)],
                     "train_job": [TRAIN_JOB]}[v["name"]]
+            if d["uid"] == "teye-job" and v["name"] == "node":
+                want = [f"127.0.0.1:{agent.port}"]   # the job's nodes only: it reports to the replay agent
             assert values == want, (d["uid"], v["name"], values)
 
 
@@ -214,16 +216,20 @@ def test_every_rule_expression_runs(stack):
     agent, live, prom = stack
     have = exported(agent, live)
     records = {r["record"]: r["expr"] for r in load_rules() if "record" in r}
+    groups = prom.api("rules")["groups"]
+    # A group with its own, longer interval (teye-infiniband: 5 min) may not have run yet.
+    not_yet = {rule["name"] for g in groups if g["lastEvaluation"].startswith("0001-") for rule in g["rules"]}
+    assert all(g["interval"] > 60 for g in groups if g["lastEvaluation"].startswith("0001-")), groups
     for r in load_rules():
         res = prom.query(r["expr"])               # raises on a query error
         if "record" in r and base_metrics(r["expr"], records) <= have:
             # what the rule computes now is what Prometheus recorded from it
             assert res, f"recording rule {r['record']} returns nothing although its metrics exist"
-            assert prom.query(r["record"]), f"{r['record']} was not recorded"
+            assert r["record"] in not_yet or prom.query(r["record"]), f"{r['record']} was not recorded"
     # Loaded into Prometheus: all rules healthy, no alert firing on this healthy node except known ones.
-    groups = prom.api("rules")["groups"]
     health = {rule["name"]: rule["health"] for g in groups for rule in g["rules"]}
     assert len(health) == len(load_rules())
+    health = {k: v for k, v in health.items() if k not in not_yet}   # "unknown" until the first run
     assert set(health.values()) == {"ok"}, {k: v for k, v in health.items() if v != "ok"}
 
 
