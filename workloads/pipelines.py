@@ -158,7 +158,7 @@ def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float
 
     ds = tf.data.Dataset.range(records.shape[0]).shard(shard_count, shard_index)
     if not cache:  # shuffle the read order every epoch (with cache, shuffle after the cache)
-        ds = ds.shuffle(n_local, seed=seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.shuffle(n_local, seed=seed, reshuffle_each_iteration=True)
     if latency_us > 0:
         ds = ds.interleave(lambda i: _sleep_each(tf.data.Dataset.from_tensors(i), latency_us),
                            cycle_length=read_parallelism, block_length=1,
@@ -174,6 +174,10 @@ def tfdata_dataset(records: np.ndarray, batch_size: int, *, io_latency_ms: float
     ds = ds.map(decode, num_parallel_calls=map_calls)
     if cache:
         ds = ds.cache().shuffle(min(n_local, shuffle_buffer), seed=seed, reshuffle_each_iteration=True).repeat()
+    else:
+        # Repeat after the parallel reads, not before: the reads finish out of order, so a repeat
+        # upstream of them let the next epoch's samples overtake this one's last ones.
+        ds = ds.repeat()
 
     if augment:
         def aug(img, label):
