@@ -134,3 +134,43 @@ def fp_events(cpu: Optional[CpuModel]) -> Tuple[Tuple[FpEvent, ...], str]:
     if entry is None:
         return (), f"CPU model not in teye's floating-point event table: {cpu}"
     return entry
+
+
+# PCIe bandwidth from the programmable counters of the IIO stacks (``uncore_iio_<n>``), for
+# kernels or CPUs that expose no ``uncore_iio_free_running_<n>`` PMU:
+# (vendor, family, model) -> ((read event, written event) per port group, source).
+# Skylake-SP / Cascade Lake (model 0x55): UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0-3 (EventCode
+# 0x83, UMask 0x04: "card reading from DRAM") and MEM_WRITE.PART0-3 (EventCode 0x83, UMask 0x01:
+# "card writing to DRAM"), PortMask 0x01/0x02/0x04/0x08 for PART0-3, FCMask 0x07, ScaleUnit
+# 4Bytes (intel/perfmon SKX/events/skylakex_uncore.json, CLX/events/cascadelakex_uncore.json;
+# linux tools/perf/pmu-events/arch/x86/{skylakex,cascadelakex}/uncore-io.json, whose
+# LLC_MISSES.PCIE_READ/WRITE metrics sum the four parts x 4 bytes).  The kernel's IIO format
+# calls PortMask ``ch_mask`` and FCMask ``fc_mask`` (arch/x86/events/intel/uncore_snbep.c,
+# skx_uncore_iio_formats) and lets event 0x83 run on counters 0-1 only
+# (skx_uncore_iio_constraints: UNCORE_EVENT_CONSTRAINT(0x83, 0x3)), so each part's read and
+# written events form one group of two; the kernel rotates the four groups of a stack and the
+# source scales the counts by time enabled / time running.
+# Direction: a card reading host memory is host-to-device (teye_pcie_read_bytes_total), a card
+# writing host memory device-to-host (teye_pcie_written_bytes_total).
+def _skx_iio_parts() -> Tuple[Tuple[UncoreEvent, UncoreEvent], ...]:
+    return tuple((UncoreEvent(f"unc_iio_data_req_of_cpu.mem_read.part{p}",
+                              f"event=0x83,umask=0x04,ch_mask={1 << p:#04x},fc_mask=0x07", 4.0),
+                  UncoreEvent(f"unc_iio_data_req_of_cpu.mem_write.part{p}",
+                              f"event=0x83,umask=0x01,ch_mask={1 << p:#04x},fc_mask=0x07", 4.0))
+                 for p in range(4))
+
+
+UNCORE_PCIE = {
+    ("GenuineIntel", 6, 0x55): (_skx_iio_parts(), "Skylake-SP / Cascade Lake: intel/perfmon SKX, CLX uncore json "
+                                                  "UNC_IIO_DATA_REQ_OF_CPU.MEM_{READ,WRITE}.PART0-3"),
+}
+
+
+def pcie_events(cpu: Optional[CpuModel]) -> Tuple[Tuple[Tuple[UncoreEvent, UncoreEvent], ...], str]:
+    """(per port group (read, written) events, source) for this CPU's IIO stacks; ((), why not) otherwise."""
+    if cpu is None:
+        return (), "CPU model unknown (no readable cpuinfo)"
+    entry = UNCORE_PCIE.get((cpu.vendor, cpu.family, cpu.model))
+    if entry is None:
+        return (), f"CPU model not in teye's IIO event table: {cpu}"
+    return entry

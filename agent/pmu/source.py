@@ -11,10 +11,13 @@ What is counted (the *plan*, built from ``<sysfs>`` and ``<procfs>/cpuinfo``):
   on AMD Zen 4+ ``amd_umc_<n>`` with the table's CAS events (64 bytes each);
 - ``pcie``: per socket and root bus, ``uncore_iio_free_running_<n>/bw_in_port*`` (bytes
   devices wrote into host memory) and ``bw_out_port*`` (bytes devices read), the root bus
-  from ``uncore_iio_<n>/die<socket>``.
+  from ``uncore_iio_<n>/die<socket>``; where the kernel has no free-running IIO PMU, the
+  programmed ``uncore_iio_<n>`` events of :data:`agent.pmu.events.UNCORE_PCIE` (Skylake-SP /
+  Cascade Lake: per port group a read and a written event, 4 bytes per count).
 
 File descriptors: one per event, so 2 (core) + 8 (Intel fp; 1 on AMD) per online CPU, plus per
-socket 2 per memory controller and one per IIO port.  The soft RLIMIT_NOFILE is raised
+socket 2 per memory controller and one per IIO port (free-running), or 8 per IIO stack
+(programmed: 4 port groups x read, written).  The soft RLIMIT_NOFILE is raised
 (up to the hard limit) when the plan needs more; an EMFILE leaves that group absent.
 
 Values: each read gives (value, time enabled, time running) cumulative since the open; a
@@ -63,10 +66,12 @@ MEM_READ = metric("teye_memory_read_bytes_total", COUNTER, "Bytes read from DRAM
 MEM_WRITTEN = metric("teye_memory_written_bytes_total", COUNTER, "Bytes written to DRAM by the memory "
                      "controllers of a socket (as teye_memory_read_bytes_total).", ["socket"])
 PCIE_READ = metric("teye_pcie_read_bytes_total", COUNTER, "Bytes PCIe devices behind this root bus read from "
-                   "host memory (host to device; Intel IIO free-running bw_out ports). Absent where the "
-                   "hardware counts only the other direction (Ice Lake-SP).", ["socket", "root_bus"])
+                   "host memory (host to device; Intel IIO free-running bw_out ports, or on Skylake-SP/Cascade "
+                   "Lake without them the uncore_iio UNC_IIO_DATA_REQ_OF_CPU.MEM_READ events, 4 bytes each). "
+                   "Absent where the hardware counts only the other direction (Ice Lake-SP).", ["socket", "root_bus"])
 PCIE_WRITTEN = metric("teye_pcie_written_bytes_total", COUNTER, "Bytes PCIe devices behind this root bus wrote "
-                      "to host memory (device to host; Intel IIO free-running bw_in ports).",
+                      "to host memory (device to host; Intel IIO free-running bw_in ports, or the uncore_iio "
+                      "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE events, 4 bytes each).",
                       ["socket", "root_bus"])
 GPU_ROOT_BUS = metric("teye_gpu_pcie_root_bus_info", GAUGE, "Always 1 per NVIDIA GPU found under "
                       "<sysfs>/bus/pci/devices: the PCIe root bus it sits behind (the root_bus of "
@@ -244,15 +249,25 @@ def _plan_memory(plan: Plan, sysfs: str, names) -> None:
                                                                       (write, "mem_written", ()))))
 
 
+def _with_bus(groups: List[GroupPlan], buses: Dict[int, str]) -> List[GroupPlan]:
+    """The groups with each event labelled by the root bus of its socket's die (``unknown`` if unnamed)."""
+    out = []
+    for g in groups:
+        bus = buses.get(g.socket, "unknown")
+        out.append(GroupPlan(g.group, g.pmu, g.tag, g.cpu, g.socket,
+                             tuple(Ev(e.pmu, e.event, e.type, e.config, e.kind, e.factor, (bus,)) for e in g.events)))
+    return out
+
+
 def _plan_pcie(plan: Plan, sysfs: str, names) -> None:
+    devices = sysfs_mod.devices_dir(sysfs)
     pmus = _numbered(names, "uncore_iio_free_running_")
     if not pmus:
-        _problem(plan, "pcie", f"no uncore_iio_free_running PMU under {sysfs_mod.devices_dir(sysfs)} (not an "
-                               f"Intel server CPU with free-running IIO counters, or intel_uncore not loaded)")
+        _plan_pcie_programmed(plan, sysfs, names)
         return
     for p in pmus:
         stack = p.rsplit("_", 1)[1]
-        buses = sysfs_mod.root_buses(os.path.join(sysfs_mod.devices_dir(sysfs), f"uncore_iio_{stack}"))
+        buses = sysfs_mod.root_buses(os.path.join(devices, f"uncore_iio_{stack}"))
         try:
             pmu = sysfs_mod.load_pmu(sysfs, p)
         except (OSError, ParseError) as e:
@@ -262,12 +277,28 @@ def _plan_pcie(plan: Plan, sysfs: str, names) -> None:
             ports = _numbered(pmu.event_names(), f"bw_{direction}_port")
             for i in range(0, len(ports), PCIE_GROUP_MAX):
                 chunk = ports[i:i + PCIE_GROUP_MAX]
-                groups = _uncore_groups(plan, sysfs, "pcie", p, [(e, kind, ()) for e in chunk], f"bw_{direction}{i}")
-                for g in groups:
-                    bus = buses.get(g.socket, "unknown")
-                    plan.groups.append(GroupPlan(g.group, g.pmu, g.tag, g.cpu, g.socket,
-                                                 tuple(Ev(e.pmu, e.event, e.type, e.config, e.kind, e.factor, (bus,))
-                                                       for e in g.events)))
+                plan.groups.extend(_with_bus(_uncore_groups(plan, sysfs, "pcie", p, [(e, kind, ()) for e in chunk],
+                                                            f"bw_{direction}{i}"), buses))
+
+
+def _plan_pcie_programmed(plan: Plan, sysfs: str, names) -> None:
+    """No free-running IIO counters: the table's programmed events on each ``uncore_iio_<n>``."""
+    devices = sysfs_mod.devices_dir(sysfs)
+    pmus = _numbered(names, "uncore_iio_")
+    if not pmus:
+        _problem(plan, "pcie", f"no uncore_iio_free_running or uncore_iio PMU under {devices} (not an Intel "
+                               f"server CPU, or intel_uncore not loaded)")
+        return
+    parts, why = events_mod.pcie_events(plan.cpu_model)
+    if not parts:
+        _problem(plan, "pcie", f"{_family(pmus[0])} has no free-running bandwidth counters here and {why}")
+        return
+    for p in pmus:
+        buses = sysfs_mod.root_buses(os.path.join(devices, p))
+        for i, (rd, wr) in enumerate(parts):
+            plan.groups.extend(_with_bus(_uncore_groups(plan, sysfs, "pcie", p, ((rd, "pcie_read", ()),
+                                                                              (wr, "pcie_written", ())),
+                                                        f"part{i}"), buses))
 
 
 # ---------------------------------------------------------------------------------------------- readers

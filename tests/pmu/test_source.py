@@ -209,3 +209,44 @@ def test_points_carry_the_contract_names(fake, make_source):
                      "teye_memory_written_bytes_total", "teye_pcie_read_bytes_total",
                      "teye_pcie_written_bytes_total", "teye_pmu_counter_running_ratio", "teye_gpu_pcie_root_bus_info"}
     assert point(src_mod.PCIE_READ, 1.0, "0", "0000:00").labels == ("0", "0000:00")
+
+
+def iio_req(umask, part):
+    """UNC_IIO_DATA_REQ_OF_CPU.MEM_{READ (umask 4), WRITE (umask 1)}.PART<part>, hand-placed by the SKX
+    IIO format (ch_mask config:36-43, fc_mask config:44-46)."""
+    return 0x83 | umask << 8 | (1 << part) << 36 | 0x7 << 44
+
+
+def test_programmed_iio_events_where_no_free_running_counters_exist(fake, make_source):
+    s = make_source("cascadelake_programmed_iio")
+    iio0, iio1 = 20, 21
+    fake.set(iio0, iio_req(0x04, 0), 0, 1000)      # stack 0 socket 0, part 0: cards read host memory
+    fake.set(iio0, iio_req(0x04, 3), 0, 24)
+    fake.set(iio0, iio_req(0x01, 1), 0, 7)         # ... and wrote it
+    # stack 1 socket 1, part 2, multiplexed with the other three part groups: counted 1/4 of the time
+    fake.set(iio1, iio_req(0x04, 2), 2, 250, enabled=4_000_000_000, running=1_000_000_000)
+    r = s.collect()
+    assert rows(r, "pcie_read") == {("0", "0000:00"): (1000 + 24) * 4.0, ("1", "0000:80"): 0.0,
+                                    ("0", "0000:17"): 0.0, ("1", "0000:85"): 250 * 4 * 4.0}
+    assert rows(r, "pcie_written") == {("0", "0000:00"): 7 * 4.0, ("1", "0000:80"): 0.0,
+                                       ("0", "0000:17"): 0.0, ("1", "0000:85"): 0.0}
+    assert dict(r.groups)["pcie"] == "ok"
+    # one group per part (read, written: event 0x83 runs on counters 0-1 only), per stack and socket
+    pcie = [g for g in s.plan.groups if g.group == "pcie"]
+    assert len(pcie) == 2 * 2 * 4 and all(len(g.events) == 2 for g in pcie)
+    assert {(g.pmu, g.cpu) for g in pcie} == {("uncore_iio_0", 0), ("uncore_iio_0", 2), ("uncore_iio_1", 0),
+                                              ("uncore_iio_1", 2)}
+
+
+def test_programmed_iio_needs_the_cpu_model_in_the_table(copy_tree, make_source, fake):
+    sysfs, procfs = copy_tree("cascadelake_programmed_iio")
+    with open(procfs + "/cpuinfo") as fh:
+        text = fh.read()
+    with open(procfs + "/cpuinfo", "w") as fh:
+        fh.write(text.replace("model\t\t: 85", "model\t\t: 79"))    # Broadwell-EP: not in the IIO table
+    r = make_source((sysfs, procfs)).collect()
+    assert r.pcie_read == () and r.pcie_written == ()
+    assert dict(r.groups)["pcie"] == ("uncore_iio_* has no free-running bandwidth counters here and CPU model "
+                                      "not in teye's IIO event table: GenuineIntel family 0x6 model 0x4f "
+                                      "(Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz)")
+    assert all(a[0] not in (20, 21) for a in fake.attrs)
