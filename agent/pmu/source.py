@@ -28,6 +28,9 @@ looping) the new counter's value is added to what was counted before.  A failing
 (open or read error, CPU offline, never running) is absent from the reading, logged once
 per PMU and event (rate-limited), retried every ``pmu.reprobe_seconds``; nothing else changes.
 A per-socket sum keeps the totals of a controller that stopped, so it never goes backwards.
+When the CPU an uncore group is opened on goes offline, the PMU's ``cpumask`` is read again:
+the kernel has moved the socket's uncore events to another of its CPUs, and the group is read
+a last time, closed and reopened there (absent only while the socket has no online CPU).
 """
 from __future__ import annotations
 
@@ -82,6 +85,7 @@ RUNNING = metric("teye_pmu_counter_running_ratio", GAUGE, "Share of the time ena
                  "estimates).", ["pmu"])
 
 GROUPS = ("core", "fp", "memory", "pcie")
+UNCORE_GROUPS = ("memory", "pcie")   # opened on the CPU named by the PMU's cpumask, one per socket
 GROUP_TITLES = {"core": "core cycles/instructions", "fp": "floating point", "memory": "memory bandwidth",
                 "pcie": "PCIe bandwidth"}
 NO_PMU = ("no hardware PMU: {dir} has no 'cpu' PMU (a virtual machine without a virtual PMU, or perf events "
@@ -470,8 +474,12 @@ class PmuSource:
             self._start()
         now = self._clock()
         online = sysfs_mod.online_cpus(self.sysfs)
-        for g in self.plan.groups:
+        for i, g in enumerate(self.plan.groups):
             st = self._state[g.key]
+            if online is not None and g.cpu not in online and g.group in UNCORE_GROUPS:
+                moved = self._follow_cpumask(g, st, online, now)
+                if moved is not None:
+                    self.plan.groups[i] = g = moved
             if online is not None and g.cpu not in online:
                 offline = f"cpu {g.cpu} is offline"
                 if st.handle is not None or st.failed != offline:
@@ -502,6 +510,43 @@ class PmuSource:
         if self._ctx is not None:
             self._publish(reading, now)
         return reading
+
+    def _follow_cpumask(self, g: GroupPlan, st: _GroupState, online, now: int) -> Optional[GroupPlan]:
+        """The group moved to the CPU the kernel now names for its socket in the PMU's ``cpumask``
+        (None when it names none: the group stays absent until one comes back).
+
+        When an uncore PMU's CPU goes offline the kernel migrates its events to another online CPU
+        of the die (perf_pmu_migrate_context in arch/x86/events/intel/uncore.c, amd/uncore.c) and
+        updates ``cpumask``.  The open group still counts there, so it is read one last time (no
+        count lost since the previous poll), closed, and reopened on the new CPU, whose counters
+        start from zero and add to the totals."""
+        path = os.path.join(sysfs_mod.devices_dir(self.sysfs), g.pmu, "cpumask")
+        try:
+            mask = sysfs_mod.parse_cpulist(sysfs_mod.read_text(path), path)
+        except (OSError, ParseError):
+            return None
+        cpu = next((c for c in mask if c in online and sysfs_mod.package_of(self.sysfs, c) == g.socket), None)
+        if cpu is None:
+            return None
+        moved = GroupPlan(g.group, g.pmu, g.tag, cpu, g.socket, g.events)
+        if moved.key in self._state:
+            return None
+        if st.handle is not None:
+            try:
+                enabled, running, values = self.reader.read(g, st.handle)
+                if running:
+                    for c, v in zip(st.counters, values):
+                        c.update(v, enabled, running)
+            except PerfError:
+                pass  # the migrated events could not be read: only the counts since the last poll are lost
+            self.reader.close(st.handle)
+            st.handle = None
+        st.retry_at, st.times = 0, None
+        del self._state[g.key]
+        self._state[moved.key] = st
+        self._rlog.warning(f"{g.pmu}/{g.tag}/moved", "pmu %s: cpu %d went offline, the kernel moved the socket's "
+                           "counters to cpu %d (cpumask): reopened there", g.pmu, g.cpu, cpu)
+        return moved
 
     def _publish(self, reading: "PmuReading", now: int) -> None:
         """The figures between the previous poll and this one, as one note for the verdicts' evidence."""

@@ -1,5 +1,6 @@
 """The pmu source on the scripted syscall fake: exact bytes, operations, scaling, totals and errors."""
 import errno
+import os
 import logging
 
 import pytest
@@ -250,3 +251,45 @@ def test_programmed_iio_needs_the_cpu_model_in_the_table(copy_tree, make_source,
                                       "not in teye's IIO event table: GenuineIntel family 0x6 model 0x4f "
                                       "(Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz)")
     assert all(a[0] not in (20, 21) for a in fake.attrs)
+
+
+def test_uncore_groups_follow_the_cpumask_when_their_cpu_goes_offline(fake, make_source, copy_tree, caplog):
+    sysfs, procfs = copy_tree("cascadelake")
+    s = make_source((sysfs, procfs))
+    dev = sysfs + "/bus/event_source/devices/"
+    uncore = [p for p in os.listdir(dev) if p.startswith("uncore_")]
+
+    def hotplug(online, cpumask):
+        with open(sysfs + "/devices/system/cpu/online", "w") as fh:
+            fh.write(online + "\n")
+        for p in uncore:     # the kernel moves every uncore PMU of the socket and updates its cpumask
+            with open(dev + p + "/cpumask", "w") as fh:
+                fh.write(cpumask + "\n")
+
+    fake.set(IMC0, CAS_READ, 2, 100)
+    fake.set(IIO1, bw_out(0), 2, 10)
+    assert rows(s.collect(), "memory_read")[("1",)] == 100 * 64.0
+    fake.set(IMC0, CAS_READ, 2, 150)     # counted on cpu 2 (then by the migrated event) since the last poll
+    fake.set(IMC0, CAS_READ, 3, 30)      # the reopened counter on cpu 3, from zero
+    fake.set(IIO1, bw_out(0), 3, 5)
+    hotplug("0-1,3", "0,3")
+    with caplog.at_level(logging.WARNING, logger="teye.pmu"):
+        r = s.collect()
+    assert rows(r, "memory_read") == {("0",): 0.0, ("1",): (150 + 30) * 64.0}
+    assert rows(r, "pcie_read")[("1", "0000:85")] == (10 + 5) * IIO_SKX      # same socket, same root bus
+    assert dict(r.groups)["memory"] == "ok" and dict(r.groups)["pcie"] == "ok"
+    fds_cpus = {cpu for (typ, _, cpu, _) in fake.fds.values() if typ in (IMC0, IMC1, IIO0, IIO1)}
+    assert fds_cpus == {0, 3}
+    assert any("uncore_imc_0: cpu 2 went offline, the kernel moved the socket's counters to cpu 3" in m
+               for m in caplog.messages)
+    # cpu 2 back: the kernel leaves the events on cpu 3, so does teye; totals keep growing
+    hotplug("0-3", "0,3")
+    fake.set(IMC0, CAS_READ, 3, 40)
+    assert rows(s.collect(), "memory_read")[("1",)] == (150 + 40) * 64.0
+    # the whole socket offline: cpumask names no CPU of it, the socket's series are absent until one is back
+    hotplug("0-1", "0")
+    r = s.collect()
+    assert set(rows(r, "memory_read")) == {("0",)} and ("1", "0000:85") not in rows(r, "pcie_read")
+    hotplug("0-2", "0,2")
+    fake.set(IMC0, CAS_READ, 2, 7)
+    assert rows(s.collect(), "memory_read")[("1",)] == (150 + 40 + 7) * 64.0
