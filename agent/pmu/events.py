@@ -174,3 +174,35 @@ def pcie_events(cpu: Optional[CpuModel]) -> Tuple[Tuple[Tuple[UncoreEvent, Uncor
     if entry is None:
         return (), f"CPU model not in teye's IIO event table: {cpu}"
     return entry
+
+
+# Memory bandwidth from the AMD data fabric (``amd_df`` PMU) on Zen 2 and Zen 3, which have no
+# per-controller UMC PMU: dram_channel_data_controller_0-7, "DRAM Channel Controller Request
+# Types: Requests with Data (64B)", EventCode 0x07 + 0x40 x N, UMask 0x38, 64 bytes per count
+# (linux tools/perf/pmu-events/arch/x86/amdzen2/data-fabric.json and amdzen3/data-fabric.json;
+# their nps1_die_to_dram metric sums the eight channels).  A count is a 64-byte request with
+# data in either direction: reads and writes together, so teye exports it as
+# teye_memory_transferred_bytes_total and leaves the read/written families absent (no split
+# is invented).  The data fabric has 4 counters before PerfMonV2 (arch/x86/events/amd/uncore.c,
+# NUM_COUNTERS_NB): two groups of four channels, rotated by the kernel and scaled.
+def _df_dram_channels() -> Tuple[UncoreEvent, ...]:
+    return tuple(UncoreEvent(f"dram_channel_data_controller_{n}", f"event={0x07 + 0x40 * n:#x},umask=0x38", 64.0)
+                 for n in range(8))
+
+
+DF_GROUP_MAX = 4
+# (vendor, family) -> (models, source); perf's pmu-events/arch/x86/mapfile.csv maps family 0x17
+# models 0x30 and up to amdzen2 (below: amdzen1), family 0x19 models 0x00-0x0f and 0x20-0x5f to amdzen3.
+DF_MEMORY = {
+    ("AuthenticAMD", 0x17): (range(0x30, 0x100), "Zen 2: perf amdzen2/data-fabric.json dram_channel_data_controller_0-7"),
+    ("AuthenticAMD", 0x19): (tuple(range(0x00, 0x10)) + tuple(range(0x20, 0x60)),
+                             "Zen 3: perf amdzen3/data-fabric.json dram_channel_data_controller_0-7"),
+}
+
+
+def df_memory_events(cpu: Optional[CpuModel]) -> Tuple[UncoreEvent, ...]:
+    """The data-fabric DRAM channel events for this CPU (empty when it is not a Zen 2 or Zen 3)."""
+    if cpu is None:
+        return ()
+    entry = DF_MEMORY.get((cpu.vendor, cpu.family))
+    return _df_dram_channels() if entry is not None and cpu.model in entry[0] else ()

@@ -8,7 +8,8 @@ What is counted (the *plan*, built from ``<sysfs>`` and ``<procfs>/cpuinfo``):
 - ``memory``: per socket, on the CPU named by each memory controller PMU's ``cpumask``:
   ``uncore_imc_free_running_<n>/{read,write}`` where those exist (Ice Lake-SP and later),
   else ``uncore_imc_<n>/{cas_count_read,cas_count_write}``; bytes = count x scale x unit;
-  on AMD Zen 4+ ``amd_umc_<n>`` with the table's CAS events (64 bytes each);
+  on AMD Zen 4+ ``amd_umc_<n>`` with the table's CAS events (64 bytes each); on AMD Zen 2/3
+  ``amd_df`` DRAM channel events, reads and writes together (``teye_memory_transferred_bytes_total``);
 - ``pcie``: per socket and root bus, ``uncore_iio_free_running_<n>/bw_in_port*`` (bytes
   devices wrote into host memory) and ``bw_out_port*`` (bytes devices read), the root bus
   from ``uncore_iio_<n>/die<socket>``; where the kernel has no free-running IIO PMU, the
@@ -68,6 +69,11 @@ MEM_READ = metric("teye_memory_read_bytes_total", COUNTER, "Bytes read from DRAM
                   "unit files; AMD Zen 4+ UMC CAS commands, 64 bytes each).", ["socket"])
 MEM_WRITTEN = metric("teye_memory_written_bytes_total", COUNTER, "Bytes written to DRAM by the memory "
                      "controllers of a socket (as teye_memory_read_bytes_total).", ["socket"])
+MEM_TRANSFERRED = metric("teye_memory_transferred_bytes_total", COUNTER, "Bytes moved between DRAM and the "
+                         "memory controllers of a socket, reads and writes together, where the hardware does not "
+                         "split them (AMD Zen 2/Zen 3 data fabric dram_channel_data_controller_0-7 events, 64 bytes "
+                         "per request). There teye_memory_read_bytes_total and teye_memory_written_bytes_total are "
+                         "absent; elsewhere this family is absent (sum those two).", ["socket"])
 PCIE_READ = metric("teye_pcie_read_bytes_total", COUNTER, "Bytes PCIe devices behind this root bus read from "
                    "host memory (host to device; Intel IIO free-running bw_out ports, or on Skylake-SP/Cascade "
                    "Lake without them the uncore_iio UNC_IIO_DATA_REQ_OF_CPU.MEM_READ events, 4 bytes each). "
@@ -99,7 +105,7 @@ class Ev:
     event: str
     type: int
     config: Tuple[int, int, int]
-    kind: str                 # cycles, instructions, flops, mem_read, mem_written, pcie_read, pcie_written
+    kind: str                 # cycles, instructions, flops, mem_read, mem_written, mem_transferred, pcie_read, pcie_written
     factor: float = 1.0       # bytes or operations per count
     labels: Tuple[str, ...] = ()
 
@@ -244,9 +250,18 @@ def _plan_memory(plan: Plan, sysfs: str, names) -> None:
     for (v, prefix), (rd, wr, _source) in events_mod.UNCORE_MEMORY.items():
         if not pmus and v == vendor:
             pmus, read, write = _numbered(names, prefix), rd, wr
+    if not pmus and "amd_df" in names:
+        df = events_mod.df_memory_events(plan.cpu_model)
+        if df:
+            for i in range(0, len(df), events_mod.DF_GROUP_MAX):
+                chunk = df[i:i + events_mod.DF_GROUP_MAX]
+                plan.groups.extend(_uncore_groups(plan, sysfs, "memory", "amd_df",
+                                                  [(e, "mem_transferred", ()) for e in chunk], f"dram{i}"))
+            return
     if not pmus:
         _problem(plan, "memory", f"no memory-controller PMU under {devices} (uncore_imc_* on Intel servers with "
-                                 f"the intel_uncore driver, amd_umc_* on AMD Zen 4 and later with Linux >= 6.8)")
+                                 f"the intel_uncore driver, amd_umc_* on AMD Zen 4 and later with Linux >= 6.8, "
+                                 f"amd_df on AMD Zen 2/Zen 3)")
         return
     for p in pmus:
         plan.groups.extend(_uncore_groups(plan, sysfs, "memory", p, ((read, "mem_read", ()),
@@ -336,6 +351,7 @@ class PmuReading:
     flops: Tuple[Tuple[str, str, str, float], ...] = ()          # cpu, precision, width, operations
     memory_read: Tuple[Tuple[str, float], ...] = ()              # socket, bytes
     memory_written: Tuple[Tuple[str, float], ...] = ()
+    memory_transferred: Tuple[Tuple[str, float], ...] = ()       # socket, bytes (read + written, unsplit)
     pcie_read: Tuple[Tuple[str, str, float], ...] = ()           # socket, root_bus, bytes
     pcie_written: Tuple[Tuple[str, str, float], ...] = ()
     running: Tuple[Tuple[str, float], ...] = ()                  # pmu, ratio
@@ -346,6 +362,7 @@ class PmuReading:
     def points(self) -> Iterator[Point]:
         for spec, rows in ((CYCLES, self.cycles), (INSTRUCTIONS, self.instructions), (FLOPS, self.flops),
                            (MEM_READ, self.memory_read), (MEM_WRITTEN, self.memory_written),
+                           (MEM_TRANSFERRED, self.memory_transferred),
                            (PCIE_READ, self.pcie_read), (PCIE_WRITTEN, self.pcie_written), (RUNNING, self.running)):
             for row in rows:
                 yield point(spec, row[-1], *row[:-1])
@@ -596,6 +613,7 @@ class PmuSource:
             cycles=tuple(per_cpu["cycles"]), instructions=tuple(per_cpu["instructions"]),
             flops=tuple(per_cpu["flops"]),
             memory_read=tuple(out["mem_read"]), memory_written=tuple(out["mem_written"]),
+            memory_transferred=tuple(out["mem_transferred"]),
             pcie_read=tuple(out["pcie_read"]), pcie_written=tuple(out["pcie_written"]),
             running=tuple((p, r[1] / r[0] if r[0] > 0 else r[3] / r[2]) for p, r in sorted(run.items()) if r[2] > 0),
             groups=tuple((g, status.get(g, "not planned")) for g in GROUPS),

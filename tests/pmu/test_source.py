@@ -68,7 +68,42 @@ def test_amd_flops_are_all_precisions_and_widths(fake, make_source):
     fake.set(CPU, 0xff03, 3, 12345)
     r = s.collect()
     assert rows(r, "flops")[("3", "all", "all")] == 12345.0
-    assert r.memory_read == () and dict(r.groups)["memory"].startswith("no memory-controller PMU under ")
+
+
+def df_dram(channel):
+    """dram_channel_data_controller_<channel>: event 0x07 + 0x40 x channel (bits 0-7 in config[7:0], bits 8-11
+    in config[35:32] by the amd_df format), umask 0x38."""
+    ev = 0x07 + 0x40 * channel
+    return (ev & 0xff) | 0x38 << 8 | (ev >> 8) << 32
+
+
+def test_amd_zen3_memory_from_data_fabric_read_and_written_together(fake, make_source):
+    s = make_source("zen3")
+    df = 11
+    fake.set(df, df_dram(0), 0, 1000)
+    fake.set(df, df_dram(7), 0, 24)                                               # 0x1c7: high bits in config[35:32]
+    # socket 1: the group of channels 4-7 (leader: channel 4) rotated with 0-3, counted half the time
+    fake.set(df, df_dram(4), 2, 0, enabled=2_000_000_000, running=1_000_000_000)
+    fake.set(df, df_dram(5), 2, 10, enabled=2_000_000_000, running=1_000_000_000)
+    r = s.collect()
+    assert rows(r, "memory_transferred") == {("0",): (1000 + 24) * 64.0, ("1",): 10 * 2 * 64.0}
+    assert r.memory_read == () and r.memory_written == ()      # no split invented
+    assert dict(r.groups)["memory"] == "ok"
+    mem = [g for g in s.plan.groups if g.group == "memory"]
+    assert [len(g.events) for g in mem] == [4, 4, 4, 4] and {g.cpu for g in mem} == {0, 2}
+    assert {p.spec.name for p in r.points()} >= {"teye_memory_transferred_bytes_total"}
+    assert "teye_memory_read_bytes_total" not in {p.spec.name for p in r.points()}
+
+
+def test_amd_data_fabric_only_for_zen2_and_zen3(copy_tree, make_source, fake):
+    sysfs, procfs = copy_tree("zen3")
+    with open(procfs + "/cpuinfo") as fh:
+        text = fh.read()
+    with open(procfs + "/cpuinfo", "w") as fh:
+        fh.write(text.replace("model\t\t: 1\n", "model\t\t: 17\n"))    # Zen 4 numbering: other DF events
+    r = make_source((sysfs, procfs)).collect()
+    assert r.memory_transferred == () and dict(r.groups)["memory"].startswith("no memory-controller PMU under ")
+    assert all(a[0] != 11 for a in fake.attrs)
 
 
 def test_amd_zen4_memory_from_umc_cas_commands(fake, make_source):
