@@ -57,3 +57,17 @@ def test_virtual_machine_says_so_on_every_line():
     assert len(lines) == 4
     for line in lines:
         assert "not supported: no hardware PMU:" in line and "this is a virtual machine" in line
+
+
+def test_programmed_iio_pcie_line_and_its_open_error(fake):
+    lines = pmu_lines(*tree("cascadelake_programmed_iio"), reader=LiveReader(Counters(fake)))
+    assert lines[3] == ("pmu PCIe bandwidth: supported: 16 group(s) on 2 CPU(s): "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part0/, "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part1/, "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part2/, "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part3/ and 4 more")
+    fake.open_errors[(20, None, None)] = errno.ENOENT     # a kernel whose uncore_iio_0 rejects the encoding
+    lines = pmu_lines(*tree("cascadelake_programmed_iio"), reader=LiveReader(Counters(fake)))
+    assert lines[3].startswith("pmu PCIe bandwidth: not supported: [Errno 2] perf_event_open(uncore_iio_0/"
+                               "unc_iio_data_req_of_cpu.mem_read.part0,unc_iio_data_req_of_cpu.mem_write.part0/ on cpu 0)")
+    assert "ENOENT" in lines[3] and fake.fds == {}
