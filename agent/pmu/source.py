@@ -561,7 +561,7 @@ class PmuSource:
         st.retry_at, st.times = 0, None
         del self._state[g.key]
         self._state[moved.key] = st
-        self._rlog.warning(f"{g.pmu}/{g.tag}/moved", "pmu %s: cpu %d went offline, the kernel moved the socket's "
+        self._rlog.warning(f"{g.pmu}/moved", "pmu %s: cpu %d went offline, the kernel moved the socket's "
                            "counters to cpu %d (cpumask): reopened there", g.pmu, g.cpu, cpu)
         return moved
 

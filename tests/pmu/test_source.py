@@ -315,8 +315,10 @@ def test_uncore_groups_follow_the_cpumask_when_their_cpu_goes_offline(fake, make
     assert dict(r.groups)["memory"] == "ok" and dict(r.groups)["pcie"] == "ok"
     fds_cpus = {cpu for (typ, _, cpu, _) in fake.fds.values() if typ in (IMC0, IMC1, IIO0, IIO1)}
     assert fds_cpus == {0, 3}
-    assert any("uncore_imc_0: cpu 2 went offline, the kernel moved the socket's counters to cpu 3" in m
-               for m in caplog.messages)
+    moved = [m for m in caplog.messages if "went offline, the kernel moved the socket's counters" in m]
+    assert sorted(moved) == sorted(f"pmu {p}: cpu 2 went offline, the kernel moved the socket's counters to cpu 3 "
+                                   f"(cpumask): reopened there" for p in ("uncore_imc_0", "uncore_imc_1", "uncore_iio_free_running_0",
+                                                          "uncore_iio_free_running_1"))   # one line per PMU counted
     # cpu 2 back: the kernel leaves the events on cpu 3, so does teye; totals keep growing
     hotplug("0-3", "0,3")
     fake.set(IMC0, CAS_READ, 3, 40)
