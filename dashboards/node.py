@@ -38,11 +38,13 @@ def _hardware_counters(d):
         [target(f"teye:node_vectorization:ratio5m{{{NODE}}}", "packed share")],
         min=0, max=1))
     d = d.with_panel(timeseries(
-        "Memory bandwidth", "DRAM bytes per second read and written per socket (memory-controller counters). "
+        "Memory bandwidth", "DRAM bytes per second read and written per socket (memory-controller counters; "
+        "AMD Zen 2/3 count both together: read+written). "
         "Near the platform's peak while GPUs idle in data_wait: the host, not storage, is the bottleneck.",
         "Bps",
         [target(f"teye:socket_memory_read_bytes:rate5m{{{NODE}}}", "socket {{socket}} read"),
-         target(f"teye:socket_memory_written_bytes:rate5m{{{NODE}}}", "socket {{socket}} written")],
+         target(f"teye:socket_memory_written_bytes:rate5m{{{NODE}}}", "socket {{socket}} written"),
+         target(f"teye:socket_memory_transferred_bytes:rate5m{{{NODE}}}", "socket {{socket}} read+written")],
         min=0))
     d = d.with_panel(timeseries(
         "PCIe bandwidth per root bus", "Bytes per second PCIe devices behind each root bus read from host "

@@ -134,3 +134,75 @@ def fp_events(cpu: Optional[CpuModel]) -> Tuple[Tuple[FpEvent, ...], str]:
     if entry is None:
         return (), f"CPU model not in teye's floating-point event table: {cpu}"
     return entry
+
+
+# PCIe bandwidth from the programmable counters of the IIO stacks (``uncore_iio_<n>``), for
+# kernels or CPUs that expose no ``uncore_iio_free_running_<n>`` PMU:
+# (vendor, family, model) -> ((read event, written event) per port group, source).
+# Skylake-SP / Cascade Lake (model 0x55): UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0-3 (EventCode
+# 0x83, UMask 0x04: "card reading from DRAM") and MEM_WRITE.PART0-3 (EventCode 0x83, UMask 0x01:
+# "card writing to DRAM"), PortMask 0x01/0x02/0x04/0x08 for PART0-3, FCMask 0x07, ScaleUnit
+# 4Bytes (intel/perfmon SKX/events/skylakex_uncore.json, CLX/events/cascadelakex_uncore.json;
+# linux tools/perf/pmu-events/arch/x86/{skylakex,cascadelakex}/uncore-io.json, whose
+# LLC_MISSES.PCIE_READ/WRITE metrics sum the four parts x 4 bytes).  The kernel's IIO format
+# calls PortMask ``ch_mask`` and FCMask ``fc_mask`` (arch/x86/events/intel/uncore_snbep.c,
+# skx_uncore_iio_formats) and lets event 0x83 run on counters 0-1 only
+# (skx_uncore_iio_constraints: UNCORE_EVENT_CONSTRAINT(0x83, 0x3)), so each part's read and
+# written events form one group of two; the kernel rotates the four groups of a stack and the
+# source scales the counts by time enabled / time running.
+# Direction: a card reading host memory is host-to-device (teye_pcie_read_bytes_total), a card
+# writing host memory device-to-host (teye_pcie_written_bytes_total).
+def _skx_iio_parts() -> Tuple[Tuple[UncoreEvent, UncoreEvent], ...]:
+    return tuple((UncoreEvent(f"unc_iio_data_req_of_cpu.mem_read.part{p}",
+                              f"event=0x83,umask=0x04,ch_mask={1 << p:#04x},fc_mask=0x07", 4.0),
+                  UncoreEvent(f"unc_iio_data_req_of_cpu.mem_write.part{p}",
+                              f"event=0x83,umask=0x01,ch_mask={1 << p:#04x},fc_mask=0x07", 4.0))
+                 for p in range(4))
+
+
+UNCORE_PCIE = {
+    ("GenuineIntel", 6, 0x55): (_skx_iio_parts(), "Skylake-SP / Cascade Lake: intel/perfmon SKX, CLX uncore json "
+                                                  "UNC_IIO_DATA_REQ_OF_CPU.MEM_{READ,WRITE}.PART0-3"),
+}
+
+
+def pcie_events(cpu: Optional[CpuModel]) -> Tuple[Tuple[Tuple[UncoreEvent, UncoreEvent], ...], str]:
+    """(per port group (read, written) events, source) for this CPU's IIO stacks; ((), why not) otherwise."""
+    if cpu is None:
+        return (), "CPU model unknown (no readable cpuinfo)"
+    entry = UNCORE_PCIE.get((cpu.vendor, cpu.family, cpu.model))
+    if entry is None:
+        return (), f"CPU model not in teye's IIO event table: {cpu}"
+    return entry
+
+
+# Memory bandwidth from the AMD data fabric (``amd_df`` PMU) on Zen 2 and Zen 3, which have no
+# per-controller UMC PMU: dram_channel_data_controller_0-7, "DRAM Channel Controller Request
+# Types: Requests with Data (64B)", EventCode 0x07 + 0x40 x N, UMask 0x38, 64 bytes per count
+# (linux tools/perf/pmu-events/arch/x86/amdzen2/data-fabric.json and amdzen3/data-fabric.json;
+# their nps1_die_to_dram metric sums the eight channels).  A count is a 64-byte request with
+# data in either direction: reads and writes together, so teye exports it as
+# teye_memory_transferred_bytes_total and leaves the read/written families absent (no split
+# is invented).  The data fabric has 4 counters before PerfMonV2 (arch/x86/events/amd/uncore.c,
+# NUM_COUNTERS_NB): two groups of four channels, rotated by the kernel and scaled.
+def _df_dram_channels() -> Tuple[UncoreEvent, ...]:
+    return tuple(UncoreEvent(f"dram_channel_data_controller_{n}", f"event={0x07 + 0x40 * n:#x},umask=0x38", 64.0)
+                 for n in range(8))
+
+
+DF_GROUP_MAX = 4
+# (vendor, family) -> (models, source); perf's pmu-events/arch/x86/mapfile.csv maps family 0x17
+# models 0x30 and up to amdzen2 (below: amdzen1), family 0x19 models 0x00-0x0f and 0x20-0x5f to amdzen3.
+DF_MEMORY = {
+    ("AuthenticAMD", 0x17): (range(0x30, 0x100), "Zen 2: perf amdzen2/data-fabric.json dram_channel_data_controller_0-7"),
+    ("AuthenticAMD", 0x19): (tuple(range(0x00, 0x10)) + tuple(range(0x20, 0x60)),
+                             "Zen 3: perf amdzen3/data-fabric.json dram_channel_data_controller_0-7"),
+}
+
+
+def df_memory_events(cpu: Optional[CpuModel]) -> Tuple[UncoreEvent, ...]:
+    """The data-fabric DRAM channel events for this CPU (empty when it is not a Zen 2 or Zen 3)."""
+    if cpu is None:
+        return ()
+    entry = DF_MEMORY.get((cpu.vendor, cpu.family))
+    return _df_dram_channels() if entry is not None and cpu.model in entry[0] else ()

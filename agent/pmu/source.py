@@ -8,13 +8,17 @@ What is counted (the *plan*, built from ``<sysfs>`` and ``<procfs>/cpuinfo``):
 - ``memory``: per socket, on the CPU named by each memory controller PMU's ``cpumask``:
   ``uncore_imc_free_running_<n>/{read,write}`` where those exist (Ice Lake-SP and later),
   else ``uncore_imc_<n>/{cas_count_read,cas_count_write}``; bytes = count x scale x unit;
-  on AMD Zen 4+ ``amd_umc_<n>`` with the table's CAS events (64 bytes each);
+  on AMD Zen 4+ ``amd_umc_<n>`` with the table's CAS events (64 bytes each); on AMD Zen 2/3
+  ``amd_df`` DRAM channel events, reads and writes together (``teye_memory_transferred_bytes_total``);
 - ``pcie``: per socket and root bus, ``uncore_iio_free_running_<n>/bw_in_port*`` (bytes
   devices wrote into host memory) and ``bw_out_port*`` (bytes devices read), the root bus
-  from ``uncore_iio_<n>/die<socket>``.
+  from ``uncore_iio_<n>/die<socket>``; where the kernel has no free-running IIO PMU, the
+  programmed ``uncore_iio_<n>`` events of :data:`agent.pmu.events.UNCORE_PCIE` (Skylake-SP /
+  Cascade Lake: per port group a read and a written event, 4 bytes per count).
 
 File descriptors: one per event, so 2 (core) + 8 (Intel fp; 1 on AMD) per online CPU, plus per
-socket 2 per memory controller and one per IIO port.  The soft RLIMIT_NOFILE is raised
+socket 2 per memory controller and one per IIO port (free-running), or 8 per IIO stack
+(programmed: 4 port groups x read, written).  The soft RLIMIT_NOFILE is raised
 (up to the hard limit) when the plan needs more; an EMFILE leaves that group absent.
 
 Values: each read gives (value, time enabled, time running) cumulative since the open; a
@@ -25,6 +29,9 @@ looping) the new counter's value is added to what was counted before.  A failing
 (open or read error, CPU offline, never running) is absent from the reading, logged once
 per PMU and event (rate-limited), retried every ``pmu.reprobe_seconds``; nothing else changes.
 A per-socket sum keeps the totals of a controller that stopped, so it never goes backwards.
+When the CPU an uncore group is opened on goes offline, the PMU's ``cpumask`` is read again:
+the kernel has moved the socket's uncore events to another of its CPUs, and the group is read
+a last time, closed and reopened there (absent only while the socket has no online CPU).
 """
 from __future__ import annotations
 
@@ -62,11 +69,18 @@ MEM_READ = metric("teye_memory_read_bytes_total", COUNTER, "Bytes read from DRAM
                   "unit files; AMD Zen 4+ UMC CAS commands, 64 bytes each).", ["socket"])
 MEM_WRITTEN = metric("teye_memory_written_bytes_total", COUNTER, "Bytes written to DRAM by the memory "
                      "controllers of a socket (as teye_memory_read_bytes_total).", ["socket"])
+MEM_TRANSFERRED = metric("teye_memory_transferred_bytes_total", COUNTER, "Bytes moved between DRAM and the "
+                         "memory controllers of a socket, reads and writes together, where the hardware does not "
+                         "split them (AMD Zen 2/Zen 3 data fabric dram_channel_data_controller_0-7 events, 64 bytes "
+                         "per request). There teye_memory_read_bytes_total and teye_memory_written_bytes_total are "
+                         "absent; elsewhere this family is absent (sum those two).", ["socket"])
 PCIE_READ = metric("teye_pcie_read_bytes_total", COUNTER, "Bytes PCIe devices behind this root bus read from "
-                   "host memory (host to device; Intel IIO free-running bw_out ports). Absent where the "
-                   "hardware counts only the other direction (Ice Lake-SP).", ["socket", "root_bus"])
+                   "host memory (host to device; Intel IIO free-running bw_out ports, or on Skylake-SP/Cascade "
+                   "Lake without them the uncore_iio UNC_IIO_DATA_REQ_OF_CPU.MEM_READ events, 4 bytes each). "
+                   "Absent where the hardware counts only the other direction (Ice Lake-SP).", ["socket", "root_bus"])
 PCIE_WRITTEN = metric("teye_pcie_written_bytes_total", COUNTER, "Bytes PCIe devices behind this root bus wrote "
-                      "to host memory (device to host; Intel IIO free-running bw_in ports).",
+                      "to host memory (device to host; Intel IIO free-running bw_in ports, or the uncore_iio "
+                      "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE events, 4 bytes each).",
                       ["socket", "root_bus"])
 GPU_ROOT_BUS = metric("teye_gpu_pcie_root_bus_info", GAUGE, "Always 1 per NVIDIA GPU found under "
                       "<sysfs>/bus/pci/devices: the PCIe root bus it sits behind (the root_bus of "
@@ -77,6 +91,7 @@ RUNNING = metric("teye_pmu_counter_running_ratio", GAUGE, "Share of the time ena
                  "estimates).", ["pmu"])
 
 GROUPS = ("core", "fp", "memory", "pcie")
+UNCORE_GROUPS = ("memory", "pcie")   # opened on the CPU named by the PMU's cpumask, one per socket
 GROUP_TITLES = {"core": "core cycles/instructions", "fp": "floating point", "memory": "memory bandwidth",
                 "pcie": "PCIe bandwidth"}
 NO_PMU = ("no hardware PMU: {dir} has no 'cpu' PMU (a virtual machine without a virtual PMU, or perf events "
@@ -90,7 +105,7 @@ class Ev:
     event: str
     type: int
     config: Tuple[int, int, int]
-    kind: str                 # cycles, instructions, flops, mem_read, mem_written, pcie_read, pcie_written
+    kind: str                 # cycles, instructions, flops, mem_read, mem_written, mem_transferred, pcie_read, pcie_written
     factor: float = 1.0       # bytes or operations per count
     labels: Tuple[str, ...] = ()
 
@@ -235,24 +250,43 @@ def _plan_memory(plan: Plan, sysfs: str, names) -> None:
     for (v, prefix), (rd, wr, _source) in events_mod.UNCORE_MEMORY.items():
         if not pmus and v == vendor:
             pmus, read, write = _numbered(names, prefix), rd, wr
+    if not pmus and "amd_df" in names:
+        df = events_mod.df_memory_events(plan.cpu_model)
+        if df:
+            for i in range(0, len(df), events_mod.DF_GROUP_MAX):
+                chunk = df[i:i + events_mod.DF_GROUP_MAX]
+                plan.groups.extend(_uncore_groups(plan, sysfs, "memory", "amd_df",
+                                                  [(e, "mem_transferred", ()) for e in chunk], f"dram{i}"))
+            return
     if not pmus:
         _problem(plan, "memory", f"no memory-controller PMU under {devices} (uncore_imc_* on Intel servers with "
-                                 f"the intel_uncore driver, amd_umc_* on AMD Zen 4 and later with Linux >= 6.8)")
+                                 f"the intel_uncore driver, amd_umc_* on AMD Zen 4 and later with Linux >= 6.8, "
+                                 f"amd_df on AMD Zen 2/Zen 3)")
         return
     for p in pmus:
         plan.groups.extend(_uncore_groups(plan, sysfs, "memory", p, ((read, "mem_read", ()),
                                                                       (write, "mem_written", ()))))
 
 
+def _with_bus(groups: List[GroupPlan], buses: Dict[int, str]) -> List[GroupPlan]:
+    """The groups with each event labelled by the root bus of its socket's die (``unknown`` if unnamed)."""
+    out = []
+    for g in groups:
+        bus = buses.get(g.socket, "unknown")
+        out.append(GroupPlan(g.group, g.pmu, g.tag, g.cpu, g.socket,
+                             tuple(Ev(e.pmu, e.event, e.type, e.config, e.kind, e.factor, (bus,)) for e in g.events)))
+    return out
+
+
 def _plan_pcie(plan: Plan, sysfs: str, names) -> None:
+    devices = sysfs_mod.devices_dir(sysfs)
     pmus = _numbered(names, "uncore_iio_free_running_")
     if not pmus:
-        _problem(plan, "pcie", f"no uncore_iio_free_running PMU under {sysfs_mod.devices_dir(sysfs)} (not an "
-                               f"Intel server CPU with free-running IIO counters, or intel_uncore not loaded)")
+        _plan_pcie_programmed(plan, sysfs, names)
         return
     for p in pmus:
         stack = p.rsplit("_", 1)[1]
-        buses = sysfs_mod.root_buses(os.path.join(sysfs_mod.devices_dir(sysfs), f"uncore_iio_{stack}"))
+        buses = sysfs_mod.root_buses(os.path.join(devices, f"uncore_iio_{stack}"))
         try:
             pmu = sysfs_mod.load_pmu(sysfs, p)
         except (OSError, ParseError) as e:
@@ -262,12 +296,28 @@ def _plan_pcie(plan: Plan, sysfs: str, names) -> None:
             ports = _numbered(pmu.event_names(), f"bw_{direction}_port")
             for i in range(0, len(ports), PCIE_GROUP_MAX):
                 chunk = ports[i:i + PCIE_GROUP_MAX]
-                groups = _uncore_groups(plan, sysfs, "pcie", p, [(e, kind, ()) for e in chunk], f"bw_{direction}{i}")
-                for g in groups:
-                    bus = buses.get(g.socket, "unknown")
-                    plan.groups.append(GroupPlan(g.group, g.pmu, g.tag, g.cpu, g.socket,
-                                                 tuple(Ev(e.pmu, e.event, e.type, e.config, e.kind, e.factor, (bus,))
-                                                       for e in g.events)))
+                plan.groups.extend(_with_bus(_uncore_groups(plan, sysfs, "pcie", p, [(e, kind, ()) for e in chunk],
+                                                            f"bw_{direction}{i}"), buses))
+
+
+def _plan_pcie_programmed(plan: Plan, sysfs: str, names) -> None:
+    """No free-running IIO counters: the table's programmed events on each ``uncore_iio_<n>``."""
+    devices = sysfs_mod.devices_dir(sysfs)
+    pmus = _numbered(names, "uncore_iio_")
+    if not pmus:
+        _problem(plan, "pcie", f"no uncore_iio_free_running or uncore_iio PMU under {devices} (not an Intel "
+                               f"server CPU, or intel_uncore not loaded)")
+        return
+    parts, why = events_mod.pcie_events(plan.cpu_model)
+    if not parts:
+        _problem(plan, "pcie", f"{_family(pmus[0])} has no free-running bandwidth counters here and {why}")
+        return
+    for p in pmus:
+        buses = sysfs_mod.root_buses(os.path.join(devices, p))
+        for i, (rd, wr) in enumerate(parts):
+            plan.groups.extend(_with_bus(_uncore_groups(plan, sysfs, "pcie", p, ((rd, "pcie_read", ()),
+                                                                              (wr, "pcie_written", ())),
+                                                        f"part{i}"), buses))
 
 
 # ---------------------------------------------------------------------------------------------- readers
@@ -301,6 +351,7 @@ class PmuReading:
     flops: Tuple[Tuple[str, str, str, float], ...] = ()          # cpu, precision, width, operations
     memory_read: Tuple[Tuple[str, float], ...] = ()              # socket, bytes
     memory_written: Tuple[Tuple[str, float], ...] = ()
+    memory_transferred: Tuple[Tuple[str, float], ...] = ()       # socket, bytes (read + written, unsplit)
     pcie_read: Tuple[Tuple[str, str, float], ...] = ()           # socket, root_bus, bytes
     pcie_written: Tuple[Tuple[str, str, float], ...] = ()
     running: Tuple[Tuple[str, float], ...] = ()                  # pmu, ratio
@@ -311,6 +362,7 @@ class PmuReading:
     def points(self) -> Iterator[Point]:
         for spec, rows in ((CYCLES, self.cycles), (INSTRUCTIONS, self.instructions), (FLOPS, self.flops),
                            (MEM_READ, self.memory_read), (MEM_WRITTEN, self.memory_written),
+                           (MEM_TRANSFERRED, self.memory_transferred),
                            (PCIE_READ, self.pcie_read), (PCIE_WRITTEN, self.pcie_written), (RUNNING, self.running)):
             for row in rows:
                 yield point(spec, row[-1], *row[:-1])
@@ -439,8 +491,12 @@ class PmuSource:
             self._start()
         now = self._clock()
         online = sysfs_mod.online_cpus(self.sysfs)
-        for g in self.plan.groups:
+        for i, g in enumerate(self.plan.groups):
             st = self._state[g.key]
+            if online is not None and g.cpu not in online and g.group in UNCORE_GROUPS:
+                moved = self._follow_cpumask(g, st, online, now)
+                if moved is not None:
+                    self.plan.groups[i] = g = moved
             if online is not None and g.cpu not in online:
                 offline = f"cpu {g.cpu} is offline"
                 if st.handle is not None or st.failed != offline:
@@ -471,6 +527,43 @@ class PmuSource:
         if self._ctx is not None:
             self._publish(reading, now)
         return reading
+
+    def _follow_cpumask(self, g: GroupPlan, st: _GroupState, online, now: int) -> Optional[GroupPlan]:
+        """The group moved to the CPU the kernel now names for its socket in the PMU's ``cpumask``
+        (None when it names none: the group stays absent until one comes back).
+
+        When an uncore PMU's CPU goes offline the kernel migrates its events to another online CPU
+        of the die (perf_pmu_migrate_context in arch/x86/events/intel/uncore.c, amd/uncore.c) and
+        updates ``cpumask``.  The open group still counts there, so it is read one last time (no
+        count lost since the previous poll), closed, and reopened on the new CPU, whose counters
+        start from zero and add to the totals."""
+        path = os.path.join(sysfs_mod.devices_dir(self.sysfs), g.pmu, "cpumask")
+        try:
+            mask = sysfs_mod.parse_cpulist(sysfs_mod.read_text(path), path)
+        except (OSError, ParseError):
+            return None
+        cpu = next((c for c in mask if c in online and sysfs_mod.package_of(self.sysfs, c) == g.socket), None)
+        if cpu is None:
+            return None
+        moved = GroupPlan(g.group, g.pmu, g.tag, cpu, g.socket, g.events)
+        if moved.key in self._state:
+            return None
+        if st.handle is not None:
+            try:
+                enabled, running, values = self.reader.read(g, st.handle)
+                if running:
+                    for c, v in zip(st.counters, values):
+                        c.update(v, enabled, running)
+            except PerfError:
+                pass  # the migrated events could not be read: only the counts since the last poll are lost
+            self.reader.close(st.handle)
+            st.handle = None
+        st.retry_at, st.times = 0, None
+        del self._state[g.key]
+        self._state[moved.key] = st
+        self._rlog.warning(f"{g.pmu}/moved", "pmu %s: cpu %d went offline, the kernel moved the socket's "
+                           "counters to cpu %d (cpumask): reopened there", g.pmu, g.cpu, cpu)
+        return moved
 
     def _publish(self, reading: "PmuReading", now: int) -> None:
         """The figures between the previous poll and this one, as one note for the verdicts' evidence."""
@@ -520,6 +613,7 @@ class PmuSource:
             cycles=tuple(per_cpu["cycles"]), instructions=tuple(per_cpu["instructions"]),
             flops=tuple(per_cpu["flops"]),
             memory_read=tuple(out["mem_read"]), memory_written=tuple(out["mem_written"]),
+            memory_transferred=tuple(out["mem_transferred"]),
             pcie_read=tuple(out["pcie_read"]), pcie_written=tuple(out["pcie_written"]),
             running=tuple((p, r[1] / r[0] if r[0] > 0 else r[3] / r[2]) for p, r in sorted(run.items()) if r[2] > 0),
             groups=tuple((g, status.get(g, "not planned")) for g in GROUPS),

@@ -34,10 +34,11 @@ def _delta(before, after, name: str) -> Optional[float]:
 
 
 def summarize(before, after, seconds: float) -> Dict[str, Any]:
-    """CPI, GFLOP/s (total and by precision/width), vectorization ratio, memory and PCIe GB/s."""
+    """CPI, GFLOP/s (total and by precision/width), vectorization ratio, memory and PCIe GB/s (memory read and
+    written, or only transferred where the hardware counts both together)."""
     out: Dict[str, Any] = {"seconds": round(seconds, 3), "cpi": None, "gflops": None, "gflops_by_class": {},
                            "vectorization_ratio": None, "memory_read_gbps": None, "memory_written_gbps": None,
-                           "pcie_read_gbps": None, "pcie_written_gbps": None}
+                           "memory_transferred_gbps": None, "pcie_read_gbps": None, "pcie_written_gbps": None}
     if seconds <= 0:
         return out
     cycles, instr = _delta(before, after, "cycles"), _delta(before, after, "instructions")
@@ -58,6 +59,7 @@ def summarize(before, after, seconds: float) -> Dict[str, Any]:
             packed = sum(v for k, v in split.items() if not k.endswith("/scalar"))
             out["vectorization_ratio"] = round(packed / sum(split.values()), 4)
     for key, name in (("memory_read_gbps", "memory_read"), ("memory_written_gbps", "memory_written"),
+                      ("memory_transferred_gbps", "memory_transferred"),
                       ("pcie_read_gbps", "pcie_read"), ("pcie_written_gbps", "pcie_written")):
         d = _delta(before, after, name)
         out[key] = None if d is None else round(d / seconds / 1e9, 4)
@@ -75,6 +77,8 @@ def render(s: Dict[str, Any]) -> str:
         parts.append(f"vectorization {100 * s['vectorization_ratio']:.0f} %")
     if s.get("memory_read_gbps") is not None:
         parts.append(f"memory {s['memory_read_gbps']:.2f} GB/s read, {s['memory_written_gbps']:.2f} GB/s written")
+    elif s.get("memory_transferred_gbps") is not None:   # AMD Zen 2/3: the data fabric does not split them
+        parts.append(f"memory {s['memory_transferred_gbps']:.2f} GB/s read and written together")
     if s.get("pcie_read_gbps") is not None or s.get("pcie_written_gbps") is not None:
         rd = "n/a" if s.get("pcie_read_gbps") is None else f"{s['pcie_read_gbps']:.2f}"
         wr = "n/a" if s.get("pcie_written_gbps") is None else f"{s['pcie_written_gbps']:.2f}"
@@ -93,8 +97,12 @@ def host_saturation(s: Optional[Dict[str, Any]], cpu_busy_ratio: Optional[float]
     why = []
     if cpu_busy_ratio is not None and cpu_busy_ratio >= CPU_SATURATED:
         why.append(f"host CPUs {100 * cpu_busy_ratio:.0f} % busy")
-    if memory_peak_bytes_per_second and s.get("memory_read_gbps") is not None:
-        total = (s["memory_read_gbps"] + (s.get("memory_written_gbps") or 0.0)) * 1e9
+    if s.get("memory_read_gbps") is not None:
+        moved: Optional[float] = s["memory_read_gbps"] + (s.get("memory_written_gbps") or 0.0)
+    else:
+        moved = s.get("memory_transferred_gbps")
+    if memory_peak_bytes_per_second and moved is not None:
+        total = moved * 1e9
         if total >= MEMORY_SATURATED * memory_peak_bytes_per_second:
             why.append(f"memory bandwidth {total / 1e9:.1f} GB/s, {100 * total / memory_peak_bytes_per_second:.0f} % "
                        f"of the configured peak")

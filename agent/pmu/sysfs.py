@@ -41,9 +41,13 @@ def devices_dir(sysfs: str) -> str:
     return os.path.join(sysfs, "bus", "event_source", "devices")
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
+    """A sysfs attribute's text without the trailing newline (OSError when unreadable)."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         return fh.read().strip()
+
+
+_read = read_text
 
 
 @dataclass(frozen=True)

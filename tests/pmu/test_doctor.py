@@ -26,8 +26,10 @@ def test_all_groups_supported_on_cascadelake(fake):
 def test_zen3_says_which_groups_are_missing(fake):
     lines = pmu_lines(*tree("zen3"), reader=LiveReader(Counters(fake)))
     assert lines[1] == "pmu floating point: supported: 4 group(s) on 4 CPU(s): cpu/fp_ret_sse_avx_ops.all/"
-    assert lines[2].startswith("pmu memory bandwidth: not supported: no memory-controller PMU under ")
-    assert lines[3].startswith("pmu PCIe bandwidth: not supported: no uncore_iio_free_running PMU under ")
+    assert lines[2] == ("pmu memory bandwidth: supported: 4 group(s) on 2 CPU(s): "
+                        "amd_df/dram_channel_data_controller_0/, amd_df/dram_channel_data_controller_1/, "
+                        "amd_df/dram_channel_data_controller_2/, amd_df/dram_channel_data_controller_3/ and 4 more")
+    assert lines[3].startswith("pmu PCIe bandwidth: not supported: no uncore_iio_free_running or uncore_iio PMU under ")
 
 
 def test_paranoid_without_capability_and_unknown_model(fake, copy_tree):
@@ -55,3 +57,17 @@ def test_virtual_machine_says_so_on_every_line():
     assert len(lines) == 4
     for line in lines:
         assert "not supported: no hardware PMU:" in line and "this is a virtual machine" in line
+
+
+def test_programmed_iio_pcie_line_and_its_open_error(fake):
+    lines = pmu_lines(*tree("cascadelake_programmed_iio"), reader=LiveReader(Counters(fake)))
+    assert lines[3] == ("pmu PCIe bandwidth: supported: 16 group(s) on 2 CPU(s): "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part0/, "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part1/, "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part2/, "
+                        "uncore_iio_*/unc_iio_data_req_of_cpu.mem_read.part3/ and 4 more")
+    fake.open_errors[(20, None, None)] = errno.ENOENT     # a kernel whose uncore_iio_0 rejects the encoding
+    lines = pmu_lines(*tree("cascadelake_programmed_iio"), reader=LiveReader(Counters(fake)))
+    assert lines[3].startswith("pmu PCIe bandwidth: not supported: [Errno 2] perf_event_open(uncore_iio_0/"
+                               "unc_iio_data_req_of_cpu.mem_read.part0,unc_iio_data_req_of_cpu.mem_write.part0/ on cpu 0)")
+    assert "ENOENT" in lines[3] and fake.fds == {}

@@ -1,5 +1,6 @@
 """The pmu source on the scripted syscall fake: exact bytes, operations, scaling, totals and errors."""
 import errno
+import os
 import logging
 
 import pytest
@@ -67,7 +68,42 @@ def test_amd_flops_are_all_precisions_and_widths(fake, make_source):
     fake.set(CPU, 0xff03, 3, 12345)
     r = s.collect()
     assert rows(r, "flops")[("3", "all", "all")] == 12345.0
-    assert r.memory_read == () and dict(r.groups)["memory"].startswith("no memory-controller PMU under ")
+
+
+def df_dram(channel):
+    """dram_channel_data_controller_<channel>: event 0x07 + 0x40 x channel (bits 0-7 in config[7:0], bits 8-11
+    in config[35:32] by the amd_df format), umask 0x38."""
+    ev = 0x07 + 0x40 * channel
+    return (ev & 0xff) | 0x38 << 8 | (ev >> 8) << 32
+
+
+def test_amd_zen3_memory_from_data_fabric_read_and_written_together(fake, make_source):
+    s = make_source("zen3")
+    df = 11
+    fake.set(df, df_dram(0), 0, 1000)
+    fake.set(df, df_dram(7), 0, 24)                                               # 0x1c7: high bits in config[35:32]
+    # socket 1: the group of channels 4-7 (leader: channel 4) rotated with 0-3, counted half the time
+    fake.set(df, df_dram(4), 2, 0, enabled=2_000_000_000, running=1_000_000_000)
+    fake.set(df, df_dram(5), 2, 10, enabled=2_000_000_000, running=1_000_000_000)
+    r = s.collect()
+    assert rows(r, "memory_transferred") == {("0",): (1000 + 24) * 64.0, ("1",): 10 * 2 * 64.0}
+    assert r.memory_read == () and r.memory_written == ()      # no split invented
+    assert dict(r.groups)["memory"] == "ok"
+    mem = [g for g in s.plan.groups if g.group == "memory"]
+    assert [len(g.events) for g in mem] == [4, 4, 4, 4] and {g.cpu for g in mem} == {0, 2}
+    assert {p.spec.name for p in r.points()} >= {"teye_memory_transferred_bytes_total"}
+    assert "teye_memory_read_bytes_total" not in {p.spec.name for p in r.points()}
+
+
+def test_amd_data_fabric_only_for_zen2_and_zen3(copy_tree, make_source, fake):
+    sysfs, procfs = copy_tree("zen3")
+    with open(procfs + "/cpuinfo") as fh:
+        text = fh.read()
+    with open(procfs + "/cpuinfo", "w") as fh:
+        fh.write(text.replace("model\t\t: 1\n", "model\t\t: 17\n"))    # Zen 4 numbering: other DF events
+    r = make_source((sysfs, procfs)).collect()
+    assert r.memory_transferred == () and dict(r.groups)["memory"].startswith("no memory-controller PMU under ")
+    assert all(a[0] != 11 for a in fake.attrs)
 
 
 def test_amd_zen4_memory_from_umc_cas_commands(fake, make_source):
@@ -209,3 +245,88 @@ def test_points_carry_the_contract_names(fake, make_source):
                      "teye_memory_written_bytes_total", "teye_pcie_read_bytes_total",
                      "teye_pcie_written_bytes_total", "teye_pmu_counter_running_ratio", "teye_gpu_pcie_root_bus_info"}
     assert point(src_mod.PCIE_READ, 1.0, "0", "0000:00").labels == ("0", "0000:00")
+
+
+def iio_req(umask, part):
+    """UNC_IIO_DATA_REQ_OF_CPU.MEM_{READ (umask 4), WRITE (umask 1)}.PART<part>, hand-placed by the SKX
+    IIO format (ch_mask config:36-43, fc_mask config:44-46)."""
+    return 0x83 | umask << 8 | (1 << part) << 36 | 0x7 << 44
+
+
+def test_programmed_iio_events_where_no_free_running_counters_exist(fake, make_source):
+    s = make_source("cascadelake_programmed_iio")
+    iio0, iio1 = 20, 21
+    fake.set(iio0, iio_req(0x04, 0), 0, 1000)      # stack 0 socket 0, part 0: cards read host memory
+    fake.set(iio0, iio_req(0x04, 3), 0, 24)
+    fake.set(iio0, iio_req(0x01, 1), 0, 7)         # ... and wrote it
+    # stack 1 socket 1, part 2, multiplexed with the other three part groups: counted 1/4 of the time
+    fake.set(iio1, iio_req(0x04, 2), 2, 250, enabled=4_000_000_000, running=1_000_000_000)
+    r = s.collect()
+    assert rows(r, "pcie_read") == {("0", "0000:00"): (1000 + 24) * 4.0, ("1", "0000:80"): 0.0,
+                                    ("0", "0000:17"): 0.0, ("1", "0000:85"): 250 * 4 * 4.0}
+    assert rows(r, "pcie_written") == {("0", "0000:00"): 7 * 4.0, ("1", "0000:80"): 0.0,
+                                       ("0", "0000:17"): 0.0, ("1", "0000:85"): 0.0}
+    assert dict(r.groups)["pcie"] == "ok"
+    # one group per part (read, written: event 0x83 runs on counters 0-1 only), per stack and socket
+    pcie = [g for g in s.plan.groups if g.group == "pcie"]
+    assert len(pcie) == 2 * 2 * 4 and all(len(g.events) == 2 for g in pcie)
+    assert {(g.pmu, g.cpu) for g in pcie} == {("uncore_iio_0", 0), ("uncore_iio_0", 2), ("uncore_iio_1", 0),
+                                              ("uncore_iio_1", 2)}
+
+
+def test_programmed_iio_needs_the_cpu_model_in_the_table(copy_tree, make_source, fake):
+    sysfs, procfs = copy_tree("cascadelake_programmed_iio")
+    with open(procfs + "/cpuinfo") as fh:
+        text = fh.read()
+    with open(procfs + "/cpuinfo", "w") as fh:
+        fh.write(text.replace("model\t\t: 85", "model\t\t: 79"))    # Broadwell-EP: not in the IIO table
+    r = make_source((sysfs, procfs)).collect()
+    assert r.pcie_read == () and r.pcie_written == ()
+    assert dict(r.groups)["pcie"] == ("uncore_iio_* has no free-running bandwidth counters here and CPU model "
+                                      "not in teye's IIO event table: GenuineIntel family 0x6 model 0x4f "
+                                      "(Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz)")
+    assert all(a[0] not in (20, 21) for a in fake.attrs)
+
+
+def test_uncore_groups_follow_the_cpumask_when_their_cpu_goes_offline(fake, make_source, copy_tree, caplog):
+    sysfs, procfs = copy_tree("cascadelake")
+    s = make_source((sysfs, procfs))
+    dev = sysfs + "/bus/event_source/devices/"
+    uncore = [p for p in os.listdir(dev) if p.startswith("uncore_")]
+
+    def hotplug(online, cpumask):
+        with open(sysfs + "/devices/system/cpu/online", "w") as fh:
+            fh.write(online + "\n")
+        for p in uncore:     # the kernel moves every uncore PMU of the socket and updates its cpumask
+            with open(dev + p + "/cpumask", "w") as fh:
+                fh.write(cpumask + "\n")
+
+    fake.set(IMC0, CAS_READ, 2, 100)
+    fake.set(IIO1, bw_out(0), 2, 10)
+    assert rows(s.collect(), "memory_read")[("1",)] == 100 * 64.0
+    fake.set(IMC0, CAS_READ, 2, 150)     # counted on cpu 2 (then by the migrated event) since the last poll
+    fake.set(IMC0, CAS_READ, 3, 30)      # the reopened counter on cpu 3, from zero
+    fake.set(IIO1, bw_out(0), 3, 5)
+    hotplug("0-1,3", "0,3")
+    with caplog.at_level(logging.WARNING, logger="teye.pmu"):
+        r = s.collect()
+    assert rows(r, "memory_read") == {("0",): 0.0, ("1",): (150 + 30) * 64.0}
+    assert rows(r, "pcie_read")[("1", "0000:85")] == (10 + 5) * IIO_SKX      # same socket, same root bus
+    assert dict(r.groups)["memory"] == "ok" and dict(r.groups)["pcie"] == "ok"
+    fds_cpus = {cpu for (typ, _, cpu, _) in fake.fds.values() if typ in (IMC0, IMC1, IIO0, IIO1)}
+    assert fds_cpus == {0, 3}
+    moved = [m for m in caplog.messages if "went offline, the kernel moved the socket's counters" in m]
+    assert sorted(moved) == sorted(f"pmu {p}: cpu 2 went offline, the kernel moved the socket's counters to cpu 3 "
+                                   f"(cpumask): reopened there" for p in ("uncore_imc_0", "uncore_imc_1", "uncore_iio_free_running_0",
+                                                          "uncore_iio_free_running_1"))   # one line per PMU counted
+    # cpu 2 back: the kernel leaves the events on cpu 3, so does teye; totals keep growing
+    hotplug("0-3", "0,3")
+    fake.set(IMC0, CAS_READ, 3, 40)
+    assert rows(s.collect(), "memory_read")[("1",)] == (150 + 40) * 64.0
+    # the whole socket offline: cpumask names no CPU of it, the socket's series are absent until one is back
+    hotplug("0-1", "0")
+    r = s.collect()
+    assert set(rows(r, "memory_read")) == {("0",)} and ("1", "0000:85") not in rows(r, "pcie_read")
+    hotplug("0-2", "0,2")
+    fake.set(IMC0, CAS_READ, 2, 7)
+    assert rows(s.collect(), "memory_read")[("1",)] == (150 + 40 + 7) * 64.0

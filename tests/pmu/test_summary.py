@@ -56,3 +56,14 @@ def test_overview_prints_the_counters_or_why_not():
     text = render_overview(dict(base, host={"cpus": 2, "cpu_busy_ratio": 0.5, "counters": None,
                                             "counters_note": "no hardware PMU: ..."}))
     assert "  host counters: not available (no hardware PMU: ...)" in text
+
+
+def test_amd_zen3_memory_is_read_and_written_together():
+    b = PmuReading(memory_transferred=(("0", 0.0), ("1", 1e9)))
+    a = PmuReading(memory_transferred=(("0", 30e9), ("1", 11e9)))
+    s = summarize(b, a, 2.0)
+    assert s["memory_transferred_gbps"] == 20.0 and s["memory_read_gbps"] is None and s["memory_written_gbps"] is None
+    assert render(s) == "memory 20.00 GB/s read and written together"
+    v = {"kind": "input", "evidence": "data_wait holds 60 % of step time", "recommendation": "prefetch"}
+    mem = refine_verdict(v, s, cpu_busy_ratio=0.3, memory_peak_bytes_per_second=22e9)
+    assert mem["kind"] == "host" and "memory bandwidth 20.0 GB/s, 91 % of the configured peak" in mem["evidence"]

@@ -74,7 +74,10 @@ def test_plans_per_machine():
                                                                                ("write", 0x21ff, 64.0)}
     s, p = tree("zen3")
     plan = build_plan(s, p)
-    assert set(plan.problems) == {"memory", "pcie"}
+    assert set(plan.problems) == {"pcie"}
+    df = {e.event: (e.config[0], e.kind, e.factor) for g in plan.groups if g.pmu == "amd_df" for e in g.events}
+    assert df["dram_channel_data_controller_0"] == (0x3807, "mem_transferred", 64.0)
+    assert df["dram_channel_data_controller_7"] == (0x1 << 32 | 0x38c7, "mem_transferred", 64.0)   # event 0x1c7
     assert {(e.event, e.config[0], e.labels) for g in plan.groups if g.group == "fp" for e in g.events} == {
         ("fp_ret_sse_avx_ops.all", 0xff03, ("all", "all"))}
 

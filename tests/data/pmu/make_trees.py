@@ -104,6 +104,13 @@ def cascadelake(root):
     pci_device(root, "pci0000:85/0000:85:00.0/0000:3b:00.0", "0x15b3", "0x020700")
 
 
+def cascadelake_programmed_iio(root):
+    """Cascade Lake under a kernel without the SKX free-running IIO PMUs: only uncore_iio_N."""
+    cascadelake(root)
+    for i in range(2):
+        shutil.rmtree(os.path.join(root, "sys", "bus", "event_source", "devices", f"uncore_iio_free_running_{i}"))
+
+
 def icelake(root):
     cpus(root, model=106, name="Intel(R) Xeon(R) Platinum 8380 CPU @ 2.30GHz")
     software(root)
@@ -156,7 +163,7 @@ def vm(root):
 
 
 if __name__ == "__main__":
-    for name, fn in (("cascadelake", cascadelake), ("icelake", icelake), ("zen3", zen3), ("zen4", zen4), ("vm", vm)):
+    for name, fn in (("cascadelake", cascadelake), ("cascadelake_programmed_iio", cascadelake_programmed_iio), ("icelake", icelake), ("zen3", zen3), ("zen4", zen4), ("vm", vm)):
         root = os.path.join(HERE, name)
         shutil.rmtree(root, ignore_errors=True)
         fn(root)
