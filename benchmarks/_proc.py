@@ -1,4 +1,4 @@
-"""Reading another process's CPU time and peak memory from /proc (shared by the benchmarks)."""
+"""Reading another process's CPU time, memory and threads from /proc (shared by the benchmarks)."""
 from __future__ import annotations
 
 import os
@@ -11,10 +11,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mib(pid: int) -> float:
-    """VmHWM of pid, in MiB."""
+def status(pid: int) -> dict:
+    """/proc/<pid>/status as {field: first number} (kB for the memory fields)."""
+    out = {}
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+            key, _, rest = line.partition(":")
+            words = rest.split()
+            if words and words[0].isdigit():
+                out[key] = int(words[0])
+    return out
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM of pid, in MiB."""
+    return status(pid).get("VmHWM", float("nan")) / 1024
+
+
+def rss_mib(pid: int) -> float:
+    """VmRSS of pid, in MiB."""
+    return status(pid).get("VmRSS", float("nan")) / 1024

@@ -45,7 +45,6 @@ import os
 import re
 import shutil
 import signal
-import socketserver
 import statistics
 import subprocess
 import sys
@@ -260,14 +259,6 @@ def self_metrics(url: str) -> Dict[Tuple[str, str], float]:
     return out
 
 
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for text_line in fh:
-            if text_line.startswith("VmRSS:"):
-                return int(text_line.split()[1]) / 1024
-    return float("nan")
-
-
 def api(url: str, path: str, **params) -> Tuple[dict, float]:
     t0 = time.perf_counter()
     try:
@@ -394,7 +385,7 @@ def time_rule_groups(url: str, at: float, repeats: int) -> Dict[str, Tuple[float
 
 
 def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
-    from benchmarks._proc import cpu_seconds
+    from benchmarks._proc import cpu_seconds, rss_mib
     tmp = tempfile.mkdtemp(prefix=f"teye-fleet-{n}-")
     t0 = time.monotonic()
     nodes = [Node(i, headers, lines, t0, 30.0, seconds - 30.0) for i in range(n)]

@@ -38,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.procs import REPO, free_port  # noqa: E402
+from benchmarks._proc import status  # noqa: E402
 from tests.web.agentproc import stop_process  # noqa: E402
 from tests.web.certs import bcrypt_hash, write_pki  # noqa: E402
 
@@ -84,14 +85,8 @@ class Exporter:
             c.close()
 
     def status(self):
-        threads = rss = 0
-        with open(f"/proc/{self.proc.pid}/status") as fh:
-            for line in fh:
-                if line.startswith("Threads:"):
-                    threads = int(line.split()[1])
-                elif line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) / 1024
-        return threads, rss
+        st = status(self.proc.pid)
+        return st.get("Threads", 0), st.get("VmRSS", 0) / 1024
 
     def stop(self, sig=15) -> None:
         stop_process(self.proc, sig)
