@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import time
 
@@ -12,26 +11,8 @@ import pytest
 from agent.context import AgentContext
 from agent.phases.protocol import decode
 from agent.phases.source import PhaseSource
-from tests.phases.helpers import MS, phases_cfg, shared_tmpdir
+from tests.phases.helpers import MS, phases_cfg
 from workloads.phases import Reporter, default_socket_path
-
-
-@pytest.fixture
-def sockdir():
-    d = shared_tmpdir()
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def listener(sockdir):
-    """A plain datagram socket standing in for the agent: returns (path, recv())."""
-    path = os.path.join(sockdir, "agent.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.bind(path)
-    s.settimeout(2.0)
-    yield path, s
-    s.close()
 
 
 def test_one_datagram_per_step_with_the_documented_schema(listener, monkeypatch):

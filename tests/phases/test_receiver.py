@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,16 +19,9 @@ from agent.phases.source import PhaseSource, from_config
 from agent.sampler import Sampler
 from agent.config import defaults
 from tests.conftest import PROCFS
-from tests.phases.helpers import MS, phases_cfg, shared_tmpdir
+from tests.phases.helpers import MS, phases_cfg
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture
-def sockdir():
-    d = shared_tmpdir()
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def _wait(cond, timeout=5.0):

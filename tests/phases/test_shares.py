@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 
 import pytest
@@ -15,20 +14,8 @@ from agent.phases.jobs import JobTable
 from agent.phases.protocol import encode
 from agent.phases.verdict import Evidence
 from agent.profile import _job_summary
-from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg, shared_tmpdir
+from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
 from workloads.phases import Reporter
-
-
-@pytest.fixture
-def listener():
-    d = shared_tmpdir()
-    path = os.path.join(d, "agent.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.bind(path)
-    s.settimeout(2.0)
-    yield path, s
-    s.close()
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def _drain(s):
