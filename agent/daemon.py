@@ -1,6 +1,7 @@
 """`teye agent`: build sources from config, start the sampler and the HTTP server, stop on a signal."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -61,9 +62,12 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     sampler = Sampler(srcs)
     registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"])
     host, port = config_mod.split_hostport(cfg["listen"])
+    # sources that open descriptors on their first read (perf events) say how many, so the
+    # connection budget leaves them room
+    later = sum(src.fds_wanted() for src, _ in srcs.values() if hasattr(src, "fds_wanted"))
+    limits = dataclasses.replace(Limits.from_config(cfg["web"]), reserved_fds=later)
     try:
-        server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler),
-                               web, Limits.from_config(cfg["web"]))
+        server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler), web, limits)
     except OSError as e:
         for src, _ in srcs.values():
             close = getattr(src, "close", None)

@@ -93,6 +93,9 @@ class Limits:
     idle_timeout_seconds: float = 120.0
     write_timeout_seconds: float = 30.0
     max_header_bytes: int = 16384
+    # descriptors sources will open after the server starts (the pmu collector's perf events are
+    # opened by its first read, in the sampler's thread), kept out of the connection budget
+    reserved_fds: int = 0
 
     @classmethod
     def from_config(cls, web: Dict) -> "Limits":
@@ -106,13 +109,13 @@ def open_fds() -> int:
         return 0
 
 
-def fd_budget(wanted: int) -> int:
+def fd_budget(wanted: int, reserved: int = 0) -> int:
     """Connections this process can hold: ``wanted``, at most the soft RLIMIT_NOFILE minus the fds open
-    now (sources, NVML, perf events are opened before the server) minus FD_RESERVE."""
+    now (sources, NVML), minus ``reserved`` (fds sources will open later: perf events), minus FD_RESERVE."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(1, min(wanted, soft - open_fds() - FD_RESERVE))
+    return max(1, min(wanted, soft - open_fds() - reserved - FD_RESERVE))
 
 
 class _BadRequest(Exception):
@@ -191,7 +194,7 @@ class MetricsServer:
         self._health = health
         self._web = web or WebConfig(None)
         self.limits = limits
-        self.max_connections = fd_budget(limits.max_connections)
+        self.max_connections = fd_budget(limits.max_connections, limits.reserved_fds)
         if self.max_connections < limits.max_connections:
             log.warning("web.max_connections %d lowered to %d: the fd limit is %d (raise LimitNOFILE)",
                         limits.max_connections, self.max_connections,

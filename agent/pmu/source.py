@@ -453,6 +453,17 @@ class PmuSource:
             raise
         self._unavailable = None
 
+    def fds_wanted(self) -> int:
+        """File descriptors the counters will hold once open (one per event), before any is opened;
+        0 where nothing can be counted. Lets the HTTP server keep them out of its connection budget."""
+        plan = self.plan
+        if plan is None:
+            try:
+                plan = build_plan(self.sysfs, self.procfs)
+            except (SourceUnavailable, ParseError, OSError):
+                return 0
+        return sum(len(g.events) for g in plan.groups)
+
     def close(self) -> None:
         """Close every counter (fds released); the next collect() starts afresh."""
         if self.reader is not None:

@@ -209,7 +209,10 @@ def test_unparseable_description_and_unknown_format_field(copy_tree, make_source
 
 def test_fds_are_bounded_by_the_plan_and_closed_on_shutdown(fake, make_source):
     s = make_source("cascadelake")
+    wanted = s.fds_wanted()             # before anything is open: what the HTTP server keeps aside
+    assert fake.fds == {}
     s.collect()
+    assert wanted == len(fake.fds) and s.fds_wanted() == wanted
     planned = sum(len(g.events) for g in s.plan.groups)
     # per CPU: 2 core + 8 fp; per socket: 2 per memory controller (2) + 8 ports per IIO stack (2)
     assert planned == 4 * (2 + 8) + 2 * (2 * 2 + 2 * 8)
@@ -330,3 +333,7 @@ def test_uncore_groups_follow_the_cpumask_when_their_cpu_goes_offline(fake, make
     hotplug("0-2", "0,2")
     fake.set(IMC0, CAS_READ, 2, 7)
     assert rows(s.collect(), "memory_read")[("1",)] == (150 + 40 + 7) * 64.0
+
+
+def test_a_machine_without_counters_wants_no_descriptors(make_source):
+    assert make_source("vm").fds_wanted() == 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import resource
 import socket
 import time
 
@@ -163,3 +164,18 @@ def test_a_failing_render_is_a_500_with_its_traceback_logged(logs):
         assert request(srv, "/healthz")[0] == 200
     finally:
         srv.stop()
+
+
+def test_descriptors_reserved_for_sources_stay_out_of_the_connection_budget():
+    """Perf events open on the pmu collector's first read, after the server starts: the server leaves them room."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+    try:
+        plain, _ = start(max_connections=100000)
+        plain.stop()
+        kept, _ = start(max_connections=100000, reserved_fds=500)
+        kept.stop()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert plain.max_connections <= 2048 - 64
+    assert plain.max_connections - kept.max_connections == 500
