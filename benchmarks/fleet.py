@@ -354,14 +354,21 @@ def check_bad_input(url: str, n: int) -> List[Tuple[str, bool, str]]:
 WARMUP_S = 120   # the first scrapes create 1,304 series per node: rule groups are timed after that
 
 
-def rule_groups() -> List[Tuple[str, List[str]]]:
-    """(file/group, rule expressions) of every rule file: "alerts/teye-jobs", "recording/teye-jobs"."""
+def rule_groups(ref: Optional[str] = None) -> List[Tuple[str, List[str]]]:
+    """(file/group, rule expressions) of every rule file: "alerts/teye-jobs", "recording/teye-jobs";
+    with `ref`, the rule files as they were at that git revision (the peer of --compare-rules)."""
     import yaml
     out = []
     for path in RULES:
-        with open(path) as fh:
-            out.extend((f"{os.path.basename(path)[5:-4]}/{g['name']}", [r["expr"] for r in g["rules"]])
-                       for g in yaml.safe_load(fh)["groups"])
+        if ref:
+            rel = os.path.relpath(path, REPO)
+            text = subprocess.run(["git", "show", f"{ref}:{rel}"], cwd=REPO, capture_output=True, text=True,
+                                  check=True).stdout
+        else:
+            with open(path) as fh:
+                text = fh.read()
+        out.extend((f"{os.path.basename(path)[5:-4]}/{g['name']}", [r["expr"] for r in g["rules"]])
+                   for g in yaml.safe_load(text)["groups"])
     return out
 
 
@@ -381,11 +388,13 @@ def time_panels(url: str, at: float, repeats: int) -> list:
     return out
 
 
-def time_rule_groups(url: str, at: float, repeats: int) -> Dict[str, Tuple[float, float]]:
+def time_rule_groups(url: str, at: float, repeats: int, ref: Optional[str] = None) -> Dict[str, Tuple[float, float]]:
     """Each group's rules run one after the other as instant queries at `at` (wrapped in count() so
-    that no result is shipped): (p50, p95) of the group's total over the repeats."""
+    that no result is shipped): (p50, p95) of the group's total over the repeats.  With `ref`, the
+    expressions of the rule files at that git revision, on the same data (they read raw series and
+    records that the current rules still write)."""
     out = {}
-    for name, exprs in rule_groups():
+    for name, exprs in rule_groups(ref):
         totals = []
         for _ in range(repeats):
             totals.append(sum(api(url, "query", query=f"count({e})", time=at)[1] for e in exprs))
@@ -393,14 +402,14 @@ def time_rule_groups(url: str, at: float, repeats: int) -> Dict[str, Tuple[float
     return out
 
 
-def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
+def run_fleet(n: int, headers, lines, seconds: float, repeats: int, compare: Optional[str] = None) -> dict:
     from benchmarks._proc import cpu_seconds
     tmp = tempfile.mkdtemp(prefix=f"teye-fleet-{n}-")
     t0 = time.monotonic()
     nodes = [Node(i, headers, lines, t0, 30.0, seconds - 30.0) for i in range(n)]
     srv, port = serve(nodes)
     proc, url = start_prometheus(tmp, port, n)
-    res: dict = {"n": n, "series_per_node": len(lines), "evals": {}}
+    res: dict = {"n": n, "series_per_node": len(lines), "evals": {}, "compare": compare}
     try:
         def poll_groups():
             m = self_metrics(url)
@@ -445,6 +454,8 @@ def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
         with open(os.path.join(tmp, "fleet.json"), "w") as fh:
             json.dump([], fh)
         time.sleep(20)
+        if compare:   # the peer first, then the current rules: any warm-up favours the peer
+            res["idle_groups_compare"] = time_rule_groups(url, at, repeats, compare)
         res["idle_groups"] = time_rule_groups(url, at, repeats)
         res["idle_queries"] = time_panels(url, at, repeats)
     finally:
@@ -552,6 +563,18 @@ def report(results: List[dict]) -> None:
             idle = "{:.3f}/{:.3f}".format(*r["idle_groups"][g])
             vals.append(f"{live} {idle}")
         print(f"{g:<24}{col(vals, 34)}")
+    if "idle_groups_compare" in results[0]:
+        print(f"\n-- rule groups, idle p50/p95 seconds: the rules at {results[0]['compare']} | these rules "
+              f"(same server, same moment; ratio of p50) --")
+        names = {g: None for r in results for g in (*r["idle_groups_compare"], *r["idle_groups"])}
+        for g in names:
+            vals = []
+            for r in results:
+                a, b = r["idle_groups_compare"].get(g), r["idle_groups"].get(g)
+                vals.append(("{:.3f}/{:.3f}".format(*a) if a else "-") + " | "
+                            + ("{:.3f}/{:.3f}".format(*b) if b else "-")
+                            + (f" {a[0] / b[0]:.1f}x" if a and b and b[0] > 0 else ""))
+            print(f"{g:<24}{col(vals, 34)}")
     print("\n-- panel queries over the last hour, seconds: live p50/p95 | idle p50/p95 [series returned] --")
     for k, q in enumerate(results[0]["queries"]):
         uid, title, expr, instant = q[:4]
@@ -579,6 +602,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ib-history-hours", type=float, default=0.0,
                     help="instead of the fleet: backfill this many hours of InfiniBand port states for each N "
                          "and time the port-down alert on raw samples against the 5-minute record")
+    ap.add_argument("--compare-rules", metavar="GIT_REF",
+                    help="also time the rule groups of deploy/prometheus/rules at this git revision on the same "
+                         "idle server (their expressions as queries, before the current ones)")
     ap.add_argument("--json", metavar="FILE", help="also write the raw results there (after each N)")
     ap.add_argument("--procfs", default=os.path.join(FIXTURES, "proc"))
     ap.add_argument("--sysfs", default=os.path.join(FIXTURES, "sys"))
@@ -601,7 +627,7 @@ def main(argv=None) -> int:
     results = []
     for n in (int(x) for x in args.nodes.split(",")):
         t = time.monotonic()
-        results.append(run_fleet(n, headers, lines, args.seconds, args.repeats))
+        results.append(run_fleet(n, headers, lines, args.seconds, args.repeats, args.compare_rules))
         print(f"N={n}: done in {time.monotonic() - t:.0f} s, load {os.getloadavg()[0]:.2f}", flush=True)
         if args.json:
             with open(args.json, "w") as fh:
