@@ -388,18 +388,28 @@ def time_panels(url: str, at: float, repeats: int) -> list:
     return out
 
 
-def time_rule_groups(url: str, at: float, repeats: int, ref: Optional[str] = None) -> Dict[str, Tuple[float, float]]:
+def time_rule_groups(url: str, at: float, repeats: int,
+                     ref: Optional[str] = None) -> Tuple[Dict[str, Tuple[float, float]], Dict[str, Tuple[float, float]]]:
     """Each group's rules run one after the other as instant queries at `at` (wrapped in count() so
     that no result is shipped): (p50, p95) of the group's total over the repeats.  With `ref`, the
-    expressions of the rule files at that git revision, on the same data (they read raw series and
-    records that the current rules still write)."""
-    out = {}
-    for name, exprs in rule_groups(ref):
-        totals = []
+    same for the rule files at that git revision, on the same data (they read raw series and records
+    that the current rules still write), each repeat of the peer right before the current rules' one
+    so that both see the same moments of a shared host; else the second dict is empty."""
+    def total(exprs):
+        return sum(api(url, "query", query=f"count({e})", time=at)[1] for e in exprs)
+
+    peer = dict(rule_groups(ref)) if ref else {}
+    out, out_peer = {}, {}
+    for name, exprs in rule_groups():
+        totals, totals_peer = [], []
         for _ in range(repeats):
-            totals.append(sum(api(url, "query", query=f"count({e})", time=at)[1] for e in exprs))
+            if name in peer:
+                totals_peer.append(total(peer[name]))
+            totals.append(total(exprs))
         out[name] = (statistics.median(totals), pct(totals, 0.95))
-    return out
+        if totals_peer:
+            out_peer[name] = (statistics.median(totals_peer), pct(totals_peer, 0.95))
+    return out, out_peer
 
 
 def run_fleet(n: int, headers, lines, seconds: float, repeats: int, compare: Optional[str] = None) -> dict:
@@ -454,9 +464,9 @@ def run_fleet(n: int, headers, lines, seconds: float, repeats: int, compare: Opt
         with open(os.path.join(tmp, "fleet.json"), "w") as fh:
             json.dump([], fh)
         time.sleep(20)
-        if compare:   # the peer first, then the current rules: any warm-up favours the peer
-            res["idle_groups_compare"] = time_rule_groups(url, at, repeats, compare)
-        res["idle_groups"] = time_rule_groups(url, at, repeats)
+        res["idle_groups"], peer = time_rule_groups(url, at, repeats, compare)
+        if compare:
+            res["idle_groups_compare"] = peer
         res["idle_queries"] = time_panels(url, at, repeats)
     finally:
         proc.terminate()
