@@ -1,6 +1,6 @@
 """A synthetic fleet of teye nodes scraped by one real Prometheus with the project's rules.
 
-    python benchmarks/fleet.py [--nodes 10,100,1000] [--seconds 255] [--repeats 5]
+    python benchmarks/fleet.py [--nodes 10,100,1000] [--seconds 255] [--repeats 5] [--compare-rules GIT_REF]
 
 1. Capture: one real `teye agent` replays the synthetic 8-GPU trace
    (tests/data/gpu/synthetic-8gpu.jsonl), reads the node_exporter fixture trees for the host
@@ -33,6 +33,9 @@
    else, each rule group's expressions run one after the other as instant queries and the
    panels run again, at a moment before the stop: "idle".  On a small shared host the live
    figures mostly measure the contention with ingestion; the idle ones the queries' own cost.
+   With --compare-rules, the rule groups of deploy/prometheus/rules at that git revision run
+   too, repeat by repeat in alternation with the current ones, on the same data: a rule change
+   measured side by side in one run.
    History is what the run itself scraped (about --seconds + 1 min, not a full hour): the
    hour-long queries read every sample that exists.  Say so next to any figure.
 """
