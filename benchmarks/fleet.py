@@ -617,7 +617,7 @@ def main(argv=None) -> int:
                          "and time the port-down alert on raw samples against the 5-minute record")
     ap.add_argument("--compare-rules", metavar="GIT_REF",
                     help="also time the rule groups of deploy/prometheus/rules at this git revision on the same "
-                         "idle server (their expressions as queries, before the current ones)")
+                         "idle server (their expressions as queries, in alternation with the current ones)")
     ap.add_argument("--json", metavar="FILE", help="also write the raw results there (after each N)")
     ap.add_argument("--procfs", default=os.path.join(FIXTURES, "proc"))
     ap.add_argument("--sysfs", default=os.path.join(FIXTURES, "sys"))
