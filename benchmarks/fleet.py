@@ -1,6 +1,6 @@
 """A synthetic fleet of teye nodes scraped by one real Prometheus with the project's rules.
 
-    python benchmarks/fleet.py [--nodes 10,100,1000] [--seconds 255] [--repeats 5]
+    python benchmarks/fleet.py [--nodes 10,100,1000] [--seconds 255] [--repeats 5] [--compare-rules GIT_REF]
 
 1. Capture: one real `teye agent` replays the synthetic 8-GPU trace
    (tests/data/gpu/synthetic-8gpu.jsonl), reads the node_exporter fixture trees for the host
@@ -33,6 +33,9 @@
    else, each rule group's expressions run one after the other as instant queries and the
    panels run again, at a moment before the stop: "idle".  On a small shared host the live
    figures mostly measure the contention with ingestion; the idle ones the queries' own cost.
+   With --compare-rules, the rule groups of deploy/prometheus/rules at that git revision run
+   too, repeat by repeat in alternation with the current ones, on the same data: a rule change
+   measured side by side in one run.
    History is what the run itself scraped (about --seconds + 1 min, not a full hour): the
    hour-long queries read every sample that exists.  Say so next to any figure.
 """
@@ -345,14 +348,21 @@ def check_bad_input(url: str, n: int) -> List[Tuple[str, bool, str]]:
 WARMUP_S = 120   # the first scrapes create 1,304 series per node: rule groups are timed after that
 
 
-def rule_groups() -> List[Tuple[str, List[str]]]:
-    """(file/group, rule expressions) of every rule file: "alerts/teye-jobs", "recording/teye-jobs"."""
+def rule_groups(ref: Optional[str] = None) -> List[Tuple[str, List[str]]]:
+    """(file/group, rule expressions) of every rule file: "alerts/teye-jobs", "recording/teye-jobs";
+    with `ref`, the rule files as they were at that git revision (the peer of --compare-rules)."""
     import yaml
     out = []
     for path in RULES:
-        with open(path) as fh:
-            out.extend((f"{os.path.basename(path)[5:-4]}/{g['name']}", [r["expr"] for r in g["rules"]])
-                       for g in yaml.safe_load(fh)["groups"])
+        if ref:
+            rel = os.path.relpath(path, REPO)
+            text = subprocess.run(["git", "show", f"{ref}:{rel}"], cwd=REPO, capture_output=True, text=True,
+                                  check=True).stdout
+        else:
+            with open(path) as fh:
+                text = fh.read()
+        out.extend((f"{os.path.basename(path)[5:-4]}/{g['name']}", [r["expr"] for r in g["rules"]])
+                   for g in yaml.safe_load(text)["groups"])
     return out
 
 
@@ -372,26 +382,38 @@ def time_panels(url: str, at: float, repeats: int) -> list:
     return out
 
 
-def time_rule_groups(url: str, at: float, repeats: int) -> Dict[str, Tuple[float, float]]:
+def time_rule_groups(url: str, at: float, repeats: int,
+                     ref: Optional[str] = None) -> Tuple[Dict[str, Tuple[float, float]], Dict[str, Tuple[float, float]]]:
     """Each group's rules run one after the other as instant queries at `at` (wrapped in count() so
-    that no result is shipped): (p50, p95) of the group's total over the repeats."""
-    out = {}
+    that no result is shipped): (p50, p95) of the group's total over the repeats.  With `ref`, the
+    same for the rule files at that git revision, on the same data (they read raw series and records
+    that the current rules still write), each repeat of the peer right before the current rules' one
+    so that both see the same moments of a shared host; else the second dict is empty."""
+    def total(exprs):
+        return sum(api(url, "query", query=f"count({e})", time=at)[1] for e in exprs)
+
+    peer = dict(rule_groups(ref)) if ref else {}
+    out, out_peer = {}, {}
     for name, exprs in rule_groups():
-        totals = []
+        totals, totals_peer = [], []
         for _ in range(repeats):
-            totals.append(sum(api(url, "query", query=f"count({e})", time=at)[1] for e in exprs))
+            if name in peer:
+                totals_peer.append(total(peer[name]))
+            totals.append(total(exprs))
         out[name] = (statistics.median(totals), pct(totals, 0.95))
-    return out
+        if totals_peer:
+            out_peer[name] = (statistics.median(totals_peer), pct(totals_peer, 0.95))
+    return out, out_peer
 
 
-def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
+def run_fleet(n: int, headers, lines, seconds: float, repeats: int, compare: Optional[str] = None) -> dict:
     from benchmarks._proc import cpu_seconds, rss_mib
     tmp = tempfile.mkdtemp(prefix=f"teye-fleet-{n}-")
     t0 = time.monotonic()
     nodes = [Node(i, headers, lines, t0, 30.0, seconds - 30.0) for i in range(n)]
     srv, port = serve(nodes)
     proc, url = start_prometheus(tmp, port, n)
-    res: dict = {"n": n, "series_per_node": len(lines), "evals": {}}
+    res: dict = {"n": n, "series_per_node": len(lines), "evals": {}, "compare": compare}
     try:
         def poll_groups():
             m = self_metrics(url)
@@ -436,7 +458,9 @@ def run_fleet(n: int, headers, lines, seconds: float, repeats: int) -> dict:
         with open(os.path.join(tmp, "fleet.json"), "w") as fh:
             json.dump([], fh)
         time.sleep(20)
-        res["idle_groups"] = time_rule_groups(url, at, repeats)
+        res["idle_groups"], peer = time_rule_groups(url, at, repeats, compare)
+        if compare:
+            res["idle_groups_compare"] = peer
         res["idle_queries"] = time_panels(url, at, repeats)
     finally:
         proc.terminate()
@@ -543,6 +567,18 @@ def report(results: List[dict]) -> None:
             idle = "{:.3f}/{:.3f}".format(*r["idle_groups"][g])
             vals.append(f"{live} {idle}")
         print(f"{g:<24}{col(vals, 34)}")
+    if "idle_groups_compare" in results[0]:
+        print(f"\n-- rule groups, idle p50/p95 seconds: the rules at {results[0]['compare']} | these rules "
+              f"(same server, same moment; ratio of p50) --")
+        names = {g: None for r in results for g in (*r["idle_groups_compare"], *r["idle_groups"])}
+        for g in names:
+            vals = []
+            for r in results:
+                a, b = r["idle_groups_compare"].get(g), r["idle_groups"].get(g)
+                vals.append(("{:.3f}/{:.3f}".format(*a) if a else "-") + " | "
+                            + ("{:.3f}/{:.3f}".format(*b) if b else "-")
+                            + (f" {a[0] / b[0]:.1f}x" if a and b and b[0] > 0 else ""))
+            print(f"{g:<24}{col(vals, 34)}")
     print("\n-- panel queries over the last hour, seconds: live p50/p95 | idle p50/p95 [series returned] --")
     for k, q in enumerate(results[0]["queries"]):
         uid, title, expr, instant = q[:4]
@@ -570,6 +606,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ib-history-hours", type=float, default=0.0,
                     help="instead of the fleet: backfill this many hours of InfiniBand port states for each N "
                          "and time the port-down alert on raw samples against the 5-minute record")
+    ap.add_argument("--compare-rules", metavar="GIT_REF",
+                    help="also time the rule groups of deploy/prometheus/rules at this git revision on the same "
+                         "idle server (their expressions as queries, in alternation with the current ones)")
     ap.add_argument("--json", metavar="FILE", help="also write the raw results there (after each N)")
     ap.add_argument("--procfs", default=os.path.join(FIXTURES, "proc"))
     ap.add_argument("--sysfs", default=os.path.join(FIXTURES, "sys"))
@@ -592,7 +631,7 @@ def main(argv=None) -> int:
     results = []
     for n in (int(x) for x in args.nodes.split(",")):
         t = time.monotonic()
-        results.append(run_fleet(n, headers, lines, args.seconds, args.repeats))
+        results.append(run_fleet(n, headers, lines, args.seconds, args.repeats, args.compare_rules))
         print(f"N={n}: done in {time.monotonic() - t:.0f} s, load {os.getloadavg()[0]:.2f}", flush=True)
         if args.json:
             with open(args.json, "w") as fh:
