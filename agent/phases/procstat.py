@@ -32,7 +32,10 @@ import time
 from collections import OrderedDict, deque
 from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
+from ..errors import ParseError
+from ..gpu.procinfo import parse_status_uid
 from ..logutil import RateLimitedLog
+from ..sources.pressure import parse_psi
 
 log = logging.getLogger("teye.phases")
 
@@ -57,17 +60,13 @@ class Gone(Exception):
 
 
 def _psi_total(path: str) -> Optional[float]:
-    """Seconds of the ``some`` line's ``total=`` (µs) of a pressure file, None when absent/unreadable."""
+    """Seconds of the ``some`` line's ``total=`` of a pressure file, None when absent or unreadable."""
     try:
-        with open(path, encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("some "):
-                    for field in line.split()[1:]:
-                        if field.startswith("total="):
-                            return int(field[6:]) / 1e6
-    except (OSError, ValueError, UnicodeDecodeError):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            line = parse_psi(fh.read(), path).get("some")
+    except (OSError, ParseError):
         return None
-    return None
+    return None if line is None else line.total_seconds
 
 
 class ProcReader:
@@ -84,17 +83,15 @@ class ProcReader:
     def identity(self, pid: int) -> Tuple[int, int]:
         """(real uid, start time in ticks) of the process; Gone when it does not exist."""
         stat = self._stat(pid)
+        path = self._p(pid, "status")
         try:
             start = int(stat[19])
-            with open(self._p(pid, "status"), encoding="utf-8") as fh:
-                for line in fh:
-                    if line.startswith("Uid:"):
-                        return int(line.split()[1]), start
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return parse_status_uid(fh.read(), path), start
         except FileNotFoundError:
-            raise Gone(f"pid {pid} exited (no {self._p(pid, 'status')})") from None
-        except (OSError, ValueError, IndexError) as e:
-            raise Gone(f"cannot read {self._p(pid, 'status')}: {e}") from None
-        raise Gone(f"{self._p(pid, 'status')} has no Uid line")
+            raise Gone(f"pid {pid} exited (no {path})") from None
+        except (OSError, ValueError) as e:   # ParseError is a ValueError: it names the file and the field
+            raise Gone(f"cannot read {path}: {e}") from None
 
     def _stat(self, pid: int) -> List[str]:
         path = self._p(pid, "stat")
