@@ -182,9 +182,22 @@ def clip_to_step(phases: Iterable[Tuple[int, int, int]], start_ns: int, end_ns: 
     a phase's share of step time computed from them is at most 1 by construction, even
     when a client reports overlapping phases or phases outside its steps.
     """
-    by_key: Dict[int, List[Tuple[int, int]]] = defaultdict(list)
-    for k, s, e in phases:
-        a, b = max(s, start_ns), min(e, end_ns)
+    by_key: Dict[int, List[Tuple[int, int]]] = {}
+    repeated = False
+    for k, a, b in phases:
+        if a < start_ns:
+            a = start_ns
+        if b > end_ns:
+            b = end_ns
         if b > a:
-            by_key[k].append((a, b))
-    return {k: merged(v) for k, v in by_key.items()}
+            got = by_key.get(k)
+            if got is None:
+                by_key[k] = [(a, b)]
+            else:
+                got.append((a, b))
+                repeated = True
+    if repeated:  # one piece per key (the usual step) is already merged
+        for k, v in by_key.items():
+            if len(v) > 1:
+                by_key[k] = merged(v)
+    return by_key

@@ -58,7 +58,7 @@ class _Ring:
     """Sums over a sliding window in RING_SLOTS time slots (fixed size)."""
 
     __slots__ = ("width", "idx", "phase", "in_step", "step_ns", "steps", "idle", "obs", "step_idle", "step_obs",
-                 "kind_idle", "step_attr", "wait")
+                 "kind_idle", "step_attr", "wait", "cur_b", "cur_i")
 
     # Times are integers (ns; GPU idle in attribution units) so that a part never sums above its whole.
     def __init__(self, window_ns: int):
@@ -77,6 +77,10 @@ class _Ring:
         self.step_attr = [False] * n                  # whether any step was attributed to GPUs here
         # what the processes did during their data_wait (see _WaitSums)
         self.wait = [_WaitSums() for _ in range(n)]
+        # the current time slot and its index, cached by the message path (slot() of the newest time
+        # never resets a slot twice, and older times map to other indices)
+        self.cur_b = -1
+        self.cur_i: Optional[int] = None
 
     def slot(self, t_ns: int, now_ns: int) -> Optional[int]:
         cur = now_ns // self.width
@@ -294,7 +298,7 @@ class JobTable:
         if opened is None and known:
             opened = job.open[pid] = deque(maxlen=OPEN_PER_PID)
         gpus = ()
-        if msg.phases or msg.steps:
+        if (msg.phases or msg.steps) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
         ring = job.ring
         rec = self.recorded
@@ -303,7 +307,11 @@ class JobTable:
         # records ending in the current ring slot (nearly all of them) skip ring.slot()
         width = ring.width
         cur = now // width
-        cur_slot = ring.slot(now, now)
+        if ring.cur_b == cur:
+            cur_slot = ring.cur_i
+        else:
+            cur_slot = ring.cur_i = ring.slot(now, now)
+            ring.cur_b = cur
         for phase, s, e in msg.phases:
             i = PHASE_INDEX[phase]
             phase_s[i] += (e - s) / 1e9
@@ -321,7 +329,11 @@ class JobTable:
                 rec.append((job.label, phase, s, e))
         for s, e, samples in msg.steps:
             d = (e - s) / 1e9
-            pieces = self._close_step(opened, s, e) if opened else {}
+            # per phase index, the ns of the process's open phases inside this step (merged)
+            inside = None if gpus or not opened else self._close_step_sums(opened, s, e)
+            if inside is None:
+                pieces = self._close_step(opened, s, e) if opened else {}
+                inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
             job.steps += 1
             job.samples += samples
             job.hist_sum += d
@@ -330,8 +342,9 @@ class JobTable:
             if slot is not None:
                 ring.step_ns[slot] += e - s
                 ring.steps[slot] += 1
-                for i, iv in pieces.items():
-                    ring.in_step[slot][i] += sum(b - a for a, b in iv)
+                row = ring.in_step[slot]
+                for i, ns in inside:
+                    row[i] += ns
             if gpus:
                 self._queue(job, attribution.Pending((STEP, e), s, e, gpus))
                 for n, (_kind, names) in enumerate(IN_KINDS):
@@ -344,12 +357,41 @@ class JobTable:
         return ACCEPTED
 
     @staticmethod
+    def _close_step_sums(opened: Deque[Tuple[int, int, int]], s: int, e: int) -> Optional[list]:
+        """The usual step, where each phase index occurs once among the open phases: [(index, ns
+        inside [s, e))], and those ending by e forgotten.  None (nothing changed) when an index
+        repeats: its pieces need merging (_close_step)."""
+        out = []
+        seen = 0
+        straddles = False
+        for k, a, b in opened:
+            if b > e:
+                straddles = True
+                b = e
+            if a < s:
+                a = s
+            if b > a:
+                bit = 1 << k
+                if seen & bit:
+                    return None
+                seen |= bit
+                out.append((k, b - a))
+        if straddles:   # a phase straddling the step's end belongs to the next one too
+            keep = [p for p in opened if p[2] > e]
+            opened.clear()
+            opened.extend(keep)
+        else:
+            opened.clear()
+        return out
+
+    @staticmethod
     def _close_step(opened: Deque[Tuple[int, int, int]], s: int, e: int) -> Dict[int, list]:
         """The merged pieces of the process's open phases inside its step [s, e); forget those that end by e."""
         pieces = attribution.clip_to_step(opened, s, e)
         keep = [p for p in opened if p[2] > e]   # a phase straddling the step's end belongs to the next one too
         opened.clear()
-        opened.extend(keep)
+        if keep:
+            opened.extend(keep)
         return pieces
 
     def _queue(self, job: _Job, p: attribution.Pending) -> None:

@@ -41,6 +41,7 @@ log = logging.getLogger("teye.phases")
 
 RING = 1200            # samples kept per pid (60 s at the default 50 ms)
 MAX_PIDS = 64          # processes sampled at once (the most recently active)
+_RETRACK_NS = 10**8    # a sender's last_ns (for IDLE_S) is refreshed at most this often
 IDLE_S = 30.0          # a pid whose job sent no data_wait this long is no longer sampled
 
 
@@ -199,6 +200,9 @@ class InputProbe:
 
     def track(self, pid: int, uid: int, now_ns: int) -> None:
         """Sample ``pid`` (sent by ``uid``) from now on; called when its data_wait phases arrive."""
+        t = self._pids.get(pid)   # a pid tracked a moment ago: nothing to do (every message calls this)
+        if t is not None and t.uid == uid and 0 <= now_ns - t.last_ns < _RETRACK_NS:
+            return
         with self._lock:
             t = self._pids.get(pid)
             if t is None or t.uid != uid:

@@ -134,10 +134,11 @@ def _oracle_input_share(msgs):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(streams(), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40))
-def test_no_share_exceeds_one_for_any_stream(msgs, busy):
+@given(streams(), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40), st.booleans())
+def test_no_share_exceeds_one_for_any_stream(msgs, busy, on_gpu):
+    """on_gpu False: the senders hold no GPU, so steps take the job table's path without GPU pieces."""
     ctx, clock = ctx_with_clock(1100 * S)
-    for pid in (1, 2, 3):
+    for pid in (1, 2, 3) if on_gpu else ():
         ctx.gpu_pids[pid] = frozenset({"0"})
     period = 100 * MS
     for k in range(400):   # GPU samples over the whole stream, busy ratios from hypothesis
