@@ -194,6 +194,7 @@ class InputProbe:
         self._pids: "OrderedDict[int, _Tracked]" = OrderedDict()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()   # set by track() on a new pid: the idle thread sleeps on it
         self._thread: Optional[threading.Thread] = None
         self._rlog = RateLimitedLog(log)
         self.samples_taken = 0
@@ -212,6 +213,7 @@ class InputProbe:
                                                "reported pid 0)")
                 while len(self._pids) > MAX_PIDS:
                     self._pids.popitem(last=False)
+                self._wake.set()
             t.last_ns = now_ns
             self._pids.move_to_end(pid)
 
@@ -263,12 +265,26 @@ class InputProbe:
         self._thread = threading.Thread(target=self._run, name="teye-input-probe", daemon=True)
         self._thread.start()
 
+    def _sampling(self) -> bool:
+        """Whether a tracked process is still to be sampled (live, not yet idle for IDLE_S)."""
+        with self._lock:
+            return any(not t.gone for t in self._pids.values())
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.is_set():
+            if not self._sampling():
+                # Nobody to sample (no job reports data_wait): sleep until track() adds a process,
+                # rather than waking 20 times a second for nothing.
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            if self._stop.wait(self.interval_s):
+                break
             self.sample_once()
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             self._thread = None

@@ -258,3 +258,28 @@ def test_wait_usage_interpolates_between_samples():
     assert u.cpu_stall_s is None
     assert cause.wait_usage(smp, 150, 250) is None and cause.wait_usage(smp, -1, 50) is None
     assert cause.wait_usage(smp, 100, 200).cpu_s == 0.0
+
+
+def test_probe_thread_sleeps_until_a_sender_is_tracked(tmp_path):
+    """No job reports data_wait: the probe's thread takes no sample at all (it used to wake 20 times a
+    second for nothing); the first tracked sender starts the sampling, close() ends a sleeping thread."""
+    import threading
+    import time
+    calls = []
+    probe = InputProbe(ProcReader("/proc", "/sys"), 0.01)
+    real = probe.sample_once
+    probe.sample_once = lambda now_ns=None: (calls.append(1), real(now_ns))
+    probe.start()
+    try:
+        time.sleep(0.3)
+        assert calls == []                     # 30 intervals went by with nobody to sample
+        probe.track(os.getpid(), os.getuid(), time.monotonic_ns())
+        deadline = time.monotonic() + 5
+        while probe.samples_taken < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert probe.samples_taken >= 3        # this process, sampled from real /proc
+        smp, problem, gone = probe.samples(os.getpid())
+        assert not gone and smp and smp[-1].cpu_s > 0
+    finally:
+        probe.close()
+    assert not [t for t in threading.enumerate() if t.name == "teye-input-probe"]
