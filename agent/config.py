@@ -34,6 +34,10 @@ def _positive(v):
     return None if v > 0 else "must be > 0"
 
 
+def _non_negative(v):
+    return None if v >= 0 else "must be >= 0"
+
+
 def _ratio(v):
     return None if 0 <= v <= 1 else "must be between 0 and 1"
 
@@ -143,6 +147,10 @@ SCHEMA: Dict[str, Any] = {
         "gpm": Field(BOOL, True, "Read GPM metrics (SM activity, tensor/DRAM/pipe activity, NVLink) where supported."),
         "processes": Field(BOOL, True, "Export the processes on each GPU (pid, user, Slurm job, pod uid)."),
         "max_processes": Field(INT, 32, "Most processes exported per GPU (lowest pids first).", _positive),
+        "gauge_interval_seconds": Field(FLOAT, 5.0, "Utilization, memory, PCIe, power, energy, temperature, clocks "
+                                        "and clock events are read at most this often (0: at every poll); the "
+                                        "utilization samples (idle gaps), processes and GPM at every poll.",
+                                        _non_negative, max=3600),
         "reprobe_seconds": Field(FLOAT, 10.0, "A lost GPU, or NVML when it is unavailable, is probed again after "
                                  "this many seconds.", _positive),
     },

@@ -242,6 +242,8 @@ class _Device:
         self.children: List["_Device"] = []
         self.health: Optional[tuple] = None   # (ecc, retired, retired_pending, remapped), read at health_ns
         self.health_ns = 0
+        self.gauges: Optional[dict] = None    # utilization, memory, power, clocks ... read at gauges_ns
+        self.gauges_ns = 0
 
     @property
     def is_mig(self) -> bool:
@@ -254,7 +256,8 @@ class GpuSource:
     def __init__(self, loader: Callable[[], object], procfs: str = "/proc", ctx=None, busy_threshold: float = 0.0,
                  idle_gap_buckets: Sequence[float] = DEFAULT_GAP_BUCKETS, events: bool = True, gpm: bool = True,
                  processes: bool = True, max_processes: int = 32, reprobe_seconds: float = 10.0,
-                 wall_ns: Callable[[], int] = time.time_ns, event_timeout_ms: int = 500):
+                 wall_ns: Callable[[], int] = time.time_ns, event_timeout_ms: int = 500,
+                 gauge_seconds: float = 0.0):
         """``loader`` returns the pynvml-like module (real pynvml, a recorder, a replay, or a fake)."""
         from ..context import AgentContext
         self._loader = loader
@@ -269,6 +272,9 @@ class GpuSource:
         self.want_processes = processes
         self.max_processes = max_processes
         self.reprobe_ns = int(reprobe_seconds * 1e9)
+        # utilization, memory, PCIe, power, energy, temperature, clocks and clock events are read at
+        # most this often (0: every poll); the utilization samples, processes and GPM at every poll
+        self.gauge_ns = int(gauge_seconds * 1e9)
         self.event_timeout_ms = event_timeout_ms
         self.backend: Optional[NvmlBackend] = None
         self.devices: List[_Device] = []
@@ -325,7 +331,7 @@ class GpuSource:
                     b.gpm_free(s)
                 d.gpm_samples, d.gpm_supported, d.gpm_prev, d.gpm_values = [], None, None, {}
             d.handle, d.uuid = h, uuid
-            d.health = None
+            d.health = d.gauges = None
             d.name = b.name(h) or ""
             d.pci_bus_id = b.pci_bus_id(h) or ""
             old = {c.label: c for c in d.children}
@@ -333,7 +339,7 @@ class GpuSource:
             for instance_id, mh in b.mig_devices(h):
                 label = f"{d.label}/{instance_id}"
                 c = old.get(label) or _Device(label, d.index, mh, self._new_ring(), d, instance_id)
-                c.handle, c.up, c.reason, c.health = mh, True, None, None
+                c.handle, c.up, c.reason, c.health, c.gauges = mh, True, None, None, None
                 c.uuid = b.uuid(mh) or ""
                 c.name = b.name(mh) or d.name
                 c.pci_bus_id = d.pci_bus_id
@@ -432,9 +438,17 @@ class GpuSource:
                 add = self.ctx.timeline.add
                 for start_us, end_us, ratio in d.ring.feed(samples):
                     add(d.label, start_us * 1000 - offset_ns, end_us * 1000 - offset_ns, ratio)
-        util, mem_util = b.utilization(h)
-        used, total = b.memory(h)
-        tx, rx = b.pcie_throughput(h)
+        if d.gauges is None or now - d.gauges_ns >= self.gauge_ns:
+            util, mem_util = b.utilization(h)
+            used, total = b.memory(h)
+            tx, rx = b.pcie_throughput(h)
+            d.gauges = dict(utilization=util, memory_utilization=mem_util, memory_used=used, memory_total=total,
+                            power_watts=b.power_watts(h), energy_joules=b.energy_joules(h),
+                            temperature_celsius=b.temperature_celsius(h),
+                            sm_clock_hz=b.clock_hz(h, "sm"), memory_clock_hz=b.clock_hz(h, "memory"),
+                            pcie_tx=tx, pcie_rx=rx, pcie_max=b.pcie_link_max(h),
+                            clock_events=b.clock_events(h) or ())
+            d.gauges_ns = now
         fresh = d.health is None or now - d.health_ns >= HEALTH_EVERY_NS
         if fresh:
             retired, retired_pending = b.retired_pages(h)
@@ -445,15 +459,8 @@ class GpuSource:
         if self.want_processes and not d.children:
             procs.extend(self._processes(b, d))
         stats = GpuStats(
-            d.label, d.uuid, d.name, d.pci_bus_id, self.driver_version, True,
-            utilization=util, memory_utilization=mem_util,
-            memory_used=used, memory_total=total,
-            power_watts=b.power_watts(h), energy_joules=b.energy_joules(h),
-            temperature_celsius=b.temperature_celsius(h),
-            sm_clock_hz=b.clock_hz(h, "sm"), memory_clock_hz=b.clock_hz(h, "memory"),
-            pcie_tx=tx, pcie_rx=rx, pcie_max=b.pcie_link_max(h),
+            d.label, d.uuid, d.name, d.pci_bus_id, self.driver_version, True, **d.gauges,
             gpm=tuple(sorted(d.gpm_values.items())),
-            clock_events=b.clock_events(h) or (),
             ecc=b.ecc_volatile(h) if fresh else d.health[0], retired_pages=retired, retired_pending=retired_pending,
             remapped_rows=b.remapped_rows(h) if fresh else d.health[3],
             **self._counters(d, xids))
@@ -533,4 +540,4 @@ def from_config(cfg, ctx=None) -> GpuSource:
     return GpuSource(loader, procfs=cfg["procfs"], ctx=ctx, busy_threshold=g["busy_threshold"],
                      idle_gap_buckets=g["idle_gap_buckets"], events=g["events"], gpm=g["gpm"],
                      processes=g["processes"], max_processes=g["max_processes"],
-                     reprobe_seconds=g["reprobe_seconds"])
+                     reprobe_seconds=g["reprobe_seconds"], gauge_seconds=g["gauge_interval_seconds"])

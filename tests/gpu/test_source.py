@@ -377,6 +377,10 @@ def test_gpu_config_keys_are_validated_and_wired():
         config.load(overrides={"gpu": {"idle_gap_buckets": [1.0, 0.5]}})
     with pytest.raises(ConfigError, match="gpu.max_processes"):
         config.load(overrides={"gpu": {"max_processes": 0}})
+    for bad in (-1, 7200, "5s", True):
+        with pytest.raises(ConfigError, match="gpu.gauge_interval_seconds"):
+            config.load(overrides={"gpu": {"gauge_interval_seconds": bad}})
+    assert from_config(config.load()).gauge_ns == 5_000_000_000   # the default
     cfg = config.load(overrides={"gpu": {"idle_gap_buckets": [0.2, 2], "busy_threshold": 0.05, "events": False,
                                          "gpm": False, "max_processes": 3, "reprobe_seconds": 2.5}})
     src = from_config(cfg)
@@ -391,3 +395,29 @@ def test_gpu_config_keys_are_validated_and_wired():
         r = src.collect()
     assert [le for le, _ in r.gpu("0").idle_gaps.buckets] == [0.2, 2.0, float("inf")]
     assert r.gpu("0").idle_gaps.count == 1  # the idle second before the busy half second
+
+
+def test_gauges_are_read_every_gauge_interval_and_idle_gaps_every_poll():
+    """gauge_seconds=5 with a 1 s poll: power, clocks, memory, PCIe ... are read at the first poll and then
+    once 5 s have passed (values as of that read), while the utilization samples are read at every poll,
+    so no idle gap is lost in between."""
+    fake = _fake(1)
+    fake.gpus[0].timeline = Timeline([(T0 + 1_000_000, T0 + 1_500_000), (T0 + 2_500_000, T0 + 3_000_000)])
+    src = make_source(fake, gauge_seconds=5.0)
+    gauge_calls = ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperatureV", "nvmlDeviceGetUtilizationRates",
+                   "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons")
+    src.collect()
+    first = {c: fake.calls[c] for c in gauge_calls}
+    assert all(first.values()), first
+    samples = fake.calls["nvmlDeviceGetSamples"]
+    fake.gpus[0].power_mw = 100_000
+    for _ in range(4):                      # 1 .. 4 s: gauges kept, samples read
+        fake.advance(1.0)
+        r = src.collect()
+        assert r.gpu("0").power_watts == pytest.approx(312.5)
+    assert {c: fake.calls[c] for c in gauge_calls} == first
+    assert fake.calls["nvmlDeviceGetSamples"] == samples + 4
+    assert r.gpu("0").idle_gaps.count == 2  # the idle seconds before each busy half second, none lost
+    fake.advance(1.0)                       # 5 s: read again
+    assert src.collect().gpu("0").power_watts == pytest.approx(100.0)
+    assert all(fake.calls[c] > first[c] for c in gauge_calls)
