@@ -1,6 +1,8 @@
 """A synthetic fleet of teye nodes scraped by one real Prometheus with the project's rules.
 
     python benchmarks/fleet.py [--nodes 10,100,1000] [--seconds 255] [--repeats 5] [--compare-rules GIT_REF]
+    python benchmarks/fleet.py --nodes 1000 --ib-history-hours 24    # the port-down alert's day of history
+    python benchmarks/fleet.py --nodes 1000 --gpu-history-hours 1.5  # the fleet GPU-hours rule's hour
 
 1. Capture: one real `teye agent` replays the synthetic 8-GPU trace
    (tests/data/gpu/synthetic-8gpu.jsonl), reads the node_exporter fixture trees for the host
@@ -542,6 +544,68 @@ def report_ib(r: dict) -> None:
     print(f"{'ratio of p50 (before / after)':<44}{r['raw'][0] / r['recorded'][0]:.1f}")
 
 
+GPU_HOURS_RAW = "sum(increase(teye_gpu_busy_seconds_total[1h])) / 3600"   # the rule before
+GPU_HOURS_RECORDED = "avg_over_time(teye:fleet_gpus_busy:sum5m[1h])"          # the rule now
+
+
+def backfill_gpu_busy(tmp: str, n: int, hours: float) -> Tuple[int, float, int]:
+    """Write `hours` of teye_gpu_busy_seconds_total (every 15 s) for n nodes of 8 GPUs, each GPU busy at
+    its own constant share, and what teye:fleet_gpus_busy:sum5m records meanwhile (every minute: the
+    sum of the shares), as TSDB blocks in tmp/data.  Returns (raw samples, the true GPU-hours per hour,
+    the time of the last sample: query there, before the rules of the running server write anything)."""
+    end = int(time.time()) // 60 * 60 - 60
+    steps = int(hours * 3600 // 15)
+    share = lambda i, g: 0.05 + 0.9 * ((i * 8 + g) % 19) / 18   # noqa: E731
+    om = os.path.join(tmp, "busy.om")
+    with open(om, "w") as fh:
+        fh.write("# HELP teye_gpu_busy_seconds GPU busy seconds (backfilled)\n# TYPE teye_gpu_busy_seconds counter\n")
+        for i in range(n):
+            for g in range(8):
+                series = f'teye_gpu_busy_seconds_total{{job="teye",instance="gpu-node-{i:04d}",gpu="{g}"}}'
+                r = share(i, g)
+                fh.write("".join(f"{series} {(k + 1) * 15 * r:.3f} {end - (steps - 1 - k) * 15}\n"
+                                 for k in range(steps)))
+        total = sum(share(i, g) for i in range(n) for g in range(8))
+        fh.write("# HELP teye:fleet_gpus_busy:sum5m GPUs busy (backfilled)\n# TYPE teye:fleet_gpus_busy:sum5m gauge\n")
+        fh.write("".join(f"teye:fleet_gpus_busy:sum5m {total:.6f} {end - (steps // 4 - 1 - k) * 60}\n"
+                         for k in range(steps // 4)))
+        fh.write("# EOF\n")
+    subprocess.run([shutil.which("promtool"), "tsdb", "create-blocks-from", "openmetrics", om,
+                    os.path.join(tmp, "data")], check=True, stdout=subprocess.DEVNULL)
+    os.remove(om)
+    return n * 8 * steps, total, end
+
+
+def run_gpu_history(n: int, hours: float, repeats: int) -> dict:
+    """teye:fleet_gpu_hours_used:1h from an hour of raw busy counters against the record of the busy sum."""
+    tmp = tempfile.mkdtemp(prefix=f"teye-fleet-busy-{n}-")
+    t = time.monotonic()
+    samples, truth, at = backfill_gpu_busy(tmp, n, hours)
+    backfill_s = time.monotonic() - t
+    proc, url = start_prometheus(tmp, free_port(), 0)
+    res = {"n": n, "hours": hours, "raw_samples": samples, "backfill_s": backfill_s, "truth": truth}
+    try:
+        for _ in range(repeats):   # alternate, so machine noise hits both alike
+            for key, expr in (("raw", GPU_HOURS_RAW), ("recorded", GPU_HOURS_RECORDED)):
+                data, dt = api(url, "query", query=expr, time=at)
+                res.setdefault(key, ([], float(data["result"][0]["value"][1])))[0].append(dt)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def report_gpu_history(r: dict) -> None:
+    print(f"\n-- teye:fleet_gpu_hours_used:1h over {r['hours']:g} h of history, N={r['n']} "
+          f"({r['raw_samples']} raw samples backfilled in {r['backfill_s']:.0f} s; truth {r['truth']:.2f}) --")
+    for key, label in (("raw", "increase() of every GPU's counter (before)"),
+                       ("recorded", "avg_over_time() of the busy-sum record (after)")):
+        times, value = r[key]
+        print(f"{label:<50}p50 {statistics.median(times):.3f} s  p95 {pct(times, 0.95):.3f} s  value {value:.2f}")
+    print(f"{'ratio of p50 (before / after)':<50}{statistics.median(r['raw'][0]) / statistics.median(r['recorded'][0]):.0f}")
+
+
 def report(results: List[dict]) -> None:
     ns = [r["n"] for r in results]
     col = lambda vals, w=14: "".join(f"{v:>{w}}" for v in vals)
@@ -606,6 +670,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ib-history-hours", type=float, default=0.0,
                     help="instead of the fleet: backfill this many hours of InfiniBand port states for each N "
                          "and time the port-down alert on raw samples against the 5-minute record")
+    ap.add_argument("--gpu-history-hours", type=float, default=0.0,
+                    help="instead of the fleet: backfill this many hours of GPU busy counters for each N and time "
+                         "the fleet GPU-hours rule on raw samples against the record of the busy sum")
     ap.add_argument("--compare-rules", metavar="GIT_REF",
                     help="also time the rule groups of deploy/prometheus/rules at this git revision on the same "
                          "idle server (their expressions as queries, in alternation with the current ones)")
@@ -617,6 +684,10 @@ def main(argv=None) -> int:
     if not shutil.which("prometheus"):
         print("prometheus not installed (apt-get install prometheus)", file=sys.stderr)
         return 2
+    if args.gpu_history_hours:
+        for n in (int(x) for x in args.nodes.split(",")):
+            report_gpu_history(run_gpu_history(n, args.gpu_history_hours, args.repeats))
+        return 0
     if args.seconds < 240 and not args.ib_history_hours:
         print("--seconds must be >= 240 (TeyeAgentDown needs 2 minutes of failed scrapes)", file=sys.stderr)
         return 2
