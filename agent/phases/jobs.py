@@ -376,22 +376,24 @@ class JobTable:
                     return None
                 seen |= bit
                 out.append((k, b - a))
-        if straddles:   # a phase straddling the step's end belongs to the next one too
-            keep = [p for p in opened if p[2] > e]
-            opened.clear()
-            opened.extend(keep)
+        if straddles:
+            JobTable._forget_closed(opened, e)
         else:
             opened.clear()
         return out
 
     @staticmethod
+    def _forget_closed(opened: Deque[Tuple[int, int, int]], e: int) -> None:
+        """Drop the open phases that end by e; a phase straddling the step's end belongs to the next one too."""
+        keep = [p for p in opened if p[2] > e]
+        opened.clear()
+        opened.extend(keep)
+
+    @staticmethod
     def _close_step(opened: Deque[Tuple[int, int, int]], s: int, e: int) -> Dict[int, list]:
         """The merged pieces of the process's open phases inside its step [s, e); forget those that end by e."""
         pieces = attribution.clip_to_step(opened, s, e)
-        keep = [p for p in opened if p[2] > e]   # a phase straddling the step's end belongs to the next one too
-        opened.clear()
-        if keep:
-            opened.extend(keep)
+        JobTable._forget_closed(opened, e)
         return pieces
 
     def _queue(self, job: _Job, p: attribution.Pending) -> None:
