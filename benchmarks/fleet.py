@@ -44,6 +44,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -61,7 +62,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.procs import REPO, Agent, free_port, http_get, wait_http  # noqa: E402
@@ -512,15 +513,29 @@ def backfill_ib(tmp: str, lines: List[Line], n: int, hours: float) -> int:
     return n * len(ports) * steps
 
 
+@contextlib.contextmanager
+def history_server(prefix: str, backfill: Callable[[str], Any]):
+    """A Prometheus (with the project's rules, scraping nothing) on the TSDB blocks that backfill(tmp)
+    writes into tmp/data; yields (url, what backfill returned, seconds it took).  Removes it all after."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    proc = None
+    try:
+        t = time.monotonic()
+        got = backfill(tmp)
+        took = time.monotonic() - t
+        proc, url = start_prometheus(tmp, free_port(), 0)
+        yield url, got, took
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_ib_history(n: int, lines: List[Line], hours: float, repeats: int) -> dict:
     """The port-down alert's day of history, from raw samples against the 5-minute record."""
-    tmp = tempfile.mkdtemp(prefix=f"teye-fleet-ib-{n}-")
-    t = time.monotonic()
-    samples = backfill_ib(tmp, lines, n, hours)
-    backfill_s = time.monotonic() - t
-    proc, url = start_prometheus(tmp, free_port(), 0)
-    res = {"n": n, "hours": hours, "raw_samples": samples, "backfill_s": backfill_s}
-    try:
+    with history_server(f"teye-fleet-ib-{n}-", lambda tmp: backfill_ib(tmp, lines, n, hours)) as (url, samples, took):
+        res = {"n": n, "hours": hours, "raw_samples": samples, "backfill_s": took}
         for key, expr in (("raw", IB_RAW), ("recorded", IB_RECORDED)):
             times = []
             for _ in range(repeats):
@@ -528,10 +543,6 @@ def run_ib_history(n: int, lines: List[Line], hours: float, repeats: int) -> dic
                 times.append(dt)
             res[key] = (statistics.median(times), pct(times, 0.95),
                         sorted({r["metric"]["instance"] for r in data["result"]}))
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
     return res
 
 
@@ -578,21 +589,13 @@ def backfill_gpu_busy(tmp: str, n: int, hours: float) -> Tuple[int, float, int]:
 
 def run_gpu_history(n: int, hours: float, repeats: int) -> dict:
     """teye:fleet_gpu_hours_used:1h from an hour of raw busy counters against the record of the busy sum."""
-    tmp = tempfile.mkdtemp(prefix=f"teye-fleet-busy-{n}-")
-    t = time.monotonic()
-    samples, truth, at = backfill_gpu_busy(tmp, n, hours)
-    backfill_s = time.monotonic() - t
-    proc, url = start_prometheus(tmp, free_port(), 0)
-    res = {"n": n, "hours": hours, "raw_samples": samples, "backfill_s": backfill_s, "truth": truth}
-    try:
+    with history_server(f"teye-fleet-busy-{n}-", lambda tmp: backfill_gpu_busy(tmp, n, hours)) as \
+            (url, (samples, truth, at), took):
+        res = {"n": n, "hours": hours, "raw_samples": samples, "backfill_s": took, "truth": truth}
         for _ in range(repeats):   # alternate, so machine noise hits both alike
             for key, expr in (("raw", GPU_HOURS_RAW), ("recorded", GPU_HOURS_RECORDED)):
                 data, dt = api(url, "query", query=expr, time=at)
                 res.setdefault(key, ([], float(data["result"][0]["value"][1])))[0].append(dt)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
     return res
 
 
