@@ -379,12 +379,7 @@ class MetricsServer:
     async def _looks_like_tls(self, sock: socket.socket) -> bool:
         """Wait for the first byte without consuming it; a plain HTTP request gets a 400 (as Go's
         servers answer it) instead of a failed handshake."""
-        ready = self._loop.create_future()
-        self._loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
-        try:
-            await ready
-        finally:
-            self._loop.remove_reader(sock.fileno())
+        await self._readable(sock)
         first = sock.recv(1, socket.MSG_PEEK)
         if first[:1] == b"\x16" or not first:  # a TLS handshake record, or closed (the handshake reports it)
             return True
@@ -392,9 +387,34 @@ class MetricsServer:
         try:
             sock.send(b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
                       b"Client sent an HTTP request to an HTTPS server.\n")
+            sock.shutdown(socket.SHUT_WR)
         except OSError:
-            pass
+            return False
+        # The request is still unread: closing now would reset the connection and could destroy the 400
+        # before the client reads it.  Read what the client sends (as _linger does), then close.
+        left = MAX_DISCARDED_BODY
+        deadline = self._loop.time() + 1.0
+        while left > 0:
+            try:
+                await asyncio.wait_for(self._readable(sock), deadline - self._loop.time())
+                got = sock.recv(min(left, 65536))
+            except (BlockingIOError, InterruptedError):
+                continue
+            except (asyncio.TimeoutError, OSError):
+                break
+            if not got:
+                break
+            left -= len(got)
         return False
+
+    async def _readable(self, sock: socket.socket) -> None:
+        """Wait until the raw (not yet wrapped) socket has something to read, or is closed."""
+        ready = self._loop.create_future()
+        self._loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            self._loop.remove_reader(sock.fileno())
 
     async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Close after the response: send FIN, then read what the client still sends (at most 1 s,
