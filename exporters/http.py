@@ -64,6 +64,7 @@ FD_RESERVE = 64
 WORKER_THREADS = 4
 MAX_HEADERS = 100
 MAX_DISCARDED_BODY = 65536
+LINGER_S = 1.0                  # after the answer, unread client bytes are read for at most this long
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
            413: "Content Too Large", 500: "Internal Server Error", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
            503: "Service Unavailable"}
@@ -393,7 +394,7 @@ class MetricsServer:
         # The request is still unread: closing now would reset the connection and could destroy the 400
         # before the client reads it.  Read what the client sends (as _linger does), then close.
         left = MAX_DISCARDED_BODY
-        deadline = self._loop.time() + 1.0
+        deadline = self._loop.time() + LINGER_S
         while left > 0:
             try:
                 await asyncio.wait_for(self._readable(sock), deadline - self._loop.time())
@@ -423,7 +424,7 @@ class MetricsServer:
             return
         writer.write_eof()
         try:
-            await asyncio.wait_for(reader.read(MAX_DISCARDED_BODY), 1.0)
+            await asyncio.wait_for(reader.read(MAX_DISCARDED_BODY), LINGER_S)
         except (asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
             pass
 
