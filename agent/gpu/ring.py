@@ -3,8 +3,9 @@
 NVML keeps a ring of recent GPU utilization samples (``nvmlDeviceGetSamples`` with
 ``NVML_GPU_UTILIZATION_SAMPLES``): each sample is the percent of time, during its sample
 period, that one or more kernels ran; its ``timeStamp`` (CPU wall clock, µs) ends that
-period, which began at the previous sample's timestamp (about 1/6 s earlier on current
-drivers).  The ring holds only a few seconds, so it is read every poll with the newest
+period, which began at the previous sample's timestamp (1/6 s earlier on the GPUs NVML's
+documentation describes; 200 ms on an H100 with driver 580.159.04, measured in
+tests/data/gpu/h100-duty.jsonl: the period is read off the samples, never assumed).  The ring holds only a few seconds, so it is read every poll with the newest
 timestamp seen so far (NVML returns only newer samples).
 
 Accounting, per GPU:
