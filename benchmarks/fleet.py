@@ -452,6 +452,11 @@ def run_fleet(n: int, headers, lines, seconds: float, repeats: int, compare: Opt
         res["rss_mib"] = rss_mib(proc.pid)
         res["scraped_per_node"] = statistics.median(
             float(r["value"][1]) for r in query(url, 'scrape_samples_scraped{job="teye"}'))
+        # Alert instances pending or firing: Prometheus expands every label and annotation of each
+        # one at every evaluation, so they, more than the expressions, set an alert group's time.
+        res["alerts"] = sorted(((r["metric"]["alertname"], r["metric"]["alertstate"], int(float(r["value"][1])))
+                                for r in query(url, "count by (alertname, alertstate) (ALERTS)")),
+                               key=lambda a: -a[2])
         # Live: panel queries while Prometheus keeps scraping and evaluating.
         res["queries"] = time_panels(url, time.time(), repeats)
         res["rss_mib_after_queries"] = rss_mib(proc.pid)
@@ -659,6 +664,10 @@ def report(results: List[dict]) -> None:
                       ("slowest panel query, live p95", lambda r: max(q[5] for q in r["queries"])),
                       ("slowest panel query, idle p95", lambda r: max(q[5] for q in r["idle_queries"]))):
         print(f"{label:<44}{col(f'{fn(r):.3f}' for r in results)}")
+    print("\n-- alert instances at the end of the run (pending/firing; each costs its labels' and annotations' "
+          "template expansions at every evaluation) --")
+    for r in results:
+        print(f"N={r['n']:<5} " + ", ".join(f"{name} {state} {k}" for name, state, k in r.get("alerts", [])))
     print("\n-- bad input (checked at the end of the bad-input phase) --")
     for r in results:
         for name, ok, detail in r["checks"]:
