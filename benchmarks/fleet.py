@@ -452,6 +452,17 @@ def run_fleet(n: int, headers, lines, seconds: float, repeats: int, compare: Opt
         res["rss_mib"] = rss_mib(proc.pid)
         res["scraped_per_node"] = statistics.median(
             float(r["value"][1]) for r in query(url, 'scrape_samples_scraped{job="teye"}'))
+        # Each rule's own last evaluation time, read three times one evaluation apart: which rules
+        # make a group slow (the API lists every alert instance too, so it is read only here).
+        per_rule: Dict[Tuple[str, str], list] = {}
+        for k in range(3):
+            if k:
+                time.sleep(15)
+            for g in api(url, "rules")[0]["groups"]:
+                for r in g["rules"]:
+                    per_rule.setdefault((g["name"], r["name"]), []).append(float(r.get("evaluationTime", 0.0)))
+        res["rules"] = sorted(((g, name, statistics.median(v)) for (g, name), v in per_rule.items()),
+                              key=lambda r: -r[2])
         # Alert instances pending or firing: Prometheus expands every label and annotation of each
         # one at every evaluation, so they, more than the expressions, set an alert group's time.
         res["alerts"] = sorted(((r["metric"]["alertname"], r["metric"]["alertstate"], int(float(r["value"][1])))
@@ -664,6 +675,10 @@ def report(results: List[dict]) -> None:
                       ("slowest panel query, live p95", lambda r: max(q[5] for q in r["queries"])),
                       ("slowest panel query, idle p95", lambda r: max(q[5] for q in r["idle_queries"]))):
         print(f"{label:<44}{col(f'{fn(r):.3f}' for r in results)}")
+    print("\n-- the slowest rules while ingesting (evaluationTime, median of 3 evaluations, seconds) --")
+    for r in results:
+        for g, name, t in r.get("rules", [])[:12]:
+            print(f"N={r['n']:<5} {t:.3f}  {g}: {name}")
     print("\n-- alert instances at the end of the run (pending/firing; each costs its labels' and annotations' "
           "template expansions at every evaluation) --")
     for r in results:
