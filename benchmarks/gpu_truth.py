@@ -26,6 +26,7 @@ is the one place that uses it).  In one run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -144,17 +145,36 @@ def main(argv=None):
     port = free_port()
     total = PAUSE_S + len(pattern) * (args.segment_seconds + PAUSE_S) + 8
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    agent_log = open(os.path.join(out, "agent.log"), "w")
-    agent = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{port}",
-                              "--phase-socket", sock, "--log-level", "info"], cwd=REPO, env=env,
-                             stdout=agent_log, stderr=subprocess.STDOUT)
-    rec_log = open(os.path.join(out, "record.log"), "w")
-    recorder = subprocess.Popen([sys.executable, "-m", "agent", "record", "--output", os.path.join(out, "trace.jsonl"),
-                                 "--duration", str(total), "--interval", "1"], cwd=REPO, env=env,
-                                stdout=rec_log, stderr=subprocess.STDOUT)
+    with contextlib.ExitStack() as stack:
+        segments, readings, final, smi_rows = _run(stack, args, pattern, out, sock, port, total, env, torch)
+    _report(args, torch, segments, readings, final, smi_rows, out)
+
+
+def _start(stack, argv, log_path, env=None):
+    """A subprocess writing to log_path, terminated (then waited for) when the stack closes."""
+    log = stack.enter_context(open(log_path, "w"))
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop():
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    stack.callback(stop)
+    return proc
+
+
+def _run(stack, args, pattern, out, sock, port, total, env, torch):
+    """Start the observers, drive the GPU, read /metrics around each segment."""
+    agent = _start(stack, [sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{port}",
+                           "--phase-socket", sock, "--log-level", "info"], os.path.join(out, "agent.log"), env)
+    recorder = _start(stack, [sys.executable, "-m", "agent", "record", "--output", os.path.join(out, "trace.jsonl"),
+                              "--duration", str(total), "--interval", "1"], os.path.join(out, "record.log"), env)
     smi_path = os.path.join(out, "nvidia-smi.csv")
-    smi = subprocess.Popen(["nvidia-smi", "-i", "0", "--query-gpu=timestamp,utilization.gpu,power.draw",
-                            "--format=csv,noheader,nounits", "-lms", "100"], stdout=open(smi_path, "w"))
+    smi = _start(stack, ["nvidia-smi", "-i", "0", "--query-gpu=timestamp,utilization.gpu,power.draw",
+                         "--format=csv,noheader,nounits", "-lms", "100"], smi_path)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz", proc=agent, timeout=60)
     dev = torch.device("cuda:0")
@@ -178,10 +198,11 @@ def main(argv=None):
         fh.write(final_text)
     smi.terminate()
     recorder.wait(timeout=total + 60)
-    agent.terminate()
-    agent.wait(timeout=30)
-    smi_rows = _read_smi(smi_path)
+    smi.wait(timeout=30)
+    return segments, readings, final, _read_smi(smi_path)
 
+
+def _report(args, torch, segments, readings, final, smi_rows, out):
     print(f"GPU: {torch.cuda.get_device_name(0)}; segments of {args.segment_seconds:g} s, {PAUSE_S:g} s idle between")
     print(f"{'segment':>14} {'steps':>5} {'truth busy s':>12} {'teye busy s':>11} {'ratio':>6} "
           f"{'smi busy s':>10} {'ratio':>6} {'wait share':>10} {'teye input':>10} {'gpu idle':>8} {'verdict':>9}")
