@@ -57,7 +57,9 @@ LOST = metric("teye_gpu_samples_lost_total", COUNTER,
               "Driver utilization samples that left the ring before teye read them (detected overruns).", _G)
 IDLE_GAPS = metric("teye_gpu_idle_gap_seconds", HISTOGRAM,
                    "Lengths of idle stretches: consecutive driver samples at or below gpu.busy_threshold, "
-                   "observed when the stretch ends.", _G, buckets=DEFAULT_GAP_BUCKETS)
+                   "observed when the stretch ends. A stretch shorter than one driver sample (1/6 s; 0.2 s on "
+                   "an H100) is not seen, though teye_gpu_busy_seconds_total still accounts for it exactly.", _G,
+                   buckets=DEFAULT_GAP_BUCKETS)
 MEMORY_USED = metric("teye_gpu_memory_used_bytes", GAUGE, "Device memory in use (NVML memory info v2 where the "
                      "driver has it: excludes driver-reserved memory, as nvidia-smi).", _G)
 MEMORY_TOTAL = metric("teye_gpu_memory_total_bytes", GAUGE, "Device memory size.", _G)
