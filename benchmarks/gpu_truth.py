@@ -12,8 +12,8 @@ is the one place that uses it).  In one run:
    (``duty-<busy>-<idle>``): each step sleeps ``idle`` ms inside a ``data_wait`` phase (the GPU
    has nothing to do), then keeps fp16 matrix products queued for ``busy`` ms inside a
    ``compute`` phase and waits for them.  The truth is taken on the host around each burst:
-   from the first launch to the end of ``torch.cuda.synchronize()`` (an upper bound on the
-   GPU's busy time by a few microseconds of launch latency).  Segments are separated by
+   from the first launch to the end of ``torch.cuda.synchronize()``: an upper bound on the
+   GPU's busy time (by launch and synchronize latency: measured 3-10 % of a 20-100 ms burst).  Segments are separated by
    3 s of idle, during which /metrics is read.
 3. Per segment, side by side: the truth's busy seconds, teye's (``teye_gpu_busy_seconds_total``
    between the readings around the segment), nvidia-smi's (mean ``utilization.gpu`` x
@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.conftest import parse_exposition  # noqa: E402
-from tests.procs import REPO, free_port, http_get, wait_http  # noqa: E402
+from tests.procs import REPO, Agent  # noqa: E402
 from workloads.phases import Reporter  # noqa: E402
 
 PAUSE_S = 3.0
@@ -60,10 +60,6 @@ def _gap_counts(metrics, gpu="0"):
         if n == "teye_gpu_idle_gap_seconds_bucket" and d.get("gpu") == gpu:
             out[d["le"]] = v
     return out
-
-
-def _scrape(url):
-    return parse_exposition(http_get(url + "/metrics"))
 
 
 def _burst(torch, a, b, busy_s):
@@ -142,11 +138,10 @@ def main(argv=None):
     os.makedirs(out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="teye-gt-")
     sock = os.path.join(tmp, "phases.sock")
-    port = free_port()
     total = PAUSE_S + len(pattern) * (args.segment_seconds + PAUSE_S) + 8
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with contextlib.ExitStack() as stack:
-        segments, readings, final, smi_rows = _run(stack, args, pattern, out, sock, port, total, env, torch)
+        segments, readings, final, smi_rows = _run(stack, args, pattern, out, sock, total, env, torch)
     _report(args, torch, segments, readings, final, smi_rows, out)
 
 
@@ -166,17 +161,15 @@ def _start(stack, argv, log_path, env=None):
     return proc
 
 
-def _run(stack, args, pattern, out, sock, port, total, env, torch):
+def _run(stack, args, pattern, out, sock, total, env, torch):
     """Start the observers, drive the GPU, read /metrics around each segment."""
-    agent = _start(stack, [sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{port}",
-                           "--phase-socket", sock, "--log-level", "info"], os.path.join(out, "agent.log"), env)
+    agent = Agent(["--phase-socket", sock, "--log-level", "info"], env, os.path.join(out, "agent.log"))
+    stack.callback(agent.stop)
     recorder = _start(stack, [sys.executable, "-m", "agent", "record", "--output", os.path.join(out, "trace.jsonl"),
                               "--duration", str(total), "--interval", "1"], os.path.join(out, "record.log"), env)
     smi_path = os.path.join(out, "nvidia-smi.csv")
     smi = _start(stack, ["nvidia-smi", "-i", "0", "--query-gpu=timestamp,utilization.gpu,power.draw",
                          "--format=csv,noheader,nounits", "-lms", "100"], smi_path)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/healthz", proc=agent, timeout=60)
     dev = torch.device("cuda:0")
     a = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
     b = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
@@ -184,15 +177,15 @@ def _run(stack, args, pattern, out, sock, port, total, env, torch):
         torch.matmul(a, b)
     torch.cuda.synchronize()
     time.sleep(PAUSE_S)
-    readings = [_scrape(url)]
+    readings = [parse_exposition(agent.metrics())]
     segments = []
     for busy_ms, idle_ms in pattern:
         seg = _segment(torch, a, b, sock, busy_ms, idle_ms, args.segment_seconds)
         time.sleep(PAUSE_S)
-        readings.append(_scrape(url))
+        readings.append(parse_exposition(agent.metrics()))
         segments.append(seg)
     time.sleep(2)
-    final_text = http_get(url + "/metrics")
+    final_text = agent.metrics()
     final = parse_exposition(final_text)
     with open(os.path.join(out, "metrics-final.txt"), "w") as fh:
         fh.write(final_text)
