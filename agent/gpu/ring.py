@@ -5,8 +5,9 @@ NVML keeps a ring of recent GPU utilization samples (``nvmlDeviceGetSamples`` wi
 period, that one or more kernels ran; its ``timeStamp`` (CPU wall clock, µs) ends that
 period, which began at the previous sample's timestamp (1/6 s earlier on the GPUs NVML's
 documentation describes; 200 ms on an H100 with driver 580.159.04, measured in
-tests/data/gpu/h100-duty.jsonl: the period is read off the samples, never assumed).  The ring holds only a few seconds, so it is read every poll with the newest
-timestamp seen so far (NVML returns only newer samples).
+tests/data/gpu/h100-duty.jsonl: the period is read off the samples, never assumed).  The
+ring holds only a few seconds, so it is read every poll with the newest timestamp seen so
+far (NVML returns only newer samples).
 
 Accounting, per GPU:
 
