@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run teye on a fresh Debian machine.
 #   ./dev.sh agent [teye agent flags...]   create .venv, install teye, run the agent (embedded defaults, :9835)
-#   ./dev.sh test  [pytest args...]        install test tools (Prometheus, promtool), create .venv with
-#                                          every extra, run the whole test suite
+#   ./dev.sh test  [pytest args...]        install test tools (Prometheus, promtool, a C compiler), create
+#                                          .venv with every extra, run the whole test suite
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -41,8 +41,13 @@ test)
     command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
     command -v amtool >/dev/null || need+=(prometheus-alertmanager)
     command -v systemd-analyze >/dev/null || need+=(systemd)
+    # the phase path's C helpers (agent/phases/_fast.c): the tests check them against the Python code
+    command -v cc >/dev/null && [ -e /usr/include/stdio.h ] || need+=(gcc libc6-dev)
+    "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+        || need+=(python3-dev)
     if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
     make_venv "[dev,workloads-cpu,dashboards,plots]"
+    export TEYE_REQUIRE_FAST=1  # a C helper that failed to build fails its tests instead of skipping them
     set +e
     "$VENV/bin/python" -m pytest "$@"
     rc=$?

@@ -4,7 +4,8 @@ Covers NVML (library, driver, CUDA, each GPU: GPM, MIG, utilization ring, ECC, X
 InfiniBand devices (<sysfs>/class/infiniband), NFS mounts (<procfs>/self/mountinfo and
 mountstats), perf events (<procfs>/sys/kernel/perf_event_paranoid), the permissions of
 /dev/nvidia*, then one line per hardware-counter group (core cycles/instructions, floating point,
-memory and PCIe bandwidth: supported, or why not).  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
+memory and PCIe bandwidth: supported, or why not), and whether the phase path runs its compiled
+helpers (agent/phases/fast.py).  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
 with the GPU source off (teye_collector_up{collector="gpu"} = 0).
 """
 from __future__ import annotations
@@ -150,6 +151,11 @@ def pmu_lines(sysfs: str, procfs: str, reader=None) -> List[str]:
             for g, ok, detail in probe(sysfs, procfs, reader)]
 
 
+def phase_path_line() -> str:
+    from .phases import fast
+    return f"phase path: C helpers (receive, decode) {fast.STATUS}"
+
+
 def device_line(dev_root: str = "/dev") -> str:
     nodes = sorted(glob.glob(os.path.join(dev_root, "nvidia*")))
     nodes = [n for n in nodes if not os.path.isdir(n)]
@@ -193,6 +199,7 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     lines.append(perf_line(cfg["procfs"], euid))
     lines.append(device_line(dev_root))
     lines.extend(pmu_lines(cfg["sysfs"], cfg["procfs"]))
+    lines.append(phase_path_line())
     return lines
 
 

@@ -2,10 +2,13 @@
 
     python benchmarks/phases.py [--rate 10000] [--seconds 5] [--steps 60]
     python benchmarks/phases.py --baseline DIR [--rounds 3]   # before/after, in one run
+    python benchmarks/phases.py --pure-python [--rounds 3]    # C helpers against the Python path
 
 With ``--baseline DIR`` (another checkout, e.g. ``git archive 7803461 | tar -x -C DIR``), 1 and 2
 run for both trees, alternating, --rounds times (each agent from its own tree, each client from
-its own workloads/phases.py), and the medians are printed side by side with their ratio.
+its own workloads/phases.py), and the medians are printed side by side with their ratio.  With
+``--pure-python`` the two sides are this tree's agent with its compiled helpers
+(agent/phases/_fast.c) and the same agent with ``TEYE_PURE_PYTHON=1``.
 
 1. Agent CPU at --rate phase messages/s: a real `teye agent` (phases + cpu collectors) on a
    private socket; a sender paces typical per-step datagrams (2 phases + 1 step record) at
@@ -41,7 +44,7 @@ from workloads.phases import Reporter  # noqa: E402
 
 
 
-def start_agent(tmp: str, tree: str = REPO):
+def start_agent(tmp: str, tree: str = REPO, env=None):
     sock = os.path.join(tmp, "phases.sock")
     conf = os.path.join(tmp, "teye.yaml")
     with open(conf, "w") as fh:
@@ -52,7 +55,7 @@ def start_agent(tmp: str, tree: str = REPO):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--config", conf, "--procfs", PROCFS,
                              "--listen", f"127.0.0.1:{port}", "--phase-socket", sock, "--log-level", "error"],
-                            cwd=tree)
+                            cwd=tree, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz", proc=proc)
     return proc, url, sock
@@ -131,7 +134,7 @@ def breakdown(repeat: int = 5, n: int = 20000):
     from agent.context import AgentContext
     from agent.config import defaults
     from agent.phases.jobs import JobTable
-    from agent.phases.protocol import _DECODER, decode
+    from agent.phases.protocol import _DECODER, decode, decode_python
     t = time.monotonic_ns()
     msgs = [json.dumps({"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t - 3_000_000, t - 2_000_000],
                                                                     ["compute", t - 2_000_000, t]],
@@ -139,7 +142,7 @@ def breakdown(repeat: int = 5, n: int = 20000):
     table = JobTable(defaults()["phases"], AgentContext())
     now = time.monotonic_ns()
     parts = {"json": lambda m: _DECODER.decode(m.decode("utf-8")), "decode": lambda m: decode(m, now),
-             "handle": lambda m: table.handle(m, 4242, 0, now)}
+             "decode_python": lambda m: decode_python(m, now), "handle": lambda m: table.handle(m, 4242, 0, now)}
     out = {k: [] for k in parts}
     for _ in range(repeat):
         for k, fn in parts.items():
@@ -181,17 +184,25 @@ def per_message_us(cpu) -> float:
 
 
 def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
-    """Agent CPU per message and client overhead per phase, this tree against baseline, alternating."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("baseline_phases", os.path.join(baseline, "workloads", "phases.py"))
-    old = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(old)
-    trees = {"this tree": (REPO, Reporter), "baseline": (os.path.abspath(baseline), old.Reporter)}
+    """Agent CPU per message and client overhead per phase, two sides alternating.
+
+    baseline: another checkout's directory, or "pure-python" (this tree with TEYE_PURE_PYTHON=1)."""
+    if baseline == "pure-python":
+        trees = {"this tree": (REPO, Reporter, {}), "baseline": (REPO, Reporter, {"TEYE_PURE_PYTHON": "1"})}
+        what = "this tree with TEYE_PURE_PYTHON=1 (no C helpers)"
+    else:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("baseline_phases",
+                                                      os.path.join(baseline, "workloads", "phases.py"))
+        old = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(old)
+        trees = {"this tree": (REPO, Reporter, {}), "baseline": (os.path.abspath(baseline), old.Reporter, {})}
+        what = trees["baseline"][0]
     got = {k: {"agent": [], "phase": [], "step": [], "amortized": []} for k in trees}
     for _ in range(rounds):
-        for name, (tree, reporter) in trees.items():
+        for name, (tree, reporter, env) in trees.items():
             tmp = tempfile.mkdtemp(prefix="teye-bench-")
-            proc, url, sock = start_agent(tmp, tree)
+            proc, url, sock = start_agent(tmp, tree, env)
             try:
                 got[name]["agent"].append(per_message_us(agent_cpu(proc, sock, rate, seconds)))
                 over = client_overhead(sock, reporter=reporter)
@@ -205,7 +216,9 @@ def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
             ("client: with rep.phase() above an empty `with` (us)", "phase"),
             ("client: rep.step() incl. encoding + send (us)", "step"),
             ("client: overhead per phase, 3 phases/step (us)", "amortized"))
-    print(f"medians of {rounds} alternating rounds; baseline = {trees['baseline'][0]}")
+    from agent.phases import fast
+    print(f"medians of {rounds} alternating rounds; this tree's phase path: C helpers {fast.STATUS}; "
+          f"baseline = {what}")
     print(f"{'':54}{'this tree':>11}{'baseline':>11}{'ratio':>8}")
     for label, key in rows:
         a, b = statistics.median(got["this tree"][key]), statistics.median(got["baseline"][key])
@@ -220,10 +233,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--baseline", metavar="DIR", help="another checkout to compare with (agent and client)")
+    ap.add_argument("--pure-python", action="store_true",
+                    help="compare this tree with its C helpers against the same tree with TEYE_PURE_PYTHON=1")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    if args.baseline:
-        return compare(args.baseline, args.rounds, args.rate, args.seconds)
+    if args.baseline or args.pure_python:
+        return compare("pure-python" if args.pure_python else args.baseline, args.rounds, args.rate, args.seconds)
     tmp = tempfile.mkdtemp(prefix="teye-bench-")
     proc, url, sock = start_agent(tmp)
     try:
@@ -235,6 +250,8 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(10)
+    from agent.phases import fast
+    print(f"phase path: C helpers {fast.STATUS}")
     print(f"{'measure':<52} {'value':>12}")
     print("-" * 65)
     print(f"{'agent CPU, idle baseline (share of one core)':<52} {100 * cpu['idle_cpu']:>11.1f}%")
@@ -250,7 +267,8 @@ def main() -> int:
           f"{over['step_send_us']:>6.2f}/{over['step_send_p99_us']:.1f}us")
     print(f"{'client: overhead per phase, 3 phases/step, amortized':<52} {over['per_phase_amortized_us']:>10.2f}us")
     print(f"{'in process: JSON parse of a datagram':<52} {parts['json']:>10.2f}us")
-    print(f"{'in process: protocol.decode (JSON + validation)':<52} {parts['decode']:>10.2f}us")
+    print(f"{'in process: protocol.decode (this path, see below)':<52} {parts['decode']:>10.2f}us")
+    print(f"{'in process: protocol.decode_python (JSON + checks)':<52} {parts['decode_python']:>10.2f}us")
     print(f"{'in process: JobTable.handle (decode + table update)':<52} {parts['handle']:>10.2f}us")
     print()
     print(f"{'injected wait/compute ms':<26}{'truth':>8}{'agent':>8}{'error':>8}  verdict")

@@ -16,12 +16,18 @@ the kernel (SCM_CREDENTIALS).
 with one of :data:`REASONS`; every rejection is counted by reason in
 ``teye_phase_messages_total{result}``.  Unknown keys are ignored (forward compatible
 within version 1); a different ``v`` is ``unknown_version``.
+
+:func:`decode_python` is the specification.  Where the compiled helper is built (see
+``agent/phases/fast.py``), :func:`decode` first tries it: it returns the same Message for the
+usual valid datagram and declines everything else, which then goes through ``decode_python``.
 """
 from __future__ import annotations
 
 import json
 import re
 from typing import NamedTuple, Tuple
+
+from . import fast as _speed
 
 VERSION = 1
 
@@ -118,8 +124,27 @@ def _span_error(s, e, now_ns: int, limits: Limits, what: str) -> Rejected:
                                  "use CLOCK_MONOTONIC (time.monotonic_ns())")
 
 
+if _speed.module is not None:
+    _speed.module.init(Message, PHASES)
+    _fast_decode = _speed.module.decode
+else:
+    _fast_decode = None
+
+
 def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     """Validate one datagram; raises Rejected(reason, detail)."""
+    if _fast_decode is not None and len(data) <= limits.max_bytes:
+        # Bounds clamped to -1..MAX_NS (a valid time is in 0..MAX_NS): the same test, in 64 bits.
+        lo = min(MAX_NS, max(-1, now_ns - limits.max_age_ns))
+        hi = min(MAX_NS, max(-1, now_ns + limits.future_slack_ns))
+        msg = _fast_decode(data, lo, hi, limits.max_records)
+        if msg is not None:
+            return msg
+    return decode_python(data, now_ns, limits)
+
+
+def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
+    """decode() in Python: the specification, and the path for whatever the compiled helper declines."""
     if len(data) > limits.max_bytes:
         raise Rejected("too_large", f"{len(data)} bytes (limit {limits.max_bytes})")
     try:

@@ -14,6 +14,7 @@ from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
 from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
 from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
+from . import fast as _speed
 from .receiver import Receiver, open_socket
 from .verdict import CAUSES, KINDS
 
@@ -135,7 +136,7 @@ class PhaseSource:
         self.receiver.start()
         if self.probe is not None:
             self.probe.start()
-        log.info("receiving training-job phases on %s", path)
+        log.info("receiving training-job phases on %s (C helpers %s)", path, _speed.STATUS)
 
     def collect(self, force: bool = False) -> PhasesReading:
         now = self.ctx.clock()

@@ -27,6 +27,12 @@ def test_doctor_on_this_machine_exits_0_and_says_whether_there_is_a_gpu():
         assert 'teye_collector_up{collector="gpu"} = 0' in lines[0]
     else:
         assert lines[0].startswith("nvml: ok")
+    # the phase path's helpers, as this checkout has them
+    from agent.phases import fast
+    assert lines[-1] == f"phase path: C helpers (receive, decode) {fast.STATUS}"
+    p = subprocess.run([sys.executable, "-m", "agent", "doctor"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "TEYE_PURE_PYTHON": "1"})
+    assert p.stdout.splitlines()[-1] == "phase path: C helpers (receive, decode) off: TEYE_PURE_PYTHON is set"
 
 
 def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
@@ -54,10 +60,11 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert lines[6].startswith("perf events: not available")
     assert lines[7].startswith("permissions: nvidia0 -rw-rw-rw- ")
     assert "nvidia1 ---------- " in lines[7] and lines[7].count("NOT read/writable") in (0, 1)
-    assert [line.split(":")[0] for line in lines[8:]] == [  # then one line per hardware-counter group
+    assert [line.split(":")[0] for line in lines[8:12]] == [  # then one line per hardware-counter group
         "pmu core cycles/instructions", "pmu floating point", "pmu memory bandwidth", "pmu PCIe bandwidth"]
-    assert all("not supported: no hardware PMU" in line for line in lines[8:])
-    assert len(lines) == 12  # one line each
+    assert all("not supported: no hardware PMU" in line for line in lines[8:12])
+    assert lines[12].startswith("phase path: C helpers (receive, decode) ")
+    assert len(lines) == 13  # one line each
     fake.gpus[2].lost = False
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)
     assert "MIG on (2 instances: 2/1, 2/5)" in lines[3]

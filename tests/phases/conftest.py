@@ -26,3 +26,17 @@ def listener(sockdir):
     s.settimeout(2.0)
     yield path, s
     s.close()
+
+
+@pytest.fixture(params=["compiled", "python"])
+def phase_path(request, monkeypatch):
+    """Runs a test on the compiled helpers (agent/phases/_fast.c) and again on the Python code alone."""
+    from agent.phases import fast, protocol
+    if request.param == "python":
+        monkeypatch.setattr(protocol, "_fast_decode", None)
+        monkeypatch.setattr(fast, "module", None)  # receivers created from now on call recvmsg themselves
+    elif fast.module is None:
+        if os.environ.get("TEYE_REQUIRE_FAST"):
+            pytest.fail(f"TEYE_REQUIRE_FAST is set but the C helpers are {fast.STATUS}", pytrace=False)
+        pytest.skip(f"the C helpers are {fast.STATUS}")
+    return request.param

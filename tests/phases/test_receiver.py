@@ -21,6 +21,8 @@ from agent.config import defaults
 from tests.conftest import PROCFS
 from tests.phases.helpers import MS, phases_cfg
 
+pytestmark = pytest.mark.usefixtures("phase_path")
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -38,10 +40,11 @@ def _send(path, data):
         s.sendto(data, path)
 
 
-def test_messages_are_attributed_with_kernel_credentials(sockdir):
+def test_messages_are_attributed_with_kernel_credentials(sockdir, phase_path):
     path = os.path.join(sockdir, "p.sock")
     src = PhaseSource(phases_cfg(), AgentContext(), socket_path=path)
     try:
+        assert (src.receiver._recv_batch is None) == (phase_path == "python")
         assert oct(os.stat(path).st_mode & 0o777) == "0o666"
         t = time.monotonic_ns()
         _send(path, encode("train", [("data_wait", t - 30 * MS, t - 20 * MS), ("compute", t - 20 * MS, t)],

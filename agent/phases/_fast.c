@@ -1,0 +1,494 @@
+/* The phase path's two hot spots in C: receiving datagrams with their credentials, and decoding
+ * the usual valid message.  Optional: setup.py builds it when a C compiler and Python's headers
+ * are there, and agent/phases falls back to the Python code when it is not (see docs/phases.md).
+ *
+ * decode() accepts only a strict subset of protocol version 1 and returns None for everything
+ * else, so that protocol.decode (the Python code, which is the specification) judges it: its
+ * rejection reasons and messages are written once.  The subset: ASCII bytes, JSON whitespace
+ * anywhere between tokens, an object whose keys are some of v, job, phases, steps, cvd, dropped,
+ * each at most once and without escapes; v the integer 1; a valid job name; records that pass
+ * every check; integers written as JSON integers without sign, fraction or exponent, below 10^18.
+ * On that subset it returns exactly what protocol.decode returns (tests/phases/test_fast.py checks
+ * it against the Python code on generated and mutated datagrams).
+ *
+ * recv_batch() blocks (without the GIL) for one datagram, then takes what else is queued without
+ * blocking, up to max_n: one trip through the interpreter for a burst instead of one per datagram.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#define MAX_INTERVAL_NS 86400000000000LL /* protocol.MAX_INTERVAL_NS */
+#define MAX_SAMPLES 1000000000LL         /* protocol.MAX_SAMPLES */
+#define MAX_CVD_CHARS 512                /* protocol.MAX_CVD_CHARS */
+#define MAX_NAME 128                     /* protocol.JOB_NAME: 1 + up to 127 characters */
+#define NPHASES 7
+
+/* Set by init(): the Message type, the phase names (protocol.PHASES, "other" last) as str objects. */
+static PyTypeObject *message_type = NULL;
+static PyObject *phase_names[NPHASES];
+static const char *phase_chars[NPHASES];
+static Py_ssize_t phase_lens[NPHASES];
+static int ready = 0;
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} Cursor;
+
+static inline void ws(Cursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static inline int eat(Cursor *c, unsigned char ch)
+{
+    ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A string without escapes: printable ASCII but '"' and '\\'.  Sets *s, *n; 0 if outside the subset. */
+static int string(Cursor *c, const char **s, Py_ssize_t *n)
+{
+    if (!eat(c, '"'))
+        return 0;
+    const unsigned char *start = c->p;
+    while (c->p < c->end) {
+        unsigned char ch = *c->p;
+        if (ch == '"') {
+            *s = (const char *)start;
+            *n = c->p - start;
+            c->p++;
+            return 1;
+        }
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80)
+            return 0;
+        c->p++;
+    }
+    return 0;
+}
+
+/* A JSON integer without sign, fraction or exponent, below 10^18. */
+static int integer(Cursor *c, int64_t *out)
+{
+    ws(c);
+    const unsigned char *start = c->p;
+    int64_t v = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        if (c->p - start >= 18)
+            return 0;
+        v = v * 10 + (*c->p - '0');
+        c->p++;
+    }
+    Py_ssize_t digits = c->p - start;
+    if (digits == 0 || (digits > 1 && *start == '0'))
+        return 0;
+    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static inline int literal(Cursor *c, const char *word, Py_ssize_t n)
+{
+    ws(c);
+    if (c->end - c->p >= n && memcmp(c->p, word, n) == 0) {
+        c->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+static int name_char(unsigned char ch, int first)
+{
+    if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'))
+        return 1;
+    return !first && (ch == '_' || ch == '.' || ch == ':' || ch == '@' || ch == '+' || ch == '=' || ch == '-');
+}
+
+static inline int good_span(int64_t s, int64_t e, int64_t lo, int64_t hi)
+{
+    /* protocol.decode: 0 <= s <= e <= hi and e >= lo and e - s <= MAX_INTERVAL_NS (s, e >= 0 here) */
+    return s <= e && e <= hi && e >= lo && e - s <= MAX_INTERVAL_NS;
+}
+
+static PyObject *phase_name(const char *s, Py_ssize_t n)
+{
+    for (int i = 0; i < NPHASES; i++)
+        if (n == phase_lens[i] && memcmp(s, phase_chars[i], n) == 0)
+            return phase_names[i];
+    return phase_names[NPHASES - 1]; /* "other" */
+}
+
+/* Appends 3-tuples to list; returns 1, 0 (outside the subset) or -1 (Python error). */
+static int records(Cursor *c, PyObject *list, int is_phase, int64_t lo, int64_t hi, Py_ssize_t *count)
+{
+    if (!eat(c, '['))
+        return 0;
+    if (eat(c, ']'))
+        return 1;
+    do {
+        const char *s = NULL;
+        Py_ssize_t n = 0;
+        int64_t a, b, x = 0;
+        if (!eat(c, '['))
+            return 0;
+        if (is_phase) {
+            if (!string(c, &s, &n) || !eat(c, ','))
+                return 0;
+        }
+        if (!integer(c, &a) || !eat(c, ',') || !integer(c, &b))
+            return 0;
+        if (!is_phase && (!eat(c, ',') || !integer(c, &x) || x > MAX_SAMPLES))
+            return 0;
+        if (!eat(c, ']') || !good_span(a, b, lo, hi))
+            return 0;
+        PyObject *first = is_phase ? phase_name(s, n) : PyLong_FromLongLong(a);
+        if (first == NULL)
+            return -1;
+        if (is_phase)
+            Py_INCREF(first);
+        PyObject *rec = PyTuple_New(3);
+        if (rec == NULL) {
+            Py_DECREF(first);
+            return -1;
+        }
+        PyTuple_SET_ITEM(rec, 0, first);
+        PyObject *second = PyLong_FromLongLong(is_phase ? a : b);
+        PyObject *third = second ? PyLong_FromLongLong(is_phase ? b : x) : NULL;
+        if (third == NULL) {
+            Py_XDECREF(second);
+            Py_DECREF(rec);
+            return -1;
+        }
+        PyTuple_SET_ITEM(rec, 1, second);
+        PyTuple_SET_ITEM(rec, 2, third);
+        int err = PyList_Append(list, rec);
+        Py_DECREF(rec);
+        if (err < 0)
+            return -1;
+        (*count)++;
+    } while (eat(c, ','));
+    return eat(c, ']');
+}
+
+/* protocol.decode's cvd: tuple(p.strip() for p in raw.split(",") if p.strip()); only ' ' can be
+ * whitespace here (control characters are not in the subset). */
+static PyObject *split_cvd(const char *s, Py_ssize_t n)
+{
+    PyObject *parts = PyList_New(0);
+    if (parts == NULL)
+        return NULL;
+    Py_ssize_t i = 0;
+    while (i <= n) {
+        Py_ssize_t j = i;
+        while (j < n && s[j] != ',')
+            j++;
+        Py_ssize_t a = i, b = j;
+        while (a < b && s[a] == ' ')
+            a++;
+        while (b > a && s[b - 1] == ' ')
+            b--;
+        if (b > a) {
+            PyObject *part = PyUnicode_DecodeASCII(s + a, b - a, NULL);
+            if (part == NULL || PyList_Append(parts, part) < 0) {
+                Py_XDECREF(part);
+                Py_DECREF(parts);
+                return NULL;
+            }
+            Py_DECREF(part);
+        }
+        i = j + 1;
+    }
+    PyObject *out = PyList_AsTuple(parts);
+    Py_DECREF(parts);
+    return out;
+}
+
+enum { K_V = 1, K_JOB = 2, K_PHASES = 4, K_STEPS = 8, K_CVD = 16, K_DROPPED = 32 };
+
+static int key_of(const char *s, Py_ssize_t n)
+{
+    switch (n) {
+    case 1: return s[0] == 'v' ? K_V : 0;
+    case 3: return memcmp(s, "job", 3) == 0 ? K_JOB : (memcmp(s, "cvd", 3) == 0 ? K_CVD : 0);
+    case 5: return memcmp(s, "steps", 5) == 0 ? K_STEPS : 0;
+    case 6: return memcmp(s, "phases", 6) == 0 ? K_PHASES : 0;
+    case 7: return memcmp(s, "dropped", 7) == 0 ? K_DROPPED : 0;
+    default: return 0;
+    }
+}
+
+/* The body of decode(): 1 with *out set, 0 outside the subset, -1 on a Python error. */
+static int decode_subset(Cursor *c, int64_t lo, int64_t hi, Py_ssize_t max_records, PyObject *phases,
+                         PyObject *steps, PyObject **out)
+{
+    int seen = 0;
+    int64_t v = -1, dropped = 0;
+    const char *job = NULL, *cvd = NULL;
+    Py_ssize_t job_n = 0, cvd_n = 0, count = 0;
+    if (!eat(c, '{'))
+        return 0;
+    if (!eat(c, '}')) {
+        do {
+            const char *k;
+            Py_ssize_t kn;
+            if (!string(c, &k, &kn) || !eat(c, ':'))
+                return 0;
+            int key = key_of(k, kn);
+            if (key == 0 || (seen & key))
+                return 0; /* an unknown key (ignored by the protocol) or a repeated one: Python decides */
+            seen |= key;
+            int r = 1;
+            switch (key) {
+            case K_V:
+                r = integer(c, &v);
+                break;
+            case K_JOB:
+                r = string(c, &job, &job_n);
+                break;
+            case K_PHASES:
+                r = records(c, phases, 1, lo, hi, &count);
+                break;
+            case K_STEPS:
+                r = records(c, steps, 0, lo, hi, &count);
+                break;
+            case K_CVD:
+                if (literal(c, "null", 4))
+                    cvd = NULL;
+                else
+                    r = string(c, &cvd, &cvd_n) && cvd_n <= MAX_CVD_CHARS;
+                break;
+            case K_DROPPED:
+                r = integer(c, &dropped);
+                break;
+            }
+            if (r <= 0)
+                return r;
+        } while (eat(c, ','));
+        if (!eat(c, '}'))
+            return 0;
+    }
+    ws(c);
+    if (c->p != c->end || !(seen & K_V) || !(seen & K_JOB) || v != 1 || count > max_records)
+        return 0;
+    if (job_n < 1 || job_n > MAX_NAME || !name_char((unsigned char)job[0], 1))
+        return 0;
+    for (Py_ssize_t i = 1; i < job_n; i++)
+        if (!name_char((unsigned char)job[i], 0))
+            return 0;
+
+    PyObject *msg = message_type->tp_alloc(message_type, 5);
+    if (msg == NULL)
+        return -1;
+    PyObject *items[5];
+    items[0] = PyUnicode_DecodeASCII(job, job_n, NULL);
+    items[1] = PyList_AsTuple(phases);
+    items[2] = PyList_AsTuple(steps);
+    items[3] = cvd ? split_cvd(cvd, cvd_n) : PyTuple_New(0);
+    items[4] = PyLong_FromLongLong(dropped);
+    for (int i = 0; i < 5; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 5; j++)
+                Py_XDECREF(items[j]);
+            Py_DECREF(msg);
+            return -1;
+        }
+    }
+    for (int i = 0; i < 5; i++)
+        PyTuple_SET_ITEM(msg, i, items[i]);
+    *out = msg;
+    return 1;
+}
+
+static PyObject *fast_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "decode(data, lo_ns, hi_ns, max_records)");
+        return NULL;
+    }
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init() was not called");
+        return NULL;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    long long lo = PyLong_AsLongLong(args[1]);
+    long long hi = PyErr_Occurred() ? 0 : PyLong_AsLongLong(args[2]);
+    Py_ssize_t max_records = PyErr_Occurred() ? 0 : PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *phases = PyList_New(0), *steps = PyList_New(0), *out = NULL;
+    int r = -1;
+    if (phases && steps) {
+        Cursor c = {(const unsigned char *)buf.buf, (const unsigned char *)buf.buf + buf.len};
+        r = decode_subset(&c, lo, hi, max_records, phases, steps, &out);
+    }
+    Py_XDECREF(phases);
+    Py_XDECREF(steps);
+    PyBuffer_Release(&buf);
+    if (r < 0)
+        return NULL;
+    if (r == 0)
+        Py_RETURN_NONE;
+    return out;
+}
+
+static PyObject *fast_init(PyObject *self, PyObject *args)
+{
+    PyObject *type, *names;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &type, &PyTuple_Type, &names))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) || PyTuple_GET_SIZE(names) != NPHASES) {
+        PyErr_SetString(PyExc_ValueError, "init(Message, PHASES): a tuple subclass and 7 phase names");
+        return NULL;
+    }
+    for (int i = 0; i < NPHASES; i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_Check(n) || !PyUnicode_IS_ASCII(n)) {
+            PyErr_SetString(PyExc_ValueError, "phase names must be ASCII str");
+            return NULL;
+        }
+    }
+    if (strcmp(PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, NPHASES - 1)), "other") != 0) {
+        PyErr_SetString(PyExc_ValueError, "the last phase name must be 'other'");
+        return NULL;
+    }
+    for (int i = 0; i < NPHASES; i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, i);
+        Py_INCREF(n);
+        Py_XSETREF(phase_names[i], n);
+        phase_chars[i] = PyUnicode_AsUTF8AndSize(n, &phase_lens[i]);
+    }
+    Py_INCREF(type);
+    Py_XSETREF(message_type, (PyTypeObject *)type);
+    ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* One received datagram as (data, pid, uid); pid and uid None without SCM_CREDENTIALS. */
+static PyObject *datagram(const char *data, ssize_t n, struct msghdr *mh)
+{
+    int have = 0;
+    struct ucred cred;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
+            cm->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            memcpy(&cred, CMSG_DATA(cm), sizeof cred);
+            have = 1;
+        }
+    }
+    if (have)
+        return Py_BuildValue("(y#lk)", data, (Py_ssize_t)n, (long)cred.pid, (unsigned long)cred.uid);
+    return Py_BuildValue("(y#OO)", data, (Py_ssize_t)n, Py_None, Py_None);
+}
+
+static PyObject *fast_recv_batch(PyObject *self, PyObject *args)
+{
+    int fd;
+    Py_ssize_t bufsize, max_n;
+    if (!PyArg_ParseTuple(args, "inn", &fd, &bufsize, &max_n))
+        return NULL;
+    if (bufsize < 1 || max_n < 1) {
+        PyErr_SetString(PyExc_ValueError, "recv_batch: bufsize and max_n must be positive");
+        return NULL;
+    }
+    char *data = PyMem_RawMalloc(bufsize);
+    if (data == NULL)
+        return PyErr_NoMemory();
+    /* room for the credentials and nothing more, as the Python receiver asks: file descriptors
+     * a sender attaches (SCM_RIGHTS) do not fit, so the kernel never installs them here */
+    union {
+        char buf[CMSG_SPACE(sizeof(struct ucred))];
+        struct cmsghdr align;
+    } control;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        PyMem_RawFree(data);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < max_n; i++) {
+        struct iovec iov = {data, (size_t)bufsize};
+        struct msghdr mh;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = control.buf;
+        mh.msg_controllen = sizeof control.buf;
+        ssize_t n;
+        int err;
+        if (i == 0) {
+            /* the first datagram: wait for it without the GIL; EINTR runs signal handlers and retries */
+            for (;;) {
+                Py_BEGIN_ALLOW_THREADS
+                n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+                err = errno;
+                Py_END_ALLOW_THREADS
+                if (n >= 0 || err != EINTR)
+                    break;
+                if (PyErr_CheckSignals() < 0) {
+                    PyMem_RawFree(data);
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                mh.msg_controllen = sizeof control.buf;
+            }
+            if (n < 0) {
+                PyMem_RawFree(data);
+                Py_DECREF(out);
+                errno = err;
+                return PyErr_SetFromErrno(PyExc_OSError);
+            }
+        } else {
+            /* the rest of the burst, without blocking and without releasing the GIL (a syscall
+             * that returns at once); any error ends the batch and the next call reports it */
+            n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+            if (n < 0)
+                break;
+        }
+        PyObject *t = datagram(data, n, &mh);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            PyMem_RawFree(data);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+        if (n == 0)
+            break; /* an empty datagram is the receiver's wake-up call: hand it over now */
+    }
+    PyMem_RawFree(data);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"init", fast_init, METH_VARARGS, "init(Message, PHASES): the types decode() builds"},
+    {"decode", (PyCFunction)(void (*)(void))fast_decode, METH_FASTCALL,
+     "decode(data, lo_ns, hi_ns, max_records) -> Message, or None outside the subset C handles"},
+    {"recv_batch", fast_recv_batch, METH_VARARGS,
+     "recv_batch(fd, bufsize, max_n) -> [(data, pid, uid)]: block for one datagram, then take up to "
+     "max_n - 1 more that are queued"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "agent.phases._fast",
+                                    "The phase path's receive and decode in C (optional).", -1, methods};
+
+PyMODINIT_FUNC PyInit__fast(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,281 @@
+"""The phase path's C helpers against the Python code they speed up (agent/phases/_fast.c).
+
+decode(): on every datagram it either declines (None) or returns exactly what the Python
+decoder returns, and it does not decline what the clients send.  recv_batch(): the datagrams,
+in order, with the kernel's credentials, truncated like recvmsg, never installing a sender's
+file descriptors.
+"""
+from __future__ import annotations
+
+import array
+import json
+import os
+import socket
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from agent.phases import fast
+from agent.phases.protocol import MAX_INTERVAL_NS, PHASES, Limits, Message, Rejected, decode, decode_python, encode
+from tests.phases.helpers import S
+from tests.phases.test_protocol import BAD, NOW as PROTOCOL_NOW, json_values, near_valid
+from workloads.phases import _encode as client_encode
+
+if fast.module is None:
+    if os.environ.get("TEYE_REQUIRE_FAST"):
+        pytest.fail(f"TEYE_REQUIRE_FAST is set but the C helpers are {fast.STATUS}", pytrace=False)
+    pytest.skip(f"the C helpers are {fast.STATUS}", allow_module_level=True)
+
+NOW = 200_000 * S  # more than a day of CLOCK_MONOTONIC, so that a day-long step fits
+T = NOW - S
+LIMITS = Limits(max_bytes=65536, max_records=8, max_age_ns=300 * S, future_slack_ns=5 * S)
+LO, HI = NOW - LIMITS.max_age_ns, NOW + LIMITS.future_slack_ns
+
+
+def c_decode(data: bytes, now: int = NOW, limits: Limits = LIMITS):
+    return fast.module.decode(data, now - limits.max_age_ns, now + limits.future_slack_ns, limits.max_records)
+
+
+def python_decode(data: bytes):
+    try:
+        return decode_python(data, NOW, LIMITS)
+    except Rejected as r:
+        return r.reason
+
+
+def assert_agrees(data: bytes):
+    """The C decoder declines, or returns the Python decoder's Message (same values, same type)."""
+    got = c_decode(data)
+    if got is not None:
+        want = python_decode(data)
+        assert got == want, data
+        assert type(got) is Message and all(type(p[0]) is str for p in got.phases)
+    return got
+
+
+def test_declines_every_malformed_kind_so_python_gives_the_reason():
+    for _reason, data in BAD:
+        assert c_decode(data, PROTOCOL_NOW) is None
+        assert c_decode(data, PROTOCOL_NOW, Limits()) is None
+
+
+EDGES = [
+    # (datagram, whether the C decoder takes it)
+    (b'{"v":1,"job":"j"}', True),
+    (b' \t\r\n{ "v" : 1 , "job" : "j" } \n', True),                 # JSON whitespace anywhere
+    (b'{"job":"j","v":1}', True),                                   # any key order
+    (b'{}', False),
+    (b'{"v":1,"job":"j","v":1}', False),                            # a repeated key: Python keeps the last
+    (b'{"v":1,"job":"j","future":[1,{"a":2}]}', False),             # an unknown key: Python ignores it
+    (b'{"v":01,"job":"j"}', False),                                  # not JSON
+    (b'{"v":1.0,"job":"j"}', False),                                 # a float
+    (b'{"v":1e0,"job":"j"}', False),
+    (b'{"v":-1,"job":"j"}', False),
+    (b'{"v":2,"job":"j"}', False),
+    (b'{"v":true,"job":"j"}', False),
+    (b'{"v":1,"job":"j\\u0041"}', False),                            # escapes: Python's business
+    ('{"v":1,"job":"jé"}'.encode(), False),                          # non-ASCII
+    (b'{"v":1,"job":"' + b"x" * 128 + b'"}', True),                  # the longest job name
+    (b'{"v":1,"job":"' + b"x" * 129 + b'"}', False),
+    (b'{"v":1,"job":"-x"}', False),                                  # a name starts with a letter or digit
+    (b'{"v":1,"job":"a_.:@+=-Z9"}', True),
+    (b'{"v":1,"job":"j","cvd":null}', True),
+    (b'{"v":1,"job":"j","cvd":""}', True),
+    (b'{"v":1,"job":"j","cvd":" 0 , ,GPU-1,,  "}', True),
+    (b'{"v":1,"job":"j","cvd":"' + b"0" * 512 + b'"}', True),
+    (b'{"v":1,"job":"j","cvd":"' + b"0" * 513 + b'"}', False),
+    (b'{"v":1,"job":"j","dropped":0}', True),
+    (b'{"v":1,"job":"j","dropped":999999999999999999}', True),        # 18 digits
+    (b'{"v":1,"job":"j","dropped":1000000000000000000}', False),      # 19: Python's
+    (b'{"v":1,"job":"j","phases":[]}', True),
+    (b'{"v":1,"job":"j","phases":[[]]}', False),
+    (b'{"v":1,"job":"j","phases":null}', False),
+    (f'{{"v":1,"job":"j","phases":[["data_wait",{T},{T}],["zz",{T},{HI}]]}}'.encode(), True),
+    (f'{{"v":1,"job":"j","phases":[["compute",{T},{HI + 1}]]}}'.encode(), False),    # in the future
+    (f'{{"v":1,"job":"j","phases":[["compute",{LO},{LO}]]}}'.encode(), True),         # as old as allowed
+    (f'{{"v":1,"job":"j","phases":[["compute",{LO - 1},{LO - 1}]]}}'.encode(), False),
+    (f'{{"v":1,"job":"j","phases":[["compute",{T + 1},{T}]]}}'.encode(), False),      # reversed
+    (f'{{"v":1,"job":"j","steps":[[{T - MAX_INTERVAL_NS},{T},1]]}}'.encode(), True),  # a day exactly
+    (f'{{"v":1,"job":"j","steps":[[{T - MAX_INTERVAL_NS - 1},{T},1]]}}'.encode(), False),
+    (f'{{"v":1,"job":"j","steps":[[{T},{T},1000000000]]}}'.encode(), True),
+    (f'{{"v":1,"job":"j","steps":[[{T},{T},1000000001]]}}'.encode(), False),
+    (f'{{"v":1,"job":"j","steps":[[{T},{T},-1]]}}'.encode(), False),
+    (f'{{"v":1,"job":"j","steps":[[{T},{T},1.5]]}}'.encode(), False),
+    (f'{{"v":1,"job":"j","steps":[[{T},{T}]]}}'.encode(), False),
+    (b'{"v":1,"job":"j","steps":[' + b",".join([f"[{T},{T},1]".encode()] * 8) + b"]}", True),   # max_records
+    (b'{"v":1,"job":"j","steps":[' + b",".join([f"[{T},{T},1]".encode()] * 9) + b"]}", False),
+    (b'{"v":1,"job":"j"} x', False),
+    (b'{"v":1,"job":"j"', False),
+    (b'', False),
+]
+
+
+@pytest.mark.parametrize("data,taken", EDGES, ids=[str(i) for i in range(len(EDGES))])
+def test_edges_of_the_subset_agree_with_python(data, taken):
+    got = assert_agrees(data)
+    assert (got is not None) == taken, python_decode(data)
+
+
+def test_takes_what_the_clients_send():
+    t = T
+    phases = [("data_wait", t, t + 10), ("compute", t + 10, t + 90), ("my_phase", t + 90, t + 99)]
+    steps = [(t, t + 99, 64)]
+    sent = [client_encode("resnet50-bs64", phases, steps, "0,1", 3), client_encode("j", phases, steps, None, 0),
+            encode("resnet50-bs64", phases, steps, cvd="GPU-5d1c", dropped=2),
+            json.dumps({"v": 1, "job": "j", "phases": [list(p) for p in phases]}).encode()]  # default separators
+    for data in sent:
+        assert assert_agrees(data) is not None, data
+    m = c_decode(sent[0])
+    assert m == Message("resnet50-bs64", (("data_wait", t, t + 10), ("compute", t + 10, t + 90),
+                                          ("other", t + 90, t + 99)), ((t, t + 99, 64),), ("0", "1"), 3)
+    assert all(p[0] is PHASES[PHASES.index(p[0])] for p in m.phases)  # the interned names
+
+
+def test_decode_uses_the_c_helper_and_falls_back_for_the_rest():
+    good = encode("j", [("compute", T, T + 5)], [(T, T + 5, 1)])
+    assert decode(good, NOW) == decode_python(good, NOW)
+    with pytest.raises(Rejected) as e:
+        decode(b'{"v":1,"job":"j","steps":[[1,2]]}', NOW)
+    assert e.value.reason == "wrong_type"
+    # the bounds are clamped into 64 bits: a clock near 0 or near 2^63 is judged like Python does
+    for now in (0, 5 * S, 2**63 - 1):
+        for data in (encode("j", [("compute", 0, 1)]), encode("j", [("compute", 2**62, 2**62 + 1)])):
+            try:
+                want = decode_python(data, now)
+            except Rejected as r:
+                want = r.reason
+            try:
+                got = decode(data, now)
+            except Rejected as r:
+                got = r.reason
+            assert got == want
+
+
+def test_bad_arguments_are_errors_not_crashes():
+    with pytest.raises(TypeError):
+        fast.module.decode(b"{}", 0, 1)
+    with pytest.raises(TypeError):
+        fast.module.decode("not bytes", 0, 1, 8)
+    with pytest.raises(OverflowError):
+        fast.module.decode(b"{}", 2**64, 1, 8)
+    with pytest.raises(ValueError):
+        fast.module.init(tuple, ("a",))
+    with pytest.raises(ValueError):
+        fast.module.recv_batch(0, 0, 1)
+    with pytest.raises(OSError):
+        fast.module.recv_batch(10**6, 100, 1)  # not a descriptor: EBADF
+
+
+# -- generated and mutated datagrams -----------------------------------------------------------
+def _render(obj, rnd) -> bytes:
+    """JSON with random separators (whitespace around them) and the keys in a random order."""
+    if isinstance(obj, dict):
+        items = list(obj.items())
+        rnd.shuffle(items)
+        sep = rnd.choice([",", ", ", " ,\n"])
+        return b"{" + sep.join(json.dumps(k) + rnd.choice([":", ": ", " :\t"]) + _render(v, rnd).decode()
+                                for k, v in items).encode() + b"}"
+    if isinstance(obj, list):
+        return b"[" + rnd.choice([",", ", "]).join(_render(v, rnd).decode() for v in obj).encode() + b"]"
+    return json.dumps(obj).encode()
+
+
+times = st.one_of(st.integers(LO - 3, LO + 3), st.integers(T - 10, T + 10), st.integers(HI - 3, HI + 3),
+                  st.integers(-3, 3), st.sampled_from([10**18 - 1, 10**18, 2**63, 2**64]))
+valid_ish = st.fixed_dictionaries(
+    {"v": st.sampled_from([1, 1, 1, 2, 1.0, True]),
+     "job": st.one_of(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,130}", fullmatch=True),
+                      st.sampled_from(["ok-job", "j", "", "a/b", "é"]))},
+    optional={"phases": st.lists(st.tuples(st.sampled_from(PHASES + ("zzz", "", "compute ")), times, times)
+                                 .map(list), max_size=5),
+              "steps": st.lists(st.tuples(times, times, st.integers(-2, 10**9 + 2)).map(list), max_size=5),
+              "cvd": st.one_of(st.none(), st.text(alphabet=" ,0123GPU-", max_size=20), st.text(max_size=5)),
+              "dropped": st.one_of(st.integers(-2, 2**64), st.just(0))})
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_ish, st.randoms(use_true_random=False))
+@example({"v": 1, "job": "j", "phases": [["compute", T, T]]}, None)
+def test_generated_messages_agree_with_python(obj, rnd):
+    data = json.dumps(obj, separators=(",", ":")).encode() if rnd is None else _render(obj, rnd)
+    assert_agrees(data)
+    assert_agrees(json.dumps(obj).encode())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(near_valid, json_values))
+def test_arbitrary_json_agrees_with_python(obj):
+    assert_agrees(json.dumps(obj).encode())
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_ish, st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 2), st.binary(min_size=1, max_size=3)),
+                           min_size=1, max_size=4))
+def test_mutated_datagrams_agree_with_python(obj, edits):
+    data = bytearray(json.dumps(obj, separators=(",", ":")).encode())
+    for pos, op, b in edits:  # replace, insert or delete bytes somewhere
+        i = pos % (len(data) + 1)
+        if op == 0:
+            data[i:i + len(b)] = b
+        elif op == 1:
+            data[i:i] = b
+        else:
+            del data[i:i + len(b)]
+    assert_agrees(bytes(data))
+
+
+# -- recv_batch ---------------------------------------------------------------------------------
+@pytest.fixture
+def pair(tmp_path):
+    path = str(tmp_path / "r.sock")
+    r = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    r.bind(path)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.connect(path)
+    yield r, s
+    r.close()
+    s.close()
+
+
+def test_recv_batch_takes_a_burst_in_order_with_credentials(pair):
+    r, s = pair
+    for i in range(5):
+        s.send(b"m%d" % i)
+    me = (os.getpid(), os.getuid())
+    assert fast.module.recv_batch(r.fileno(), 100, 2) == [(b"m0", *me), (b"m1", *me)]
+    assert fast.module.recv_batch(r.fileno(), 100, 32) == [(b"m2", *me), (b"m3", *me), (b"m4", *me)]
+
+
+def test_recv_batch_truncates_like_recvmsg_and_stops_at_the_wake_up_datagram(pair):
+    r, s = pair
+    s.send(b"x" * 1000)
+    s.send(b"")
+    s.send(b"after")
+    me = (os.getpid(), os.getuid())
+    assert fast.module.recv_batch(r.fileno(), 11, 32) == [(b"x" * 11, *me), (b"", *me)]
+    assert fast.module.recv_batch(r.fileno(), 11, 32) == [(b"after", *me)]
+
+
+def test_recv_batch_without_credentials_says_none(tmp_path):
+    path = str(tmp_path / "n.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as r, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        r.bind(path)
+        s.sendto(b"hello", path)
+        assert fast.module.recv_batch(r.fileno(), 100, 4) == [(b"hello", None, None)]
+
+
+def test_recv_batch_never_installs_a_senders_file_descriptors(pair):
+    r, s = pair
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(3)]
+    try:
+        for _ in range(4):
+            s.sendmsg([b"fds"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        before = set(os.listdir("/proc/self/fd"))
+        got = fast.module.recv_batch(r.fileno(), 100, 32)
+        assert [g[0] for g in got] == [b"fds"] * 4 and got[0][1] == os.getpid()
+        assert set(os.listdir("/proc/self/fd")) == before
+    finally:
+        for fd in fds:
+            os.close(fd)
