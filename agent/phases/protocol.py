@@ -134,9 +134,11 @@ else:
 def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     """Validate one datagram; raises Rejected(reason, detail)."""
     if _fast_decode is not None and len(data) <= limits.max_bytes:
-        # Bounds clamped to -1..MAX_NS (a valid time is in 0..MAX_NS): the same test, in 64 bits.
-        lo = min(MAX_NS, max(-1, now_ns - limits.max_age_ns))
-        hi = min(MAX_NS, max(-1, now_ns + limits.future_slack_ns))
+        lo = now_ns - limits.max_age_ns
+        hi = now_ns + limits.future_slack_ns
+        if not -1 <= lo <= hi <= MAX_NS:  # clamped into -1..MAX_NS (valid times are 0..MAX_NS): the same test in 64 bits
+            lo = min(MAX_NS, max(-1, lo))
+            hi = min(MAX_NS, max(-1, hi))
         msg = _fast_decode(data, lo, hi, limits.max_records)
         if msg is not None:
             return msg
