@@ -42,6 +42,8 @@ log = logging.getLogger("teye.phases")
 DEFAULT_SOCKET = "/run/teye/phases.sock"
 _CRED = struct.Struct("iII")            # struct ucred: pid_t pid; uid_t uid; gid_t gid
 _ANC_SIZE = socket.CMSG_SPACE(_CRED.size)
+_CRED_SIZE, _unpack_cred = _CRED.size, _CRED.unpack_from
+_SOL_SOCKET, _SCM_CREDENTIALS = socket.SOL_SOCKET, socket.SCM_CREDENTIALS
 _MAX_PATH = 107                         # sun_path is 108 bytes including the NUL
 _SLICE_S = 0.01                         # rate budget granularity
 BATCH = 32                              # datagrams per compiled receive call, at most
@@ -174,8 +176,8 @@ class Receiver:
         data, anc, _flags, _addr = self.sock.recvmsg(self._bufsize, _ANC_SIZE)
         pid = uid = None
         for lvl, typ, cdata in anc:
-            if lvl == socket.SOL_SOCKET and typ == socket.SCM_CREDENTIALS and len(cdata) >= _CRED.size:
-                pid, uid, _gid = _CRED.unpack_from(cdata)
+            if lvl == _SOL_SOCKET and typ == _SCM_CREDENTIALS and len(cdata) >= _CRED_SIZE:
+                pid, uid, _gid = _unpack_cred(cdata)
         return ((data, pid, uid),)
 
     def _run(self) -> None:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from tests.phases.helpers import shared_tmpdir
+from tests.phases.helpers import require_fast, shared_tmpdir
 
 
 @pytest.fixture
@@ -35,8 +35,6 @@ def phase_path(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(protocol, "_fast_decode", None)
         monkeypatch.setattr(fast, "module", None)  # receivers created from now on call recvmsg themselves
-    elif fast.module is None:
-        if os.environ.get("TEYE_REQUIRE_FAST"):
-            pytest.fail(f"TEYE_REQUIRE_FAST is set but the C helpers are {fast.STATUS}", pytrace=False)
-        pytest.skip(f"the C helpers are {fast.STATUS}")
+    else:
+        require_fast()
     return request.param

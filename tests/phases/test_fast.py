@@ -18,14 +18,11 @@ from hypothesis import strategies as st
 
 from agent.phases import fast
 from agent.phases.protocol import MAX_INTERVAL_NS, PHASES, Limits, Message, Rejected, decode, decode_python, encode
-from tests.phases.helpers import S
+from tests.phases.helpers import S, require_fast
 from tests.phases.test_protocol import BAD, NOW as PROTOCOL_NOW, json_values, near_valid
 from workloads.phases import _encode as client_encode
 
-if fast.module is None:
-    if os.environ.get("TEYE_REQUIRE_FAST"):
-        pytest.fail(f"TEYE_REQUIRE_FAST is set but the C helpers are {fast.STATUS}", pytrace=False)
-    pytest.skip(f"the C helpers are {fast.STATUS}", allow_module_level=True)
+require_fast(skip=lambda why: pytest.skip(why, allow_module_level=True))
 
 NOW = 200_000 * S  # more than a day of CLOCK_MONOTONIC, so that a day-long step fits
 T = NOW - S
