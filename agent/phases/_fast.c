@@ -24,14 +24,14 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#define MAX_INTERVAL_NS 86400000000000LL /* protocol.MAX_INTERVAL_NS */
-#define MAX_SAMPLES 1000000000LL         /* protocol.MAX_SAMPLES */
-#define MAX_CVD_CHARS 512                /* protocol.MAX_CVD_CHARS */
 #define MAX_NAME 128                     /* protocol.JOB_NAME: 1 + up to 127 characters */
 #define NPHASES 7
 
-/* Set by init(): the Message type, the phase names (protocol.PHASES, "other" last) as str objects. */
+/* Set by init(): the Message type, the phase names (protocol.PHASES, "other" last) as str objects,
+ * and protocol's MAX_INTERVAL_NS, MAX_SAMPLES and MAX_CVD_CHARS (the limits exist once, there). */
 static PyTypeObject *message_type = NULL;
+static long long max_interval_ns, max_samples;
+static Py_ssize_t max_cvd_chars;
 static PyObject *phase_names[NPHASES];
 static const char *phase_chars[NPHASES];
 static Py_ssize_t phase_lens[NPHASES];
@@ -120,7 +120,7 @@ static int name_char(unsigned char ch, int first)
 static inline int good_span(int64_t s, int64_t e, int64_t lo, int64_t hi)
 {
     /* protocol.decode: 0 <= s <= e <= hi and e >= lo and e - s <= MAX_INTERVAL_NS (s, e >= 0 here) */
-    return s <= e && e <= hi && e >= lo && e - s <= MAX_INTERVAL_NS;
+    return s <= e && e <= hi && e >= lo && e - s <= max_interval_ns;
 }
 
 static PyObject *phase_name(const char *s, Py_ssize_t n)
@@ -150,7 +150,7 @@ static int records(Cursor *c, PyObject *list, int is_phase, int64_t lo, int64_t 
         }
         if (!integer(c, &a) || !eat(c, ',') || !integer(c, &b))
             return 0;
-        if (!is_phase && (!eat(c, ',') || !integer(c, &x) || x > MAX_SAMPLES))
+        if (!is_phase && (!eat(c, ',') || !integer(c, &x) || x > max_samples))
             return 0;
         if (!eat(c, ']') || !good_span(a, b, lo, hi))
             return 0;
@@ -268,7 +268,7 @@ static int decode_subset(Cursor *c, int64_t lo, int64_t hi, Py_ssize_t max_recor
                 if (literal(c, "null", 4))
                     cvd = NULL;
                 else
-                    r = string(c, &cvd, &cvd_n) && cvd_n <= MAX_CVD_CHARS;
+                    r = string(c, &cvd, &cvd_n) && cvd_n <= max_cvd_chars;
                 break;
             case K_DROPPED:
                 r = integer(c, &dropped);
@@ -351,10 +351,17 @@ static PyObject *fast_decode(PyObject *self, PyObject *const *args, Py_ssize_t n
 static PyObject *fast_init(PyObject *self, PyObject *args)
 {
     PyObject *type, *names;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &type, &PyTuple_Type, &names))
+    long long interval, samples;
+    Py_ssize_t cvd_chars;
+    if (!PyArg_ParseTuple(args, "O!O!LLn", &PyType_Type, &type, &PyTuple_Type, &names, &interval, &samples,
+                          &cvd_chars))
         return NULL;
+    if (interval < 0 || samples < 0 || cvd_chars < 0) {
+        PyErr_SetString(PyExc_ValueError, "init(): the limits must not be negative");
+        return NULL;
+    }
     if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) || PyTuple_GET_SIZE(names) != NPHASES) {
-        PyErr_SetString(PyExc_ValueError, "init(Message, PHASES): a tuple subclass and 7 phase names");
+        PyErr_SetString(PyExc_ValueError, "init(Message, PHASES, ...): a tuple subclass and 7 phase names");
         return NULL;
     }
     for (int i = 0; i < NPHASES; i++) {
@@ -376,6 +383,9 @@ static PyObject *fast_init(PyObject *self, PyObject *args)
     }
     Py_INCREF(type);
     Py_XSETREF(message_type, (PyTypeObject *)type);
+    max_interval_ns = interval;
+    max_samples = samples;
+    max_cvd_chars = cvd_chars;
     ready = 1;
     Py_RETURN_NONE;
 }
@@ -476,7 +486,8 @@ static PyObject *fast_recv_batch(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"init", fast_init, METH_VARARGS, "init(Message, PHASES): the types decode() builds"},
+    {"init", fast_init, METH_VARARGS,
+     "init(Message, PHASES, MAX_INTERVAL_NS, MAX_SAMPLES, MAX_CVD_CHARS): what decode() builds and checks"},
     {"decode", (PyCFunction)(void (*)(void))fast_decode, METH_FASTCALL,
      "decode(data, lo_ns, hi_ns, max_records) -> Message, or None outside the subset C handles"},
     {"recv_batch", fast_recv_batch, METH_VARARGS,

@@ -125,7 +125,7 @@ def _span_error(s, e, now_ns: int, limits: Limits, what: str) -> Rejected:
 
 
 if _speed.module is not None:
-    _speed.module.init(Message, PHASES)
+    _speed.module.init(Message, PHASES, MAX_INTERVAL_NS, MAX_SAMPLES, MAX_CVD_CHARS)
     _fast_decode = _speed.module.decode
 else:
     _fast_decode = None

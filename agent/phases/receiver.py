@@ -169,10 +169,12 @@ class Receiver:
         self.sock.settimeout(None)
         self._thread.start()
 
-    def _receive(self):
+    def _receive_burst(self):
         """The next datagrams as [(data, pid, uid)], blocking for the first (pid, uid None: no credentials)."""
-        if self._recv_batch is not None:
-            return self._recv_batch(self._fd, self._bufsize, BATCH)
+        return self._recv_batch(self._fd, self._bufsize, BATCH)
+
+    def _receive_one(self):
+        """_receive_burst without the compiled helper: one datagram per call."""
         data, anc, _flags, _addr = self.sock.recvmsg(self._bufsize, _ANC_SIZE)
         pid = uid = None
         for lvl, typ, cdata in anc:
@@ -182,7 +184,7 @@ class Receiver:
 
     def _run(self) -> None:
         handle = self._handle
-        receive = self._receive
+        receive = self._receive_one if self._recv_batch is None else self._receive_burst
         slice_end = time.monotonic() + _SLICE_S
         in_slice = 0
         while not self._stop.is_set():

@@ -157,7 +157,9 @@ def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(OverflowError):
         fast.module.decode(b"{}", 2**64, 1, 8)
     with pytest.raises(ValueError):
-        fast.module.init(tuple, ("a",))
+        fast.module.init(tuple, ("a",), MAX_INTERVAL_NS, 10**9, 512)
+    with pytest.raises(ValueError):
+        fast.module.init(Message, PHASES, -1, 10**9, 512)
     with pytest.raises(ValueError):
         fast.module.recv_batch(0, 0, 1)
     with pytest.raises(OSError):
