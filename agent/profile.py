@@ -71,6 +71,8 @@ def _build_gpu(cfg, ctx):
     """The GPU collector, or (None, why) when it cannot run here."""
     from . import sources as sources_mod
     from .sampler import EXPECTED_ERRORS
+    if not cfg["collectors"]["gpu"]["enabled"]:
+        return None, "gpu collector disabled in the configuration"
     try:
         src = sources_mod.build("gpu", cfg, ctx)
     except SourceUnavailable as e:

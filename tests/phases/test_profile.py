@@ -36,10 +36,14 @@ sys.exit(status)
 """
 
 
-def _profile(tmp_path, name, *args):
+def _profile(tmp_path, name, *args, config=None):
     out = tmp_path / name
     truth = tmp_path / f"{name}-truth.json"
-    p = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(out), "--",
+    conf = []
+    if config is not None:
+        (tmp_path / "teye.yaml").write_text(config)
+        conf = ["--config", str(tmp_path / "teye.yaml")]
+    p = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(out), *conf, "--",
                         sys.executable, "-c", SCRIPT, *[str(a) for a in args[:3]], str(truth), str(args[3])],
                        capture_output=True, text=True, cwd=REPO, timeout=120,
                        env={**os.environ, "PYTHONPATH": REPO})
@@ -48,14 +52,16 @@ def _profile(tmp_path, name, *args):
 
 
 def test_input_bound_command(tmp_path):
-    p, summary, truth, out = _profile(tmp_path, "slow-input", 0.03, 0.01, 15, 3)
+    # GPU collector off, so the device rows say none on any machine (on a GPU node too)
+    p, summary, truth, out = _profile(tmp_path, "slow-input", 0.03, 0.01, 15, 3,
+                                      config="collectors:\n  gpu: {enabled: false}\n")
     assert p.returncode == 3 and summary["exit_status"] == 3  # the command's exit status
     (job,) = summary["jobs"]
     assert job["train_job"] == "injected" and job["steps"] == 15 and job["samples"] == 480
     assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.02)
     assert job["verdict"]["kind"] == "input" and "prefetch" in job["verdict"]["recommendation"]
     assert job["step_time_breakdown"]["data_wait"]["ms_per_step"] == pytest.approx(30, rel=0.3)
-    assert summary["gpus"] == [] and summary["gpu_note"]  # CPU-only machine: the device rows say none
+    assert summary["gpus"] == [] and summary["gpu_note"] == "gpu collector disabled in the configuration"
     assert "devices: none" in p.stdout and "verdict: INPUT" in p.stdout and "input-bound:" in p.stdout
     if importlib.util.find_spec("matplotlib"):
         png = (out / "timeline.png").read_bytes()
