@@ -153,7 +153,7 @@ def pmu_lines(sysfs: str, procfs: str, reader=None) -> List[str]:
 
 def phase_path_line() -> str:
     from .phases import fast
-    return f"phase path: C helpers (receive, decode) {fast.STATUS}"
+    return f"phase path: C helpers (receive, decode, job table) {fast.STATUS}"
 
 
 def device_line(dev_root: str = "/dev") -> str:

@@ -11,6 +11,8 @@
  * On that subset it returns exactly what protocol.decode returns (tests/phases/test_fast.py checks
  * it against the Python code on generated and mutated datagrams).
  *
+ * apply() (in _fast_table.c) is JobTable._apply on the same Python state.
+ *
  * recv_batch() blocks (without the GIL) for one datagram, then takes what else is queued without
  * blocking, up to max_n: one trip through the interpreter for a burst instead of one per datagram.
  */
@@ -23,6 +25,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+
+#include "_fast_table.h"
 
 #define MAX_NAME 128                     /* protocol.JOB_NAME: 1 + up to 127 characters */
 #define NPHASES 7
@@ -493,11 +497,16 @@ static PyMethodDef methods[] = {
     {"recv_batch", fast_recv_batch, METH_VARARGS,
      "recv_batch(fd, bufsize, max_n) -> [(data, pid, uid)]: block for one datagram, then take up to "
      "max_n - 1 more that are queued"},
+    {"init_table", fast_init_table, METH_VARARGS,
+     "init_table(PHASES, deque, Pending, resolve_gpus, ACCEPTED, 'job_limit', 'step', OPEN_PER_PID, MAX_PIDS, "
+     "DATA_WAIT, STEP, IN_STEP, kinds, STEP_BUCKETS): what apply() builds and checks (agent/phases/jobs.py)"},
+    {"apply", (PyCFunction)(void (*)(void))fast_apply, METH_FASTCALL,
+     "apply(table, msg, pid, uid, now_ns) -> result: JobTable._apply in C, on the same state"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "agent.phases._fast",
-                                    "The phase path's receive and decode in C (optional).", -1, methods};
+                                    "The phase path's receive, decode and job-table update in C (optional).", -1, methods};
 
 PyMODINIT_FUNC PyInit__fast(void)
 {

@@ -32,6 +32,7 @@ from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause
+from . import fast as _speed
 from .protocol import ACCEPTED, PHASES, RESULTS, Limits, Message, Rejected, decode
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
@@ -52,6 +53,15 @@ RING_SLOTS = 30
 MAX_PIDS = 64
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
+
+if _speed.module is not None:
+    # _apply in C (agent/phases/_fast_table.c), on the same state; _apply below stays its specification
+    _speed.module.init_table(PHASES, deque, attribution.Pending, attribution.resolve_gpus, ACCEPTED, "job_limit",
+                             "step", OPEN_PER_PID, MAX_PIDS, DATA_WAIT, STEP, IN_STEP,
+                             tuple(tuple(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS), STEP_BUCKETS)
+    _fast_apply = _speed.module.apply
+else:
+    _fast_apply = None
 
 
 class _Ring:
@@ -243,7 +253,10 @@ class JobTable:
             self._rlog.warning(f"reject:{r.reason}", "phase message from pid %d uid %d rejected: %s", pid, uid, r)
             return r.reason
         with self._lock:
-            result = self._apply(msg, pid, uid, now)
+            if _fast_apply is not None:
+                result = _fast_apply(self, msg, pid, uid, now)
+            else:
+                result = self._apply(msg, pid, uid, now)
             self.results[result] += 1
         if result != ACCEPTED:
             self._rlog.warning(f"reject:{result}", "phase message from pid %d uid %d for job %r rejected: %s "
@@ -346,10 +359,11 @@ class JobTable:
                 for i, ns in inside:
                     row[i] += ns
             if gpus:
-                self._queue(job, attribution.Pending((STEP, e), s, e, gpus))
+                group = [attribution.Pending((STEP, e), s, e, gpus)]
                 for n, (_kind, names) in enumerate(IN_KINDS):
                     for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
-                        self._queue(job, attribution.Pending((IN_STEP + n, e), a, b, gpus))
+                        group.append(attribution.Pending((IN_STEP + n, e), a, b, gpus))
+                self._queue_step(job, group)
             if rec is not None:
                 rec.append((job.label, "step", s, e))
         if waited:
@@ -399,13 +413,29 @@ class JobTable:
     def _queue(self, job: _Job, p: attribution.Pending) -> None:
         q = job.pending
         if len(q) == q.maxlen:
-            old = q.popleft()   # the oldest waiting interval is pushed out unattributed ...
-            if old.key[0] < IN_STEP:
-                self.attributed["overflow"] += 1
-            if old.key[0] == STEP:  # ... with the pieces of that step (queued right after it): no part without its whole
-                while q and q[0].key[0] >= IN_STEP and q[0].key[1] == old.key[1]:
-                    q.popleft()   # internal pieces, not reported intervals: not counted
+            self._push_out(q)
         q.append(p)
+
+    def _queue_step(self, job: _Job, group) -> None:
+        """Queue a step with its in-step pieces, together: no part without its whole (a verdict's
+        idle by kind can never exceed the idle of its steps).  A step whose pieces do not fit in
+        the whole queue is not queued (counted as overflow)."""
+        q = job.pending
+        if len(group) > q.maxlen:
+            self.attributed["overflow"] += 1
+            return
+        while len(q) + len(group) > q.maxlen:
+            self._push_out(q)
+        q.extend(group)
+
+    def _push_out(self, q: Deque[attribution.Pending]) -> None:
+        """Drop the oldest waiting interval unattributed; a step goes with its pieces (queued right after it)."""
+        old = q.popleft()
+        if old.key[0] < IN_STEP:
+            self.attributed["overflow"] += 1
+        if old.key[0] == STEP:
+            while q and q[0].key[0] >= IN_STEP and q[0].key[1] == old.key[1]:
+                q.popleft()   # internal pieces, not reported intervals: not counted
 
     # -- periodic work (the sampler's thread) ------------------------------------------------
     def _expire(self, now_ns: int) -> None:

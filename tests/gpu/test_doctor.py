@@ -29,10 +29,10 @@ def test_doctor_on_this_machine_exits_0_and_says_whether_there_is_a_gpu():
         assert lines[0].startswith("nvml: ok")
     # the phase path's helpers, as this checkout has them
     from agent.phases import fast
-    assert lines[-1] == f"phase path: C helpers (receive, decode) {fast.STATUS}"
+    assert lines[-1] == f"phase path: C helpers (receive, decode, job table) {fast.STATUS}"
     p = subprocess.run([sys.executable, "-m", "agent", "doctor"], cwd=REPO, capture_output=True, text=True,
                        timeout=60, env={**os.environ, "TEYE_PURE_PYTHON": "1"})
-    assert p.stdout.splitlines()[-1] == "phase path: C helpers (receive, decode) off: TEYE_PURE_PYTHON is set"
+    assert p.stdout.splitlines()[-1] == "phase path: C helpers (receive, decode, job table) off: TEYE_PURE_PYTHON is set"
 
 
 def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
@@ -63,7 +63,7 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert [line.split(":")[0] for line in lines[8:12]] == [  # then one line per hardware-counter group
         "pmu core cycles/instructions", "pmu floating point", "pmu memory bandwidth", "pmu PCIe bandwidth"]
     assert all("not supported: no hardware PMU" in line for line in lines[8:12])
-    assert lines[12].startswith("phase path: C helpers (receive, decode) ")
+    assert lines[12].startswith("phase path: C helpers (receive, decode, job table) ")
     assert len(lines) == 13  # one line each
     fake.gpus[2].lost = False
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)

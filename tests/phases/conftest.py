@@ -31,9 +31,10 @@ def listener(sockdir):
 @pytest.fixture(params=["compiled", "python"])
 def phase_path(request, monkeypatch):
     """Runs a test on the compiled helpers (agent/phases/_fast.c) and again on the Python code alone."""
-    from agent.phases import fast, protocol
+    from agent.phases import fast, jobs, protocol
     if request.param == "python":
         monkeypatch.setattr(protocol, "_fast_decode", None)
+        monkeypatch.setattr(jobs, "_fast_apply", None)
         monkeypatch.setattr(fast, "module", None)  # receivers created from now on call recvmsg themselves
     else:
         require_fast()

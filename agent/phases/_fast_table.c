@@ -1,0 +1,1074 @@
+/* JobTable._apply in C: one validated message applied to the job table's state.
+ *
+ * The state stays where agent/phases/jobs.py keeps it, in the same Python objects (the jobs'
+ * slots, their lists, dicts and deques): this code only changes it the way _apply does, step by
+ * step, in the same order, so everything else (views, GPU attribution, expiry, `teye profile`)
+ * reads it unchanged.  _apply stays the specification: tests/phases/test_fast_table.py applies
+ * generated message sequences through both and compares every field of the resulting state.
+ *
+ * What stays in Python, called from here: creating a job (JobTable._new_job), a ring slot other
+ * than the current one (_Ring.slot), resolving a process's GPUs (attribution.resolve_gpus) and
+ * starting to sample a data_wait sender (probe.track).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "_fast_table.h"
+
+#define NP 7
+#define MAX_KINDS 8
+#define MAX_BUCKETS 64
+
+static PyObject *phases_tuple, *deque_type, *deque_kwargs, *resolve_gpus, *accepted, *job_limit, *step_name;
+static PyTypeObject *pending_type;
+static long long max_pids, data_wait, step_key, in_step_key;
+static int nkinds;
+static int kind_order[MAX_KINDS][NP];    /* per IN_KINDS entry: its phase indices, in its order */
+static int kind_len[MAX_KINDS];
+static double buckets[MAX_BUCKETS];
+static Py_ssize_t nbuckets;
+static int table_ready;
+
+/* attribute and method names, interned once */
+static PyObject *s_jobs, *s_move_to_end, *s_new_job, *s_last_ns, *s_pids, *s_open, *s_ctx, *s_gpu_pids,
+    *s_known_gpus, *s_ring, *s_recorded, *s_probe, *s_phase_s, *s_width, *s_cur_b, *s_cur_i, *s_slot, *s_phase,
+    *s_waits, *s_label, *s_steps, *s_samples, *s_hist, *s_hist_sum, *s_step_ns, *s_in_step, *s_pending,
+    *s_popleft, *s_append, *s_extend, *s_clear, *s_maxlen, *s_attributed, *s_overflow, *s_track, *s_get;
+
+static int intern(PyObject **slot, const char *name)
+{
+    if (*slot == NULL)
+        *slot = PyUnicode_InternFromString(name);
+    return *slot == NULL ? -1 : 0;
+}
+
+static int intern_all(void)
+{
+    return intern(&s_jobs, "_jobs") | intern(&s_move_to_end, "move_to_end") | intern(&s_new_job, "_new_job") |
+           intern(&s_last_ns, "last_ns") | intern(&s_pids, "pids") | intern(&s_open, "open") |
+           intern(&s_ctx, "ctx") | intern(&s_gpu_pids, "gpu_pids") | intern(&s_known_gpus, "_known_gpus") |
+           intern(&s_ring, "ring") | intern(&s_recorded, "recorded") | intern(&s_probe, "probe") |
+           intern(&s_phase_s, "phase_s") | intern(&s_width, "width") | intern(&s_cur_b, "cur_b") |
+           intern(&s_cur_i, "cur_i") | intern(&s_slot, "slot") | intern(&s_phase, "phase") |
+           intern(&s_waits, "waits") | intern(&s_label, "label") | intern(&s_steps, "steps") |
+           intern(&s_samples, "samples") | intern(&s_hist, "hist") | intern(&s_hist_sum, "hist_sum") |
+           intern(&s_step_ns, "step_ns") | intern(&s_in_step, "in_step") | intern(&s_pending, "pending") |
+           intern(&s_popleft, "popleft") | intern(&s_append, "append") | intern(&s_extend, "extend") |
+           intern(&s_clear, "clear") | intern(&s_maxlen, "maxlen") | intern(&s_attributed, "attributed") |
+           intern(&s_overflow, "overflow") | intern(&s_track, "track") | intern(&s_get, "get");
+}
+
+/* ---- small helpers over Python objects (each returns -1 with an exception set on failure) ---- */
+
+static int call_append(PyObject *seq, PyObject *item)
+{
+    PyObject *r = PyObject_CallMethodOneArg(seq, s_append, item);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* seq[i] += delta (any numbers) */
+static int add_item(PyObject *seq, Py_ssize_t i, PyObject *delta)
+{
+    PyObject *old = PySequence_GetItem(seq, i);
+    if (old == NULL)
+        return -1;
+    PyObject *sum = PyNumber_Add(old, delta);
+    Py_DECREF(old);
+    if (sum == NULL)
+        return -1;
+    int r = PySequence_SetItem(seq, i, sum);
+    Py_DECREF(sum);
+    return r;
+}
+
+static int add_item_ll(PyObject *seq, Py_ssize_t i, long long delta)
+{
+    PyObject *d = PyLong_FromLongLong(delta);
+    if (d == NULL)
+        return -1;
+    int r = add_item(seq, i, d);
+    Py_DECREF(d);
+    return r;
+}
+
+/* seq[i] += x, x a float */
+static int add_item_float(PyObject *seq, Py_ssize_t i, double x)
+{
+    PyObject *d = PyFloat_FromDouble(x);
+    if (d == NULL)
+        return -1;
+    int r = add_item(seq, i, d);
+    Py_DECREF(d);
+    return r;
+}
+
+/* obj.name += delta */
+static int add_attr(PyObject *obj, PyObject *name, PyObject *delta)
+{
+    PyObject *old = PyObject_GetAttr(obj, name);
+    if (old == NULL)
+        return -1;
+    PyObject *sum = PyNumber_Add(old, delta);
+    Py_DECREF(old);
+    if (sum == NULL)
+        return -1;
+    int r = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return r;
+}
+
+/* seq[slot][i] += delta where slot is an int object */
+static int add_row_item(PyObject *table, PyObject *slot, Py_ssize_t i, long long delta)
+{
+    PyObject *row = PyObject_GetItem(table, slot);
+    if (row == NULL)
+        return -1;
+    int r = add_item_ll(row, i, delta);
+    Py_DECREF(row);
+    return r;
+}
+
+static int add_at_slot(PyObject *seq, PyObject *slot, long long delta)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(slot);
+    if (i == -1 && PyErr_Occurred())
+        return -1;
+    return add_item_ll(seq, i, delta);
+}
+
+static inline long long floordiv(long long a, long long b) /* b > 0 */
+{
+    long long q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+static int as_ll(PyObject *o, long long *out)
+{
+    *out = PyLong_AsLongLong(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int phase_index(PyObject *name)
+{
+    for (int i = 0; i < NP; i++)
+        if (PyTuple_GET_ITEM(phases_tuple, i) == name)
+            return i;
+    for (int i = 0; i < NP; i++) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(phases_tuple, i), name, Py_EQ);
+        if (eq != 0)
+            return eq < 0 ? -1 : i;
+    }
+    PyErr_SetObject(PyExc_KeyError, name);
+    return -1;
+}
+
+static PyObject *tuple3(PyObject *a, PyObject *b, PyObject *c)
+{
+    return PyTuple_Pack(3, a, b, c);
+}
+
+/* A Pending(key, s, e, gpus) with key = (k, key_e), built as tuple.__new__ would. */
+static PyObject *pending(long long k, PyObject *key_e, PyObject *s, PyObject *e, PyObject *gpus)
+{
+    PyObject *kobj = PyLong_FromLongLong(k);
+    if (kobj == NULL)
+        return NULL;
+    PyObject *key = PyTuple_Pack(2, kobj, key_e);
+    Py_DECREF(kobj);
+    if (key == NULL)
+        return NULL;
+    PyObject *p = pending_type->tp_alloc(pending_type, 4);
+    if (p == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_INCREF(s);
+    Py_INCREF(e);
+    Py_INCREF(gpus);
+    PyTuple_SET_ITEM(p, 0, key);
+    PyTuple_SET_ITEM(p, 1, s);
+    PyTuple_SET_ITEM(p, 2, e);
+    PyTuple_SET_ITEM(p, 3, gpus);
+    return p;
+}
+
+/* A Pending((k, key_e), s, e, gpus) of a piece [s, e) in C integers (NULL on error). */
+static PyObject *pending_ll(long long k, PyObject *key_e, long long s, long long e, PyObject *gpus)
+{
+    PyObject *so = PyLong_FromLongLong(s), *eo = PyLong_FromLongLong(e);
+    PyObject *p = (so && eo) ? pending(k, key_e, so, eo, gpus) : NULL;
+    Py_XDECREF(so);
+    Py_XDECREF(eo);
+    return p;
+}
+
+/* key[0] and key[1] of a queued Pending (borrowed) */
+static int pending_key(PyObject *p, long long *k0, PyObject **k1)
+{
+    PyObject *key = PySequence_GetItem(p, 0);
+    if (key == NULL)
+        return -1;
+    PyObject *a = PySequence_GetItem(key, 0);
+    *k1 = a ? PySequence_GetItem(key, 1) : NULL;
+    Py_DECREF(key);
+    int r = (a == NULL || *k1 == NULL) ? -1 : as_ll(a, k0);
+    Py_XDECREF(a);
+    if (r < 0)
+        Py_CLEAR(*k1);
+    return r;
+}
+
+/* obj.attributed["overflow"] += 1 */
+static int count_overflow(PyObject *tbl)
+{
+    PyObject *att = PyObject_GetAttr(tbl, s_attributed), *one = PyLong_FromLong(1);
+    int bad = att == NULL || one == NULL;
+    PyObject *cnt = bad ? NULL : PyObject_GetItem(att, s_overflow);
+    PyObject *sum = cnt ? PyNumber_Add(cnt, one) : NULL;
+    bad = sum == NULL || PyObject_SetItem(att, s_overflow, sum) < 0;
+    Py_XDECREF(att);
+    Py_XDECREF(one);
+    Py_XDECREF(cnt);
+    Py_XDECREF(sum);
+    return bad ? -1 : 0;
+}
+
+/* JobTable._push_out: drop the oldest waiting interval unattributed; a step goes with its pieces. */
+static int push_out(PyObject *tbl, PyObject *q)
+{
+    int r = -1;
+    long long k0;
+    PyObject *old = NULL, *old_k1 = NULL;
+    if ((old = PyObject_CallMethodNoArgs(q, s_popleft)) == NULL || pending_key(old, &k0, &old_k1) < 0)
+        goto done;
+    if (k0 < in_step_key && count_overflow(tbl) < 0)
+        goto done;
+    if (k0 == step_key) {
+        for (;;) {
+            Py_ssize_t left = PyObject_Size(q);
+            if (left < 0)
+                goto done;
+            if (left == 0)
+                break;
+            PyObject *head = PySequence_GetItem(q, 0), *h1 = NULL;
+            long long h0;
+            if (head == NULL)
+                goto done;
+            int got = pending_key(head, &h0, &h1);
+            Py_DECREF(head);
+            if (got < 0)
+                goto done;
+            int same = h0 >= in_step_key ? PyObject_RichCompareBool(h1, old_k1, Py_EQ) : 0;
+            Py_DECREF(h1);
+            if (same < 0)
+                goto done;
+            if (!same)
+                break;
+            PyObject *gone = PyObject_CallMethodNoArgs(q, s_popleft);
+            if (gone == NULL)
+                goto done;
+            Py_DECREF(gone);
+        }
+    }
+    r = 0;
+done:
+    Py_XDECREF(old);
+    Py_XDECREF(old_k1);
+    return r;
+}
+
+/* job.pending and its maxlen (-1: unbounded) */
+static PyObject *pending_queue(PyObject *job, Py_ssize_t *maxlen)
+{
+    PyObject *q = PyObject_GetAttr(job, s_pending);
+    if (q == NULL)
+        return NULL;
+    PyObject *m = PyObject_GetAttr(q, s_maxlen);
+    if (m == NULL) {
+        Py_DECREF(q);
+        return NULL;
+    }
+    *maxlen = m == Py_None ? -1 : PyLong_AsSsize_t(m);
+    Py_DECREF(m);
+    if (*maxlen == -1 && PyErr_Occurred()) {
+        Py_DECREF(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* JobTable._queue: append p (stolen) to job.pending, pushing the oldest out when full. */
+static int queue(PyObject *tbl, PyObject *job, PyObject *p)
+{
+    Py_ssize_t maxlen, n;
+    int r = -1;
+    if (p == NULL)
+        return -1;
+    PyObject *q = pending_queue(job, &maxlen);
+    if (q == NULL || (n = PyObject_Size(q)) < 0)
+        goto done;
+    if (n == maxlen && push_out(tbl, q) < 0)
+        goto done;
+    r = call_append(q, p);
+done:
+    Py_DECREF(p);
+    Py_XDECREF(q);
+    return r;
+}
+
+/* JobTable._queue_step: a step and its in-step pieces (the list group) enter the queue together. */
+static int queue_step(PyObject *tbl, PyObject *job, PyObject *group)
+{
+    Py_ssize_t maxlen, n, g = PyList_GET_SIZE(group);
+    PyObject *q = pending_queue(job, &maxlen);
+    if (q == NULL)
+        return -1;
+    int r = -1;
+    if (maxlen >= 0 && g > maxlen) {
+        r = count_overflow(tbl);
+        goto done;
+    }
+    for (;;) {
+        if ((n = PyObject_Size(q)) < 0)
+            goto done;
+        if (maxlen < 0 || n + g <= maxlen)
+            break;
+        if (push_out(tbl, q) < 0)
+            goto done;
+    }
+    PyObject *x = PyObject_CallMethodOneArg(q, s_extend, group);
+    if (x == NULL)
+        goto done;
+    Py_DECREF(x);
+    r = 0;
+done:
+    Py_DECREF(q);
+    return r;
+}
+
+/* ---- the open phases of a process, closed by its steps ---- */
+
+typedef struct {
+    int k;
+    long long a, b;
+} Piece;
+
+typedef struct {
+    Piece *v;      /* the open phases (index, s, e) as read from the deque */
+    Py_ssize_t n;
+} Open;
+
+static int read_open(PyObject *opened, Open *o)
+{
+    o->v = NULL;
+    o->n = 0;
+    PyObject *seq = PySequence_Fast(opened, "open phases must be iterable");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    o->v = PyMem_Malloc(sizeof(Piece) * (n ? n : 1));
+    if (o->v == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, j);
+        long long k;
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3 || as_ll(PyTuple_GET_ITEM(t, 0), &k) < 0 ||
+            as_ll(PyTuple_GET_ITEM(t, 1), &o->v[j].a) < 0 || as_ll(PyTuple_GET_ITEM(t, 2), &o->v[j].b) < 0 ||
+            k < 0 || k >= NP) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "an open phase is not (index, start_ns, end_ns)");
+            Py_DECREF(seq);
+            return -1;
+        }
+        o->v[j].k = (int)k;
+    }
+    o->n = n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* JobTable._forget_closed: keep only the open phases that end after e (the deque object is kept). */
+static int forget_closed(PyObject *opened, PyObject *deque_items, long long e)
+{
+    PyObject *seq = PySequence_Fast(deque_items, "open phases must be iterable");
+    if (seq == NULL)
+        return -1;
+    PyObject *keep = PyList_New(0);
+    int r = keep == NULL ? -1 : 0;
+    for (Py_ssize_t j = 0; r == 0 && j < PySequence_Fast_GET_SIZE(seq); j++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, j);
+        long long b;
+        if (as_ll(PyTuple_GET_ITEM(t, 2), &b) < 0)
+            r = -1;
+        else if (b > e)
+            r = PyList_Append(keep, t);
+    }
+    Py_DECREF(seq);
+    if (r == 0) {
+        PyObject *x = PyObject_CallMethodNoArgs(opened, s_clear);
+        PyObject *y = x ? PyObject_CallMethodOneArg(opened, s_extend, keep) : NULL;
+        r = y == NULL ? -1 : 0;
+        Py_XDECREF(x);
+        Py_XDECREF(y);
+    }
+    Py_XDECREF(keep);
+    return r;
+}
+
+static int forget(PyObject *opened, long long e)
+{
+    PyObject *snapshot = PySequence_List(opened);
+    if (snapshot == NULL)
+        return -1;
+    int r = forget_closed(opened, snapshot, e);
+    Py_DECREF(snapshot);
+    return r;
+}
+
+/* JobTable._close_step_sums: 1 and sums[k] (with present mask) when each index occurs once inside
+ * [s, e); 0 when one repeats (nothing changed); -1 on error. */
+static int close_step_sums(PyObject *opened, const Open *o, long long s, long long e, long long sums[NP],
+                           int order[NP], int *norder)
+{
+    unsigned seen = 0;
+    int straddles = 0;
+    *norder = 0;
+    for (Py_ssize_t j = 0; j < o->n; j++) {
+        long long a = o->v[j].a, b = o->v[j].b;
+        if (b > e) {
+            straddles = 1;
+            b = e;
+        }
+        if (a < s)
+            a = s;
+        if (b > a) {
+            unsigned bit = 1u << o->v[j].k;
+            if (seen & bit)
+                return 0;
+            seen |= bit;
+            sums[o->v[j].k] = b - a;
+            order[(*norder)++] = o->v[j].k;
+        }
+    }
+    if (straddles)
+        return forget(opened, e) < 0 ? -1 : 1;
+    PyObject *x = PyObject_CallMethodNoArgs(opened, s_clear);
+    if (x == NULL)
+        return -1;
+    Py_DECREF(x);
+    return 1;
+}
+
+static int cmp_piece(const void *x, const void *y)
+{
+    const Piece *p = x, *q = y;
+    if (p->a != q->a)
+        return p->a < q->a ? -1 : 1;
+    if (p->b != q->b)
+        return p->b < q->b ? -1 : 1;
+    return 0;
+}
+
+/* attribution.merged over v[0..n): sorts v and merges it in place; returns the new length. */
+static Py_ssize_t merge(Piece *v, Py_ssize_t n)
+{
+    qsort(v, n, sizeof(Piece), cmp_piece);
+    Py_ssize_t m = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (v[j].b <= v[j].a)
+            continue;
+        if (m && v[j].a <= v[m - 1].b) {
+            if (v[j].b > v[m - 1].b)
+                v[m - 1].b = v[j].b;
+        } else {
+            v[m++] = v[j];
+        }
+    }
+    return m;
+}
+
+/* attribution.clip_to_step: per phase index, its merged pieces inside [s, e), written to out
+ * (grouped by index in first-occurrence order: order[], start[], count[]). */
+typedef struct {
+    Piece *v;
+    unsigned mask;     /* the phase indices present */
+    int order[NP], norder;
+    Py_ssize_t start[NP], count[NP];
+} Pieces;
+
+static int clip_to_step(const Open *o, long long s, long long e, Pieces *p)
+{
+    p->norder = 0;
+    p->mask = 0;
+    p->v = PyMem_Malloc(sizeof(Piece) * (o->n ? o->n : 1));
+    if (p->v == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t per[NP] = {0};
+    int first[NP];
+    for (int k = 0; k < NP; k++)
+        first[k] = -1;
+    for (Py_ssize_t j = 0; j < o->n; j++) {
+        long long a = o->v[j].a < s ? s : o->v[j].a, b = o->v[j].b > e ? e : o->v[j].b;
+        int k = o->v[j].k;
+        if (b > a) {
+            if (first[k] < 0) {
+                first[k] = p->norder;
+                p->mask |= 1u << k;
+                p->order[p->norder++] = k;
+            }
+            per[k]++;
+        }
+    }
+    Py_ssize_t at = 0;
+    for (int x = 0; x < p->norder; x++) {
+        int k = p->order[x];
+        p->start[k] = at;
+        p->count[k] = 0;
+        at += per[k];
+    }
+    for (Py_ssize_t j = 0; j < o->n; j++) {
+        long long a = o->v[j].a < s ? s : o->v[j].a, b = o->v[j].b > e ? e : o->v[j].b;
+        int k = o->v[j].k;
+        if (b > a) {
+            Piece *q = &p->v[p->start[k] + p->count[k]++];
+            q->k = k;
+            q->a = a;
+            q->b = b;
+        }
+    }
+    for (int x = 0; x < p->norder; x++) {
+        int k = p->order[x];
+        if (p->count[k] > 1)
+            p->count[k] = merge(p->v + p->start[k], p->count[k]);
+    }
+    return 0;
+}
+
+/* ---- the message ---- */
+
+typedef struct {
+    PyObject *tbl, *job, *pid, *uid, *nowobj;
+    long long now;
+    PyObject *opened;  /* the process's deque of open phases, or NULL */
+    PyObject *gpus;    /* a non-empty tuple of GPU labels, or NULL */
+    PyObject *ring, *rec, *probe, *phase_s, *label;
+    PyObject *cur_slot;
+    long long width, cur;
+} Ctx;
+
+/* ring.slot(e, now) unless e falls in the current slot (new reference; Py_None: outside the window) */
+static PyObject *slot_of(Ctx *c, PyObject *eobj, long long e)
+{
+    if (floordiv(e, c->width) >= c->cur) {
+        Py_INCREF(c->cur_slot);
+        return c->cur_slot;
+    }
+    return PyObject_CallMethodObjArgs(c->ring, s_slot, eobj, c->nowobj, NULL);
+}
+
+static int record(Ctx *c, PyObject *what, PyObject *s, PyObject *e)
+{
+    PyObject *t = PyTuple_Pack(4, c->label, what, s, e);
+    if (t == NULL)
+        return -1;
+    int r = call_append(c->rec, t);
+    Py_DECREF(t);
+    return r;
+}
+
+static int apply_phase(Ctx *c, PyObject *rec, int *waited)
+{
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a phase record is not (phase, start_ns, end_ns)");
+        return -1;
+    }
+    PyObject *phase = PyTuple_GET_ITEM(rec, 0), *so = PyTuple_GET_ITEM(rec, 1), *eo = PyTuple_GET_ITEM(rec, 2);
+    long long s, e;
+    int i = phase_index(phase);
+    if (i < 0 || as_ll(so, &s) < 0 || as_ll(eo, &e) < 0)
+        return -1;
+    if (add_item_float(c->phase_s, i, (double)(e - s) / 1e9) < 0)
+        return -1;
+    PyObject *io = PyLong_FromLong(i);
+    if (io == NULL)
+        return -1;
+    if (c->opened != NULL) {
+        PyObject *t = tuple3(io, so, eo);
+        int r = t == NULL ? -1 : call_append(c->opened, t);
+        Py_XDECREF(t);
+        if (r < 0) {
+            Py_DECREF(io);
+            return -1;
+        }
+    }
+    Py_DECREF(io);
+    if (i == data_wait && c->probe != Py_None && e > s) {
+        PyObject *waits = PyObject_GetAttr(c->job, s_waits);
+        PyObject *t = waits ? tuple3(c->pid, so, eo) : NULL;
+        int r = t == NULL ? -1 : call_append(waits, t);
+        Py_XDECREF(waits);
+        Py_XDECREF(t);
+        if (r < 0)
+            return -1;
+        *waited = 1;
+    }
+    PyObject *slot = slot_of(c, eo, e);
+    if (slot == NULL)
+        return -1;
+    if (slot != Py_None) {
+        PyObject *rows = PyObject_GetAttr(c->ring, s_phase);
+        int r = rows == NULL ? -1 : add_row_item(rows, slot, i, e - s);
+        Py_XDECREF(rows);
+        if (r < 0) {
+            Py_DECREF(slot);
+            return -1;
+        }
+    }
+    Py_DECREF(slot);
+    if (c->gpus != NULL && queue(c->tbl, c->job, pending(i, eo, so, eo, c->gpus)) < 0)
+        return -1;
+    if (c->rec != Py_None && record(c, phase, so, eo) < 0)
+        return -1;
+    return 0;
+}
+
+static int bisect_left(double d)
+{
+    int lo = 0, hi = (int)nbuckets;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (buckets[mid] < d)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int apply_step(Ctx *c, PyObject *rec)
+{
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a step record is not (start_ns, end_ns, samples)");
+        return -1;
+    }
+    PyObject *so = PyTuple_GET_ITEM(rec, 0), *eo = PyTuple_GET_ITEM(rec, 1), *samples = PyTuple_GET_ITEM(rec, 2);
+    long long s, e;
+    if (as_ll(so, &s) < 0 || as_ll(eo, &e) < 0)
+        return -1;
+    double d = (double)(e - s) / 1e9;
+    long long sums[NP];
+    int order[NP], norder = 0, have = 0, r = -1;
+    Open o = {NULL, 0};
+    Pieces p = {NULL};
+    PyObject *slot = NULL, *rows = NULL, *row = NULL, *v = NULL, *group = NULL;
+
+    Py_ssize_t nopen = c->opened == NULL ? 0 : PyObject_Size(c->opened);
+    if (nopen < 0)
+        return -1;
+    if (nopen > 0 && read_open(c->opened, &o) < 0)
+        goto done;
+    if (c->gpus == NULL && nopen > 0) {
+        have = close_step_sums(c->opened, &o, s, e, sums, order, &norder);
+        if (have < 0)
+            goto done;
+    }
+    if (!have) {  /* JobTable._close_step (or no open phases: no pieces) */
+        if (nopen > 0) {
+            if (clip_to_step(&o, s, e, &p) < 0 || forget(c->opened, e) < 0)
+                goto done;
+        }
+        norder = p.norder;
+        for (int x = 0; x < p.norder; x++) {
+            int k = p.order[x];
+            long long sum = 0;
+            for (Py_ssize_t j = 0; j < p.count[k]; j++)
+                sum += p.v[p.start[k] + j].b - p.v[p.start[k] + j].a;
+            sums[k] = sum;
+            order[x] = k;
+        }
+    }
+    PyObject *one = PyLong_FromLong(1);
+    if (one == NULL)
+        goto done;
+    int bad = add_attr(c->job, s_steps, one) < 0 || add_attr(c->job, s_samples, samples) < 0;
+    Py_DECREF(one);
+    if (bad)
+        goto done;
+    if ((v = PyFloat_FromDouble(d)) == NULL || add_attr(c->job, s_hist_sum, v) < 0)
+        goto done;
+    if ((rows = PyObject_GetAttr(c->job, s_hist)) == NULL || add_item_ll(rows, bisect_left(d), 1) < 0)
+        goto done;
+    Py_CLEAR(rows);
+    if ((slot = slot_of(c, eo, e)) == NULL)
+        goto done;
+    if (slot != Py_None) {
+        if ((rows = PyObject_GetAttr(c->ring, s_step_ns)) == NULL || add_at_slot(rows, slot, e - s) < 0)
+            goto done;
+        Py_CLEAR(rows);
+        if ((rows = PyObject_GetAttr(c->ring, s_steps)) == NULL || add_at_slot(rows, slot, 1) < 0)
+            goto done;
+        Py_CLEAR(rows);
+        if ((rows = PyObject_GetAttr(c->ring, s_in_step)) == NULL || (row = PyObject_GetItem(rows, slot)) == NULL)
+            goto done;
+        for (int x = 0; x < norder; x++)
+            if (add_item_ll(row, order[x], sums[order[x]]) < 0)
+                goto done;
+    }
+    if (c->gpus != NULL) {
+        /* the step, then per IN_KINDS entry the merged pieces of its phases, queued together */
+        if ((group = PyList_New(0)) == NULL)
+            goto done;
+        PyObject *sp = pending(step_key, eo, so, eo, c->gpus);
+        int bad = sp == NULL || PyList_Append(group, sp) < 0;
+        Py_XDECREF(sp);
+        if (bad)
+            goto done;
+        for (int n = 0; n < nkinds; n++) {
+            Py_ssize_t total = 0;
+            for (int x = 0; x < kind_len[n]; x++)
+                if (p.mask & (1u << kind_order[n][x]))
+                    total += p.count[kind_order[n][x]];
+            if (total == 0)
+                continue;
+            Piece *u = PyMem_Malloc(sizeof(Piece) * total);
+            if (u == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            Py_ssize_t m = 0;
+            for (int x = 0; x < kind_len[n]; x++) {
+                int k = kind_order[n][x];
+                if (p.mask & (1u << k))
+                    for (Py_ssize_t j = 0; j < p.count[k]; j++)
+                        u[m++] = p.v[p.start[k] + j];
+            }
+            m = merge(u, m);
+            for (Py_ssize_t j = 0; j < m; j++) {
+                PyObject *pp = pending_ll(in_step_key + n, eo, u[j].a, u[j].b, c->gpus);
+                bad = pp == NULL || PyList_Append(group, pp) < 0;
+                Py_XDECREF(pp);
+                if (bad) {
+                    PyMem_Free(u);
+                    goto done;
+                }
+            }
+            PyMem_Free(u);
+        }
+        if (queue_step(c->tbl, c->job, group) < 0)
+            goto done;
+    }
+    if (c->rec != Py_None && record(c, step_name, so, eo) < 0)
+        goto done;
+    r = 0;
+done:
+    PyMem_Free(o.v);
+    PyMem_Free(p.v);
+    Py_XDECREF(slot);
+    Py_XDECREF(rows);
+    Py_XDECREF(row);
+    Py_XDECREF(v);
+    Py_XDECREF(group);
+    return r;
+}
+
+/* pids[pid] = max(pids.get(pid, 0), dropped) */
+static int note_pid(PyObject *pids, PyObject *pid, PyObject *dropped)
+{
+    PyObject *old = PyDict_GetItemWithError(pids, pid);  /* borrowed */
+    if (old == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *keep = dropped;
+    if (old != NULL) {
+        int gt = PyObject_RichCompareBool(dropped, old, Py_GT);
+        if (gt < 0)
+            return -1;
+        keep = gt ? dropped : old;
+    } else {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL)
+            return -1;
+        int gt = PyObject_RichCompareBool(dropped, zero, Py_GT);
+        if (gt <= 0) {
+            int r = gt < 0 ? -1 : PyDict_SetItem(pids, pid, zero);
+            Py_DECREF(zero);
+            return r;
+        }
+        Py_DECREF(zero);
+    }
+    Py_INCREF(keep);
+    int r = PyDict_SetItem(pids, pid, keep);
+    Py_DECREF(keep);
+    return r;
+}
+
+/* gpus = attribution.resolve_gpus(...) when the message has records and the process is known to use
+ * GPUs (NVML's process list, or CUDA_VISIBLE_DEVICES naming sampled GPUs); NULL in c->gpus when none. */
+static int find_gpus(Ctx *c, PyObject *msg)
+{
+    c->gpus = NULL;
+    if (PyObject_Length(PyTuple_GET_ITEM(msg, 1)) == 0 && PyObject_Length(PyTuple_GET_ITEM(msg, 2)) == 0)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *cvd = PyTuple_GET_ITEM(msg, 3);
+    PyObject *known = PyObject_GetAttr(c->tbl, s_known_gpus), *ctx = PyObject_GetAttr(c->tbl, s_ctx);
+    PyObject *gpu_pids = ctx ? PyObject_GetAttr(ctx, s_gpu_pids) : NULL;
+    int r = -1, want = 0;
+    if (known == NULL || gpu_pids == NULL)
+        goto done;
+    int t = PyObject_IsTrue(cvd);
+    if (t < 0)
+        goto done;
+    if (t) {
+        t = PyObject_IsTrue(known);
+        if (t < 0)
+            goto done;
+        want = t;
+    }
+    if (!want) {
+        t = PySequence_Contains(gpu_pids, c->pid);
+        if (t < 0)
+            goto done;
+        want = t;
+    }
+    if (want) {
+        PyObject *g = PyObject_CallFunctionObjArgs(resolve_gpus, c->pid, cvd, gpu_pids, known, NULL);
+        if (g == NULL)
+            goto done;
+        t = PyObject_IsTrue(g);
+        if (t <= 0) {
+            Py_DECREF(g);
+            if (t < 0)
+                goto done;
+        } else {
+            c->gpus = g;
+        }
+    }
+    r = 0;
+done:
+    Py_XDECREF(known);
+    Py_XDECREF(ctx);
+    Py_XDECREF(gpu_pids);
+    return r;
+}
+
+static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject *uid, PyObject *nowobj)
+{
+    Ctx c = {tbl, NULL, pid, uid, nowobj, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0};
+    PyObject *result = NULL, *jobs = NULL, *key = NULL, *pids = NULL, *open = NULL, *width = NULL, *cur_b = NULL;
+    PyObject *phases = NULL, *steps = NULL;
+    int waited = 0;
+    if (!PyTuple_Check(msg) || PyTuple_GET_SIZE(msg) != 5) {
+        PyErr_SetString(PyExc_TypeError, "apply(): msg must be a protocol.Message");
+        return NULL;
+    }
+    if (as_ll(nowobj, &c.now) < 0)
+        return NULL;
+    if ((jobs = PyObject_GetAttr(tbl, s_jobs)) == NULL || (key = PyTuple_Pack(2, uid, PyTuple_GET_ITEM(msg, 0))) == NULL)
+        goto done;
+    c.job = PyDict_GetItemWithError(jobs, key);
+    if (c.job == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        c.job = PyObject_CallMethodObjArgs(tbl, s_new_job, key, pid, uid, nowobj, NULL);
+        if (c.job == NULL)
+            goto done;
+        if (c.job == Py_None) {
+            Py_INCREF(job_limit);
+            result = job_limit;
+            goto done;
+        }
+    } else {
+        Py_INCREF(c.job);
+        PyObject *x = PyObject_CallMethodOneArg(jobs, s_move_to_end, key);
+        if (x == NULL)
+            goto done;
+        Py_DECREF(x);
+    }
+    if (PyObject_SetAttr(c.job, s_last_ns, nowobj) < 0 || (pids = PyObject_GetAttr(c.job, s_pids)) == NULL)
+        goto done;
+    if (!PyDict_Check(pids)) {
+        PyErr_SetString(PyExc_TypeError, "job.pids must be a dict");
+        goto done;
+    }
+    int known = PyDict_Contains(pids, pid);
+    if (known < 0)
+        goto done;
+    known = known || PyDict_GET_SIZE(pids) < max_pids;
+    if (known && note_pid(pids, pid, PyTuple_GET_ITEM(msg, 4)) < 0)
+        goto done;
+    if ((open = PyObject_GetAttr(c.job, s_open)) == NULL || !PyDict_Check(open)) {
+        if (open != NULL)
+            PyErr_SetString(PyExc_TypeError, "job.open must be a dict");
+        goto done;
+    }
+    c.opened = PyDict_GetItemWithError(open, pid);
+    if (c.opened == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        if (known) {
+            static PyObject *empty;
+            if (empty == NULL && (empty = PyTuple_New(0)) == NULL)
+                goto done;
+            if ((c.opened = PyObject_Call(deque_type, empty, deque_kwargs)) == NULL ||
+                PyDict_SetItem(open, pid, c.opened) < 0)
+                goto done;
+        }
+    } else {
+        Py_INCREF(c.opened);
+    }
+    if (find_gpus(&c, msg) < 0)
+        goto done;
+    if ((c.ring = PyObject_GetAttr(c.job, s_ring)) == NULL || (c.rec = PyObject_GetAttr(tbl, s_recorded)) == NULL ||
+        (c.probe = PyObject_GetAttr(tbl, s_probe)) == NULL || (c.phase_s = PyObject_GetAttr(c.job, s_phase_s)) == NULL ||
+        (c.label = PyObject_GetAttr(c.job, s_label)) == NULL || (width = PyObject_GetAttr(c.ring, s_width)) == NULL ||
+        as_ll(width, &c.width) < 0 || (cur_b = PyObject_GetAttr(c.ring, s_cur_b)) == NULL)
+        goto done;
+    if (c.width <= 0) {
+        PyErr_SetString(PyExc_ValueError, "ring width must be positive");
+        goto done;
+    }
+    c.cur = floordiv(c.now, c.width);
+    long long cb;
+    if (as_ll(cur_b, &cb) < 0)
+        goto done;
+    if (cb == c.cur) {
+        if ((c.cur_slot = PyObject_GetAttr(c.ring, s_cur_i)) == NULL)
+            goto done;
+    } else {
+        PyObject *curo = PyLong_FromLongLong(c.cur);
+        if (curo == NULL)
+            goto done;
+        c.cur_slot = PyObject_CallMethodObjArgs(c.ring, s_slot, nowobj, nowobj, NULL);
+        int bad = c.cur_slot == NULL || PyObject_SetAttr(c.ring, s_cur_i, c.cur_slot) < 0 ||
+                  PyObject_SetAttr(c.ring, s_cur_b, curo) < 0;
+        Py_DECREF(curo);
+        if (bad)
+            goto done;
+    }
+    if ((phases = PySequence_Fast(PyTuple_GET_ITEM(msg, 1), "msg.phases")) == NULL ||
+        (steps = PySequence_Fast(PyTuple_GET_ITEM(msg, 2), "msg.steps")) == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(phases); j++)
+        if (apply_phase(&c, PySequence_Fast_GET_ITEM(phases, j), &waited) < 0)
+            goto done;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(steps); j++)
+        if (apply_step(&c, PySequence_Fast_GET_ITEM(steps, j)) < 0)
+            goto done;
+    if (waited) {
+        PyObject *x = PyObject_CallMethodObjArgs(c.probe, s_track, pid, uid, nowobj, NULL);
+        if (x == NULL)
+            goto done;
+        Py_DECREF(x);
+    }
+    Py_INCREF(accepted);
+    result = accepted;
+done:
+    Py_XDECREF(jobs);
+    Py_XDECREF(key);
+    Py_XDECREF(c.job);
+    Py_XDECREF(pids);
+    Py_XDECREF(open);
+    Py_XDECREF(c.opened);
+    Py_XDECREF(c.gpus);
+    Py_XDECREF(c.ring);
+    Py_XDECREF(c.rec);
+    Py_XDECREF(c.probe);
+    Py_XDECREF(c.phase_s);
+    Py_XDECREF(c.label);
+    Py_XDECREF(c.cur_slot);
+    Py_XDECREF(width);
+    Py_XDECREF(cur_b);
+    Py_XDECREF(phases);
+    Py_XDECREF(steps);
+    return result;
+}
+
+PyObject *fast_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "apply(table, msg, pid, uid, now_ns)");
+        return NULL;
+    }
+    if (!table_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init_table() was not called");
+        return NULL;
+    }
+    return apply_msg(args[0], args[1], args[2], args[3], args[4]);
+}
+
+PyObject *fast_init_table(PyObject *self, PyObject *args)
+{
+    PyObject *phases, *deque, *pend, *resolve, *acc, *limit, *step, *kinds, *bk;
+    long long open_per_pid, mp, dw, sk, isk;
+    if (!PyArg_ParseTuple(args, "O!OO!OUUULLLLLO!O!", &PyTuple_Type, &phases, &deque, &PyType_Type, &pend, &resolve,
+                          &acc, &limit, &step, &open_per_pid, &mp, &dw, &sk, &isk, &PyTuple_Type, &kinds,
+                          &PyTuple_Type, &bk))
+        return NULL;
+    if (intern_all() < 0)
+        return NULL;
+    if (PyTuple_GET_SIZE(phases) != NP || !PyType_IsSubtype((PyTypeObject *)pend, &PyTuple_Type) ||
+        PyTuple_GET_SIZE(kinds) > MAX_KINDS || PyTuple_GET_SIZE(bk) > MAX_BUCKETS || dw < 0 || dw >= NP ||
+        open_per_pid < 1 || mp < 0 || !PyCallable_Check(deque) || !PyCallable_Check(resolve)) {
+        PyErr_SetString(PyExc_ValueError, "init_table(): arguments out of range");
+        return NULL;
+    }
+    int nk = (int)PyTuple_GET_SIZE(kinds);
+    for (int n = 0; n < nk; n++) {
+        PyObject *ks = PyTuple_GET_ITEM(kinds, n);
+        if (!PyTuple_Check(ks) || PyTuple_GET_SIZE(ks) > NP) {
+            PyErr_SetString(PyExc_ValueError, "init_table(): each kind is a tuple of phase indices");
+            return NULL;
+        }
+        kind_len[n] = (int)PyTuple_GET_SIZE(ks);
+        for (int x = 0; x < kind_len[n]; x++) {
+            long k = PyLong_AsLong(PyTuple_GET_ITEM(ks, x));
+            if (k < 0 || k >= NP) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "init_table(): a phase index out of range");
+                return NULL;
+            }
+            kind_order[n][x] = (int)k;
+        }
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(bk); j++) {
+        buckets[j] = PyFloat_AsDouble(PyTuple_GET_ITEM(bk, j));
+        if (buckets[j] == -1.0 && PyErr_Occurred())
+            return NULL;
+    }
+    PyObject *kw = Py_BuildValue("{s:L}", "maxlen", open_per_pid);
+    if (kw == NULL)
+        return NULL;
+    Py_XSETREF(deque_kwargs, kw);
+    Py_INCREF(phases);
+    Py_XSETREF(phases_tuple, phases);
+    Py_INCREF(deque);
+    Py_XSETREF(deque_type, deque);
+    Py_INCREF(pend);
+    Py_XSETREF(pending_type, (PyTypeObject *)pend);
+    Py_INCREF(resolve);
+    Py_XSETREF(resolve_gpus, resolve);
+    Py_INCREF(acc);
+    Py_XSETREF(accepted, acc);
+    Py_INCREF(limit);
+    Py_XSETREF(job_limit, limit);
+    Py_INCREF(step);
+    Py_XSETREF(step_name, step);
+    nkinds = nk;
+    nbuckets = PyTuple_GET_SIZE(bk);
+    max_pids = mp;
+    data_wait = dw;
+    step_key = sk;
+    in_step_key = isk;
+    table_ready = 1;
+    Py_RETURN_NONE;
+}

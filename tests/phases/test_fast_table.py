@@ -1,0 +1,238 @@
+"""The job table's message path in C (apply, agent/phases/_fast_table.c) against JobTable._apply.
+
+Two tables get the same generated history (messages from several jobs, processes and users,
+with repeated, overlapping, straddling and late phases, steps, GPU processes, CUDA_VISIBLE_DEVICES
+lists, full queues, and the sampler's attribution and expiry in between); one applies each message
+with _apply, the other with the C code.  Every field of the resulting state must be equal, value
+and type: the views, the rings, the open phases, the queues waiting for GPU samples, the recorded
+intervals, the counters, and the calls made to the input probe.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.context import AgentContext
+from agent.phases import attribution, fast, jobs
+from agent.phases.jobs import JobTable
+from agent.phases.protocol import PHASES, Message
+from tests.phases.helpers import S, phases_cfg, require_fast
+
+require_fast(skip=lambda why: pytest.skip(why, allow_module_level=True))
+
+NOW0 = 100_000 * S
+GPU_PID = 11                                   # holds GPUs 0 and 1 (NVML's process list)
+
+
+class Probe:
+    """Stands in for procstat.InputProbe: records track() calls; no /proc samples, so waits resolve as gone."""
+
+    def __init__(self):
+        self.calls = []
+
+    def track(self, pid, uid, now_ns):
+        self.calls.append((pid, uid, now_ns))
+
+    def samples(self, pid):
+        return [], f"pid {pid} is not sampled here", True
+
+
+def make_table(record: int, probe: bool, max_pending: int) -> JobTable:
+    ctx = AgentContext(clock=lambda: NOW0)
+    ctx.gpu_pids[GPU_PID] = frozenset({"0", "1"})
+    table = JobTable(phases_cfg(max_pending_intervals=max_pending, window_seconds=60.0, max_jobs=4,
+                                max_jobs_per_user=3, job_expiry_seconds=30.0),
+                     ctx, own_uid=0, record_intervals=record, probe=Probe() if probe else None)
+    return table
+
+
+def ring_state(r):
+    return (r.width, r.idx, r.phase, r.in_step, r.step_ns, r.steps, r.idle, r.obs, r.step_idle, r.step_obs,
+            r.kind_idle, r.step_attr, r.cur_b, r.cur_i, [tuple(getattr(w, f) for f in w.__slots__) for w in r.wait])
+
+
+def typed(x):
+    """x with the type of every leaf, so that 1 == 1.0 or a tuple == a Pending cannot pass unnoticed."""
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, [typed(v) for v in x])
+    if isinstance(x, dict):
+        return ("dict", [(typed(k), typed(v)) for k, v in x.items()])
+    return (type(x).__name__, x)
+
+
+def state(table: JobTable):
+    out = []
+    for key, j in table._jobs.items():
+        out.append((key, j.label, j.user, j.uid, j.first_pid, j.pids, j.created_ns, j.last_ns, j.phase_s, j.steps,
+                    j.samples, j.hist, j.hist_sum, j.gpu_idle, list(j.pending), j.pending.maxlen,
+                    {p: (list(d), d.maxlen) for p, d in j.open.items()}, list(j.waits), j.wait_problem,
+                    ring_state(j.ring)))
+    return typed((out, table.results, table.attributed, list(table.recorded or ()), table._labels,
+                  table._per_uid, table.probe.calls if table.probe else None))
+
+
+# -- generated histories --------------------------------------------------------------------------
+
+# phase names as the decoders hand them over, and equal strings built at run time (not the same object)
+NAMES = st.sampled_from(PHASES) | st.sampled_from(PHASES).map(lambda p: "".join(list(p)))
+
+
+@st.composite
+def message(draw, now):
+    base = now - draw(st.sampled_from([0, 0, 0, 1 * S, 3 * S, 25 * S, 70 * S]))  # some records fall in old slots
+    span = st.integers(0, 4 * S)
+
+    def interval():
+        # ends on a coarse grid give shared and off-by-one boundaries between phases and steps
+        a = base - (draw(span) if draw(st.booleans()) else draw(st.integers(0, 40)) * S // 10 + draw(st.integers(-1, 1)))
+        return a, a + max(0, draw(st.sampled_from([0, 1, 7, S // 10, S // 3, S, 3 * S])) + draw(st.integers(-1, 1)))
+
+    phases = tuple((draw(NAMES), *interval()) for _ in range(draw(st.integers(0, 5))))
+    steps = tuple((*interval(), draw(st.integers(0, 10**9))) for _ in range(draw(st.integers(0, 3))))
+    return Message(job=draw(st.sampled_from(["a", "b", "c", "d", "e"])), phases=phases, steps=steps,
+                   cvd=draw(st.sampled_from([(), ("0",), ("1", "0"), ("7",), ("GPU-x",)])),
+                   dropped=draw(st.integers(0, 3)))
+
+
+@st.composite
+def history(draw):
+    now = NOW0
+    events = []
+    for _ in range(draw(st.integers(1, 40))):
+        now += draw(st.sampled_from([0, 1, S // 50, S // 2, 2 * S, 7 * S, 31 * S]))
+        kind = draw(st.sampled_from(["msg"] * 8 + ["attribute", "views", "gpu_sample"]))
+        if kind == "msg":
+            pid = draw(st.sampled_from([GPU_PID, 12, 13, 14]))
+            uid = draw(st.sampled_from([0, 0, 1000, 1001]))
+            events.append(("msg", now, draw(message(now)), pid, uid))
+        else:
+            events.append((kind, now, draw(st.floats(0.0, 1.0)) if kind == "gpu_sample" else None))
+    return events
+
+
+def run(table: JobTable, events, use_c: bool):
+    results = []
+    for ev in events:
+        kind, now = ev[0], ev[1]
+        if kind == "msg":
+            _, _, msg, pid, uid = ev
+            if use_c:
+                results.append(fast.module.apply(table, msg, pid, uid, now))
+            else:
+                results.append(table._apply(msg, pid, uid, now))
+        elif kind == "attribute":
+            table.attribute(now)
+        elif kind == "views":
+            table.views(now)
+        else:  # GPU samples up to now, so that queued intervals become ready
+            for gpu in ("0", "1"):
+                until = table.ctx.timeline.covered_until(gpu)
+                start = max(until, now - 10 * S)
+                if now > start:
+                    table.ctx.timeline.add(gpu, start, now, ev[2])
+            table._known_gpus = frozenset(table.ctx.timeline.gpus())
+    return results
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(events=history(), record=st.sampled_from([0, 50]), probe=st.booleans(), max_pending=st.sampled_from([3, 8, 4096]))
+def test_generated_histories_leave_the_same_state(events, record, probe, max_pending):
+    py, c = make_table(record, probe, max_pending), make_table(record, probe, max_pending)
+    assert run(py, events, use_c=False) == run(c, events, use_c=True)
+    assert state(c) == state(py)
+    assert typed(c.views(events[-1][1] + S)) == typed(py.views(events[-1][1] + S))
+
+
+def test_a_known_step_through_both_paths():
+    """A hand-checked case: two phases (one repeated), a step closing them, a GPU process, a full queue."""
+    t = NOW0
+    msgs = [Message("j", (("data_wait", t - 10 * S // 10, t - 7 * S // 10), ("compute", t - 7 * S // 10, t - S // 10),
+                          ("compute", t - 5 * S // 10, t - 2 * S // 10), ("host", t - S // 10, t + S // 10)),
+                    ((t - S, t, 32),), ("0",), 2)]
+    for use_c in (False, True):
+        table = make_table(10, True, 6)
+        r = run(table, [("msg", t, m, GPU_PID, 0) for m in msgs], use_c)
+        assert r == ["accepted"]
+        (job,) = table._jobs.values()
+        # compute's two pieces merge into [t-0.7, t-0.1); host straddles the step's end and stays open
+        assert job.ring.in_step[job.ring.cur_i][:4] == [3 * S // 10, 6 * S // 10, S // 10, 0]
+        assert list(job.open[GPU_PID]) == [(2, t - S // 10, t + S // 10)]
+        assert job.steps == 1 and job.samples == 32 and job.pids == {GPU_PID: 2}
+        # 4 phases + 1 step + 3 merged in-step pieces (input, host with compute, all explained; no
+        # communication) queued into 6 places: the oldest two phases were pushed out unattributed
+        assert table.attributed["overflow"] == 2
+        assert [p.key[0] for p in job.pending] == [1, 2, jobs.STEP, jobs.IN_STEP, jobs.IN_STEP + 2, jobs.IN_STEP + 3]
+        assert job.pending[-1] == attribution.Pending((jobs.IN_STEP + 3, t), t - S, t, ("0", "1"))
+        assert table.probe.calls == [(GPU_PID, 0, t)]
+        assert [r[1] for r in table.recorded] == ["data_wait", "compute", "compute", "host", "step"]
+
+
+def test_phases_ending_one_ns_either_side_of_the_step_end():
+    """A phase ending 1 ns after its step is clipped to it and stays open for the next step; one
+    ending at the step's end is closed."""
+    t = NOW0
+    msg = Message("j", (("compute", t - S, t + 1), ("host", t - 1, t)), ((t - S, t, 1),))
+    for use_c in (False, True):
+        table = make_table(0, False, 64)
+        run(table, [("msg", t, msg, 12, 0)], use_c)
+        (job,) = table._jobs.values()
+        assert job.ring.in_step[job.ring.cur_i][1:3] == [S, 1]
+        assert list(job.open[12]) == [(1, t - S, t + 1)]
+
+
+def test_a_step_and_its_pieces_enter_the_queue_together():
+    """Found by the generated histories: a step whose in-step pieces were still being queued when the
+    step itself was pushed out left pieces without their step, and the verdict's evidence refused
+    GPU idle by kind above the idle of the steps (views() raised).  Now a step and its pieces enter
+    together, and a step whose pieces do not fit in the whole queue is not queued (overflow)."""
+    t = NOW0
+    waits = Message("a", (("data_wait", t - 1, t), ("data_wait", t - S // 10, t - S // 10 + 1)), ())
+    steps = Message("a", (), ((t - S, t - S, 0), (t - S, t, 0), (t - S, t - S, 0)))
+    events = [("gpu_sample", t, 0.0), ("msg", t, waits, GPU_PID, 0), ("msg", t, steps, GPU_PID, 0),
+              ("attribute", t, None)]
+    for use_c in (False, True):
+        table = make_table(0, False, 3)
+        run(table, events, use_c)
+        (view,) = table.views(t)[0]
+        ev = view.evidence
+        # the long step (1 s, 2 data_wait pieces: a group of 5) did not fit; the empty steps were attributed
+        assert ev.gpu_idle_by_kind == {"input": 0.0, "communication": 0.0, "host": 0.0, "explained": 0.0}
+        assert ev.gpu_step_idle_seconds == 0.0
+        # the first data_wait (pushed out by the last step) and the long step went unattributed
+        assert table.attributed == {"complete": 3, "late": 0, "overflow": 2}
+
+
+def test_the_pid_limit_per_job_through_both_paths():
+    """Past MAX_PIDS processes a job stops tracking new ones (no open phases, no dropped counts)."""
+    t = NOW0
+    events = [("msg", t + n, Message("j", (("compute", t - S, t),), ((t - S, t, 1),), (), n % 3), 100 + n, 0)
+              for n in range(jobs.MAX_PIDS + 6)]
+    py, c = make_table(0, True, 64), make_table(0, True, 64)
+    assert run(py, events, use_c=False) == run(c, events, use_c=True)
+    assert state(c) == state(py)
+    (job,) = c._jobs.values()
+    assert len(job.pids) == len(job.open) == jobs.MAX_PIDS and job.steps == jobs.MAX_PIDS + 6
+
+
+def test_handle_uses_the_c_path_when_built():
+    assert jobs._fast_apply is fast.module.apply
+
+
+def test_bad_arguments_are_errors_not_crashes():
+    table = make_table(0, False, 8)
+    msg = Message("j", (("compute", NOW0 - S, NOW0),), ())
+    with pytest.raises(TypeError):
+        fast.module.apply(table, msg, 1, 0)
+    with pytest.raises(TypeError):
+        fast.module.apply(table, ("j", (), ()), 1, 0, NOW0)           # not a Message
+    with pytest.raises(TypeError):
+        fast.module.apply(table, msg, 1, 0, "now")
+    with pytest.raises(KeyError):
+        fast.module.apply(table, Message("j", (("nap", NOW0 - S, NOW0),), ()), 1, 0, NOW0)
+    with pytest.raises(TypeError):
+        fast.module.apply(table, Message("j", (("compute", NOW0),), ()), 1, 0, NOW0)
+    with pytest.raises(AttributeError):
+        fast.module.apply(object(), msg, 1, 0, NOW0)
+    # the table still works after each of them
+    assert fast.module.apply(table, msg, 1, 0, NOW0) == "accepted"
