@@ -17,14 +17,16 @@
 #include <stdlib.h>
 
 #include "_fast_table.h"
+#include <structmember.h>
 
 #define NP 7
 #define MAX_KINDS 8
 #define MAX_BUCKETS 64
 
-static PyObject *phases_tuple, *deque_type, *deque_kwargs, *resolve_gpus, *accepted, *job_limit, *step_name;
+static PyObject *phases_tuple, *resolve_gpus, *accepted, *job_limit, *step_name;
+static PyObject *deque_append, *odict_move_to_end;  /* the unbound methods, called without binding */
 static PyTypeObject *pending_type;
-static long long max_pids, data_wait, step_key, in_step_key;
+static long long open_per_pid, max_pids, data_wait, step_key, in_step_key;
 static int nkinds;
 static int kind_order[MAX_KINDS][NP];    /* per IN_KINDS entry: its phase indices, in its order */
 static int kind_len[MAX_KINDS];
@@ -61,11 +63,89 @@ static int intern_all(void)
            intern(&s_overflow, "overflow") | intern(&s_track, "track") | intern(&s_get, "get");
 }
 
+/* ---- the slots of jobs._Job and jobs._Ring, read at their offsets ---- */
+
+enum { J_LAST_NS, J_PIDS, J_OPEN, J_RING, J_PHASE_S, J_WAITS, J_LABEL, J_STEPS, J_SAMPLES, J_HIST, J_HIST_SUM,
+       J_PENDING, NJ };
+enum { R_WIDTH, R_CUR_B, R_CUR_I, R_PHASE, R_STEP_NS, R_STEPS, R_IN_STEP, NR };
+static PyObject **const job_names[NJ] = {&s_last_ns, &s_pids, &s_open, &s_ring, &s_phase_s, &s_waits, &s_label,
+                                         &s_steps, &s_samples, &s_hist, &s_hist_sum, &s_pending};
+static PyObject **const ring_names[NR] = {&s_width, &s_cur_b, &s_cur_i, &s_phase, &s_step_ns, &s_steps, &s_in_step};
+static PyTypeObject *job_type, *ring_type;
+static Py_ssize_t job_off[NJ], ring_off[NR];
+
+typedef struct {
+    PyTypeObject **type;
+    const Py_ssize_t *off;
+    PyObject **const *names;
+} Layout;
+
+static const Layout JOB = {&job_type, job_off, job_names}, RING = {&ring_type, ring_off, ring_names};
+
+/* The offset of a writable object slot (a __slots__ entry) of type t. */
+static int slot_offset(PyTypeObject *t, PyObject *name, Py_ssize_t *off)
+{
+    PyObject *d = PyObject_GetAttr((PyObject *)t, name);
+    if (d == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
+             !(((PyMemberDescrObject *)d)->d_member->flags & READONLY);
+    if (ok)
+        *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok)
+        PyErr_Format(PyExc_TypeError, "%s.%U is not a writable __slots__ entry", t->tp_name, name);
+    return ok ? 0 : -1;
+}
+
+/* o.<slot i> (new reference): straight from the slot when o is exactly the layout's type */
+static PyObject *get(PyObject *o, const Layout *l, int i)
+{
+    if (Py_TYPE(o) == *l->type) {
+        PyObject *v = *(PyObject **)((char *)o + l->off[i]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(o, *l->names[i]);
+}
+
+static int set(PyObject *o, const Layout *l, int i, PyObject *v)
+{
+    if (Py_TYPE(o) == *l->type) {
+        Py_INCREF(v);
+        Py_XSETREF(*(PyObject **)((char *)o + l->off[i]), v);
+        return 0;
+    }
+    return PyObject_SetAttr(o, *l->names[i], v);
+}
+
+/* o.<slot i> += delta */
+static int add_slot(PyObject *o, const Layout *l, int i, PyObject *delta)
+{
+    PyObject *old = get(o, l, i);
+    if (old == NULL)
+        return -1;
+    PyObject *sum = PyNumber_Add(old, delta);
+    Py_DECREF(old);
+    if (sum == NULL)
+        return -1;
+    int r = set(o, l, i, sum);
+    Py_DECREF(sum);
+    return r;
+}
+
 /* ---- small helpers over Python objects (each returns -1 with an exception set on failure) ---- */
 
 static int call_append(PyObject *seq, PyObject *item)
 {
-    PyObject *r = PyObject_CallMethodOneArg(seq, s_append, item);
+    if (PyList_CheckExact(seq))
+        return PyList_Append(seq, item);
+    PyObject *args[2] = {seq, item};
+    PyObject *r = Py_IS_TYPE(seq, (PyTypeObject *)PyDescr_TYPE(deque_append))
+                      ? PyObject_Vectorcall(deque_append, args, 2, NULL)
+                      : PyObject_CallMethodOneArg(seq, s_append, item);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -105,21 +185,6 @@ static int add_item_float(PyObject *seq, Py_ssize_t i, double x)
         return -1;
     int r = add_item(seq, i, d);
     Py_DECREF(d);
-    return r;
-}
-
-/* obj.name += delta */
-static int add_attr(PyObject *obj, PyObject *name, PyObject *delta)
-{
-    PyObject *old = PyObject_GetAttr(obj, name);
-    if (old == NULL)
-        return -1;
-    PyObject *sum = PyNumber_Add(old, delta);
-    Py_DECREF(old);
-    if (sum == NULL)
-        return -1;
-    int r = PyObject_SetAttr(obj, name, sum);
-    Py_DECREF(sum);
     return r;
 }
 
@@ -286,7 +351,7 @@ done:
 /* job.pending and its maxlen (-1: unbounded) */
 static PyObject *pending_queue(PyObject *job, Py_ssize_t *maxlen)
 {
-    PyObject *q = PyObject_GetAttr(job, s_pending);
+    PyObject *q = get(job, &JOB, J_PENDING);
     if (q == NULL)
         return NULL;
     PyObject *m = PyObject_GetAttr(q, s_maxlen);
@@ -368,70 +433,40 @@ static int read_open(PyObject *opened, Open *o)
 {
     o->v = NULL;
     o->n = 0;
-    PyObject *seq = PySequence_Fast(opened, "open phases must be iterable");
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyList_GET_SIZE(opened);
     o->v = PyMem_Malloc(sizeof(Piece) * (n ? n : 1));
     if (o->v == NULL) {
-        Py_DECREF(seq);
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *t = PySequence_Fast_GET_ITEM(seq, j);
+        PyObject *t = PyList_GET_ITEM(opened, j);
         long long k;
         if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3 || as_ll(PyTuple_GET_ITEM(t, 0), &k) < 0 ||
             as_ll(PyTuple_GET_ITEM(t, 1), &o->v[j].a) < 0 || as_ll(PyTuple_GET_ITEM(t, 2), &o->v[j].b) < 0 ||
             k < 0 || k >= NP) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "an open phase is not (index, start_ns, end_ns)");
-            Py_DECREF(seq);
             return -1;
         }
         o->v[j].k = (int)k;
     }
     o->n = n;
-    Py_DECREF(seq);
     return 0;
 }
 
-/* JobTable._forget_closed: keep only the open phases that end after e (the deque object is kept). */
-static int forget_closed(PyObject *opened, PyObject *deque_items, long long e)
+/* JobTable._forget_closed: keep only the open phases that end after e (o: the list as read). */
+static int forget(PyObject *opened, const Open *o, long long e)
 {
-    PyObject *seq = PySequence_Fast(deque_items, "open phases must be iterable");
-    if (seq == NULL)
-        return -1;
-    PyObject *keep = PyList_New(0);
-    int r = keep == NULL ? -1 : 0;
-    for (Py_ssize_t j = 0; r == 0 && j < PySequence_Fast_GET_SIZE(seq); j++) {
-        PyObject *t = PySequence_Fast_GET_ITEM(seq, j);
-        long long b;
-        if (as_ll(PyTuple_GET_ITEM(t, 2), &b) < 0)
-            r = -1;
-        else if (b > e)
-            r = PyList_Append(keep, t);
+    Py_ssize_t w = 0;
+    for (Py_ssize_t j = 0; j < o->n; j++) {
+        if (o->v[j].b > e) {
+            PyObject *t = PyList_GET_ITEM(opened, j);
+            Py_INCREF(t);
+            PyList_SetItem(opened, w++, t);  /* w <= j: the item it replaces was kept earlier or dropped */
+        }
     }
-    Py_DECREF(seq);
-    if (r == 0) {
-        PyObject *x = PyObject_CallMethodNoArgs(opened, s_clear);
-        PyObject *y = x ? PyObject_CallMethodOneArg(opened, s_extend, keep) : NULL;
-        r = y == NULL ? -1 : 0;
-        Py_XDECREF(x);
-        Py_XDECREF(y);
-    }
-    Py_XDECREF(keep);
-    return r;
-}
-
-static int forget(PyObject *opened, long long e)
-{
-    PyObject *snapshot = PySequence_List(opened);
-    if (snapshot == NULL)
-        return -1;
-    int r = forget_closed(opened, snapshot, e);
-    Py_DECREF(snapshot);
-    return r;
+    return PyList_SetSlice(opened, w, PyList_GET_SIZE(opened), NULL);
 }
 
 /* JobTable._close_step_sums: 1 and sums[k] (with present mask) when each index occurs once inside
@@ -460,12 +495,8 @@ static int close_step_sums(PyObject *opened, const Open *o, long long s, long lo
         }
     }
     if (straddles)
-        return forget(opened, e) < 0 ? -1 : 1;
-    PyObject *x = PyObject_CallMethodNoArgs(opened, s_clear);
-    if (x == NULL)
-        return -1;
-    Py_DECREF(x);
-    return 1;
+        return forget(opened, o, e) < 0 ? -1 : 1;
+    return PyList_SetSlice(opened, 0, PyList_GET_SIZE(opened), NULL) < 0 ? -1 : 1;
 }
 
 static int cmp_piece(const void *x, const void *y)
@@ -604,8 +635,13 @@ static int apply_phase(Ctx *c, PyObject *rec, int *waited)
     if (io == NULL)
         return -1;
     if (c->opened != NULL) {
+        /* at most OPEN_PER_PID phases wait for their step: the oldest goes */
+        if (PyList_GET_SIZE(c->opened) >= open_per_pid && PyList_SetSlice(c->opened, 0, 1, NULL) < 0) {
+            Py_DECREF(io);
+            return -1;
+        }
         PyObject *t = tuple3(io, so, eo);
-        int r = t == NULL ? -1 : call_append(c->opened, t);
+        int r = t == NULL ? -1 : PyList_Append(c->opened, t);
         Py_XDECREF(t);
         if (r < 0) {
             Py_DECREF(io);
@@ -614,7 +650,7 @@ static int apply_phase(Ctx *c, PyObject *rec, int *waited)
     }
     Py_DECREF(io);
     if (i == data_wait && c->probe != Py_None && e > s) {
-        PyObject *waits = PyObject_GetAttr(c->job, s_waits);
+        PyObject *waits = get(c->job, &JOB, J_WAITS);
         PyObject *t = waits ? tuple3(c->pid, so, eo) : NULL;
         int r = t == NULL ? -1 : call_append(waits, t);
         Py_XDECREF(waits);
@@ -627,7 +663,7 @@ static int apply_phase(Ctx *c, PyObject *rec, int *waited)
     if (slot == NULL)
         return -1;
     if (slot != Py_None) {
-        PyObject *rows = PyObject_GetAttr(c->ring, s_phase);
+        PyObject *rows = get(c->ring, &RING, R_PHASE);
         int r = rows == NULL ? -1 : add_row_item(rows, slot, i, e - s);
         Py_XDECREF(rows);
         if (r < 0) {
@@ -673,9 +709,7 @@ static int apply_step(Ctx *c, PyObject *rec)
     Pieces p = {NULL};
     PyObject *slot = NULL, *rows = NULL, *row = NULL, *v = NULL, *group = NULL;
 
-    Py_ssize_t nopen = c->opened == NULL ? 0 : PyObject_Size(c->opened);
-    if (nopen < 0)
-        return -1;
+    Py_ssize_t nopen = c->opened == NULL ? 0 : PyList_GET_SIZE(c->opened);
     if (nopen > 0 && read_open(c->opened, &o) < 0)
         goto done;
     if (c->gpus == NULL && nopen > 0) {
@@ -685,7 +719,7 @@ static int apply_step(Ctx *c, PyObject *rec)
     }
     if (!have) {  /* JobTable._close_step (or no open phases: no pieces) */
         if (nopen > 0) {
-            if (clip_to_step(&o, s, e, &p) < 0 || forget(c->opened, e) < 0)
+            if (clip_to_step(&o, s, e, &p) < 0 || forget(c->opened, &o, e) < 0)
                 goto done;
         }
         norder = p.norder;
@@ -701,25 +735,25 @@ static int apply_step(Ctx *c, PyObject *rec)
     PyObject *one = PyLong_FromLong(1);
     if (one == NULL)
         goto done;
-    int bad = add_attr(c->job, s_steps, one) < 0 || add_attr(c->job, s_samples, samples) < 0;
+    int bad = add_slot(c->job, &JOB, J_STEPS, one) < 0 || add_slot(c->job, &JOB, J_SAMPLES, samples) < 0;
     Py_DECREF(one);
     if (bad)
         goto done;
-    if ((v = PyFloat_FromDouble(d)) == NULL || add_attr(c->job, s_hist_sum, v) < 0)
+    if ((v = PyFloat_FromDouble(d)) == NULL || add_slot(c->job, &JOB, J_HIST_SUM, v) < 0)
         goto done;
-    if ((rows = PyObject_GetAttr(c->job, s_hist)) == NULL || add_item_ll(rows, bisect_left(d), 1) < 0)
+    if ((rows = get(c->job, &JOB, J_HIST)) == NULL || add_item_ll(rows, bisect_left(d), 1) < 0)
         goto done;
     Py_CLEAR(rows);
     if ((slot = slot_of(c, eo, e)) == NULL)
         goto done;
     if (slot != Py_None) {
-        if ((rows = PyObject_GetAttr(c->ring, s_step_ns)) == NULL || add_at_slot(rows, slot, e - s) < 0)
+        if ((rows = get(c->ring, &RING, R_STEP_NS)) == NULL || add_at_slot(rows, slot, e - s) < 0)
             goto done;
         Py_CLEAR(rows);
-        if ((rows = PyObject_GetAttr(c->ring, s_steps)) == NULL || add_at_slot(rows, slot, 1) < 0)
+        if ((rows = get(c->ring, &RING, R_STEPS)) == NULL || add_at_slot(rows, slot, 1) < 0)
             goto done;
         Py_CLEAR(rows);
-        if ((rows = PyObject_GetAttr(c->ring, s_in_step)) == NULL || (row = PyObject_GetItem(rows, slot)) == NULL)
+        if ((rows = get(c->ring, &RING, R_IN_STEP)) == NULL || (row = PyObject_GetItem(rows, slot)) == NULL)
             goto done;
         for (int x = 0; x < norder; x++)
             if (add_item_ll(row, order[x], sums[order[x]]) < 0)
@@ -889,12 +923,13 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
         }
     } else {
         Py_INCREF(c.job);
-        PyObject *x = PyObject_CallMethodOneArg(jobs, s_move_to_end, key);
+        PyObject *args[2] = {jobs, key};
+        PyObject *x = PyObject_Vectorcall(odict_move_to_end, args, 2, NULL);
         if (x == NULL)
             goto done;
         Py_DECREF(x);
     }
-    if (PyObject_SetAttr(c.job, s_last_ns, nowobj) < 0 || (pids = PyObject_GetAttr(c.job, s_pids)) == NULL)
+    if (set(c.job, &JOB, J_LAST_NS, nowobj) < 0 || (pids = get(c.job, &JOB, J_PIDS)) == NULL)
         goto done;
     if (!PyDict_Check(pids)) {
         PyErr_SetString(PyExc_TypeError, "job.pids must be a dict");
@@ -906,7 +941,7 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
     known = known || PyDict_GET_SIZE(pids) < max_pids;
     if (known && note_pid(pids, pid, PyTuple_GET_ITEM(msg, 4)) < 0)
         goto done;
-    if ((open = PyObject_GetAttr(c.job, s_open)) == NULL || !PyDict_Check(open)) {
+    if ((open = get(c.job, &JOB, J_OPEN)) == NULL || !PyDict_Check(open)) {
         if (open != NULL)
             PyErr_SetString(PyExc_TypeError, "job.open must be a dict");
         goto done;
@@ -915,23 +950,21 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
     if (c.opened == NULL) {
         if (PyErr_Occurred())
             goto done;
-        if (known) {
-            static PyObject *empty;
-            if (empty == NULL && (empty = PyTuple_New(0)) == NULL)
-                goto done;
-            if ((c.opened = PyObject_Call(deque_type, empty, deque_kwargs)) == NULL ||
-                PyDict_SetItem(open, pid, c.opened) < 0)
-                goto done;
-        }
+        if (known && ((c.opened = PyList_New(0)) == NULL || PyDict_SetItem(open, pid, c.opened) < 0))
+            goto done;
+    } else if (!PyList_CheckExact(c.opened)) {
+        c.opened = NULL;
+        PyErr_SetString(PyExc_TypeError, "job.open values must be lists");
+        goto done;
     } else {
         Py_INCREF(c.opened);
     }
     if (find_gpus(&c, msg) < 0)
         goto done;
-    if ((c.ring = PyObject_GetAttr(c.job, s_ring)) == NULL || (c.rec = PyObject_GetAttr(tbl, s_recorded)) == NULL ||
-        (c.probe = PyObject_GetAttr(tbl, s_probe)) == NULL || (c.phase_s = PyObject_GetAttr(c.job, s_phase_s)) == NULL ||
-        (c.label = PyObject_GetAttr(c.job, s_label)) == NULL || (width = PyObject_GetAttr(c.ring, s_width)) == NULL ||
-        as_ll(width, &c.width) < 0 || (cur_b = PyObject_GetAttr(c.ring, s_cur_b)) == NULL)
+    if ((c.ring = get(c.job, &JOB, J_RING)) == NULL || (c.rec = PyObject_GetAttr(tbl, s_recorded)) == NULL ||
+        (c.probe = PyObject_GetAttr(tbl, s_probe)) == NULL || (c.phase_s = get(c.job, &JOB, J_PHASE_S)) == NULL ||
+        (c.label = get(c.job, &JOB, J_LABEL)) == NULL || (width = get(c.ring, &RING, R_WIDTH)) == NULL ||
+        as_ll(width, &c.width) < 0 || (cur_b = get(c.ring, &RING, R_CUR_B)) == NULL)
         goto done;
     if (c.width <= 0) {
         PyErr_SetString(PyExc_ValueError, "ring width must be positive");
@@ -942,15 +975,15 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
     if (as_ll(cur_b, &cb) < 0)
         goto done;
     if (cb == c.cur) {
-        if ((c.cur_slot = PyObject_GetAttr(c.ring, s_cur_i)) == NULL)
+        if ((c.cur_slot = get(c.ring, &RING, R_CUR_I)) == NULL)
             goto done;
     } else {
         PyObject *curo = PyLong_FromLongLong(c.cur);
         if (curo == NULL)
             goto done;
         c.cur_slot = PyObject_CallMethodObjArgs(c.ring, s_slot, nowobj, nowobj, NULL);
-        int bad = c.cur_slot == NULL || PyObject_SetAttr(c.ring, s_cur_i, c.cur_slot) < 0 ||
-                  PyObject_SetAttr(c.ring, s_cur_b, curo) < 0;
+        int bad = c.cur_slot == NULL || set(c.ring, &RING, R_CUR_I, c.cur_slot) < 0 ||
+                  set(c.ring, &RING, R_CUR_B, curo) < 0;
         Py_DECREF(curo);
         if (bad)
             goto done;
@@ -1008,20 +1041,41 @@ PyObject *fast_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 PyObject *fast_init_table(PyObject *self, PyObject *args)
 {
-    PyObject *phases, *deque, *pend, *resolve, *acc, *limit, *step, *kinds, *bk;
-    long long open_per_pid, mp, dw, sk, isk;
-    if (!PyArg_ParseTuple(args, "O!OO!OUUULLLLLO!O!", &PyTuple_Type, &phases, &deque, &PyType_Type, &pend, &resolve,
-                          &acc, &limit, &step, &open_per_pid, &mp, &dw, &sk, &isk, &PyTuple_Type, &kinds,
-                          &PyTuple_Type, &bk))
+    PyObject *phases, *jt, *rt, *deque, *odict, *pend, *resolve, *acc, *limit, *step, *kinds, *bk;
+    long long opp, mp, dw, sk, isk;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!OUUULLLLLO!O!", &PyTuple_Type, &phases, &PyType_Type, &jt, &PyType_Type,
+                          &rt, &PyType_Type, &deque, &PyType_Type, &odict, &PyType_Type, &pend, &resolve, &acc, &limit,
+                          &step, &opp, &mp, &dw, &sk, &isk, &PyTuple_Type, &kinds, &PyTuple_Type, &bk))
         return NULL;
     if (intern_all() < 0)
         return NULL;
     if (PyTuple_GET_SIZE(phases) != NP || !PyType_IsSubtype((PyTypeObject *)pend, &PyTuple_Type) ||
         PyTuple_GET_SIZE(kinds) > MAX_KINDS || PyTuple_GET_SIZE(bk) > MAX_BUCKETS || dw < 0 || dw >= NP ||
-        open_per_pid < 1 || mp < 0 || !PyCallable_Check(deque) || !PyCallable_Check(resolve)) {
+        opp < 1 || mp < 0 || !PyCallable_Check(resolve)) {
         PyErr_SetString(PyExc_ValueError, "init_table(): arguments out of range");
         return NULL;
     }
+    for (int i = 0; i < NJ; i++)
+        if (slot_offset((PyTypeObject *)jt, *job_names[i], &job_off[i]) < 0)
+            return NULL;
+    for (int i = 0; i < NR; i++)
+        if (slot_offset((PyTypeObject *)rt, *ring_names[i], &ring_off[i]) < 0)
+            return NULL;
+    PyObject *append = PyObject_GetAttr(deque, s_append), *mte = PyObject_GetAttr(odict, s_move_to_end);
+    if (append == NULL || mte == NULL || !PyObject_TypeCheck(append, &PyMethodDescr_Type) ||
+        !PyObject_TypeCheck(mte, &PyMethodDescr_Type)) {
+        Py_XDECREF(append);
+        Py_XDECREF(mte);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "init_table(): deque.append and OrderedDict.move_to_end must be C methods");
+        return NULL;
+    }
+    Py_XSETREF(deque_append, append);
+    Py_XSETREF(odict_move_to_end, mte);
+    Py_INCREF(jt);
+    Py_XSETREF(job_type, (PyTypeObject *)jt);
+    Py_INCREF(rt);
+    Py_XSETREF(ring_type, (PyTypeObject *)rt);
     int nk = (int)PyTuple_GET_SIZE(kinds);
     for (int n = 0; n < nk; n++) {
         PyObject *ks = PyTuple_GET_ITEM(kinds, n);
@@ -1045,14 +1099,8 @@ PyObject *fast_init_table(PyObject *self, PyObject *args)
         if (buckets[j] == -1.0 && PyErr_Occurred())
             return NULL;
     }
-    PyObject *kw = Py_BuildValue("{s:L}", "maxlen", open_per_pid);
-    if (kw == NULL)
-        return NULL;
-    Py_XSETREF(deque_kwargs, kw);
     Py_INCREF(phases);
     Py_XSETREF(phases_tuple, phases);
-    Py_INCREF(deque);
-    Py_XSETREF(deque_type, deque);
     Py_INCREF(pend);
     Py_XSETREF(pending_type, (PyTypeObject *)pend);
     Py_INCREF(resolve);
@@ -1065,6 +1113,7 @@ PyObject *fast_init_table(PyObject *self, PyObject *args)
     Py_XSETREF(step_name, step);
     nkinds = nk;
     nbuckets = PyTuple_GET_SIZE(bk);
+    open_per_pid = opp;
     max_pids = mp;
     data_wait = dw;
     step_key = sk;

@@ -26,7 +26,7 @@ import threading
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Callable, Deque, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import Callable, Deque, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
@@ -53,15 +53,6 @@ RING_SLOTS = 30
 MAX_PIDS = 64
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
-
-if _speed.module is not None:
-    # _apply in C (agent/phases/_fast_table.c), on the same state; _apply below stays its specification
-    _speed.module.init_table(PHASES, deque, attribution.Pending, attribution.resolve_gpus, ACCEPTED, "job_limit",
-                             "step", OPEN_PER_PID, MAX_PIDS, DATA_WAIT, STEP, IN_STEP,
-                             tuple(tuple(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS), STEP_BUCKETS)
-    _fast_apply = _speed.module.apply
-else:
-    _fast_apply = None
 
 
 class _Ring:
@@ -194,8 +185,8 @@ class _Job:
         self.gpu_idle: Dict[Tuple[str, int], float] = {}
         self.pending: Deque[attribution.Pending] = deque(maxlen=max_pending)
         self.ring = _Ring(window_ns)
-        self.open: Dict[int, Deque[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
-        self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
+        self.open: Dict[int, List[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
+        self.waits: List[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
         self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
 
 
@@ -309,7 +300,7 @@ class JobTable:
             job.pids[pid] = max(job.pids.get(pid, 0), msg.dropped)
         opened = job.open.get(pid)
         if opened is None and known:
-            opened = job.open[pid] = deque(maxlen=OPEN_PER_PID)
+            opened = job.open[pid] = []
         gpus = ()
         if (msg.phases or msg.steps) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
@@ -329,6 +320,8 @@ class JobTable:
             i = PHASE_INDEX[phase]
             phase_s[i] += (e - s) / 1e9
             if opened is not None:
+                if len(opened) >= OPEN_PER_PID:
+                    del opened[0]  # the oldest phase still waiting for its step
                 opened.append((i, s, e))
             if i == DATA_WAIT and self.probe is not None and e > s:
                 job.waits.append((pid, s, e))
@@ -371,7 +364,7 @@ class JobTable:
         return ACCEPTED
 
     @staticmethod
-    def _close_step_sums(opened: Deque[Tuple[int, int, int]], s: int, e: int) -> Optional[list]:
+    def _close_step_sums(opened: List[Tuple[int, int, int]], s: int, e: int) -> Optional[list]:
         """The usual step, where each phase index occurs once among the open phases: [(index, ns
         inside [s, e))], and those ending by e forgotten.  None (nothing changed) when an index
         repeats: its pieces need merging (_close_step)."""
@@ -397,14 +390,14 @@ class JobTable:
         return out
 
     @staticmethod
-    def _forget_closed(opened: Deque[Tuple[int, int, int]], e: int) -> None:
+    def _forget_closed(opened: List[Tuple[int, int, int]], e: int) -> None:
         """Drop the open phases that end by e; a phase straddling the step's end belongs to the next one too."""
         keep = [p for p in opened if p[2] > e]
         opened.clear()
         opened.extend(keep)
 
     @staticmethod
-    def _close_step(opened: Deque[Tuple[int, int, int]], s: int, e: int) -> Dict[int, list]:
+    def _close_step(opened: List[Tuple[int, int, int]], s: int, e: int) -> Dict[int, list]:
         """The merged pieces of the process's open phases inside its step [s, e); forget those that end by e."""
         pieces = attribution.clip_to_step(opened, s, e)
         JobTable._forget_closed(opened, e)
@@ -601,3 +594,13 @@ class JobTable:
             verdict=decide(ev, self.thresholds),
             evidence=ev,
         )
+
+
+if _speed.module is not None:
+    # JobTable._apply in C (agent/phases/_fast_table.c), on the same state; _apply stays its specification
+    _speed.module.init_table(PHASES, _Job, _Ring, deque, OrderedDict, attribution.Pending, attribution.resolve_gpus,
+                             ACCEPTED, "job_limit", "step", OPEN_PER_PID, MAX_PIDS, DATA_WAIT, STEP, IN_STEP,
+                             tuple(tuple(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS), STEP_BUCKETS)
+    _fast_apply = _speed.module.apply
+else:
+    _fast_apply = None

@@ -66,7 +66,7 @@ def state(table: JobTable):
     for key, j in table._jobs.items():
         out.append((key, j.label, j.user, j.uid, j.first_pid, j.pids, j.created_ns, j.last_ns, j.phase_s, j.steps,
                     j.samples, j.hist, j.hist_sum, j.gpu_idle, list(j.pending), j.pending.maxlen,
-                    {p: (list(d), d.maxlen) for p, d in j.open.items()}, list(j.waits), j.wait_problem,
+                    j.open, list(j.waits), j.wait_problem,
                     ring_state(j.ring)))
     return typed((out, table.results, table.attributed, list(table.recorded or ()), table._labels,
                   table._per_uid, table.probe.calls if table.probe else None))
@@ -201,6 +201,18 @@ def test_a_step_and_its_pieces_enter_the_queue_together():
         assert ev.gpu_step_idle_seconds == 0.0
         # the first data_wait (pushed out by the last step) and the long step went unattributed
         assert table.attributed == {"complete": 3, "late": 0, "overflow": 2}
+
+
+def test_open_phases_per_process_are_capped_through_both_paths():
+    """A process that never closes its phases with a step keeps only the newest OPEN_PER_PID of them."""
+    t = NOW0
+    phases = tuple(("compute", t - S + n, t - S + n + 1) for n in range(jobs.OPEN_PER_PID + 3))
+    events = [("msg", t, Message("j", phases[:60], ()), 12, 0), ("msg", t, Message("j", phases[60:], ()), 12, 0)]
+    py, c = make_table(0, False, 64), make_table(0, False, 64)
+    assert run(py, events, use_c=False) == run(c, events, use_c=True)
+    assert state(c) == state(py)
+    (job,) = c._jobs.values()
+    assert job.open[12] == [(1, s, e) for _, s, e in phases[3:]]
 
 
 def test_the_pid_limit_per_job_through_both_paths():
