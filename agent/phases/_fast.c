@@ -316,14 +316,31 @@ static int decode_subset(Cursor *c, int64_t lo, int64_t hi, Py_ssize_t max_recor
     return 1;
 }
 
+PyObject *decode_bytes(const char *data, Py_ssize_t len, long long lo, long long hi, Py_ssize_t max_records)
+{
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init() was not called");
+        return NULL;
+    }
+    PyObject *phases = PyList_New(0), *steps = PyList_New(0), *out = NULL;
+    int r = -1;
+    if (phases && steps) {
+        Cursor c = {(const unsigned char *)data, (const unsigned char *)data + len};
+        r = decode_subset(&c, lo, hi, max_records, phases, steps, &out);
+    }
+    Py_XDECREF(phases);
+    Py_XDECREF(steps);
+    if (r < 0)
+        return NULL;
+    if (r == 0)
+        Py_RETURN_NONE;
+    return out;
+}
+
 static PyObject *fast_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "decode(data, lo_ns, hi_ns, max_records)");
-        return NULL;
-    }
-    if (!ready) {
-        PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init() was not called");
         return NULL;
     }
     Py_buffer buf;
@@ -332,23 +349,8 @@ static PyObject *fast_decode(PyObject *self, PyObject *const *args, Py_ssize_t n
     long long lo = PyLong_AsLongLong(args[1]);
     long long hi = PyErr_Occurred() ? 0 : PyLong_AsLongLong(args[2]);
     Py_ssize_t max_records = PyErr_Occurred() ? 0 : PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred()) {
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    PyObject *phases = PyList_New(0), *steps = PyList_New(0), *out = NULL;
-    int r = -1;
-    if (phases && steps) {
-        Cursor c = {(const unsigned char *)buf.buf, (const unsigned char *)buf.buf + buf.len};
-        r = decode_subset(&c, lo, hi, max_records, phases, steps, &out);
-    }
-    Py_XDECREF(phases);
-    Py_XDECREF(steps);
+    PyObject *out = PyErr_Occurred() ? NULL : decode_bytes(buf.buf, buf.len, lo, hi, max_records);
     PyBuffer_Release(&buf);
-    if (r < 0)
-        return NULL;
-    if (r == 0)
-        Py_RETURN_NONE;
     return out;
 }
 
@@ -502,6 +504,9 @@ static PyMethodDef methods[] = {
      "DATA_WAIT, STEP, IN_STEP, kinds, STEP_BUCKETS): what apply() builds and checks (agent/phases/jobs.py)"},
     {"apply", (PyCFunction)(void (*)(void))fast_apply, METH_FASTCALL,
      "apply(table, msg, pid, uid, now_ns) -> result: JobTable._apply in C, on the same state"},
+    {"handle_batch", (PyCFunction)(void (*)(void))fast_handle_batch, METH_FASTCALL,
+     "handle_batch(table, [(data, pid, uid)], start) -> index: JobTable.handle in C for the datagrams from start "
+     "on, in order, up to the first that decode() declines or the table does not accept (its index; len: none)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -38,7 +38,8 @@ static int table_ready;
 static PyObject *s_jobs, *s_move_to_end, *s_new_job, *s_last_ns, *s_pids, *s_open, *s_ctx, *s_gpu_pids,
     *s_known_gpus, *s_ring, *s_recorded, *s_probe, *s_phase_s, *s_width, *s_cur_b, *s_cur_i, *s_slot, *s_phase,
     *s_waits, *s_label, *s_steps, *s_samples, *s_hist, *s_hist_sum, *s_step_ns, *s_in_step, *s_pending,
-    *s_popleft, *s_append, *s_extend, *s_clear, *s_maxlen, *s_attributed, *s_overflow, *s_track, *s_get;
+    *s_popleft, *s_append, *s_extend, *s_clear, *s_maxlen, *s_attributed, *s_overflow, *s_track, *s_get,
+    *s_limits, *s_clock, *s_lock, *s_results, *s_acquire, *s_release;
 
 static int intern(PyObject **slot, const char *name)
 {
@@ -60,7 +61,9 @@ static int intern_all(void)
            intern(&s_step_ns, "step_ns") | intern(&s_in_step, "in_step") | intern(&s_pending, "pending") |
            intern(&s_popleft, "popleft") | intern(&s_append, "append") | intern(&s_extend, "extend") |
            intern(&s_clear, "clear") | intern(&s_maxlen, "maxlen") | intern(&s_attributed, "attributed") |
-           intern(&s_overflow, "overflow") | intern(&s_track, "track") | intern(&s_get, "get");
+           intern(&s_overflow, "overflow") | intern(&s_track, "track") | intern(&s_get, "get") |
+           intern(&s_limits, "limits") | intern(&s_clock, "clock") | intern(&s_lock, "_lock") |
+           intern(&s_results, "results") | intern(&s_acquire, "acquire") | intern(&s_release, "release");
 }
 
 /* ---- the slots of jobs._Job and jobs._Ring, read at their offsets ---- */
@@ -1120,4 +1123,133 @@ PyObject *fast_init_table(PyObject *self, PyObject *args)
     in_step_key = isk;
     table_ready = 1;
     Py_RETURN_NONE;
+}
+
+/* ---- JobTable.handle for a burst of datagrams ---- */
+
+static long long clamp_ns(__int128 v)
+{
+    return v < -1 ? -1 : v > (__int128)INT64_MAX ? INT64_MAX : (long long)v;
+}
+
+/* One datagram through decode() and apply() under table._lock: 1 applied and counted as accepted,
+ * 0 left for the Python path (no credentials, declined by the decoder, or not accepted), -1 error. */
+static int handle_one(PyObject *tbl, PyObject *item, PyObject *clock, PyObject *lock, PyObject *results,
+                      const long long lim[4])
+{
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+        PyErr_SetString(PyExc_TypeError, "handle_batch(): each datagram is (data, pid, uid)");
+        return -1;
+    }
+    PyObject *data = PyTuple_GET_ITEM(item, 0), *pid = PyTuple_GET_ITEM(item, 1), *uid = PyTuple_GET_ITEM(item, 2);
+    if (pid == Py_None || uid == Py_None || !PyBytes_Check(data) || PyBytes_GET_SIZE(data) > lim[0])
+        return 0;
+    PyObject *nowobj = PyObject_CallNoArgs(clock);
+    long long now;
+    if (nowobj == NULL || as_ll(nowobj, &now) < 0) {
+        Py_XDECREF(nowobj);
+        return -1;
+    }
+    /* protocol.decode's window, clamped into -1..MAX_NS the same way */
+    __int128 lo = (__int128)now - lim[2], hi = (__int128)now + lim[3];
+    long long lo64 = (long long)lo, hi64 = (long long)hi;
+    if (!(-1 <= lo && lo <= hi && hi <= (__int128)INT64_MAX)) {
+        lo64 = clamp_ns(lo);
+        hi64 = clamp_ns(hi);
+    }
+    PyObject *msg = decode_bytes(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), lo64, hi64, (Py_ssize_t)lim[1]);
+    if (msg == NULL || msg == Py_None) {
+        Py_DECREF(nowobj);
+        Py_XDECREF(msg);
+        return msg == NULL ? -1 : 0;
+    }
+    int r = -1;
+    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+    if (got == NULL)
+        goto out;
+    Py_DECREF(got);
+    PyObject *result = apply_msg(tbl, msg, pid, uid, nowobj);
+    if (result == accepted) {
+        PyObject *n = PyDict_GetItemWithError(results, accepted);  /* borrowed */
+        PyObject *one = n ? PyLong_FromLong(1) : NULL;
+        PyObject *sum = one ? PyNumber_Add(n, one) : NULL;
+        r = (sum != NULL && PyDict_SetItem(results, accepted, sum) == 0) ? 1 : -1;
+        if (r < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "results has no 'accepted' count");
+        Py_XDECREF(one);
+        Py_XDECREF(sum);
+    } else if (result != NULL) {
+        r = 0;  /* job_limit: nothing applied; handle() counts it and says why */
+    }
+    Py_XDECREF(result);
+    PyObject *et, *ev, *tb;  /* keep apply's error, if any, across the release */
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
+    if (rel == NULL) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        r = -1;
+    } else {
+        Py_DECREF(rel);
+        PyErr_Restore(et, ev, tb);
+    }
+out:
+    Py_DECREF(nowobj);
+    Py_DECREF(msg);
+    return r;
+}
+
+PyObject *fast_handle_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "handle_batch(table, [(data, pid, uid)], start)");
+        return NULL;
+    }
+    if (!table_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init_table() was not called");
+        return NULL;
+    }
+    PyObject *tbl = args[0], *batch = args[1], *out = NULL;
+    Py_ssize_t j = PyLong_AsSsize_t(args[2]);
+    if (j == -1 && PyErr_Occurred())
+        return NULL;
+    if (j < 0) {
+        PyErr_SetString(PyExc_ValueError, "handle_batch(): start must not be negative");
+        return NULL;
+    }
+    PyObject *limits = PyObject_GetAttr(tbl, s_limits), *ctx = PyObject_GetAttr(tbl, s_ctx);
+    PyObject *clock = ctx ? PyObject_GetAttr(ctx, s_clock) : NULL, *lock = PyObject_GetAttr(tbl, s_lock);
+    PyObject *results = PyObject_GetAttr(tbl, s_results);
+    long long lim[4];  /* max_bytes, max_records, max_age_ns, future_slack_ns */
+    if (limits == NULL || clock == NULL || lock == NULL || results == NULL)
+        goto done;
+    if (!PyTuple_Check(limits) || PyTuple_GET_SIZE(limits) != 4 || !PyDict_Check(results)) {
+        PyErr_SetString(PyExc_TypeError, "handle_batch(): table.limits must be a protocol.Limits, table.results a dict");
+        goto done;
+    }
+    int fits = 1;
+    for (int i = 0; i < 4; i++) {
+        int overflow = 0;
+        lim[i] = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(limits, i), &overflow);
+        if (lim[i] == -1 && PyErr_Occurred())
+            goto done;
+        fits = fits && !overflow && lim[i] >= 0;
+    }
+    /* in order: stop at the first datagram left to handle() (limits outside 64 bits: all of them) */
+    for (; fits && lim[1] <= PY_SSIZE_T_MAX && j < PyList_GET_SIZE(batch); j++) {
+        int r = handle_one(tbl, PyList_GET_ITEM(batch, j), clock, lock, results, lim);
+        if (r < 0)
+            goto done;
+        if (r == 0)
+            break;
+    }
+    out = PyLong_FromSsize_t(j);
+done:
+    Py_XDECREF(limits);
+    Py_XDECREF(ctx);
+    Py_XDECREF(clock);
+    Py_XDECREF(lock);
+    Py_XDECREF(results);
+    return out;
 }

@@ -255,6 +255,20 @@ class JobTable:
                                len(self._jobs), self.max_jobs, self.max_per_user)
         return result
 
+    def handle_batch(self, batch: list) -> None:
+        """handle() for each (data, pid, uid) of one receive.  With the C helpers, the usual valid
+        datagram is decoded, applied and counted in C; the rest (no credentials, what the C decoder
+        declines, what the table does not accept) goes through handle(), in the order received."""
+        i, n = 0, len(batch)
+        while i < n:
+            if _fast_handle is not None:
+                i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
+                if i >= n:
+                    break
+            data, pid, uid = batch[i]
+            self.handle(data, pid, uid)
+            i += 1
+
     def _user(self, uid: int) -> str:
         name = self._users.get(uid)
         if name is None:
@@ -602,5 +616,6 @@ if _speed.module is not None:
                              ACCEPTED, "job_limit", "step", OPEN_PER_PID, MAX_PIDS, DATA_WAIT, STEP, IN_STEP,
                              tuple(tuple(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS), STEP_BUCKETS)
     _fast_apply = _speed.module.apply
+    _fast_handle = _speed.module.handle_batch
 else:
-    _fast_apply = None
+    _fast_apply = _fast_handle = None

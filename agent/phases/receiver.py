@@ -147,13 +147,13 @@ def open_socket(configured: Optional[str]) -> Tuple[socket.socket, str, Tuple[in
 
 
 class Receiver:
-    """Owns the socket and the receive thread; hands every datagram to ``handle(data, pid, uid)``."""
+    """Owns the socket and the receive thread; hands each receive's datagrams to ``handle_batch([(data, pid, uid)])``."""
 
-    def __init__(self, sock: socket.socket, path: str, ident, handle, max_bytes: int, max_rate: int):
+    def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int):
         self.sock = sock
         self.path = path
         self._ident = ident
-        self._handle = handle
+        self._handle_batch = handle_batch
         self._bufsize = max_bytes + 1          # one byte more, so an oversized datagram is seen as such
         self._per_slice = max(1, int(max_rate * _SLICE_S))
         self._stop = threading.Event()
@@ -180,10 +180,10 @@ class Receiver:
         for lvl, typ, cdata in anc:
             if lvl == _SOL_SOCKET and typ == _SCM_CREDENTIALS and len(cdata) >= _CRED_SIZE:
                 pid, uid, _gid = _unpack_cred(cdata)
-        return ((data, pid, uid),)
+        return [(data, pid, uid)]
 
     def _run(self) -> None:
-        handle = self._handle
+        handle_batch = self._handle_batch
         receive = self._receive_one if self._recv_batch is None else self._receive_burst
         slice_end = time.monotonic() + _SLICE_S
         in_slice = 0
@@ -201,8 +201,7 @@ class Receiver:
             if self._stop.is_set():
                 break
             self.received += len(batch)
-            for data, pid, uid in batch:
-                handle(data, pid, uid)
+            handle_batch(batch)
             in_slice += len(batch)
             if in_slice >= self._per_slice:
                 now = time.monotonic()

@@ -131,7 +131,7 @@ class PhaseSource:
         self.table.extra_evidence = lambda: ctx.host_notes
         sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
         self.path = path
-        self.receiver = Receiver(sock, path, ident, self.table.handle, phases_cfg["max_message_bytes"],
+        self.receiver = Receiver(sock, path, ident, self.table.handle_batch, phases_cfg["max_message_bytes"],
                                  phases_cfg["max_messages_per_second"])
         self.receiver.start()
         if self.probe is not None:

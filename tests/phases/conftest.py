@@ -35,6 +35,7 @@ def phase_path(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(protocol, "_fast_decode", None)
         monkeypatch.setattr(jobs, "_fast_apply", None)
+        monkeypatch.setattr(jobs, "_fast_handle", None)
         monkeypatch.setattr(fast, "module", None)  # receivers created from now on call recvmsg themselves
     else:
         require_fast()

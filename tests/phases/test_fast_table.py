@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from agent.context import AgentContext
 from agent.phases import attribution, fast, jobs
 from agent.phases.jobs import JobTable
-from agent.phases.protocol import PHASES, Message
+from agent.phases import protocol
+from agent.phases.protocol import PHASES, Message, encode
 from tests.phases.helpers import S, phases_cfg, require_fast
+from tests.phases.test_protocol import BAD
 
 require_fast(skip=lambda why: pytest.skip(why, allow_module_level=True))
 
@@ -248,3 +250,84 @@ def test_bad_arguments_are_errors_not_crashes():
         fast.module.apply(object(), msg, 1, 0, NOW0)
     # the table still works after each of them
     assert fast.module.apply(table, msg, 1, 0, NOW0) == "accepted"
+
+
+# -- handle_batch: receive bursts decoded, applied and counted in C ------------------------------
+
+def cvd_text(cvd):
+    return ",".join(cvd) if cvd else None
+
+
+@st.composite
+def datagram(draw):
+    """(data, pid, uid): mostly valid messages, and every kind of datagram the C path must leave to handle()."""
+    kind = draw(st.sampled_from(["valid"] * 6 + ["bad", "no_credentials", "too_large", "job_limit", "escaped"]))
+    pid = draw(st.sampled_from([GPU_PID, 12, 13]))
+    uid = draw(st.sampled_from([0, 1000]))
+    if kind == "bad":
+        return draw(st.sampled_from(BAD))[1], pid, uid
+    m = draw(message(NOW0))
+    cvd = draw(st.sampled_from([None, "0", "1,0", "7"]))
+    job = m.job if kind != "job_limit" else draw(st.sampled_from(["f", "g", "h"]))  # past max_jobs=4 for a uid
+    data = encode(job, m.phases, m.steps, cvd, m.dropped)
+    if kind == "no_credentials":
+        return data, None, None
+    if kind == "too_large":
+        return data + b" " * 70000, pid, uid
+    if kind == "escaped":  # valid, but outside the C decoder's subset: decode_python takes it
+        return data.replace(b'"job":"', b'"job":"\\u0061', 1), pid, uid
+    return data, pid, uid
+
+
+def python_handle(table, batch, monkeypatch):
+    with monkeypatch.context() as mp:
+        mp.setattr(protocol, "_fast_decode", None)
+        mp.setattr(jobs, "_fast_apply", None)
+        for data, pid, uid in batch:
+            table.handle(data, pid, uid)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(bursts=st.lists(st.lists(datagram(), min_size=1, max_size=8), min_size=1, max_size=6))
+def test_handle_batch_leaves_the_state_handle_leaves(bursts, monkeypatch):
+    py, c = make_table(20, True, 16), make_table(20, True, 16)
+    for burst in bursts:
+        python_handle(py, burst, monkeypatch)
+        c.handle_batch(list(burst))
+    assert state(c) == state(py)
+    assert typed(c.views(NOW0 + S)) == typed(py.views(NOW0 + S))
+
+
+def test_handle_batch_stops_at_the_first_datagram_c_does_not_take(monkeypatch):
+    """C applies datagrams in order up to the first it leaves to handle(), and says where it stopped."""
+    t = NOW0
+    good = encode("j", [("compute", t - S, t)], [(t - S, t, 8)])
+    batch = [(good, 12, 0), (good, None, None), (b'{"v":1,"job":"j\\u0061"}', 12, 0), (b"{", 12, 0),
+             (good + b" " * 70000, 12, 0)]
+    table = make_table(0, False, 64)
+    assert fast.module.handle_batch(table, batch, 0) == 1
+    assert table.results["accepted"] == 1 and table._jobs[(0, "j")].steps == 1
+    for start in range(1, len(batch)):
+        assert fast.module.handle_batch(table, batch, start) == start  # each of the others is left
+    assert fast.module.handle_batch(table, batch * 2, 5) == 6 and fast.module.handle_batch(table, batch, 5) == 5
+    assert table.results["accepted"] == 2 and table._jobs[(0, "j")].steps == 2
+    # the whole of it through handle_batch: each counted once, under its reason
+    table = make_table(0, False, 64)
+    table.handle_batch(list(batch))
+    assert {k: v for k, v in table.results.items() if v} == {"accepted": 2, "no_credentials": 1, "not_json": 1,
+                                                             "too_large": 1}
+
+
+def test_handle_batch_bad_arguments_are_errors():
+    table = make_table(0, False, 64)
+    with pytest.raises(TypeError):
+        fast.module.handle_batch(table, ((b"{}", 1, 0),), 0)           # not a list
+    with pytest.raises(TypeError):
+        fast.module.handle_batch(table, [(b"{}", 1)], 0)               # not (data, pid, uid)
+    with pytest.raises(TypeError):
+        fast.module.handle_batch(table, [])
+    with pytest.raises(ValueError):
+        fast.module.handle_batch(table, [], -1)
+    assert fast.module.handle_batch(table, [], 0) == 0
+    assert not table._lock.locked()
