@@ -38,7 +38,7 @@ static int table_ready;
 static PyObject *s_jobs, *s_move_to_end, *s_new_job, *s_last_ns, *s_pids, *s_open, *s_ctx, *s_gpu_pids,
     *s_known_gpus, *s_ring, *s_recorded, *s_probe, *s_phase_s, *s_width, *s_cur_b, *s_cur_i, *s_slot, *s_phase,
     *s_waits, *s_label, *s_steps, *s_samples, *s_hist, *s_hist_sum, *s_step_ns, *s_in_step, *s_pending,
-    *s_popleft, *s_append, *s_extend, *s_clear, *s_maxlen, *s_attributed, *s_overflow, *s_track, *s_get,
+    *s_popleft, *s_append, *s_extend, *s_maxlen, *s_attributed, *s_overflow, *s_track,
     *s_limits, *s_clock, *s_lock, *s_results, *s_acquire, *s_release;
 
 static int intern(PyObject **slot, const char *name)
@@ -60,8 +60,8 @@ static int intern_all(void)
            intern(&s_samples, "samples") | intern(&s_hist, "hist") | intern(&s_hist_sum, "hist_sum") |
            intern(&s_step_ns, "step_ns") | intern(&s_in_step, "in_step") | intern(&s_pending, "pending") |
            intern(&s_popleft, "popleft") | intern(&s_append, "append") | intern(&s_extend, "extend") |
-           intern(&s_clear, "clear") | intern(&s_maxlen, "maxlen") | intern(&s_attributed, "attributed") |
-           intern(&s_overflow, "overflow") | intern(&s_track, "track") | intern(&s_get, "get") |
+           intern(&s_maxlen, "maxlen") | intern(&s_attributed, "attributed") |
+           intern(&s_overflow, "overflow") | intern(&s_track, "track") |
            intern(&s_limits, "limits") | intern(&s_clock, "clock") | intern(&s_lock, "_lock") |
            intern(&s_results, "results") | intern(&s_acquire, "acquire") | intern(&s_release, "release");
 }
