@@ -1,6 +1,7 @@
-/* The phase path's two hot spots in C: receiving datagrams with their credentials, and decoding
- * the usual valid message.  Optional: setup.py builds it when a C compiler and Python's headers
- * are there, and agent/phases falls back to the Python code when it is not (see docs/phases.md).
+/* The phase path's hot spots in C: receiving datagrams with their credentials, decoding the usual
+ * valid message, and (in _fast_table.c) applying it to the job table.  Optional: setup.py builds
+ * it when a C compiler and Python's headers are there, and agent/phases falls back to the Python
+ * code when it is not (see docs/phases.md).
  *
  * decode() accepts only a strict subset of protocol version 1 and returns None for everything
  * else, so that protocol.decode (the Python code, which is the specification) judges it: its
@@ -11,7 +12,8 @@
  * On that subset it returns exactly what protocol.decode returns (tests/phases/test_fast.py checks
  * it against the Python code on generated and mutated datagrams).
  *
- * apply() (in _fast_table.c) is JobTable._apply on the same Python state.
+ * apply() (in _fast_table.c) is JobTable._apply on the same Python state; handle_batch() runs a
+ * receive's datagrams through decode() and apply() in order, up to the first it leaves to Python.
  *
  * recv_batch() blocks (without the GIL) for one datagram, then takes what else is queued without
  * blocking, up to max_n: one trip through the interpreter for a burst instead of one per datagram.

@@ -186,7 +186,7 @@ class _Job:
         self.pending: Deque[attribution.Pending] = deque(maxlen=max_pending)
         self.ring = _Ring(window_ns)
         self.open: Dict[int, List[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
-        self.waits: List[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
+        self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
         self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
 
 
