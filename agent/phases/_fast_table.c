@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "_fast_table.h"
 #include <structmember.h>
@@ -1132,48 +1133,89 @@ static long long clamp_ns(__int128 v)
     return v < -1 ? -1 : v > (__int128)INT64_MAX ? INT64_MAX : (long long)v;
 }
 
-/* One datagram through decode() and apply() under table._lock: 1 applied and counted as accepted,
- * 0 left for the Python path (no credentials, declined by the decoder, or not accepted), -1 error. */
-static int handle_one(PyObject *tbl, PyObject *item, PyObject *clock, PyObject *lock, PyObject *results,
-                      const long long lim[4])
+/* What handling one datagram needs from the table, looked up once per burst (see _fast_table.h). */
+int handler_open(Handler *h, PyObject *tbl)
 {
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
-        PyErr_SetString(PyExc_TypeError, "handle_batch(): each datagram is (data, pid, uid)");
+    if (!table_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init_table() was not called");
         return -1;
     }
-    PyObject *data = PyTuple_GET_ITEM(item, 0), *pid = PyTuple_GET_ITEM(item, 1), *uid = PyTuple_GET_ITEM(item, 2);
-    if (pid == Py_None || uid == Py_None || !PyBytes_Check(data) || PyBytes_GET_SIZE(data) > lim[0])
+    memset(h, 0, sizeof *h);
+    h->tbl = tbl;
+    PyObject *limits = PyObject_GetAttr(tbl, s_limits);
+    h->ctx = PyObject_GetAttr(tbl, s_ctx);
+    h->clock = h->ctx ? PyObject_GetAttr(h->ctx, s_clock) : NULL;
+    h->lock = PyObject_GetAttr(tbl, s_lock);
+    h->results = PyObject_GetAttr(tbl, s_results);
+    int ok = -1;
+    if (limits == NULL || h->clock == NULL || h->lock == NULL || h->results == NULL)
+        goto done;
+    if (!PyTuple_Check(limits) || PyTuple_GET_SIZE(limits) != 4 || !PyDict_Check(h->results)) {
+        PyErr_SetString(PyExc_TypeError, "handle_batch(): table.limits must be a protocol.Limits, table.results a dict");
+        goto done;
+    }
+    int fits = 1;
+    for (int i = 0; i < 4; i++) {
+        int overflow = 0;
+        h->lim[i] = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(limits, i), &overflow);
+        if (h->lim[i] == -1 && PyErr_Occurred())
+            goto done;
+        fits = fits && !overflow && h->lim[i] >= 0;
+    }
+    /* limits outside 64 bits: every datagram is left to handle() */
+    h->usable = fits && h->lim[1] <= PY_SSIZE_T_MAX;
+    ok = 0;
+done:
+    Py_XDECREF(limits);
+    if (ok < 0)
+        handler_close(h);
+    return ok;
+}
+
+void handler_close(Handler *h)
+{
+    Py_CLEAR(h->ctx);
+    Py_CLEAR(h->clock);
+    Py_CLEAR(h->lock);
+    Py_CLEAR(h->results);
+}
+
+/* One datagram through decode() and apply() under table._lock: 1 applied and counted as accepted,
+ * 0 left for the Python path (no credentials, declined by the decoder, or not accepted), -1 error. */
+int handler_take(Handler *h, const char *data, Py_ssize_t len, PyObject *pid, PyObject *uid)
+{
+    if (!h->usable || pid == Py_None || uid == Py_None || len > h->lim[0])
         return 0;
-    PyObject *nowobj = PyObject_CallNoArgs(clock);
+    PyObject *nowobj = PyObject_CallNoArgs(h->clock);
     long long now;
     if (nowobj == NULL || as_ll(nowobj, &now) < 0) {
         Py_XDECREF(nowobj);
         return -1;
     }
     /* protocol.decode's window, clamped into -1..MAX_NS the same way */
-    __int128 lo = (__int128)now - lim[2], hi = (__int128)now + lim[3];
+    __int128 lo = (__int128)now - h->lim[2], hi = (__int128)now + h->lim[3];
     long long lo64 = (long long)lo, hi64 = (long long)hi;
     if (!(-1 <= lo && lo <= hi && hi <= (__int128)INT64_MAX)) {
         lo64 = clamp_ns(lo);
         hi64 = clamp_ns(hi);
     }
-    PyObject *msg = decode_bytes(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), lo64, hi64, (Py_ssize_t)lim[1]);
+    PyObject *msg = decode_bytes(data, len, lo64, hi64, (Py_ssize_t)h->lim[1]);
     if (msg == NULL || msg == Py_None) {
         Py_DECREF(nowobj);
         Py_XDECREF(msg);
         return msg == NULL ? -1 : 0;
     }
     int r = -1;
-    PyObject *got = PyObject_CallMethodNoArgs(lock, s_acquire);
+    PyObject *got = PyObject_CallMethodNoArgs(h->lock, s_acquire);
     if (got == NULL)
         goto out;
     Py_DECREF(got);
-    PyObject *result = apply_msg(tbl, msg, pid, uid, nowobj);
+    PyObject *result = apply_msg(h->tbl, msg, pid, uid, nowobj);
     if (result == accepted) {
-        PyObject *n = PyDict_GetItemWithError(results, accepted);  /* borrowed */
+        PyObject *n = PyDict_GetItemWithError(h->results, accepted);  /* borrowed */
         PyObject *one = n ? PyLong_FromLong(1) : NULL;
         PyObject *sum = one ? PyNumber_Add(n, one) : NULL;
-        r = (sum != NULL && PyDict_SetItem(results, accepted, sum) == 0) ? 1 : -1;
+        r = (sum != NULL && PyDict_SetItem(h->results, accepted, sum) == 0) ? 1 : -1;
         if (r < 0 && !PyErr_Occurred())
             PyErr_SetString(PyExc_KeyError, "results has no 'accepted' count");
         Py_XDECREF(one);
@@ -1184,7 +1226,7 @@ static int handle_one(PyObject *tbl, PyObject *item, PyObject *clock, PyObject *
     Py_XDECREF(result);
     PyObject *et, *ev, *tb;  /* keep apply's error, if any, across the release */
     PyErr_Fetch(&et, &ev, &tb);
-    PyObject *rel = PyObject_CallMethodNoArgs(lock, s_release);
+    PyObject *rel = PyObject_CallMethodNoArgs(h->lock, s_release);
     if (rel == NULL) {
         Py_XDECREF(et);
         Py_XDECREF(ev);
@@ -1206,11 +1248,7 @@ PyObject *fast_handle_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "handle_batch(table, [(data, pid, uid)], start)");
         return NULL;
     }
-    if (!table_ready) {
-        PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init_table() was not called");
-        return NULL;
-    }
-    PyObject *tbl = args[0], *batch = args[1], *out = NULL;
+    PyObject *batch = args[1];
     Py_ssize_t j = PyLong_AsSsize_t(args[2]);
     if (j == -1 && PyErr_Occurred())
         return NULL;
@@ -1218,38 +1256,29 @@ PyObject *fast_handle_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "handle_batch(): start must not be negative");
         return NULL;
     }
-    PyObject *limits = PyObject_GetAttr(tbl, s_limits), *ctx = PyObject_GetAttr(tbl, s_ctx);
-    PyObject *clock = ctx ? PyObject_GetAttr(ctx, s_clock) : NULL, *lock = PyObject_GetAttr(tbl, s_lock);
-    PyObject *results = PyObject_GetAttr(tbl, s_results);
-    long long lim[4];  /* max_bytes, max_records, max_age_ns, future_slack_ns */
-    if (limits == NULL || clock == NULL || lock == NULL || results == NULL)
-        goto done;
-    if (!PyTuple_Check(limits) || PyTuple_GET_SIZE(limits) != 4 || !PyDict_Check(results)) {
-        PyErr_SetString(PyExc_TypeError, "handle_batch(): table.limits must be a protocol.Limits, table.results a dict");
-        goto done;
-    }
-    int fits = 1;
-    for (int i = 0; i < 4; i++) {
-        int overflow = 0;
-        lim[i] = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(limits, i), &overflow);
-        if (lim[i] == -1 && PyErr_Occurred())
-            goto done;
-        fits = fits && !overflow && lim[i] >= 0;
-    }
-    /* in order: stop at the first datagram left to handle() (limits outside 64 bits: all of them) */
-    for (; fits && lim[1] <= PY_SSIZE_T_MAX && j < PyList_GET_SIZE(batch); j++) {
-        int r = handle_one(tbl, PyList_GET_ITEM(batch, j), clock, lock, results, lim);
-        if (r < 0)
-            goto done;
+    Handler h;
+    if (handler_open(&h, args[0]) < 0)
+        return NULL;
+    /* in order: stop at the first datagram left to handle() */
+    for (; j < PyList_GET_SIZE(batch); j++) {
+        PyObject *item = PyList_GET_ITEM(batch, j);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "handle_batch(): each datagram is (data, pid, uid)");
+            handler_close(&h);
+            return NULL;
+        }
+        PyObject *data = PyTuple_GET_ITEM(item, 0);
+        if (!PyBytes_Check(data))
+            break;
+        int r = handler_take(&h, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), PyTuple_GET_ITEM(item, 1),
+                             PyTuple_GET_ITEM(item, 2));
+        if (r < 0) {
+            handler_close(&h);
+            return NULL;
+        }
         if (r == 0)
             break;
     }
-    out = PyLong_FromSsize_t(j);
-done:
-    Py_XDECREF(limits);
-    Py_XDECREF(ctx);
-    Py_XDECREF(clock);
-    Py_XDECREF(lock);
-    Py_XDECREF(results);
-    return out;
+    handler_close(&h);
+    return PyLong_FromSsize_t(j);
 }
