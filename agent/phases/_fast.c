@@ -398,19 +398,25 @@ static PyObject *fast_init(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* One received datagram as (data, pid, uid); pid and uid None without SCM_CREDENTIALS. */
-static PyObject *datagram(const char *data, ssize_t n, struct msghdr *mh)
+/* The sender's SCM_CREDENTIALS, if the kernel attached them. */
+static int credentials(struct msghdr *mh, struct ucred *cred)
 {
     int have = 0;
-    struct ucred cred;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_CREDENTIALS &&
             cm->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
-            memcpy(&cred, CMSG_DATA(cm), sizeof cred);
+            memcpy(cred, CMSG_DATA(cm), sizeof *cred);
             have = 1;
         }
     }
-    if (have)
+    return have;
+}
+
+/* One received datagram as (data, pid, uid); pid and uid None without SCM_CREDENTIALS. */
+static PyObject *datagram(const char *data, ssize_t n, struct msghdr *mh)
+{
+    struct ucred cred;
+    if (credentials(mh, &cred))
         return Py_BuildValue("(y#lk)", data, (Py_ssize_t)n, (long)cred.pid, (unsigned long)cred.uid);
     return Py_BuildValue("(y#OO)", data, (Py_ssize_t)n, Py_None, Py_None);
 }
@@ -493,6 +499,148 @@ static PyObject *fast_recv_batch(PyObject *self, PyObject *args)
     return out;
 }
 
+/* The receiver's loop in C: recvmmsg() blocks (without the GIL) for the first datagram and takes
+ * what else is queued; each datagram goes through handler_take() from the receive buffer (no
+ * bytes or tuple objects) and the thread goes back to waiting without a trip through the
+ * interpreter.  counts[0] (an int in a list) grows by each receive's datagrams at once, so the
+ * receiver's `received` stays current while this runs.  It returns (handled, rest, error):
+ *   - ([], None) once budget datagrams are handled (the receiver checks its rate limit there), or
+ *     after a receive error once something was handled (the next call meets the error again);
+ *   - rest [(data, pid, uid), ...]: the datagrams of the last receive from the first one
+ *     handler_take() leaves to JobTable.handle() on, in order; the empty datagram close() sends
+ *     to wake the thread is one of those;
+ *   - error: the exception handling a datagram raised (a bug, or no memory), as a value: that
+ *     datagram is dropped, the ones received after it come back in rest, nothing else is lost.
+ * A receive error with nothing handled is raised as OSError, as recvmsg raises it. */
+#define SERVE_VLEN 16
+
+/* counts[0] += k (the list was checked to hold one item) */
+static int add_count(PyObject *counts, int k)
+{
+    PyObject *n = PyLong_FromLong(k), *sum = n ? PyNumber_Add(PyList_GET_ITEM(counts, 0), n) : NULL;
+    Py_XDECREF(n);
+    return sum == NULL ? -1 : PyList_SetItem(counts, 0, sum);  /* steals sum, drops the old count */
+}
+
+/* The pending exception as a value (with its traceback), cleared. */
+static PyObject *caught(void)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (ev != NULL && tb != NULL)
+        PyException_SetTraceback(ev, tb);
+    Py_XDECREF(et);
+    Py_XDECREF(tb);
+    if (ev == NULL) {
+        ev = Py_None;
+        Py_INCREF(ev);
+    }
+    return ev;
+}
+
+static PyObject *fast_serve(PyObject *self, PyObject *args)
+{
+    PyObject *tbl, *counts;
+    int fd;
+    Py_ssize_t bufsize, budget;
+    if (!PyArg_ParseTuple(args, "OinnO!", &tbl, &fd, &bufsize, &budget, &PyList_Type, &counts))
+        return NULL;
+    if (bufsize < 1 || budget < 1) {
+        PyErr_SetString(PyExc_ValueError, "serve: bufsize and budget must be positive");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(counts) != 1 || !PyLong_CheckExact(PyList_GET_ITEM(counts, 0))) {
+        PyErr_SetString(PyExc_TypeError, "serve: counts must be a list holding one int");
+        return NULL;
+    }
+    Handler h;
+    if (handler_open(&h, tbl) < 0)
+        return NULL;
+    char *data = PyMem_RawMalloc((size_t)bufsize * SERVE_VLEN);
+    if (data == NULL) {
+        handler_close(&h);
+        return PyErr_NoMemory();
+    }
+    union {
+        char buf[CMSG_SPACE(sizeof(struct ucred))];
+        struct cmsghdr align;
+    } control[SERVE_VLEN];
+    struct iovec iov[SERVE_VLEN];
+    struct mmsghdr mm[SERVE_VLEN];
+    Py_ssize_t handled = 0;
+    PyObject *rest = NULL, *error = NULL, *out = NULL;
+    while (handled < budget && rest == NULL && error == NULL) {
+        unsigned int vlen = (unsigned int)(budget - handled < SERVE_VLEN ? budget - handled : SERVE_VLEN);
+        for (unsigned int i = 0; i < vlen; i++) {
+            iov[i].iov_base = data + (size_t)i * bufsize;
+            iov[i].iov_len = (size_t)bufsize;
+            memset(&mm[i].msg_hdr, 0, sizeof mm[i].msg_hdr);
+            mm[i].msg_hdr.msg_iov = &iov[i];
+            mm[i].msg_hdr.msg_iovlen = 1;
+            mm[i].msg_hdr.msg_control = control[i].buf;
+            mm[i].msg_hdr.msg_controllen = sizeof control[i].buf;
+        }
+        int k, err;
+        Py_BEGIN_ALLOW_THREADS
+        k = recvmmsg(fd, mm, vlen, MSG_WAITFORONE | MSG_CMSG_CLOEXEC, NULL);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (k < 0) {
+            if (err == EINTR) {
+                if (PyErr_CheckSignals() < 0)
+                    goto done;
+                continue;
+            }
+            if (handled > 0)
+                break; /* report what was handled; the next call meets the error again */
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto done;
+        }
+        int i = 0;
+        if (add_count(counts, k) < 0)
+            error = caught(); /* all k come back in rest */
+        for (; error == NULL && i < k; i++) {
+            Py_ssize_t n = (Py_ssize_t)mm[i].msg_len;
+            struct ucred cred;
+            int r = 0;
+            if (n > 0 && credentials(&mm[i].msg_hdr, &cred)) {
+                PyObject *pid = PyLong_FromLong((long)cred.pid), *uid = PyLong_FromUnsignedLong(cred.uid);
+                r = (pid && uid) ? handler_take(&h, data + (size_t)i * bufsize, n, pid, uid) : -1;
+                Py_XDECREF(pid);
+                Py_XDECREF(uid);
+            }
+            if (r == 0)
+                break;
+            if (r < 0)
+                error = caught(); /* i++ drops this one; the rest come back */
+            else
+                handled++;
+        }
+        if (i < k) {
+            rest = PyList_New(0);
+            for (; rest != NULL && i < k; i++) {
+                PyObject *t = datagram(data + (size_t)i * bufsize, (ssize_t)mm[i].msg_len, &mm[i].msg_hdr);
+                if (t == NULL || PyList_Append(rest, t) < 0)
+                    Py_CLEAR(rest);
+                Py_XDECREF(t);
+            }
+            if (rest == NULL)
+                goto done; /* out of memory */
+        }
+    }
+    if (rest == NULL && (rest = PyList_New(0)) == NULL)
+        goto done;
+    out = Py_BuildValue("(nOO)", handled, rest, error ? error : Py_None);
+done:
+    PyMem_RawFree(data);
+    handler_close(&h);
+    Py_XDECREF(rest);
+    Py_XDECREF(error);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"init", fast_init, METH_VARARGS,
      "init(Message, PHASES, MAX_INTERVAL_NS, MAX_SAMPLES, MAX_CVD_CHARS): what decode() builds and checks"},
@@ -501,6 +649,10 @@ static PyMethodDef methods[] = {
     {"recv_batch", fast_recv_batch, METH_VARARGS,
      "recv_batch(fd, bufsize, max_n) -> [(data, pid, uid)]: block for one datagram, then take up to "
      "max_n - 1 more that are queued"},
+    {"serve", fast_serve, METH_VARARGS,
+     "serve(table, fd, bufsize, budget, counts) -> (handled, [(data, pid, uid)], error): receive and handle in C "
+     "until budget datagrams are handled or one is left to JobTable.handle() (returned with the rest of its "
+     "receive); counts[0] += datagrams received; error: what handling a datagram raised, or None"},
     {"init_table", fast_init_table, METH_VARARGS,
      "init_table(PHASES, deque, Pending, resolve_gpus, ACCEPTED, 'job_limit', 'step', OPEN_PER_PID, MAX_PIDS, "
      "DATA_WAIT, STEP, IN_STEP, kinds, STEP_BUCKETS): what apply() builds and checks (agent/phases/jobs.py)"},

@@ -20,6 +20,7 @@ exceed 1, whatever the client sends.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -268,6 +269,11 @@ class JobTable:
             data, pid, uid = batch[i]
             self.handle(data, pid, uid)
             i += 1
+
+    def compiled_receive(self):
+        """``serve(fd, bufsize, budget, counts)``: the receive loop in C (``_fast.serve``) on this
+        table, for the Receiver; None without the compiled helpers."""
+        return None if _fast_serve is None else functools.partial(_fast_serve, self)
 
     def _user(self, uid: int) -> str:
         name = self._users.get(uid)
@@ -617,5 +623,6 @@ if _speed.module is not None:
                              tuple(tuple(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS), STEP_BUCKETS)
     _fast_apply = _speed.module.apply
     _fast_handle = _speed.module.handle_batch
+    _fast_serve = _speed.module.serve
 else:
-    _fast_apply = _fast_handle = None
+    _fast_apply = _fast_handle = _fast_serve = None

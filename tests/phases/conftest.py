@@ -36,6 +36,7 @@ def phase_path(request, monkeypatch):
         monkeypatch.setattr(protocol, "_fast_decode", None)
         monkeypatch.setattr(jobs, "_fast_apply", None)
         monkeypatch.setattr(jobs, "_fast_handle", None)
+        monkeypatch.setattr(jobs, "_fast_serve", None)
         monkeypatch.setattr(fast, "module", None)  # receivers created from now on call recvmsg themselves
     else:
         require_fast()

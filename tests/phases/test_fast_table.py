@@ -9,6 +9,10 @@ intervals, the counters, and the calls made to the input probe.
 """
 from __future__ import annotations
 
+import errno
+import os
+import socket
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -331,3 +335,164 @@ def test_handle_batch_bad_arguments_are_errors():
         fast.module.handle_batch(table, [], -1)
     assert fast.module.handle_batch(table, [], 0) == 0
     assert not table._lock.locked()
+
+
+# -- serve: the receiver's loop in C (recvmmsg, then handler_take from the receive buffer) -------
+
+MAX_BYTES = 4096
+
+
+def serve_table(clock=lambda: NOW0) -> JobTable:
+    ctx = AgentContext(clock=clock)
+    ctx.gpu_pids[GPU_PID] = frozenset({"0", "1"})
+    return JobTable(phases_cfg(max_pending_intervals=16, window_seconds=60.0, max_jobs=4, max_jobs_per_user=3,
+                               job_expiry_seconds=30.0, max_message_bytes=MAX_BYTES),
+                    ctx, own_uid=0, record_intervals=20, probe=Probe())
+
+
+@pytest.fixture
+def pair():
+    """(sender, receiver): a connected datagram pair; the receiver asks for SCM_CREDENTIALS and never blocks,
+    so serve() returns once the queue is empty (or raises BlockingIOError if nothing was in it)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    b.setblocking(False)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def serve_all(table, sock, counts, budget=1000):
+    """What Receiver._run does with serve(): each rest to handle_batch, until the queue is empty."""
+    handled = 0
+    while True:
+        try:
+            n, rest, error = fast.module.serve(table, sock.fileno(), MAX_BYTES + 1, budget, counts)
+        except BlockingIOError:
+            return handled
+        assert error is None
+        handled += n
+        table.handle_batch(rest)
+
+
+def wire(data):
+    """The datagram as the socket carries it: larger ones stand for anything over max_message_bytes."""
+    return data[:MAX_BYTES + 100] if len(data) > MAX_BYTES else data
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(bursts=st.lists(st.lists(st.one_of(datagram(), st.just((b"", 0, 0))), min_size=1, max_size=8),
+                       min_size=1, max_size=5))
+def test_serve_leaves_the_state_handle_leaves(bursts, pair, monkeypatch):
+    """Bursts sent over a real socket: serve() plus handle_batch(rest) against handle() of each datagram."""
+    tx, rx = pair
+    py, c = serve_table(), serve_table()
+    me = (os.getpid(), os.getuid())
+    counts, sent = [0], 0
+    for burst in bursts:
+        datas = [wire(d) for d, _, _ in burst]
+        for d in datas:
+            tx.send(d)
+        sent += len(datas)
+        serve_all(c, rx, counts)
+        python_handle(py, [(d, *me) for d in datas], monkeypatch)
+        assert counts == [sent]
+    assert state(c) == state(py)
+    assert typed(c.views(NOW0 + S)) == typed(py.views(NOW0 + S))
+
+
+def good(job="j", t=NOW0):
+    return encode(job, [("compute", t - S, t)], [(t - S, t, 8)])
+
+
+def test_serve_returns_the_rest_of_a_receive_from_the_first_datagram_it_leaves(pair):
+    tx, rx = pair
+    table = serve_table()
+    for d in (good(), b"{", good(), b"", good()):
+        tx.send(d)
+    counts = [7]
+    n, rest, error = fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
+    me = (os.getpid(), os.getuid())
+    assert (n, rest, error) == (1, [(b"{", *me), (good(), *me), (b"", *me), (good(), *me)], None)
+    assert counts == [12] and table.results["accepted"] == 1 and table._jobs[(0, "j")].steps == 1
+    assert not table._lock.locked()
+
+
+def test_serve_stops_at_its_budget_and_leaves_the_queue_to_the_next_call(pair):
+    tx, rx = pair
+    table = serve_table()
+    for _ in range(9):
+        tx.send(good())
+    counts = [0]
+    assert fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 4, counts) == (4, [], None)
+    assert counts == [4] and table._jobs[(0, "j")].steps == 4      # received no more than it could handle
+    assert fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts) == (5, [], None)
+    assert counts == [9] and table._jobs[(0, "j")].steps == 9
+    with pytest.raises(BlockingIOError):                              # nothing queued, nothing handled
+        fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
+    assert counts == [9]
+
+
+def test_an_oversized_datagram_is_left_to_handle_and_counted_too_large(pair):
+    tx, rx = pair
+    table = serve_table()
+    tx.send(good() + b" " * MAX_BYTES)
+    tx.send(good())
+    counts = [0]
+    n, rest, error = fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
+    assert n == 0 and len(rest) == 2 and len(rest[0][0]) == MAX_BYTES + 1 and error is None
+    table.handle_batch(rest)
+    assert {k: v for k, v in table.results.items() if v} == {"too_large": 1, "accepted": 1}
+
+
+def test_a_datagram_whose_handling_raises_is_dropped_and_returned_as_the_error(pair):
+    """The table's clock fails once (standing in for any bug under handler_take): that datagram is dropped,
+    the error comes back as a value, the datagrams after it come back in rest and the lock is free."""
+    calls = []
+
+    def clock():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("clock broke")
+        return NOW0
+
+    tx, rx = pair
+    table = serve_table(clock)
+    for job in ("a", "b", "c", "d"):
+        tx.send(good(job))
+    counts = [0]
+    n, rest, error = fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
+    assert n == 1 and [d for d, _, _ in rest] == [good("c"), good("d")] and counts == [4]
+    assert isinstance(error, RuntimeError) and str(error) == "clock broke" and error.__traceback__ is not None
+    assert not table._lock.locked()
+    table.handle_batch(rest)
+    assert sorted(name for _, name in table._jobs) == ["a", "c", "d"]
+
+
+def test_serve_bad_arguments_are_errors(pair):
+    tx, rx = pair
+    table = serve_table()
+    fd = rx.fileno()
+    with pytest.raises(TypeError):
+        fast.module.serve(table, fd, MAX_BYTES + 1, 10, (0,))           # counts not a list
+    with pytest.raises(TypeError):
+        fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0, 0])         # not one item
+    with pytest.raises(TypeError):
+        fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0.0])          # not an int
+    with pytest.raises(ValueError):
+        fast.module.serve(table, fd, 0, 10, [0])
+    with pytest.raises(ValueError):
+        fast.module.serve(table, fd, MAX_BYTES + 1, 0, [0])
+    with pytest.raises(AttributeError):
+        fast.module.serve(object(), fd, MAX_BYTES + 1, 10, [0])         # not a job table
+    tx.send(good())
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead_fd = dead.fileno()
+    dead.close()
+    with pytest.raises(OSError) as e:                                    # a closed descriptor: recvmmsg's errno
+        fast.module.serve(table, dead_fd, MAX_BYTES + 1, 10, [0])
+    assert e.value.errno == errno.EBADF
+    # none of it touched the table or the queue
+    assert fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0]) == (1, [], None)
+    assert table.results["accepted"] == 1 and not table._lock.locked()
