@@ -17,8 +17,12 @@ The receive loop never blocks the sampler: it holds the job table's lock only to
 one validated message, and it spends at most ``phases.max_messages_per_second``; past
 that it pauses, the kernel queue fills and clients drop (and count) messages.  It blocks
 in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  Where
-the compiled helper is built (``agent/phases/fast.py``), one call takes a burst: it blocks for
-the first datagram, then takes up to ``BATCH`` - 1 more that are already queued.
+the compiled helpers are built (``agent/phases/fast.py``) and the owner passes ``serve``, the
+thread stays in C between datagrams: ``_fast.serve`` receives (``recvmmsg``), decodes, applies
+and counts the usual datagram without a trip through the interpreter, and returns only when the
+rate budget of the slice is spent or a datagram needs the Python path (``handle_batch``): no
+credentials, a rejection, the wake-up datagram.  A datagram whose handling raises (a bug) is
+logged and dropped; the thread and the other datagrams go on.
 """
 from __future__ import annotations
 
@@ -147,22 +151,32 @@ def open_socket(configured: Optional[str]) -> Tuple[socket.socket, str, Tuple[in
 
 
 class Receiver:
-    """Owns the socket and the receive thread; hands each receive's datagrams to ``handle_batch([(data, pid, uid)])``."""
+    """Owns the socket and the receive thread; hands each receive's datagrams to ``handle_batch([(data, pid, uid)])``.
 
-    def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int):
+    ``serve(fd, bufsize, budget, counts) -> (handled, rest, error)``, when given (``_fast.serve``
+    bound to the job table), receives and handles in C and leaves ``rest`` to ``handle_batch``."""
+
+    def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int,
+                 serve=None):
         self.sock = sock
         self.path = path
         self._ident = ident
         self._handle_batch = handle_batch
+        self._serve = serve
         self._bufsize = max_bytes + 1          # one byte more, so an oversized datagram is seen as such
         self._per_slice = max(1, int(max_rate * _SLICE_S))
         self._stop = threading.Event()
         self._rlog = RateLimitedLog(log)
         self._thread = threading.Thread(target=self._run, name="teye-phase-receiver", daemon=True)
-        self.received = 0
+        self._counts = [0]                     # datagrams received; serve() adds to it as it receives
         self.paused_s = 0.0
         self._fd = sock.fileno()
         self._recv_batch = None if _speed.module is None else _speed.module.recv_batch
+
+    @property
+    def received(self) -> int:
+        """Datagrams received so far (the wake-up datagram included)."""
+        return self._counts[0]
 
     def start(self) -> None:
         # Blocking receive (no poll() per datagram); close() wakes the thread with an empty datagram.
@@ -183,13 +197,19 @@ class Receiver:
         return [(data, pid, uid)]
 
     def _run(self) -> None:
-        handle_batch = self._handle_batch
         receive = self._receive_one if self._recv_batch is None else self._receive_burst
         slice_end = time.monotonic() + _SLICE_S
         in_slice = 0
         while not self._stop.is_set():
             try:
-                batch = receive()
+                if self._serve is not None:
+                    n, batch, error = self._serve(self._fd, self._bufsize, self._per_slice - in_slice, self._counts)
+                    if error is not None:
+                        self._failed(error)
+                else:
+                    batch = receive()
+                    n = 0
+                    self._counts[0] += len(batch)
             except (socket.timeout, InterruptedError):
                 continue
             except OSError as e:
@@ -198,11 +218,19 @@ class Receiver:
                 self._rlog.warning("recv", "phase socket %s: receive failed: %s", self.path, e)
                 self._stop.wait(0.1)
                 continue
+            except Exception as e:  # the compiled loop itself failed (a bug): the Python path from now on
+                log.error("phase socket %s: the compiled receive loop failed (%r); receiving in Python from now "
+                          "on", self.path, e, exc_info=e)
+                self._serve = None
+                continue
             if self._stop.is_set():
                 break
-            self.received += len(batch)
-            handle_batch(batch)
-            in_slice += len(batch)
+            if batch:
+                try:
+                    self._handle_batch(batch)
+                except Exception as e:  # a bug must not stop the receiver: log it (the rest of that receive is dropped)
+                    self._failed(e)
+            in_slice += n + len(batch)
             if in_slice >= self._per_slice:
                 now = time.monotonic()
                 if now < slice_end:  # over budget: let the kernel queue (and the clients) absorb it
@@ -211,6 +239,10 @@ class Receiver:
                     now = slice_end
                 slice_end = now + _SLICE_S
                 in_slice = 0
+
+    def _failed(self, error: BaseException) -> None:
+        self._rlog.error("handle", "phase socket %s: handling a datagram failed (dropped): %r", self.path, error,
+                         exc_info=error)
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop the thread, close the socket and remove the socket file if it is still ours."""

@@ -132,7 +132,7 @@ class PhaseSource:
         sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
         self.path = path
         self.receiver = Receiver(sock, path, ident, self.table.handle_batch, phases_cfg["max_message_bytes"],
-                                 phases_cfg["max_messages_per_second"])
+                                 phases_cfg["max_messages_per_second"], serve=self.table.compiled_receive())
         self.receiver.start()
         if self.probe is not None:
             self.probe.start()

@@ -14,7 +14,7 @@ import pytest
 from agent.context import AgentContext
 from agent.errors import ConfigError
 from agent.phases.protocol import encode
-from agent.phases.receiver import bind_socket
+from agent.phases.receiver import Receiver, bind_socket
 from agent.phases.source import PhaseSource, from_config
 from agent.sampler import Sampler
 from agent.config import defaults
@@ -45,6 +45,7 @@ def test_messages_are_attributed_with_kernel_credentials(sockdir, phase_path):
     src = PhaseSource(phases_cfg(), AgentContext(), socket_path=path)
     try:
         assert (src.receiver._recv_batch is None) == (phase_path == "python")
+        assert (src.receiver._serve is None) == (phase_path == "python")  # the loop in C where it is built
         assert oct(os.stat(path).st_mode & 0o777) == "0o666"
         t = time.monotonic_ns()
         _send(path, encode("train", [("data_wait", t - 30 * MS, t - 20 * MS), ("compute", t - 20 * MS, t)],
@@ -92,6 +93,59 @@ def test_forged_job_name_from_another_uid_is_attributed_to_its_sender(sockdir):
                                                                                      forger_pid)
     finally:
         src.close()
+
+
+def test_a_failing_handler_is_logged_and_the_receiver_goes_on(sockdir, caplog):
+    """A bug in handling one receive drops that receive, not the thread: the next datagram is handled."""
+    path = os.path.join(sockdir, "p.sock")
+    sock, ident = bind_socket(path)
+    got = []
+
+    def handle_batch(batch):
+        for data, _, _ in batch:
+            if data == b"boom":
+                raise RuntimeError("a bug")
+            got.append(data)
+
+    r = Receiver(sock, path, ident, handle_batch, 4096, 100_000)
+    r.start()
+    try:
+        _send(path, b"boom")
+        assert _wait(lambda: r.received == 1)
+        _send(path, b"after")
+        assert _wait(lambda: got == [b"after"])
+        assert r._thread.is_alive()
+    finally:
+        r.close()
+    (rec,) = [rec for rec in caplog.records if "handling a datagram failed" in rec.getMessage()]
+    assert rec.levelname == "ERROR" and "a bug" in rec.getMessage() and rec.exc_info[0] is RuntimeError
+
+
+def test_a_failing_compiled_loop_hands_over_to_the_python_loop(sockdir, caplog):
+    """serve()'s error value is logged and its rest still handled; serve() raising switches to recvmsg for good."""
+    path = os.path.join(sockdir, "p.sock")
+    sock, ident = bind_socket(path)
+    got, calls = [], []
+
+    def serve(fd, bufsize, budget, counts):
+        calls.append(budget)
+        if len(calls) == 1:
+            counts[0] += 2
+            return 1, [(b"rest", 1, 0)], ValueError("one datagram failed")
+        raise RuntimeError("the loop broke")
+
+    r = Receiver(sock, path, ident, lambda batch: got.extend(d for d, _, _ in batch), 4096, 100_000, serve=serve)
+    r.start()
+    try:
+        assert _wait(lambda: got == [b"rest"] and r._serve is None)
+        _send(path, b"in python")
+        assert _wait(lambda: got == [b"rest", b"in python"])
+        assert r.received == 3 and len(calls) == 2 and calls[0] == r._per_slice
+    finally:
+        r.close()
+    msgs = [(rec.levelname, rec.getMessage()) for rec in caplog.records if rec.name == "teye.phases"]
+    assert any(level == "ERROR" and "one datagram failed" in m for level, m in msgs)
+    assert any(level == "ERROR" and "the loop broke" in m and "receiving in Python" in m for level, m in msgs)
 
 
 def test_stale_socket_file_is_replaced(sockdir):
