@@ -217,9 +217,15 @@ static inline long long floordiv(long long a, long long b) /* b > 0 */
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
+/* PyLong_AsLongLong() without its detour through a byte array for ints past 2**30 (every ns time) */
 static int as_ll(PyObject *o, long long *out)
 {
-    *out = PyLong_AsLongLong(o);
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "int too large to convert to a 64-bit integer");
+        return -1;
+    }
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
