@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "_fast_table.h"
 
@@ -502,8 +503,8 @@ static PyObject *fast_recv_batch(PyObject *self, PyObject *args)
 /* The receiver's loop in C: recvmmsg() blocks (without the GIL) for the first datagram and takes
  * what else is queued; each datagram goes through handler_take() from the receive buffer (no
  * bytes or tuple objects) and the thread goes back to waiting without a trip through the
- * interpreter.  counts[0] (an int in a list) grows by each receive's datagrams at once, so the
- * receiver's `received` stays current while this runs.  It returns (handled, rest, error):
+ * interpreter.  counts is [datagrams, receives]: both grow as it goes, so the receiver's figures
+ * stay current while this runs.  It returns (handled, rest, error):
  *   - ([], None) once budget datagrams are handled (the receiver checks its rate limit there), or
  *     after a receive error once something was handled (the next call meets the error again);
  *   - rest [(data, pid, uid), ...]: the datagrams of the last receive from the first one
@@ -511,15 +512,30 @@ static PyObject *fast_recv_batch(PyObject *self, PyObject *args)
  *     to wake the thread is one of those;
  *   - error: the exception handling a datagram raised (a bug, or no memory), as a value: that
  *     datagram is dropped, the ones received after it come back in rest, nothing else is lost.
- * A receive error with nothing handled is raised as OSError, as recvmsg raises it. */
+ * A receive error with nothing handled is raised as OSError, as recvmsg raises it.
+ *
+ * linger_us > 0 moderates wake-ups the way a NIC moderates interrupts: when a receive emptied the
+ * queue less than BUSY_NS after the previous one (a busy socket), the thread sleeps linger_us
+ * before it waits again, so the datagrams of that time arrive as one receive: one wake-up, a warm
+ * cache, instead of one each.  An idle socket never lingers (no latency, no extra wake-up); a busy
+ * one delays its datagrams by at most linger_us, which the kernel queue must hold (the receiver
+ * sizes it: agent/phases/receiver.py). */
 #define SERVE_VLEN 16
+#define BUSY_NS 1000000LL
 
-/* counts[0] += k (the list was checked to hold one item) */
-static int add_count(PyObject *counts, int k)
+/* counts[i] += k (the list was checked to hold two ints) */
+static int add_count(PyObject *counts, Py_ssize_t i, int k)
 {
-    PyObject *n = PyLong_FromLong(k), *sum = n ? PyNumber_Add(PyList_GET_ITEM(counts, 0), n) : NULL;
+    PyObject *n = PyLong_FromLong(k), *sum = n ? PyNumber_Add(PyList_GET_ITEM(counts, i), n) : NULL;
     Py_XDECREF(n);
-    return sum == NULL ? -1 : PyList_SetItem(counts, 0, sum);  /* steals sum, drops the old count */
+    return sum == NULL ? -1 : PyList_SetItem(counts, i, sum);  /* steals sum, drops the old count */
+}
+
+static long long monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* The pending exception as a value (with its traceback), cleared. */
@@ -543,15 +559,16 @@ static PyObject *fast_serve(PyObject *self, PyObject *args)
 {
     PyObject *tbl, *counts;
     int fd;
-    Py_ssize_t bufsize, budget;
-    if (!PyArg_ParseTuple(args, "OinnO!", &tbl, &fd, &bufsize, &budget, &PyList_Type, &counts))
+    Py_ssize_t bufsize, budget, linger_us = 0;
+    if (!PyArg_ParseTuple(args, "OinnO!|n", &tbl, &fd, &bufsize, &budget, &PyList_Type, &counts, &linger_us))
         return NULL;
-    if (bufsize < 1 || budget < 1) {
-        PyErr_SetString(PyExc_ValueError, "serve: bufsize and budget must be positive");
+    if (bufsize < 1 || budget < 1 || linger_us < 0 || linger_us >= 1000000) {
+        PyErr_SetString(PyExc_ValueError, "serve: bufsize and budget must be positive, linger_us in [0, 1000000)");
         return NULL;
     }
-    if (PyList_GET_SIZE(counts) != 1 || !PyLong_CheckExact(PyList_GET_ITEM(counts, 0))) {
-        PyErr_SetString(PyExc_TypeError, "serve: counts must be a list holding one int");
+    if (PyList_GET_SIZE(counts) != 2 || !PyLong_CheckExact(PyList_GET_ITEM(counts, 0)) ||
+        !PyLong_CheckExact(PyList_GET_ITEM(counts, 1))) {
+        PyErr_SetString(PyExc_TypeError, "serve: counts must be a list of two ints [datagrams, receives]");
         return NULL;
     }
     Handler h;
@@ -570,6 +587,7 @@ static PyObject *fast_serve(PyObject *self, PyObject *args)
     struct mmsghdr mm[SERVE_VLEN];
     Py_ssize_t handled = 0;
     PyObject *rest = NULL, *error = NULL, *out = NULL;
+    long long last_wake = 0;
     while (handled < budget && rest == NULL && error == NULL) {
         unsigned int vlen = (unsigned int)(budget - handled < SERVE_VLEN ? budget - handled : SERVE_VLEN);
         for (unsigned int i = 0; i < vlen; i++) {
@@ -598,8 +616,11 @@ static PyObject *fast_serve(PyObject *self, PyObject *args)
             PyErr_SetFromErrno(PyExc_OSError);
             goto done;
         }
+        long long wake = linger_us > 0 ? monotonic_ns() : 0;
+        int busy = last_wake != 0 && wake - last_wake < BUSY_NS;
+        last_wake = wake;
         int i = 0;
-        if (add_count(counts, k) < 0)
+        if (add_count(counts, 0, k) < 0 || add_count(counts, 1, 1) < 0)
             error = caught(); /* all k come back in rest */
         for (; error == NULL && i < k; i++) {
             Py_ssize_t n = (Py_ssize_t)mm[i].msg_len;
@@ -629,6 +650,12 @@ static PyObject *fast_serve(PyObject *self, PyObject *args)
             if (rest == NULL)
                 goto done; /* out of memory */
         }
+        if (busy && rest == NULL && error == NULL && (unsigned int)k < vlen && handled < budget) {
+            struct timespec ts = {0, (long)linger_us * 1000};
+            Py_BEGIN_ALLOW_THREADS
+            nanosleep(&ts, NULL);
+            Py_END_ALLOW_THREADS
+        }
     }
     if (rest == NULL && (rest = PyList_New(0)) == NULL)
         goto done;
@@ -650,9 +677,10 @@ static PyMethodDef methods[] = {
      "recv_batch(fd, bufsize, max_n) -> [(data, pid, uid)]: block for one datagram, then take up to "
      "max_n - 1 more that are queued"},
     {"serve", fast_serve, METH_VARARGS,
-     "serve(table, fd, bufsize, budget, counts) -> (handled, [(data, pid, uid)], error): receive and handle in C "
-     "until budget datagrams are handled or one is left to JobTable.handle() (returned with the rest of its "
-     "receive); counts[0] += datagrams received; error: what handling a datagram raised, or None"},
+     "serve(table, fd, bufsize, budget, counts[, linger_us]) -> (handled, [(data, pid, uid)], error): receive "
+     "and handle in C until budget datagrams are handled or one is left to JobTable.handle() (returned with the "
+     "rest of its receive); counts = [datagrams, receives], updated as it goes; error: what handling a datagram "
+     "raised, or None; linger_us: on a busy socket, sleep that long after a receive so that the next takes more"},
     {"init_table", fast_init_table, METH_VARARGS,
      "init_table(PHASES, deque, Pending, resolve_gpus, ACCEPTED, 'job_limit', 'step', OPEN_PER_PID, MAX_PIDS, "
      "DATA_WAIT, STEP, IN_STEP, kinds, STEP_BUCKETS): what apply() builds and checks (agent/phases/jobs.py)"},

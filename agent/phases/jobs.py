@@ -271,7 +271,7 @@ class JobTable:
             i += 1
 
     def compiled_receive(self):
-        """``serve(fd, bufsize, budget, counts)``: the receive loop in C (``_fast.serve``) on this
+        """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
         table, for the Receiver; None without the compiled helpers."""
         return None if _fast_serve is None else functools.partial(_fast_serve, self)
 

@@ -51,6 +51,9 @@ _SOL_SOCKET, _SCM_CREDENTIALS = socket.SOL_SOCKET, socket.SCM_CREDENTIALS
 _MAX_PATH = 107                         # sun_path is 108 bytes including the NUL
 _SLICE_S = 0.01                         # rate budget granularity
 BATCH = 32                              # datagrams per compiled receive call, at most
+LINGER_US = 200                         # the compiled loop's pause on a busy socket, at most (see linger_us())
+_QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
+_QLEN_DEFAULT = 10                      # the kernel's own default, where the sysctl cannot be read
 
 
 def default_candidates() -> List[str]:
@@ -150,11 +153,28 @@ def open_socket(configured: Optional[str]) -> Tuple[socket.socket, str, Tuple[in
     raise SourceUnavailable("no usable phase socket location: " + "; ".join(why))
 
 
+def queue_length(path: str = _QLEN_PATH) -> int:
+    """How many datagrams the kernel queues on a Unix datagram socket (net.unix.max_dgram_qlen)."""
+    try:
+        with open(path) as fh:
+            return max(1, int(fh.read().strip()))
+    except (OSError, ValueError):
+        return _QLEN_DEFAULT
+
+
+def linger_us(max_rate: int, qlen: int) -> int:
+    """How long the compiled loop pauses after a receive on a busy socket: LINGER_US, or less where
+    max_rate datagrams a second would fill more than half the kernel queue meanwhile (the clients
+    would drop the rest); 0 (no pause) where even one datagram would not fit in that half."""
+    return int(min(LINGER_US, 1e6 * (qlen // 2) / max(1, max_rate)))
+
+
 class Receiver:
     """Owns the socket and the receive thread; hands each receive's datagrams to ``handle_batch([(data, pid, uid)])``.
 
-    ``serve(fd, bufsize, budget, counts) -> (handled, rest, error)``, when given (``_fast.serve``
-    bound to the job table), receives and handles in C and leaves ``rest`` to ``handle_batch``."""
+    ``serve(fd, bufsize, budget, counts, linger_us) -> (handled, rest, error)``, when given
+    (``_fast.serve`` bound to the job table), receives and handles in C and leaves ``rest`` to
+    ``handle_batch``."""
 
     def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int,
                  serve=None):
@@ -168,7 +188,8 @@ class Receiver:
         self._stop = threading.Event()
         self._rlog = RateLimitedLog(log)
         self._thread = threading.Thread(target=self._run, name="teye-phase-receiver", daemon=True)
-        self._counts = [0]                     # datagrams received; serve() adds to it as it receives
+        self._counts = [0, 0]                  # [datagrams, receives]; serve() adds to them as it receives
+        self.linger_us = linger_us(max_rate, queue_length())
         self.paused_s = 0.0
         self._fd = sock.fileno()
         self._recv_batch = None if _speed.module is None else _speed.module.recv_batch
@@ -177,6 +198,11 @@ class Receiver:
     def received(self) -> int:
         """Datagrams received so far (the wake-up datagram included)."""
         return self._counts[0]
+
+    @property
+    def receives(self) -> int:
+        """Receive calls that returned datagrams (wake-ups): received / receives is the datagrams per wake-up."""
+        return self._counts[1]
 
     def start(self) -> None:
         # Blocking receive (no poll() per datagram); close() wakes the thread with an empty datagram.
@@ -203,13 +229,15 @@ class Receiver:
         while not self._stop.is_set():
             try:
                 if self._serve is not None:
-                    n, batch, error = self._serve(self._fd, self._bufsize, self._per_slice - in_slice, self._counts)
+                    n, batch, error = self._serve(self._fd, self._bufsize, self._per_slice - in_slice, self._counts,
+                                                   self.linger_us)
                     if error is not None:
                         self._failed(error)
                 else:
                     batch = receive()
                     n = 0
                     self._counts[0] += len(batch)
+                    self._counts[1] += 1
             except (socket.timeout, InterruptedError):
                 continue
             except OSError as e:

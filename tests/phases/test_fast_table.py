@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -389,7 +391,7 @@ def test_serve_leaves_the_state_handle_leaves(bursts, pair, monkeypatch):
     tx, rx = pair
     py, c = serve_table(), serve_table()
     me = (os.getpid(), os.getuid())
-    counts, sent = [0], 0
+    counts, sent = [0, 0], 0
     for burst in bursts:
         datas = [wire(d) for d, _, _ in burst]
         for d in datas:
@@ -397,7 +399,7 @@ def test_serve_leaves_the_state_handle_leaves(bursts, pair, monkeypatch):
         sent += len(datas)
         serve_all(c, rx, counts)
         python_handle(py, [(d, *me) for d in datas], monkeypatch)
-        assert counts == [sent]
+        assert counts[0] == sent
     assert state(c) == state(py)
     assert typed(c.views(NOW0 + S)) == typed(py.views(NOW0 + S))
 
@@ -411,11 +413,11 @@ def test_serve_returns_the_rest_of_a_receive_from_the_first_datagram_it_leaves(p
     table = serve_table()
     for d in (good(), b"{", good(), b"", good()):
         tx.send(d)
-    counts = [7]
+    counts = [7, 3]
     n, rest, error = fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
     me = (os.getpid(), os.getuid())
     assert (n, rest, error) == (1, [(b"{", *me), (good(), *me), (b"", *me), (good(), *me)], None)
-    assert counts == [12] and table.results["accepted"] == 1 and table._jobs[(0, "j")].steps == 1
+    assert counts == [12, 4] and table.results["accepted"] == 1 and table._jobs[(0, "j")].steps == 1
     assert not table._lock.locked()
 
 
@@ -424,14 +426,14 @@ def test_serve_stops_at_its_budget_and_leaves_the_queue_to_the_next_call(pair):
     table = serve_table()
     for _ in range(9):
         tx.send(good())
-    counts = [0]
+    counts = [0, 0]
     assert fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 4, counts) == (4, [], None)
-    assert counts == [4] and table._jobs[(0, "j")].steps == 4      # received no more than it could handle
+    assert counts == [4, 1] and table._jobs[(0, "j")].steps == 4   # received no more than it could handle
     assert fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts) == (5, [], None)
-    assert counts == [9] and table._jobs[(0, "j")].steps == 9
+    assert counts == [9, 2] and table._jobs[(0, "j")].steps == 9
     with pytest.raises(BlockingIOError):                              # nothing queued, nothing handled
         fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
-    assert counts == [9]
+    assert counts == [9, 2]
 
 
 def test_an_oversized_datagram_is_left_to_handle_and_counted_too_large(pair):
@@ -439,7 +441,7 @@ def test_an_oversized_datagram_is_left_to_handle_and_counted_too_large(pair):
     table = serve_table()
     tx.send(good() + b" " * MAX_BYTES)
     tx.send(good())
-    counts = [0]
+    counts = [0, 0]
     n, rest, error = fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
     assert n == 0 and len(rest) == 2 and len(rest[0][0]) == MAX_BYTES + 1 and error is None
     table.handle_batch(rest)
@@ -461,9 +463,9 @@ def test_a_datagram_whose_handling_raises_is_dropped_and_returned_as_the_error(p
     table = serve_table(clock)
     for job in ("a", "b", "c", "d"):
         tx.send(good(job))
-    counts = [0]
+    counts = [0, 0]
     n, rest, error = fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, counts)
-    assert n == 1 and [d for d, _, _ in rest] == [good("c"), good("d")] and counts == [4]
+    assert n == 1 and [d for d, _, _ in rest] == [good("c"), good("d")] and counts == [4, 1]
     assert isinstance(error, RuntimeError) and str(error) == "clock broke" and error.__traceback__ is not None
     assert not table._lock.locked()
     table.handle_batch(rest)
@@ -475,24 +477,65 @@ def test_serve_bad_arguments_are_errors(pair):
     table = serve_table()
     fd = rx.fileno()
     with pytest.raises(TypeError):
-        fast.module.serve(table, fd, MAX_BYTES + 1, 10, (0,))           # counts not a list
+        fast.module.serve(table, fd, MAX_BYTES + 1, 10, (0, 0))         # counts not a list
     with pytest.raises(TypeError):
-        fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0, 0])         # not one item
+        fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0])            # not two items
     with pytest.raises(TypeError):
-        fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0.0])          # not an int
+        fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0, 0.0])       # not ints
     with pytest.raises(ValueError):
-        fast.module.serve(table, fd, 0, 10, [0])
+        fast.module.serve(table, fd, 0, 10, [0, 0])
     with pytest.raises(ValueError):
-        fast.module.serve(table, fd, MAX_BYTES + 1, 0, [0])
+        fast.module.serve(table, fd, MAX_BYTES + 1, 0, [0, 0])
+    for linger in (-1, 1_000_000):
+        with pytest.raises(ValueError):
+            fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0, 0], linger)
     with pytest.raises(AttributeError):
-        fast.module.serve(object(), fd, MAX_BYTES + 1, 10, [0])         # not a job table
+        fast.module.serve(object(), fd, MAX_BYTES + 1, 10, [0, 0])      # not a job table
     tx.send(good())
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     dead_fd = dead.fileno()
     dead.close()
     with pytest.raises(OSError) as e:                                    # a closed descriptor: recvmmsg's errno
-        fast.module.serve(table, dead_fd, MAX_BYTES + 1, 10, [0])
+        fast.module.serve(table, dead_fd, MAX_BYTES + 1, 10, [0, 0])
     assert e.value.errno == errno.EBADF
     # none of it touched the table or the queue
-    assert fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0]) == (1, [], None)
+    assert fast.module.serve(table, fd, MAX_BYTES + 1, 10, [0, 0]) == (1, [], None)
     assert table.results["accepted"] == 1 and not table._lock.locked()
+
+
+def paced(tx, n, gap_s):
+    def run():
+        for i in range(n):
+            tx.send(good())
+            time.sleep(gap_s)
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_a_busy_socket_lingers_so_that_one_wake_up_takes_many_datagrams(pair):
+    """30 datagrams 0.3 ms apart: after the second receive (busy) the loop pauses 20 ms each
+    time, so the datagrams come in a few receives (the kernel queue holds 10; the sender waits)."""
+    tx, rx = pair
+    rx.setblocking(True)
+    table = serve_table()
+    sender = paced(tx, 30, 0.0003)
+    counts = [0, 0]
+    assert fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 30, counts, 20_000) == (30, [], None)
+    sender.join()
+    assert counts[0] == 30 and counts[1] <= 10 and table._jobs[(0, "j")].steps == 30
+
+
+def test_an_idle_socket_never_lingers(pair):
+    """Datagrams 30 ms apart are not a busy socket: each is its own receive, with no pause after it
+    (a 0.5 s pause would make the three take more than a second)."""
+    tx, rx = pair
+    rx.setblocking(True)
+    table = serve_table()
+    sender = paced(tx, 3, 0.03)
+    counts = [0, 0]
+    t0 = time.monotonic()
+    assert fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 3, counts, 500_000) == (3, [], None)
+    took = time.monotonic() - t0
+    sender.join()
+    assert counts == [3, 3] and took < 0.5

@@ -127,10 +127,11 @@ def test_a_failing_compiled_loop_hands_over_to_the_python_loop(sockdir, caplog):
     sock, ident = bind_socket(path)
     got, calls = [], []
 
-    def serve(fd, bufsize, budget, counts):
+    def serve(fd, bufsize, budget, counts, linger_us):
         calls.append(budget)
         if len(calls) == 1:
             counts[0] += 2
+            counts[1] += 1
             return 1, [(b"rest", 1, 0)], ValueError("one datagram failed")
         raise RuntimeError("the loop broke")
 
@@ -140,7 +141,7 @@ def test_a_failing_compiled_loop_hands_over_to_the_python_loop(sockdir, caplog):
         assert _wait(lambda: got == [b"rest"] and r._serve is None)
         _send(path, b"in python")
         assert _wait(lambda: got == [b"rest", b"in python"])
-        assert r.received == 3 and len(calls) == 2 and calls[0] == r._per_slice
+        assert (r.received, r.receives) == (3, 2) and len(calls) == 2 and calls[0] == r._per_slice
     finally:
         r.close()
     msgs = [(rec.levelname, rec.getMessage()) for rec in caplog.records if rec.name == "teye.phases"]
@@ -290,3 +291,22 @@ class _AllPids(dict):
 
     def get(self, pid, default=None):
         return self._gpus
+
+
+def test_the_linger_fits_the_kernel_queue(tmp_path):
+    """LINGER_US on a busy socket, shorter where max_rate would fill half the queue meanwhile."""
+    from agent.phases.receiver import LINGER_US, linger_us, queue_length
+    assert LINGER_US == 200
+    assert linger_us(20_000, 512) == 200          # systemd's net.unix.max_dgram_qlen: the full pause
+    assert linger_us(20_000, 10) == 200           # 5 slots at 20,000/s: 250 us, more than enough
+    assert linger_us(50_000, 10) == 100           # 5 slots at 50,000/s
+    assert linger_us(1_000_000, 10) == 5
+    assert linger_us(20_000, 1) == 0              # no half-queue to fill: never pause
+    f = tmp_path / "qlen"
+    f.write_text("512\n")
+    assert queue_length(str(f)) == 512
+    f.write_text("garbage")
+    assert queue_length(str(f)) == 10             # the kernel's default where the sysctl is unreadable
+    assert queue_length(str(tmp_path / "missing")) == 10
+    f.write_text("0")
+    assert queue_length(str(f)) == 1
