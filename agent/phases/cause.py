@@ -45,16 +45,20 @@ def covered(samples: Sequence[ProcSample], start_ns: int, end_ns: int) -> bool:
     return bool(samples) and samples[0].t_ns <= start_ns and samples[-1].t_ns >= end_ns
 
 
-def wait_usage(samples: Sequence[ProcSample], start_ns: int, end_ns: int) -> Optional[WaitUsage]:
+def wait_usage(samples: Sequence[ProcSample], start_ns: int, end_ns: int,
+               times: Optional[Sequence[int]] = None) -> Optional[WaitUsage]:
     """CPU seconds, bytes read and stall seconds of one process during [start_ns, end_ns).
 
-    ``samples`` are one process's readings, oldest first.  None when they do not cover the
-    interval; a field is None when either end of it is unknown (e.g. /proc/<pid>/io unreadable).
+    ``samples`` are one process's readings, oldest first; ``times`` their ``t_ns`` (pass them when
+    measuring many waits on the same samples: a ring holds up to 1,200).  None when they do not
+    cover the interval; a field is None when either end of it is unknown (e.g. /proc/<pid>/io
+    unreadable).
     Counters never run backwards, so a negative difference (a reset) counts as 0.
     """
     if not covered(samples, start_ns, end_ns):
         return None
-    times = [s.t_ns for s in samples]
+    if times is None:
+        times = [s.t_ns for s in samples]
 
     def delta(field: int) -> Optional[float]:
         a, b = value_at(samples, times, start_ns, field), value_at(samples, times, end_ns, field)

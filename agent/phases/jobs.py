@@ -510,10 +510,11 @@ class JobTable:
         while waits:
             pid, s, e = waits[0]
             got = seen.get(pid)
-            if got is None:
-                got = seen[pid] = self.probe.samples(pid)
-            samples, problem, gone = got
-            u = cause.wait_usage(samples, s, e)
+            if got is None:  # once per pid, not per wait: 10,000 waits a second would each copy the ring's times
+                samples, problem, gone = self.probe.samples(pid)
+                got = seen[pid] = samples, problem, gone, [x.t_ns for x in samples]
+            samples, problem, gone, times = got
+            u = cause.wait_usage(samples, s, e, times)
             if u is None and not (gone or force or now_ns - e > WAIT_COVER_NS) and (
                     not samples or samples[0].t_ns <= s):
                 break  # the sample after its end is not there yet

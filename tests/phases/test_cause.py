@@ -261,6 +261,7 @@ def test_wait_usage_interpolates_between_samples():
     assert u.cpu_stall_s is None
     assert cause.wait_usage(smp, 150, 250) is None and cause.wait_usage(smp, -1, 50) is None
     assert cause.wait_usage(smp, 100, 200).cpu_s == 0.0
+    assert cause.wait_usage(smp, 50, 150, [0, 100, 200]) == u   # the times the caller took once per pid
 
 
 def test_probe_thread_sleeps_until_a_sender_is_tracked(tmp_path):
