@@ -40,7 +40,7 @@ static PyObject *s_jobs, *s_move_to_end, *s_new_job, *s_last_ns, *s_pids, *s_ope
     *s_known_gpus, *s_ring, *s_recorded, *s_probe, *s_phase_s, *s_width, *s_cur_b, *s_cur_i, *s_slot, *s_phase,
     *s_waits, *s_label, *s_steps, *s_samples, *s_hist, *s_hist_sum, *s_step_ns, *s_in_step, *s_pending,
     *s_popleft, *s_append, *s_extend, *s_maxlen, *s_attributed, *s_overflow, *s_track,
-    *s_limits, *s_clock, *s_lock, *s_results, *s_acquire, *s_release;
+    *s_limits, *s_clock, *s_lock, *s_results, *s_acquire, *s_release, *s_tracked, *s_uid, *s_retrack;
 
 static int intern(PyObject **slot, const char *name)
 {
@@ -64,7 +64,8 @@ static int intern_all(void)
            intern(&s_maxlen, "maxlen") | intern(&s_attributed, "attributed") |
            intern(&s_overflow, "overflow") | intern(&s_track, "track") |
            intern(&s_limits, "limits") | intern(&s_clock, "clock") | intern(&s_lock, "_lock") |
-           intern(&s_results, "results") | intern(&s_acquire, "acquire") | intern(&s_release, "release");
+           intern(&s_results, "results") | intern(&s_acquire, "acquire") | intern(&s_release, "release") |
+           intern(&s_tracked, "_pids") | intern(&s_uid, "uid") | intern(&s_retrack, "RETRACK_NS");
 }
 
 /* ---- the slots of jobs._Job and jobs._Ring, read at their offsets ---- */
@@ -138,6 +139,59 @@ static int add_slot(PyObject *o, const Layout *l, int i, PyObject *delta)
     int r = set(o, l, i, sum);
     Py_DECREF(sum);
     return r;
+}
+
+/* o.name, or NULL without an exception where o has no such attribute */
+static PyObject *attr_or_null(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
+        PyErr_Clear();
+    return v;
+}
+
+/* Whether probe.track(pid, uid, now) would do anything: procstat.InputProbe.track's first test,
+ * made here on the probe's own state so that the usual call (a process tracked a moment ago)
+ * costs no trip through the interpreter.  0: it would return at once; 1: call it (also for a
+ * probe without that state, e.g. a test double); -1: error. */
+static int track_due(PyObject *probe, PyObject *pid, PyObject *uid, PyObject *nowobj)
+{
+    PyObject *pids = attr_or_null(probe, s_tracked), *t = NULL, *tuid = NULL, *last = NULL, *retrack = NULL;
+    int due = 1;
+    if (pids == NULL || !PyDict_Check(pids))
+        goto out;
+    t = PyDict_GetItemWithError(pids, pid);  /* borrowed */
+    if (t == NULL)
+        goto out;
+    Py_INCREF(t);
+    if ((tuid = attr_or_null(t, s_uid)) == NULL || (last = attr_or_null(t, s_last_ns)) == NULL ||
+        (retrack = attr_or_null(probe, s_retrack)) == NULL)
+        goto out;
+    int same = PyObject_RichCompareBool(tuid, uid, Py_EQ);
+    if (same <= 0) {
+        due = same < 0 ? -1 : 1;
+        goto out;
+    }
+    long long now, then, window;
+    int o1 = 0, o2 = 0, o3 = 0;
+    now = PyLong_Check(nowobj) ? PyLong_AsLongLongAndOverflow(nowobj, &o1) : (o1 = 1, 0);
+    then = PyLong_Check(last) ? PyLong_AsLongLongAndOverflow(last, &o2) : (o2 = 1, 0);
+    window = PyLong_Check(retrack) ? PyLong_AsLongLongAndOverflow(retrack, &o3) : (o3 = 1, 0);
+    if (PyErr_Occurred())
+        due = -1;
+    else if (!(o1 | o2 | o3)) { /* anything else (not ints, past 64 bits): let track() decide */
+        __int128 age = (__int128)now - then;
+        due = !(0 <= age && age < window);
+    }
+out:
+    if (due > 0 && PyErr_Occurred())
+        due = -1;
+    Py_XDECREF(pids);
+    Py_XDECREF(t);
+    Py_XDECREF(tuid);
+    Py_XDECREF(last);
+    Py_XDECREF(retrack);
+    return due;
 }
 
 /* ---- small helpers over Python objects (each returns -1 with an exception set on failure) ---- */
@@ -1008,10 +1062,11 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
         if (apply_step(&c, PySequence_Fast_GET_ITEM(steps, j)) < 0)
             goto done;
     if (waited) {
-        PyObject *x = PyObject_CallMethodObjArgs(c.probe, s_track, pid, uid, nowobj, NULL);
-        if (x == NULL)
+        int due = track_due(c.probe, pid, uid, nowobj);
+        PyObject *x = due > 0 ? PyObject_CallMethodObjArgs(c.probe, s_track, pid, uid, nowobj, NULL) : NULL;
+        if (due < 0 || (due > 0 && x == NULL))
             goto done;
-        Py_DECREF(x);
+        Py_XDECREF(x);
     }
     Py_INCREF(accepted);
     result = accepted;

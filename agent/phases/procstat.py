@@ -187,6 +187,8 @@ class _Tracked:
 class InputProbe:
     """Samples the tracked processes (the senders of data_wait phases) into per-pid rings."""
 
+    RETRACK_NS = _RETRACK_NS
+
     def __init__(self, reader: ProcReader, interval_s: float = 0.05, clock: Callable[[], int] = time.monotonic_ns):
         self.reader = reader
         self.interval_s = interval_s
@@ -200,9 +202,12 @@ class InputProbe:
         self.samples_taken = 0
 
     def track(self, pid: int, uid: int, now_ns: int) -> None:
-        """Sample ``pid`` (sent by ``uid``) from now on; called when its data_wait phases arrive."""
+        """Sample ``pid`` (sent by ``uid``) from now on; called when its data_wait phases arrive.
+
+        The first test is also made in C before the call (track_due in agent/phases/_fast_table.c,
+        on ``_pids``, ``uid``, ``last_ns`` and ``RETRACK_NS``): change both or neither."""
         t = self._pids.get(pid)   # a pid tracked a moment ago: nothing to do (every message calls this)
-        if t is not None and t.uid == uid and 0 <= now_ns - t.last_ns < _RETRACK_NS:
+        if t is not None and t.uid == uid and 0 <= now_ns - t.last_ns < self.RETRACK_NS:
             return
         with self._lock:
             t = self._pids.get(pid)

@@ -23,8 +23,9 @@ from agent.context import AgentContext
 from agent.phases import attribution, fast, jobs
 from agent.phases.jobs import JobTable
 from agent.phases import protocol
+from agent.phases.procstat import InputProbe
 from agent.phases.protocol import PHASES, Message, encode
-from tests.phases.helpers import S, phases_cfg, require_fast
+from tests.phases.helpers import MS, S, phases_cfg, require_fast
 from tests.phases.test_protocol import BAD
 
 require_fast(skip=lambda why: pytest.skip(why, allow_module_level=True))
@@ -539,3 +540,64 @@ def test_an_idle_socket_never_lingers(pair):
     took = time.monotonic() - t0
     sender.join()
     assert counts == [3, 3] and took < 0.5
+
+
+# -- probe.track: the C path skips the call where InputProbe.track would return at once -----------
+
+class CountingProbe(InputProbe):
+    def __init__(self):
+        super().__init__(reader=None)   # never started: track() only
+        self.calls = 0
+
+    def track(self, pid, uid, now_ns):
+        self.calls += 1
+        super().track(pid, uid, now_ns)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sends=st.lists(st.tuples(st.sampled_from([12, 13, 14]), st.sampled_from([0, 1000]),
+                                st.one_of(st.integers(-2, 2), st.integers(0, 3 * InputProbe.RETRACK_NS // 2))),
+                       min_size=1, max_size=30))
+def test_the_probe_ends_in_the_same_state_whether_c_calls_track_or_not(sends, monkeypatch):
+    """data_wait senders at gaps around RETRACK_NS, pids switching uid: the probe's tracked pids, their
+    uids, last_ns and order are the same after the Python path (a call per message) and the C path."""
+    tables = {}
+    for path in ("python", "c"):
+        with monkeypatch.context() as mp:
+            if path == "python":
+                mp.setattr(protocol, "_fast_decode", None)
+                mp.setattr(jobs, "_fast_apply", None)
+            probe = CountingProbe()
+            table = JobTable(phases_cfg(max_jobs=16, max_jobs_per_user=16), AgentContext(clock=lambda: NOW0),
+                             own_uid=0, probe=probe)
+            now = NOW0
+            for pid, uid, gap in sends:
+                now += gap
+                assert table.handle(encode("j", [("data_wait", now - 2 * MS, now - MS)], []), pid, uid, now) \
+                    == "accepted"
+            tables[path] = probe
+    py, c = tables["python"], tables["c"]
+    assert [(pid, t.uid, t.last_ns) for pid, t in c._pids.items()] == \
+        [(pid, t.uid, t.last_ns) for pid, t in py._pids.items()]
+    assert py.calls == len(sends) and c.calls <= py.calls
+
+
+def test_c_calls_track_once_per_retrack_window():
+    probe = CountingProbe()
+    table = JobTable(phases_cfg(), AgentContext(clock=lambda: NOW0), own_uid=0, probe=probe)
+    wait = lambda t: encode("j", [("data_wait", t - 2 * MS, t - MS)], [])  # noqa: E731
+    for k, t in enumerate([NOW0, NOW0 + MS, NOW0 + InputProbe.RETRACK_NS - 1]):
+        assert table.handle(wait(t), 12, 0, t) == "accepted"
+    assert probe.calls == 1 and probe._pids[12].last_ns == NOW0
+    assert table.handle(wait(NOW0 + InputProbe.RETRACK_NS), 12, 0, NOW0 + InputProbe.RETRACK_NS) == "accepted"
+    assert probe.calls == 2 and probe._pids[12].last_ns == NOW0 + InputProbe.RETRACK_NS
+    assert table.handle(wait(NOW0 + InputProbe.RETRACK_NS + 1), 12, 1000, NOW0 + InputProbe.RETRACK_NS + 1) \
+        == "accepted"                                                        # another uid: always called
+    assert probe.calls == 3 and probe._pids[12].uid == 1000
+    back = NOW0 + InputProbe.RETRACK_NS                                      # the clock 1 ns behind last_ns
+    assert table.handle(wait(back), 12, 1000, back) == "accepted"
+    assert probe.calls == 4 and probe._pids[12].last_ns == back
+    probe._pids[12].last_ns = "not an int"                                   # anything odd: track() decides
+    with pytest.raises(TypeError):
+        table.handle(wait(NOW0 + InputProbe.RETRACK_NS + 2), 12, 1000, NOW0 + InputProbe.RETRACK_NS + 2)
+    assert probe.calls == 5 and not table._lock.locked()
