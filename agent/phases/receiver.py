@@ -21,8 +21,10 @@ the compiled helpers are built (``agent/phases/fast.py``) and the owner passes `
 thread stays in C between datagrams: ``_fast.serve`` receives (``recvmmsg``), decodes, applies
 and counts the usual datagram without a trip through the interpreter, and returns only when the
 rate budget of the slice is spent or a datagram needs the Python path (``handle_batch``): no
-credentials, a rejection, the wake-up datagram.  A datagram whose handling raises (a bug) is
-logged and dropped; the thread and the other datagrams go on.
+credentials, a rejection, the wake-up datagram.  On a busy socket that loop pauses up to
+``LINGER_US`` after emptying the queue, so that one wake-up takes many datagrams (``linger_us()``
+keeps the pause within half the kernel queue at the rate budget).  A datagram whose handling
+raises (a bug) is logged and dropped; the thread and the other datagrams go on.
 """
 from __future__ import annotations
 
