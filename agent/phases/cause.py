@@ -52,8 +52,7 @@ def wait_usage(samples: Sequence[ProcSample], start_ns: int, end_ns: int,
     ``samples`` are one process's readings, oldest first; ``times`` their ``t_ns`` (pass them when
     measuring many waits on the same samples: a ring holds up to 1,200).  None when they do not
     cover the interval; a field is None when either end of it is unknown (e.g. /proc/<pid>/io
-    unreadable).
-    Counters never run backwards, so a negative difference (a reset) counts as 0.
+    unreadable).  Counters never run backwards, so a negative difference (a reset) counts as 0.
     """
     if not covered(samples, start_ns, end_ns):
         return None
