@@ -639,6 +639,8 @@ static PyObject *fast_serve(PyObject *self, PyObject *args)
             else
                 handled++;
         }
+        if (handler_release(&h) < 0 && error == NULL)
+            error = caught(); /* what was taken is applied; only its count or the unlock failed */
         if (i < k) {
             rest = PyList_New(0);
             for (; rest != NULL && i < k; i++) {

@@ -154,18 +154,17 @@ static PyObject *attr_or_null(PyObject *o, PyObject *name)
  * made here on the probe's own state so that the usual call (a process tracked a moment ago)
  * costs no trip through the interpreter.  0: it would return at once; 1: call it (also for a
  * probe without that state, e.g. a test double); -1: error. */
-static int track_due(PyObject *probe, PyObject *pid, PyObject *uid, PyObject *nowobj)
+static int track_due(const Refs *r, PyObject *pid, PyObject *uid, PyObject *nowobj)
 {
-    PyObject *pids = attr_or_null(probe, s_tracked), *t = NULL, *tuid = NULL, *last = NULL, *retrack = NULL;
+    PyObject *t = NULL, *tuid = NULL, *last = NULL;
     int due = 1;
-    if (pids == NULL || !PyDict_Check(pids))
+    if (r->probe_pids == NULL || r->retrack == NULL)
         goto out;
-    t = PyDict_GetItemWithError(pids, pid);  /* borrowed */
+    t = PyDict_GetItemWithError(r->probe_pids, pid);  /* borrowed */
     if (t == NULL)
         goto out;
     Py_INCREF(t);
-    if ((tuid = attr_or_null(t, s_uid)) == NULL || (last = attr_or_null(t, s_last_ns)) == NULL ||
-        (retrack = attr_or_null(probe, s_retrack)) == NULL)
+    if ((tuid = attr_or_null(t, s_uid)) == NULL || (last = attr_or_null(t, s_last_ns)) == NULL)
         goto out;
     int same = PyObject_RichCompareBool(tuid, uid, Py_EQ);
     if (same <= 0) {
@@ -176,7 +175,7 @@ static int track_due(PyObject *probe, PyObject *pid, PyObject *uid, PyObject *no
     int o1 = 0, o2 = 0, o3 = 0;
     now = PyLong_Check(nowobj) ? PyLong_AsLongLongAndOverflow(nowobj, &o1) : (o1 = 1, 0);
     then = PyLong_Check(last) ? PyLong_AsLongLongAndOverflow(last, &o2) : (o2 = 1, 0);
-    window = PyLong_Check(retrack) ? PyLong_AsLongLongAndOverflow(retrack, &o3) : (o3 = 1, 0);
+    window = PyLong_Check(r->retrack) ? PyLong_AsLongLongAndOverflow(r->retrack, &o3) : (o3 = 1, 0);
     if (PyErr_Occurred())
         due = -1;
     else if (!(o1 | o2 | o3)) { /* anything else (not ints, past 64 bits): let track() decide */
@@ -186,12 +185,64 @@ static int track_due(PyObject *probe, PyObject *pid, PyObject *uid, PyObject *no
 out:
     if (due > 0 && PyErr_Occurred())
         due = -1;
-    Py_XDECREF(pids);
     Py_XDECREF(t);
     Py_XDECREF(tuid);
     Py_XDECREF(last);
-    Py_XDECREF(retrack);
     return due;
+}
+
+/* ---- Refs (_fast_table.h) ---- */
+
+static int refs_fill_gpus(Refs *r)
+{
+    PyObject *ctx = PyObject_GetAttr(r->tbl, s_ctx);
+    r->known_gpus = PyObject_GetAttr(r->tbl, s_known_gpus);
+    r->gpu_pids = ctx ? PyObject_GetAttr(ctx, s_gpu_pids) : NULL;
+    Py_XDECREF(ctx);
+    return r->known_gpus != NULL && r->gpu_pids != NULL ? 0 : -1;
+}
+
+static void refs_clear_gpus(Refs *r)
+{
+    Py_CLEAR(r->known_gpus);
+    Py_CLEAR(r->gpu_pids);
+}
+
+static void refs_clear(Refs *r)
+{
+    Py_CLEAR(r->jobs);
+    Py_CLEAR(r->recorded);
+    Py_CLEAR(r->probe);
+    Py_CLEAR(r->probe_pids);
+    Py_CLEAR(r->retrack);
+    refs_clear_gpus(r);
+}
+
+/* Everything but the GPU maps; on error nothing is kept. */
+static int refs_fill(Refs *r, PyObject *tbl)
+{
+    memset(r, 0, sizeof *r);
+    r->tbl = tbl;
+    if ((r->jobs = PyObject_GetAttr(tbl, s_jobs)) == NULL || (r->recorded = PyObject_GetAttr(tbl, s_recorded)) == NULL ||
+        (r->probe = PyObject_GetAttr(tbl, s_probe)) == NULL)
+        goto fail;
+    if (!PyDict_Check(r->jobs)) {
+        PyErr_SetString(PyExc_TypeError, "table._jobs must be a dict");
+        goto fail;
+    }
+    if (r->probe != Py_None) {  /* track_due's view of the probe: without it, track() decides */
+        r->probe_pids = attr_or_null(r->probe, s_tracked);
+        if (r->probe_pids != NULL && !PyDict_Check(r->probe_pids))
+            Py_CLEAR(r->probe_pids);
+        if (!PyErr_Occurred())
+            r->retrack = attr_or_null(r->probe, s_retrack);
+        if (PyErr_Occurred())
+            goto fail;
+    }
+    return 0;
+fail:
+    refs_clear(r);
+    return -1;
 }
 
 /* ---- small helpers over Python objects (each returns -1 with an exception set on failure) ---- */
@@ -654,10 +705,11 @@ static int clip_to_step(const Open *o, long long s, long long e, Pieces *p)
 
 typedef struct {
     PyObject *tbl, *job, *pid, *uid, *nowobj;
+    const Refs *refs;
     long long now;
     PyObject *opened;  /* the process's deque of open phases, or NULL */
     PyObject *gpus;    /* a non-empty tuple of GPU labels, or NULL */
-    PyObject *ring, *rec, *probe, *phase_s, *label;
+    PyObject *ring, *rec, *probe, *phase_s, *label;  /* rec and probe borrowed from refs */
     PyObject *cur_slot;
     long long width, cur;
 } Ctx;
@@ -917,52 +969,45 @@ static int find_gpus(Ctx *c, PyObject *msg)
     c->gpus = NULL;
     if (PyObject_Length(PyTuple_GET_ITEM(msg, 1)) == 0 && PyObject_Length(PyTuple_GET_ITEM(msg, 2)) == 0)
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *cvd = PyTuple_GET_ITEM(msg, 3);
-    PyObject *known = PyObject_GetAttr(c->tbl, s_known_gpus), *ctx = PyObject_GetAttr(c->tbl, s_ctx);
-    PyObject *gpu_pids = ctx ? PyObject_GetAttr(ctx, s_gpu_pids) : NULL;
-    int r = -1, want = 0;
-    if (known == NULL || gpu_pids == NULL)
-        goto done;
+    PyObject *cvd = PyTuple_GET_ITEM(msg, 3), *known = c->refs->known_gpus, *gpu_pids = c->refs->gpu_pids;
+    int want = 0;
     int t = PyObject_IsTrue(cvd);
     if (t < 0)
-        goto done;
+        return -1;
     if (t) {
         t = PyObject_IsTrue(known);
         if (t < 0)
-            goto done;
+            return -1;
         want = t;
     }
     if (!want) {
         t = PySequence_Contains(gpu_pids, c->pid);
         if (t < 0)
-            goto done;
+            return -1;
         want = t;
     }
     if (want) {
         PyObject *g = PyObject_CallFunctionObjArgs(resolve_gpus, c->pid, cvd, gpu_pids, known, NULL);
         if (g == NULL)
-            goto done;
+            return -1;
         t = PyObject_IsTrue(g);
         if (t <= 0) {
             Py_DECREF(g);
             if (t < 0)
-                goto done;
+                return -1;
         } else {
             c->gpus = g;
         }
     }
-    r = 0;
-done:
-    Py_XDECREF(known);
-    Py_XDECREF(ctx);
-    Py_XDECREF(gpu_pids);
-    return r;
+    return 0;
 }
 
-static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject *uid, PyObject *nowobj)
+static PyObject *apply_msg(const Refs *refs, PyObject *msg, PyObject *pid, PyObject *uid, PyObject *nowobj)
 {
-    Ctx c = {tbl, NULL, pid, uid, nowobj, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0};
-    PyObject *result = NULL, *jobs = NULL, *key = NULL, *pids = NULL, *open = NULL, *width = NULL, *cur_b = NULL;
+    Ctx c = {refs->tbl, NULL, pid, uid, nowobj, refs, 0, NULL, NULL, NULL, refs->recorded, refs->probe,
+             NULL, NULL, NULL, 0, 0};
+    PyObject *tbl = refs->tbl, *jobs = refs->jobs;
+    PyObject *result = NULL, *key = NULL, *pids = NULL, *open = NULL, *width = NULL, *cur_b = NULL;
     PyObject *phases = NULL, *steps = NULL;
     int waited = 0;
     if (!PyTuple_Check(msg) || PyTuple_GET_SIZE(msg) != 5) {
@@ -971,7 +1016,7 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
     }
     if (as_ll(nowobj, &c.now) < 0)
         return NULL;
-    if ((jobs = PyObject_GetAttr(tbl, s_jobs)) == NULL || (key = PyTuple_Pack(2, uid, PyTuple_GET_ITEM(msg, 0))) == NULL)
+    if ((key = PyTuple_Pack(2, uid, PyTuple_GET_ITEM(msg, 0))) == NULL)
         goto done;
     c.job = PyDict_GetItemWithError(jobs, key);
     if (c.job == NULL) {
@@ -1025,8 +1070,7 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
     }
     if (find_gpus(&c, msg) < 0)
         goto done;
-    if ((c.ring = get(c.job, &JOB, J_RING)) == NULL || (c.rec = PyObject_GetAttr(tbl, s_recorded)) == NULL ||
-        (c.probe = PyObject_GetAttr(tbl, s_probe)) == NULL || (c.phase_s = get(c.job, &JOB, J_PHASE_S)) == NULL ||
+    if ((c.ring = get(c.job, &JOB, J_RING)) == NULL || (c.phase_s = get(c.job, &JOB, J_PHASE_S)) == NULL ||
         (c.label = get(c.job, &JOB, J_LABEL)) == NULL || (width = get(c.ring, &RING, R_WIDTH)) == NULL ||
         as_ll(width, &c.width) < 0 || (cur_b = get(c.ring, &RING, R_CUR_B)) == NULL)
         goto done;
@@ -1062,7 +1106,7 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
         if (apply_step(&c, PySequence_Fast_GET_ITEM(steps, j)) < 0)
             goto done;
     if (waited) {
-        int due = track_due(c.probe, pid, uid, nowobj);
+        int due = track_due(refs, pid, uid, nowobj);
         PyObject *x = due > 0 ? PyObject_CallMethodObjArgs(c.probe, s_track, pid, uid, nowobj, NULL) : NULL;
         if (due < 0 || (due > 0 && x == NULL))
             goto done;
@@ -1071,7 +1115,6 @@ static PyObject *apply_msg(PyObject *tbl, PyObject *msg, PyObject *pid, PyObject
     Py_INCREF(accepted);
     result = accepted;
 done:
-    Py_XDECREF(jobs);
     Py_XDECREF(key);
     Py_XDECREF(c.job);
     Py_XDECREF(pids);
@@ -1079,8 +1122,6 @@ done:
     Py_XDECREF(c.opened);
     Py_XDECREF(c.gpus);
     Py_XDECREF(c.ring);
-    Py_XDECREF(c.rec);
-    Py_XDECREF(c.probe);
     Py_XDECREF(c.phase_s);
     Py_XDECREF(c.label);
     Py_XDECREF(c.cur_slot);
@@ -1101,7 +1142,12 @@ PyObject *fast_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "agent.phases._fast.init_table() was not called");
         return NULL;
     }
-    return apply_msg(args[0], args[1], args[2], args[3], args[4]);
+    Refs refs;
+    if (refs_fill(&refs, args[0]) < 0)
+        return NULL;
+    PyObject *r = refs_fill_gpus(&refs) < 0 ? NULL : apply_msg(&refs, args[1], args[2], args[3], args[4]);
+    refs_clear(&refs);
+    return r;
 }
 
 PyObject *fast_init_table(PyObject *self, PyObject *args)
@@ -1202,7 +1248,8 @@ int handler_open(Handler *h, PyObject *tbl)
         return -1;
     }
     memset(h, 0, sizeof *h);
-    h->tbl = tbl;
+    if (refs_fill(&h->refs, tbl) < 0)
+        return -1;
     PyObject *limits = PyObject_GetAttr(tbl, s_limits);
     h->ctx = PyObject_GetAttr(tbl, s_ctx);
     h->clock = h->ctx ? PyObject_GetAttr(h->ctx, s_clock) : NULL;
@@ -1233,16 +1280,69 @@ done:
     return ok;
 }
 
+/* results["accepted"] += taken and the lock released; -1 (error set) if either failed, the lock
+ * released all the same.  An error pending on entry is kept (and the result is -1). */
+int handler_release(Handler *h)
+{
+    if (!h->held)
+        return 0;
+    PyObject *et, *ev, *tb;  /* the caller's error, if any, outlives what follows */
+    PyErr_Fetch(&et, &ev, &tb);
+    int r = 0;
+    if (h->taken > 0) {
+        PyObject *n = PyDict_GetItemWithError(h->results, accepted);  /* borrowed */
+        PyObject *k = n ? PyLong_FromLongLong(h->taken) : NULL;
+        PyObject *sum = k ? PyNumber_Add(n, k) : NULL;
+        if (sum == NULL || PyDict_SetItem(h->results, accepted, sum) < 0)
+            r = -1;
+        if (r < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "results has no 'accepted' count");
+        Py_XDECREF(k);
+        Py_XDECREF(sum);
+        h->taken = 0;
+    }
+    PyObject *e2, *v2, *t2;  /* the counting error, if any, across the release */
+    PyErr_Fetch(&e2, &v2, &t2);
+    PyObject *rel = PyObject_CallMethodNoArgs(h->lock, s_release);
+    h->held = 0;
+    refs_clear_gpus(&h->refs);
+    if (rel == NULL) {
+        r = -1;  /* the release's error replaces the counting's */
+    } else {
+        Py_DECREF(rel);
+        PyErr_Restore(e2, v2, t2);
+        e2 = v2 = t2 = NULL;
+    }
+    Py_XDECREF(e2);
+    Py_XDECREF(v2);
+    Py_XDECREF(t2);
+    if (et != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        r = -1;
+    }
+    return r;
+}
+
 void handler_close(Handler *h)
 {
+    if (h->held) {  /* callers release first: this is the last resort, and keeps their error */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (handler_release(h) < 0)
+            PyErr_WriteUnraisable(h->lock);
+        PyErr_Restore(et, ev, tb);
+    }
+    refs_clear(&h->refs);
     Py_CLEAR(h->ctx);
     Py_CLEAR(h->clock);
     Py_CLEAR(h->lock);
     Py_CLEAR(h->results);
 }
 
-/* One datagram through decode() and apply() under table._lock: 1 applied and counted as accepted,
- * 0 left for the Python path (no credentials, declined by the decoder, or not accepted), -1 error. */
+/* One datagram through decode() and apply() under table._lock (taken here if not held): 1 applied
+ * (counted as accepted at handler_release()), 0 left for the Python path (no credentials, declined
+ * by the decoder, or not accepted), -1 error. */
 int handler_take(Handler *h, const char *data, Py_ssize_t len, PyObject *pid, PyObject *uid)
 {
     if (!h->usable || pid == Py_None || uid == Py_None || len > h->lim[0])
@@ -1267,36 +1367,25 @@ int handler_take(Handler *h, const char *data, Py_ssize_t len, PyObject *pid, Py
         return msg == NULL ? -1 : 0;
     }
     int r = -1;
-    PyObject *got = PyObject_CallMethodNoArgs(h->lock, s_acquire);
-    if (got == NULL)
-        goto out;
-    Py_DECREF(got);
-    PyObject *result = apply_msg(h->tbl, msg, pid, uid, nowobj);
+    if (!h->held) {
+        PyObject *got = PyObject_CallMethodNoArgs(h->lock, s_acquire);
+        if (got == NULL)
+            goto out;
+        Py_DECREF(got);
+        h->held = 1;
+        if (refs_fill_gpus(&h->refs) < 0) {
+            handler_release(h);  /* keeps the error; the next datagram tries again */
+            goto out;
+        }
+    }
+    PyObject *result = apply_msg(&h->refs, msg, pid, uid, nowobj);
     if (result == accepted) {
-        PyObject *n = PyDict_GetItemWithError(h->results, accepted);  /* borrowed */
-        PyObject *one = n ? PyLong_FromLong(1) : NULL;
-        PyObject *sum = one ? PyNumber_Add(n, one) : NULL;
-        r = (sum != NULL && PyDict_SetItem(h->results, accepted, sum) == 0) ? 1 : -1;
-        if (r < 0 && !PyErr_Occurred())
-            PyErr_SetString(PyExc_KeyError, "results has no 'accepted' count");
-        Py_XDECREF(one);
-        Py_XDECREF(sum);
+        h->taken++;
+        r = 1;
     } else if (result != NULL) {
         r = 0;  /* job_limit: nothing applied; handle() counts it and says why */
     }
     Py_XDECREF(result);
-    PyObject *et, *ev, *tb;  /* keep apply's error, if any, across the release */
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *rel = PyObject_CallMethodNoArgs(h->lock, s_release);
-    if (rel == NULL) {
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        r = -1;
-    } else {
-        Py_DECREF(rel);
-        PyErr_Restore(et, ev, tb);
-    }
 out:
     Py_DECREF(nowobj);
     Py_DECREF(msg);
@@ -1340,6 +1429,7 @@ PyObject *fast_handle_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (r == 0)
             break;
     }
+    int ok = handler_release(&h);
     handler_close(&h);
-    return PyLong_FromSsize_t(j);
+    return ok < 0 ? NULL : PyLong_FromSsize_t(j);
 }
