@@ -276,8 +276,18 @@ static int add_item(PyObject *seq, Py_ssize_t i, PyObject *delta)
     return r;
 }
 
+/* seq[i] += delta: in C where seq is a list and seq[i] an int that stays within 64 bits (the usual
+ * case: ns sums), else through add_item() */
 static int add_item_ll(PyObject *seq, Py_ssize_t i, long long delta)
 {
+    if (PyList_CheckExact(seq) && i >= 0 && i < PyList_GET_SIZE(seq) && PyLong_CheckExact(PyList_GET_ITEM(seq, i))) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(seq, i), &overflow), sum;
+        if (!overflow && !__builtin_add_overflow(v, delta, &sum)) {
+            PyObject *n = PyLong_FromLongLong(sum);
+            return n == NULL ? -1 : PyList_SetItem(seq, i, n);  /* steals n, drops the old value */
+        }
+    }
     PyObject *d = PyLong_FromLongLong(delta);
     if (d == NULL)
         return -1;
@@ -286,9 +296,13 @@ static int add_item_ll(PyObject *seq, Py_ssize_t i, long long delta)
     return r;
 }
 
-/* seq[i] += x, x a float */
+/* seq[i] += x, x a float (in C where seq is a list and seq[i] a float: the same IEEE sum) */
 static int add_item_float(PyObject *seq, Py_ssize_t i, double x)
 {
+    if (PyList_CheckExact(seq) && i >= 0 && i < PyList_GET_SIZE(seq) && PyFloat_CheckExact(PyList_GET_ITEM(seq, i))) {
+        PyObject *n = PyFloat_FromDouble(PyFloat_AS_DOUBLE(PyList_GET_ITEM(seq, i)) + x);
+        return n == NULL ? -1 : PyList_SetItem(seq, i, n);
+    }
     PyObject *d = PyFloat_FromDouble(x);
     if (d == NULL)
         return -1;
