@@ -18,7 +18,11 @@ its own workloads/phases.py), and the medians are printed side by side with thei
    against an empty context manager, while the agent receives.
 3. Where the agent's time per message goes, in this process: JSON parsing alone, the whole
    validation (protocol.decode), and validation plus the job-table update (JobTable.handle),
-   each the median of --repeat timings of 20,000 typical datagrams.
+   each the median of --repeat timings of 20,000 typical datagrams; and the receive thread's
+   CPU per datagram for bursts of 16 queued on a socket (benchmarks/_serve_cost.py: receive,
+   decode and apply, in a fresh process, without a live agent's wake-ups and cold caches: a
+   lower bound of 1, and much less noisy).  With --baseline or --pure-python it runs for both
+   sides.
 4. Input-bound accuracy: training loops with injected data_wait sleeps (ground truth measured
    around the sleeps) report to the agent; the agent's teye_job_input_bound_ratio is compared.
 """
@@ -153,6 +157,15 @@ def breakdown(repeat: int = 5, n: int = 20000):
     return {k: statistics.median(v) for k, v in out.items()}
 
 
+def serve_cost(tree: str = REPO, env=None) -> float:
+    """µs of the receive thread's CPU per datagram in a fresh process (benchmarks/_serve_cost.py) for tree."""
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_serve_cost.py"),
+                          tree], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"_serve_cost.py {tree} failed: {out.stderr.strip()}")
+    return float(out.stdout)
+
+
 def accuracy(url: str, sock: str, steps: int):
     rows = []
     for k, (wait_ms, compute_ms) in enumerate(((2, 18), (6, 14), (10, 10), (16, 4), (30, 10))):
@@ -198,7 +211,7 @@ def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
         spec.loader.exec_module(old)
         trees = {"this tree": (REPO, Reporter, {}), "baseline": (os.path.abspath(baseline), old.Reporter, {})}
         what = trees["baseline"][0]
-    got = {k: {"agent": [], "phase": [], "step": [], "amortized": []} for k in trees}
+    got = {k: {"agent": [], "phase": [], "step": [], "amortized": [], "serve": []} for k in trees}
     for _ in range(rounds):
         for name, (tree, reporter, env) in trees.items():
             tmp = tempfile.mkdtemp(prefix="teye-bench-")
@@ -212,10 +225,12 @@ def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
             got[name]["phase"].append(over["phase_us"] - over["empty_us"])
             got[name]["step"].append(over["step_send_us"])
             got[name]["amortized"].append(over["per_phase_amortized_us"])
+            got[name]["serve"].append(serve_cost(tree, env))
     rows = (("agent CPU per message at %d msg/s (us)" % rate, "agent"),
             ("client: with rep.phase() above an empty `with` (us)", "phase"),
             ("client: rep.step() incl. encoding + send (us)", "step"),
-            ("client: overhead per phase, 3 phases/step (us)", "amortized"))
+            ("client: overhead per phase, 3 phases/step (us)", "amortized"),
+            ("in process, bursts of 16: receive + handle (us)", "serve"))
     from agent.phases import fast
     print(f"medians of {rounds} alternating rounds; this tree's phase path: C helpers {fast.STATUS}; "
           f"baseline = {what}")
@@ -246,6 +261,7 @@ def main() -> int:
         over = client_overhead(sock)
         acc = accuracy(url, sock, args.steps)
         parts = breakdown(args.repeat)
+        parts["serve"] = serve_cost()
         accepted = metrics(url)[("teye_phase_messages_total", (("result", "accepted"),))]
     finally:
         proc.terminate()
@@ -270,6 +286,7 @@ def main() -> int:
     print(f"{'in process: protocol.decode (this path, see below)':<52} {parts['decode']:>10.2f}us")
     print(f"{'in process: protocol.decode_python (JSON + checks)':<52} {parts['decode_python']:>10.2f}us")
     print(f"{'in process: JobTable.handle (decode + table update)':<52} {parts['handle']:>10.2f}us")
+    print(f"{'in process: receive + handle, bursts of 16 queued':<52} {parts['serve']:>10.2f}us")
     print()
     print(f"{'injected wait/compute ms':<26}{'truth':>8}{'agent':>8}{'error':>8}  verdict")
     for w, c, truth, got, kind in acc:
