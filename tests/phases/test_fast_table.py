@@ -473,6 +473,53 @@ def test_a_datagram_whose_handling_raises_is_dropped_and_returned_as_the_error(p
     assert sorted(name for _, name in table._jobs) == ["a", "c", "d"]
 
 
+def test_serve_holds_the_lock_for_a_burst_and_counts_it_when_it_lets_go(pair):
+    """One lock hold per receive: the probe (called under the lock, as _apply calls it) sees the lock
+    held and the burst not yet counted; once serve returns, all of it is counted and the lock is free."""
+    tx, rx = pair
+    table = serve_table()
+    seen = []
+    table.probe.track = lambda pid, uid, now: seen.append((table._lock.locked(), table.results["accepted"]))
+    for job in ("a", "b", "c"):
+        tx.send(encode(job, [("data_wait", NOW0 - S, NOW0 - MS)], [(NOW0 - S, NOW0, 8)]))
+    assert fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, [0, 0]) == (3, [], None)
+    assert seen == [(True, 0), (True, 0), (True, 0)]
+    assert table.results["accepted"] == 3 and not table._lock.locked()
+
+
+class _FlakyGpuPids(AgentContext):
+    """An AgentContext whose gpu_pids raises on the first read (standing in for any failure to read it)."""
+
+    reads = 0
+
+    @property
+    def gpu_pids(self):
+        type(self).reads += 1
+        if type(self).reads == 1:
+            raise RuntimeError("gpu_pids unreadable")
+        return self._gpu_pids
+
+    @gpu_pids.setter
+    def gpu_pids(self, value):
+        self._gpu_pids = value
+
+
+def test_a_table_that_fails_to_give_its_gpu_map_drops_one_datagram_and_frees_the_lock(pair):
+    """The GPU maps are read when the lock is taken: if that fails, that datagram is dropped with the
+    error, the lock is let go, and the rest of the receive comes back for the Python path."""
+    tx, rx = pair
+    table = serve_table()
+    table.ctx = _FlakyGpuPids(clock=lambda: NOW0)
+    for job in ("a", "b", "c"):
+        tx.send(good(job))
+    n, rest, error = fast.module.serve(table, rx.fileno(), MAX_BYTES + 1, 100, [0, 0])
+    assert n == 0 and [d for d, _, _ in rest] == [good("b"), good("c")]
+    assert isinstance(error, RuntimeError) and str(error) == "gpu_pids unreadable"
+    assert not table._lock.locked() and table.results["accepted"] == 0
+    table.handle_batch(rest)
+    assert sorted(name for _, name in table._jobs) == ["b", "c"] and table.results["accepted"] == 2
+
+
 def test_serve_bad_arguments_are_errors(pair):
     tx, rx = pair
     table = serve_table()
