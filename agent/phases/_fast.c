@@ -223,6 +223,30 @@ static PyObject *split_cvd(const char *s, Py_ssize_t n)
     return out;
 }
 
+/* The job name as a str, from a small cache of recent names: a job sends every step, so the same
+ * few names come again and again, and a cached str keeps its hash for the table's lookup.  The
+ * cache holds at most JOB_CACHE names (strong references, replaced on collision). */
+#define JOB_CACHE 64
+static PyObject *job_cache[JOB_CACHE];
+
+static PyObject *job_str(const char *s, Py_ssize_t n)
+{
+    uint32_t h = 2166136261u;  /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    PyObject **slot = &job_cache[h % JOB_CACHE];
+    if (*slot != NULL && PyUnicode_GET_LENGTH(*slot) == n && memcmp(PyUnicode_DATA(*slot), s, (size_t)n) == 0) {
+        Py_INCREF(*slot);
+        return *slot;
+    }
+    PyObject *str = PyUnicode_DecodeASCII(s, n, NULL);
+    if (str != NULL) {
+        Py_INCREF(str);
+        Py_XSETREF(*slot, str);
+    }
+    return str;
+}
+
 enum { K_V = 1, K_JOB = 2, K_PHASES = 4, K_STEPS = 8, K_CVD = 16, K_DROPPED = 32 };
 
 static int key_of(const char *s, Py_ssize_t n)
@@ -300,7 +324,7 @@ static int decode_subset(Cursor *c, int64_t lo, int64_t hi, Py_ssize_t max_recor
     if (msg == NULL)
         return -1;
     PyObject *items[5];
-    items[0] = PyUnicode_DecodeASCII(job, job_n, NULL);
+    items[0] = job_str(job, job_n);  /* ASCII: checked above */
     items[1] = PyList_AsTuple(phases);
     items[2] = PyList_AsTuple(steps);
     items[3] = cvd ? split_cvd(cvd, cvd_n) : PyTuple_New(0);

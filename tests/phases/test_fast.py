@@ -129,6 +129,18 @@ def test_takes_what_the_clients_send():
     assert all(p[0] is PHASES[PHASES.index(p[0])] for p in m.phases)  # the interned names
 
 
+def test_job_names_from_the_cache_are_always_the_names_sent():
+    """The decoder keeps recent job names (a small cache, replaced on collision): 500 names, many sharing
+    a slot, some prefixes of others, decoded interleaved and in reverse, each come back exactly."""
+    names = [f"job{i}" for i in range(250)] + [f"job{i}x" for i in range(125)] + ["j" * n for n in range(1, 126)]
+    order = names + names[::-1] + [n for pair in zip(names, names[::-1]) for n in pair]
+    for name in order:
+        m = c_decode(encode(name, [("compute", T, T + 1)], []))
+        assert m.job == name and type(m.job) is str
+    again = c_decode(encode("job7", [], [])).job
+    assert again is c_decode(encode("job7", [], [])).job       # served from the cache: one str, hashed once
+
+
 def test_decode_uses_the_c_helper_and_falls_back_for_the_rest():
     good = encode("j", [("compute", T, T + 5)], [(T, T + 5, 1)])
     assert decode(good, NOW) == decode_python(good, NOW)
