@@ -154,6 +154,38 @@ static PyObject *attr_or_null(PyObject *o, PyObject *name)
  * made here on the probe's own state so that the usual call (a process tracked a moment ago)
  * costs no trip through the interpreter.  0: it would return at once; 1: call it (also for a
  * probe without that state, e.g. a test double); -1: error. */
+/* The probe's per-pid record (procstat._Tracked) is read at its slots' offsets: the type is learnt
+ * from the first record seen (any other type is read by name). */
+enum { T_UID, T_LAST_NS, NT };
+static PyObject **const tracked_names[NT] = {&s_uid, &s_last_ns};
+static PyTypeObject *tracked_type;
+static Py_ssize_t tracked_off[NT];
+
+static void learn_tracked(PyTypeObject *t)
+{
+    Py_ssize_t off[NT];
+    for (int i = 0; i < NT; i++)
+        if (slot_offset(t, *tracked_names[i], &off[i]) < 0) {
+            PyErr_Clear();  /* not a __slots__ record: read it by name */
+            return;
+        }
+    memcpy(tracked_off, off, sizeof off);
+    Py_INCREF(t);
+    tracked_type = t;
+}
+
+static PyObject *tracked_get(PyObject *t, int i)
+{
+    if (Py_TYPE(t) == tracked_type) {
+        PyObject *v = *(PyObject **)((char *)t + tracked_off[i]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return attr_or_null(t, *tracked_names[i]);
+}
+
 static int track_due(const Refs *r, PyObject *pid, PyObject *uid, PyObject *nowobj)
 {
     PyObject *t = NULL, *tuid = NULL, *last = NULL;
@@ -164,7 +196,9 @@ static int track_due(const Refs *r, PyObject *pid, PyObject *uid, PyObject *nowo
     if (t == NULL)
         goto out;
     Py_INCREF(t);
-    if ((tuid = attr_or_null(t, s_uid)) == NULL || (last = attr_or_null(t, s_last_ns)) == NULL)
+    if (tracked_type == NULL)
+        learn_tracked(Py_TYPE(t));
+    if ((tuid = tracked_get(t, T_UID)) == NULL || (last = tracked_get(t, T_LAST_NS)) == NULL)
         goto out;
     int same = PyObject_RichCompareBool(tuid, uid, Py_EQ);
     if (same <= 0) {
