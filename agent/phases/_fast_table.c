@@ -229,11 +229,9 @@ out:
 
 static int refs_fill_gpus(Refs *r)
 {
-    PyObject *ctx = PyObject_GetAttr(r->tbl, s_ctx);
     r->known_gpus = PyObject_GetAttr(r->tbl, s_known_gpus);
-    r->gpu_pids = ctx ? PyObject_GetAttr(ctx, s_gpu_pids) : NULL;
-    Py_XDECREF(ctx);
-    return r->known_gpus != NULL && r->gpu_pids != NULL ? 0 : -1;
+    r->gpu_pids = r->known_gpus ? PyObject_GetAttr(r->ctx, s_gpu_pids) : NULL;
+    return r->gpu_pids != NULL ? 0 : -1;
 }
 
 static void refs_clear_gpus(Refs *r)
@@ -244,6 +242,7 @@ static void refs_clear_gpus(Refs *r)
 
 static void refs_clear(Refs *r)
 {
+    Py_CLEAR(r->ctx);
     Py_CLEAR(r->jobs);
     Py_CLEAR(r->recorded);
     Py_CLEAR(r->probe);
@@ -257,8 +256,8 @@ static int refs_fill(Refs *r, PyObject *tbl)
 {
     memset(r, 0, sizeof *r);
     r->tbl = tbl;
-    if ((r->jobs = PyObject_GetAttr(tbl, s_jobs)) == NULL || (r->recorded = PyObject_GetAttr(tbl, s_recorded)) == NULL ||
-        (r->probe = PyObject_GetAttr(tbl, s_probe)) == NULL)
+    if ((r->ctx = PyObject_GetAttr(tbl, s_ctx)) == NULL || (r->jobs = PyObject_GetAttr(tbl, s_jobs)) == NULL ||
+        (r->recorded = PyObject_GetAttr(tbl, s_recorded)) == NULL || (r->probe = PyObject_GetAttr(tbl, s_probe)) == NULL)
         goto fail;
     if (!PyDict_Check(r->jobs)) {
         PyErr_SetString(PyExc_TypeError, "table._jobs must be a dict");
@@ -752,12 +751,12 @@ static int clip_to_step(const Open *o, long long s, long long e, Pieces *p)
 /* ---- the message ---- */
 
 typedef struct {
-    PyObject *tbl, *job, *pid, *uid, *nowobj;
     const Refs *refs;
+    PyObject *job, *pid, *uid, *nowobj;
     long long now;
     PyObject *opened;  /* the process's deque of open phases, or NULL */
     PyObject *gpus;    /* a non-empty tuple of GPU labels, or NULL */
-    PyObject *ring, *rec, *probe, *phase_s, *label;  /* rec and probe borrowed from refs */
+    PyObject *ring, *phase_s, *label;
     PyObject *cur_slot;
     long long width, cur;
 } Ctx;
@@ -777,7 +776,7 @@ static int record(Ctx *c, PyObject *what, PyObject *s, PyObject *e)
     PyObject *t = PyTuple_Pack(4, c->label, what, s, e);
     if (t == NULL)
         return -1;
-    int r = call_append(c->rec, t);
+    int r = call_append(c->refs->recorded, t);
     Py_DECREF(t);
     return r;
 }
@@ -813,7 +812,7 @@ static int apply_phase(Ctx *c, PyObject *rec, int *waited)
         }
     }
     Py_DECREF(io);
-    if (i == data_wait && c->probe != Py_None && e > s) {
+    if (i == data_wait && c->refs->probe != Py_None && e > s) {
         PyObject *waits = get(c->job, &JOB, J_WAITS);
         PyObject *t = waits ? tuple3(c->pid, so, eo) : NULL;
         int r = t == NULL ? -1 : call_append(waits, t);
@@ -836,9 +835,9 @@ static int apply_phase(Ctx *c, PyObject *rec, int *waited)
         }
     }
     Py_DECREF(slot);
-    if (c->gpus != NULL && queue(c->tbl, c->job, pending(i, eo, so, eo, c->gpus)) < 0)
+    if (c->gpus != NULL && queue(c->refs->tbl, c->job, pending(i, eo, so, eo, c->gpus)) < 0)
         return -1;
-    if (c->rec != Py_None && record(c, phase, so, eo) < 0)
+    if (c->refs->recorded != Py_None && record(c, phase, so, eo) < 0)
         return -1;
     return 0;
 }
@@ -963,10 +962,10 @@ static int apply_step(Ctx *c, PyObject *rec)
             }
             PyMem_Free(u);
         }
-        if (queue_step(c->tbl, c->job, group) < 0)
+        if (queue_step(c->refs->tbl, c->job, group) < 0)
             goto done;
     }
-    if (c->rec != Py_None && record(c, step_name, so, eo) < 0)
+    if (c->refs->recorded != Py_None && record(c, step_name, so, eo) < 0)
         goto done;
     r = 0;
 done:
@@ -1052,8 +1051,7 @@ static int find_gpus(Ctx *c, PyObject *msg)
 
 static PyObject *apply_msg(const Refs *refs, PyObject *msg, PyObject *pid, PyObject *uid, PyObject *nowobj)
 {
-    Ctx c = {refs->tbl, NULL, pid, uid, nowobj, refs, 0, NULL, NULL, NULL, refs->recorded, refs->probe,
-             NULL, NULL, NULL, 0, 0};
+    Ctx c = {refs, NULL, pid, uid, nowobj, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0};
     PyObject *tbl = refs->tbl, *jobs = refs->jobs;
     PyObject *result = NULL, *key = NULL, *pids = NULL, *open = NULL, *width = NULL, *cur_b = NULL;
     PyObject *phases = NULL, *steps = NULL;
@@ -1155,7 +1153,7 @@ static PyObject *apply_msg(const Refs *refs, PyObject *msg, PyObject *pid, PyObj
             goto done;
     if (waited) {
         int due = track_due(refs, pid, uid, nowobj);
-        PyObject *x = due > 0 ? PyObject_CallMethodObjArgs(c.probe, s_track, pid, uid, nowobj, NULL) : NULL;
+        PyObject *x = due > 0 ? PyObject_CallMethodObjArgs(refs->probe, s_track, pid, uid, nowobj, NULL) : NULL;
         if (due < 0 || (due > 0 && x == NULL))
             goto done;
         Py_XDECREF(x);
@@ -1299,8 +1297,7 @@ int handler_open(Handler *h, PyObject *tbl)
     if (refs_fill(&h->refs, tbl) < 0)
         return -1;
     PyObject *limits = PyObject_GetAttr(tbl, s_limits);
-    h->ctx = PyObject_GetAttr(tbl, s_ctx);
-    h->clock = h->ctx ? PyObject_GetAttr(h->ctx, s_clock) : NULL;
+    h->clock = PyObject_GetAttr(h->refs.ctx, s_clock);
     h->lock = PyObject_GetAttr(tbl, s_lock);
     h->results = PyObject_GetAttr(tbl, s_results);
     int ok = -1;
@@ -1382,7 +1379,6 @@ void handler_close(Handler *h)
         PyErr_Restore(et, ev, tb);
     }
     refs_clear(&h->refs);
-    Py_CLEAR(h->ctx);
     Py_CLEAR(h->clock);
     Py_CLEAR(h->lock);
     Py_CLEAR(h->results);

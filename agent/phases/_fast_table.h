@@ -12,10 +12,10 @@ PyObject *fast_handle_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
  * JobTable.attribute() and the GPU source replace them).  All owned; probe_pids and retrack may be
  * NULL (the probe has none: probe.track() decides). */
 typedef struct {
-    PyObject *tbl;                      /* borrowed */
-    PyObject *jobs, *recorded, *probe;  /* table._jobs, .recorded, .probe */
-    PyObject *probe_pids, *retrack;     /* probe._pids, probe.RETRACK_NS */
-    PyObject *known_gpus, *gpu_pids;    /* table._known_gpus, table.ctx.gpu_pids */
+    PyObject *tbl;                            /* borrowed */
+    PyObject *ctx, *jobs, *recorded, *probe;  /* table.ctx, ._jobs, .recorded, .probe */
+    PyObject *probe_pids, *retrack;           /* probe._pids, probe.RETRACK_NS */
+    PyObject *known_gpus, *gpu_pids;          /* table._known_gpus, ctx.gpu_pids */
 } Refs;
 
 /* handle_batch()'s work for one datagram, for any caller (the receive loop in _fast.c too):
@@ -27,7 +27,7 @@ typedef struct {
  * fails).  Call it before anything that blocks or runs JobTable.handle(); handler_close() calls
  * it too. */
 typedef struct {
-    PyObject *ctx, *clock, *lock, *results;  /* owned */
+    PyObject *clock, *lock, *results;        /* owned: ctx.clock, table._lock, table.results */
     Refs refs;
     long long lim[4];                        /* protocol.Limits: max_bytes, max_records, max_age_ns, future_slack_ns */
     long long taken;                         /* applied since the lock was taken, not yet counted */
