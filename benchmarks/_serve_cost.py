@@ -23,6 +23,14 @@ import time
 BURST = 16
 
 
+def typical_datagram(i: int, t_ns: int) -> bytes:
+    """The benchmarks' per-step datagram: job bench<i % 8>, a 1 ms data_wait and a 2 ms compute
+    ending at t_ns, and their 3 ms step (also what benchmarks/phases.py sends)."""
+    return json.dumps({"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t_ns - 3_000_000, t_ns - 2_000_000],
+                                                                 ["compute", t_ns - 2_000_000, t_ns]],
+                       "steps": [[t_ns - 3_000_000, t_ns, 32]]}, separators=(",", ":")).encode()
+
+
 def main() -> int:
     tree = os.path.abspath(sys.argv[1])
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
@@ -71,10 +79,7 @@ def main() -> int:
         for _ in range(200):
             t = time.monotonic_ns()
             for i in range(BURST):
-                msg = {"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t - 3_000_000, t - 2_000_000],
-                                                                  ["compute", t - 2_000_000, t]],
-                       "steps": [[t - 3_000_000, t, 32]]}
-                tx.send(json.dumps(msg, separators=(",", ":")).encode())
+                tx.send(typical_datagram(i, t))
             c0 = time.thread_time()
             n += receive()
             cpu += time.thread_time() - c0

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import socket
 import statistics
@@ -43,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.conftest import PROCFS, parse_exposition  # noqa: E402
 from tests.procs import REPO, free_port, http_get, wait_http  # noqa: E402
 from benchmarks._proc import cpu_seconds, peak_rss_mib  # noqa: E402
+from benchmarks._serve_cost import typical_datagram  # noqa: E402
 from workloads.phases import Reporter  # noqa: E402
 
 
@@ -83,11 +83,8 @@ def agent_cpu(proc, sock: str, rate: int, seconds: float):
     while time.monotonic() - t0 < seconds:
         t = time.monotonic_ns()
         for i in range(batch):
-            msg = {"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t - 3_000_000, t - 2_000_000],
-                                                              ["compute", t - 2_000_000, t]],
-                   "steps": [[t - 3_000_000, t, 32]]}
             try:
-                s.sendto(json.dumps(msg, separators=(",", ":")).encode(), sock)
+                s.sendto(typical_datagram(i, t), sock)
                 sent += 1
             except OSError:
                 blocked += 1
@@ -140,9 +137,7 @@ def breakdown(repeat: int = 5, n: int = 20000):
     from agent.phases.jobs import JobTable
     from agent.phases.protocol import _DECODER, decode, decode_python
     t = time.monotonic_ns()
-    msgs = [json.dumps({"v": 1, "job": f"bench{i % 8}", "phases": [["data_wait", t - 3_000_000, t - 2_000_000],
-                                                                    ["compute", t - 2_000_000, t]],
-                        "steps": [[t - 3_000_000, t, 32]]}, separators=(",", ":")).encode() for i in range(n)]
+    msgs = [typical_datagram(i, t) for i in range(n)]
     table = JobTable(defaults()["phases"], AgentContext())
     now = time.monotonic_ns()
     parts = {"json": lambda m: _DECODER.decode(m.decode("utf-8")), "decode": lambda m: decode(m, now),
