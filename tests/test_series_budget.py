@@ -110,6 +110,13 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
 def test_jobs_scale_linearly_and_nothing_else_moves():
     _, _, zero = node(0)
     _, _, ten = node(10)
-    grown = collections.Counter(n for n, _ in ten) - collections.Counter(n for n, _ in zero)
-    assert sum(grown.values()) == (32 + 3) * 10  # the test jobs are input-bound: 3 cause series each
-    assert all(n.startswith("teye_job_") for n in grown)
+    before = collections.Counter(n for n, _ in zero)
+    after = collections.Counter(n for n, _ in ten)
+    # Counter subtraction drops negative counts: compare every name both ways, so a series that
+    # disappears when jobs arrive shows up as a negative change
+    moved = {n: after[n] - before[n] for n in before.keys() | after.keys() if after[n] != before[n]}
+    assert sorted(n for n in moved if not n.startswith("teye_job_")) == [], moved
+    assert all(d > 0 for d in moved.values()), moved
+    assert sum(moved.values()) == (32 + 3) * 10  # the test jobs are input-bound: 3 cause series each
+    # and the series of everything but the jobs are the same series, label for label
+    assert {k for k in zero if not k[0].startswith("teye_job_")} == {k for k in ten if not k[0].startswith("teye_job_")}
