@@ -455,6 +455,11 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         if profiling and warmup and real_sink is not None:  # warm-up under its own name: teye sees the profiled steps
             timer.sink = Reporter(train_job=f"{args.train_job}-warmup")
         t0 = time.monotonic()
+        # The loop's own clock, apart from the PhaseTimer timestamps that teye receives: perf_counter
+        # right around next() and at each step's end, summed over the measured (post-warm-up) steps.
+        # tests/workloads/test_diagnosis_fidelity.py holds teye's input-bound share against it.
+        loop_next_s = 0.0
+        loop_start = loop_end = None
         for i in range(steps):
             traced = contextlib.nullcontext()
             if profiling and i >= warmup:
@@ -466,7 +471,13 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
                 traced = tf.profiler.experimental.Trace("train", step_num=i, _r=1)
             with traced:
                 with timer.phase("data_wait"):
+                    w0 = time.perf_counter()
                     batch = next(it)
+                    w1 = time.perf_counter()
+                if i >= warmup:
+                    loop_next_s += w1 - w0
+                    if loop_start is None:   # no warm-up: the first step starts at its first phase
+                        loop_start = w0
                 with timer.phase("compute"):
                     loss = trainer.step(batch)
                 with timer.phase("host"):
@@ -476,6 +487,9 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
                     done = (i + 1) * trainer.global_batch
                     progress.update(i + 1, loss, done / max(1e-9, time.monotonic() - t0))
                 timer.step(samples=trainer.local_batch)
+                loop_end = time.perf_counter()
+                if i == warmup - 1:        # steps are contiguous: the measured ones start here
+                    loop_start = loop_end
             if notes is not None and args.epochs and (i + 1) % steps_per_epoch == 0:
                 notes.epoch((i + 1) // steps_per_epoch, args.epochs, f"step {i + 1}, loss {loss:.4f}")
         tf_profiler = None
@@ -531,6 +545,9 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         "initial_weights_sha256": initial_sha,
         "weights_sha256": final_sha,
     }
+    if loop_start is not None and loop_end is not None and loop_end > loop_start:
+        record["loop_clock"] = {"steps": steps - warmup, "wall_s": loop_end - loop_start, "next_s": loop_next_s,
+                                "input_wait_fraction": loop_next_s / (loop_end - loop_start)}
     if tf_profiler is not None:
         record["tf_profiler"] = tf_profiler
     return record

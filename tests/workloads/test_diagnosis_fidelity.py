@@ -3,8 +3,11 @@
 Each run is ``teye profile -- python -m workloads.train ... --profile-dir``: the reference
 training loop with teye's phase reporter, the TensorFlow profiler tracing the steps after
 the warm-up (the warm-up is reported to teye as another job, so all three look at the same
-steps), and xprof's input-pipeline analyzer read headless.  Oracles: the wall clock (the
-loop's own timing of next() over the profiled steps) and the profiler's conclusion.
+steps), and xprof's input-pipeline analyzer read headless.  Oracles: the wall clock and the
+profiler's conclusion.  The wall clock is the loop's own ``perf_counter`` right around ``next()``
+and at each step's end (``results["loop_clock"]``), read apart from the PhaseTimer timestamps that
+are sent to teye: the PhaseTimer's own ``input_wait_fraction`` is computed from the very numbers
+teye receives, so it would agree with teye whatever teye did with them.
 Short runs (batch 16, 3 + 10 steps) keep each under ~15 s on a small CPU.
 """
 from __future__ import annotations
@@ -19,6 +22,18 @@ import pytest
 pytestmark = pytest.mark.tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# teye's share and the loop's clock differ only by the few microseconds between a PhaseTimer
+# timestamp and the perf_counter next to it (and teye's rounding to 1e-4), over steps of 50 ms and
+# more: half a point leaves room for that and fails a 2-point bias in teye_job_input_bound_ratio.
+WALL_TOLERANCE = 0.005
+
+
+def _loop_share(res) -> float:
+    loop = res["loop_clock"]
+    assert loop["steps"] == 10 and loop["wall_s"] > 0, loop
+    return loop["input_wait_fraction"]
 
 
 def _profiled_run(tmp_path, name, *train_args):
@@ -51,8 +66,8 @@ def test_teye_agrees_with_the_tf_profiler_and_the_wall_clock(tmp_path, name, arg
     prof = res["tf_profiler"]
     assert "error" not in prof, prof
     teye_share = job["input_bound_ratio"]
-    wall = res["input_wait_fraction"]
-    assert abs(teye_share - wall) <= 0.05, (teye_share, wall)
+    wall = _loop_share(res)
+    assert abs(teye_share - wall) <= WALL_TOLERANCE, (teye_share, wall)
     assert abs(teye_share - prof["percent"] / 100) <= 0.05, (teye_share, prof)
     assert says_input_bound(prof) is input_bound, prof["text"]
     assert (job["verdict"]["kind"] == "input") is input_bound, job["verdict"]
@@ -77,7 +92,7 @@ def test_cpu_bound_input_is_named_host_cpu(tmp_path, name, args):
     # No 5-point check against the profiler here: a py_function decoder holds the GIL, and the time the
     # loop's next() then waits for the GIL is input wait to teye but not in the profiler's GetNext time
     # (benchmarks/verdicts.py measured up to 6 points apart); the verdicts must still agree.
-    assert abs(job["input_bound_ratio"] - res["input_wait_fraction"]) <= 0.05
+    assert abs(job["input_bound_ratio"] - _loop_share(res)) <= WALL_TOLERANCE, (job["input_bound_ratio"], res)
     assert says_input_bound(prof), prof["text"]
     assert job["verdict"]["kind"] == "input" and job["verdict"]["cause"] == "host_cpu", job["verdict"]["evidence"]
     assert job["input_wait"]["cpu_ratio"] >= 0.5
