@@ -97,8 +97,24 @@ def message(draw, now):
         a = base - (draw(span) if draw(st.booleans()) else draw(st.integers(0, 40)) * S // 10 + draw(st.integers(-1, 1)))
         return a, a + max(0, draw(st.sampled_from([0, 1, 7, S // 10, S // 3, S, 3 * S])) + draw(st.integers(-1, 1)))
 
-    phases = tuple((draw(NAMES), *interval()) for _ in range(draw(st.integers(0, 5))))
-    steps = tuple((*interval(), draw(st.integers(0, 10**9))) for _ in range(draw(st.integers(0, 3))))
+    if draw(st.booleans()):
+        phases = tuple((draw(NAMES), *interval()) for _ in range(draw(st.integers(0, 5))))
+        steps = tuple((*interval(), draw(st.integers(0, 10**9))) for _ in range(draw(st.integers(0, 3))))
+    else:
+        # on purpose: pieces that touch (the next starts where the last ended), overlap, or miss by
+        # 1 ns, often of the same phase or of phases of one kind, and a step whose ends sit on them
+        a = base - draw(st.integers(0, 40)) * S // 10
+        start, pieces = a, []
+        for _ in range(draw(st.integers(1, 6))):
+            b = a + draw(st.sampled_from([1, 7, S // 10, S // 3, S]))
+            pieces.append((draw(st.sampled_from(["compute", "compute", "host", "data_wait", "communication"]) | NAMES),
+                           a, b))
+            a = b + draw(st.sampled_from([0, 0, 0, -1, 1, -7, -(S // 20)]))
+        phases = tuple(pieces)
+        ends = sorted({p[1] for p in pieces} | {p[2] for p in pieces})
+        s0 = draw(st.sampled_from([start, ends[0], start - 1]))
+        e0 = draw(st.sampled_from([ends[-1], ends[len(ends) // 2], ends[-1] + 1]))
+        steps = ((s0, max(s0, e0), draw(st.integers(0, 64))),) if draw(st.integers(0, 3)) else ()
     return Message(job=draw(st.sampled_from(["a", "b", "c", "d", "e"])), phases=phases, steps=steps,
                    cvd=draw(st.sampled_from([(), ("0",), ("1", "0"), ("7",), ("GPU-x",)])),
                    dropped=draw(st.integers(0, 3)))
