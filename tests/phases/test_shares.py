@@ -100,6 +100,14 @@ def streams(draw):
             for _ in range(draw(st.integers(0, 5))):
                 a = t + draw(st.integers(-300, 500)) * MS
                 phases.append((draw(st.sampled_from(NAMES)), max(t0, a), max(t0, a) + draw(st.integers(0, 600)) * MS))
+            if draw(st.booleans()):
+                # on purpose: pieces that touch (the next starts where the last ended), overlap, or
+                # miss by 1 ns, mostly data_wait, from the step's start or 1 ns either side of it
+                a = t + draw(st.sampled_from([0, -1, 1, 5 * MS]))
+                for _ in range(draw(st.integers(1, 4))):
+                    b = a + draw(st.integers(1, 100)) * MS
+                    phases.append((draw(st.sampled_from(["data_wait", "data_wait", "compute"])), max(t0, a), b))
+                    a = b + draw(st.sampled_from([0, 0, 1, -1, -10 * MS]))
             steps = [(t, t + dur, 4)] if draw(st.booleans()) or not phases else []
             msgs.append((pid, phases, steps))
             t += dur + draw(st.integers(0, 2)) * 50 * MS
