@@ -100,7 +100,8 @@ def socket_fds(pid: int) -> int:
 
 def server_budget(log: str) -> int:
     m = re.search(r"web\.max_connections \d+ lowered to (\d+): the fd limit is (\d+)", log)
-    assert m and int(m.group(2)) == FD_LIMIT, log   # the server saw the limit and clamped its table
+    assert m, f"the server did not lower web.max_connections to fit the fd limit:\n{log[-2000:]}"
+    assert int(m.group(2)) == FD_LIMIT, m.group(0)
     return int(m.group(1))
 
 
