@@ -135,7 +135,6 @@ TRACE_8GPU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
                           "synthetic-8gpu.jsonl")
 
 
-@pytest.mark.skipif(not os.path.exists(TRACE_8GPU), reason="the GPU issue's synthetic trace is not there")
 def test_replayed_8gpu_trace_faceNet_case():
     """The synthetic 8-GPU trace, replayed on a simulated clock: GPU 0 runs a step busy [k, k+0.6) s every
     second and idles 0.4 s before the next one (the FaceNet case); its process is pid 41000.
