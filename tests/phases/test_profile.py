@@ -58,7 +58,7 @@ def test_input_bound_command(tmp_path):
     assert p.returncode == 3 and summary["exit_status"] == 3  # the command's exit status
     (job,) = summary["jobs"]
     assert job["train_job"] == "injected" and job["steps"] == 15 and job["samples"] == 480
-    assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.02)
+    assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.005)  # a 2-point bias fails
     assert job["verdict"]["kind"] == "input" and "prefetch" in job["verdict"]["recommendation"]
     assert job["step_time_breakdown"]["data_wait"]["ms_per_step"] == pytest.approx(30, rel=0.3)
     assert summary["gpus"] == [] and summary["gpu_note"] == "gpu collector disabled in the configuration"
@@ -75,7 +75,7 @@ def test_compute_bound_command(tmp_path):
     p, summary, truth, _ = _profile(tmp_path, "fast-input", 0.0005, 0.02, 15, 0)
     assert p.returncode == 0
     (job,) = summary["jobs"]
-    assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.02)
+    assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.005)  # a 2-point bias fails
     assert job["input_bound_ratio"] < 0.1 and job["verdict"]["kind"] == "compute"
 
 
