@@ -31,7 +31,8 @@ def test_serve_cost_receives_every_datagram(pure, path):
     out = subprocess.run([sys.executable, SCRIPT, REPO, "1"], env=env, capture_output=True, text=True, timeout=120)
     child_cpu_us = (_children_cpu_s() - cpu0) * 1e6
     assert out.returncode == 0, out.stderr
-    want = "path: python" if path == "python" else f"path: compiled ({DATAGRAMS} datagrams handled in C, 0 passed to Python)"
+    want = "path: python" if path == "python" else \
+        f"path: compiled ({DATAGRAMS} datagrams handled in C, 0 passed to Python)"
     assert want in out.stderr.splitlines(), out.stderr
     us = float(out.stdout)
     # Oracle: the child's CPU time as the kernel counted it (rusage), not the script's own clock. The

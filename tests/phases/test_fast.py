@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agent.phases import fast
-from agent.phases.protocol import MAX_CVD_CHARS, MAX_INTERVAL_NS, MAX_SAMPLES, PHASES, Limits, Message, Rejected, decode, decode_python, encode
+from agent.phases.protocol import (MAX_CVD_CHARS, MAX_INTERVAL_NS, MAX_SAMPLES, PHASES, Limits, Message, Rejected,
+                                   decode, decode_python, encode)
 from tests.phases.helpers import S, require_fast
 from tests.phases.test_protocol import BAD, NOW as PROTOCOL_NOW, json_values, near_valid
 from workloads.phases import _encode as client_encode

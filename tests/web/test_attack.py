@@ -42,6 +42,12 @@ class SlowLoris(threading.Thread):
         self.not_connected = 0      # the connection never came up (backlog full, refused): not the server's doing
         self.ready = threading.Event()
 
+    def _count(self, e: OSError) -> None:
+        if e.errno in (errno.ECONNRESET, errno.EPIPE):
+            self.closed_by_server += 1                       # the server aborted it
+        else:
+            self.not_connected += 1                          # refused, timed out: not a close
+
     def _open(self, sel):
         s = socket.socket()
         s.setblocking(False)
@@ -63,17 +69,15 @@ class SlowLoris(threading.Thread):
                         s.send(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Wait: ")
                         sel.modify(s, selectors.EVENT_READ)
                         continue
-                    except OSError:
-                        self.not_connected += 1
+                    except OSError as e:   # reset: accepted, then closed by the server before we sent
+                        self._count(e)
                 else:
                     try:
                         if s.recv(4096):
                             continue
                         self.closed_by_server += 1           # EOF: the server closed it
                     except OSError as e:
-                        if e.errno not in (errno.ECONNRESET, errno.EPIPE):
-                            raise
-                        self.closed_by_server += 1           # reset: the server aborted it
+                        self._count(e)
                 sel.unregister(s)
                 s.close()
                 self._open(sel)

@@ -92,7 +92,8 @@ def test_cpu_bound_input_is_named_host_cpu(tmp_path, name, args):
     # No 5-point check against the profiler here: a py_function decoder holds the GIL, and the time the
     # loop's next() then waits for the GIL is input wait to teye but not in the profiler's GetNext time
     # (benchmarks/verdicts.py measured up to 6 points apart); the verdicts must still agree.
-    assert abs(job["input_bound_ratio"] - _loop_share(res)) <= WALL_TOLERANCE, (job["input_bound_ratio"], res["loop_clock"])
+    assert abs(job["input_bound_ratio"] - _loop_share(res)) <= WALL_TOLERANCE, \
+        (job["input_bound_ratio"], res["loop_clock"])
     assert says_input_bound(prof), prof["text"]
     assert job["verdict"]["kind"] == "input" and job["verdict"]["cause"] == "host_cpu", job["verdict"]["evidence"]
     assert job["input_wait"]["cpu_ratio"] >= 0.5
