@@ -9,11 +9,13 @@ kept, and only what depends on the scrape's own clock is formatted per scrape:
 
 - ``teye_collector_last_read_age_seconds`` (the age grows with every scrape), and
 - ``teye_collector_up`` with a stuck read marked down after ``stale_after_s`` (the up flags
-  are part of the cache key, so a source turning stale recomposes the body without it).
+  are part of the cache key, so a source turning stale recomposes the body without it), and
+- the ``extra`` points (the web server's own counters, :mod:`exporters.webstats`), written
+  last: a few dozen series, each line's prefix formatted once and remembered.
 
 The gzip body is one ordinary gzip member built from raw-deflate pieces: the static pieces
 are compressed once (each ends on a byte boundary with a sync flush and uses no history
-from the others), the per-scrape piece is compressed per scrape, and the CRC is computed
+from the others), the per-scrape pieces are compressed per scrape, and the CRC is computed
 over the whole body.
 
 The output is byte for byte what ``prometheus_client``'s ``generate_latest`` (text) and
@@ -31,16 +33,16 @@ import re
 import struct
 import time
 import zlib
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
 from agent import __version__
 from agent.logutil import RateLimitedLog
-from agent.metrics import COUNTER, HISTOGRAM, MetricSpec
+from agent.metrics import COUNTER, HISTOGRAM, MetricSpec, Point
 
-from .prometheus import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP
+from .specs import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP
 
 log = logging.getLogger("teye.exporter")
 
@@ -202,12 +204,20 @@ def _deflate(data: bytes, final: bool) -> bytes:
     return c.compress(data) + c.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
 
 
+_EOF = b"# EOF\n"
+_Z_EOF = _deflate(_EOF, True)
+
+
 class Exposition:
     """Renders a Snapshot for /metrics; what :class:`SnapshotCollector` yields, prepared once."""
 
     def __init__(self, get_snapshot: Callable, stale_after_s: float = 10.0,
-                 clock: Callable[[], int] = time.monotonic_ns, fallback=None):
+                 clock: Callable[[], int] = time.monotonic_ns, fallback=None,
+                 extra: Optional[Callable[[], Iterable[Point]]] = None):
+        """``extra``: points formatted on every scrape after the snapshot's (grouped by family, as
+        :meth:`exporters.webstats.WebStats.points` yields them)."""
         self._get = get_snapshot
+        self._extra = extra
         self._stale = stale_after_s
         self._clock = clock
         self._fallback = fallback   # a registry for prometheus_client's encoder
@@ -282,10 +292,23 @@ class Exposition:
                     continue
                 part.append(head)
                 part.extend(texts)
-            if fmt == "om":
-                after.append("# EOF\n")
             pieces[fmt] = ("".join(before).encode(), age_head.encode(), "".join(after).encode())
         return _Composed(states, ups, pieces, tuple(ages))
+
+    def _extra_text(self, fmt: str) -> bytes:
+        """The extra points, formatted now (what families() would make of them, family by family)."""
+        out: List[str] = []
+        spec = fam = None
+        om = fmt == "om"
+        for p_spec, labels, v in self._extra():
+            if v is None or v != v:  # absent, or NaN
+                continue
+            if p_spec is not spec:
+                spec, fam = p_spec, _family(p_spec)
+                out.append(fam.om_head if om else fam.text_head)
+            prefix = fam.prefixes.get(labels)
+            out.append(prefix + _value(v) + "\n" if prefix is not None and not fam.histogram else fam.lines(labels, v))
+        return "".join(out).encode()
 
     def _body(self, fmt: str, gzip: bool) -> bytes:
         snap = self._get()
@@ -299,18 +322,23 @@ class Exposition:
         before, age_head, after = c.pieces[fmt]
         age = age_head + "".join(prefix + _value(max(0.0, (now - t) / 1e9)) + "\n"
                                  for prefix, t in c.ages).encode()
+        extra = self._extra_text(fmt) if self._extra is not None else b""
+        end = _EOF if fmt == "om" else b""
         if not gzip:
-            return b"".join((before, age, after))
+            return b"".join((before, age, after, extra, end))
+        last = self._extra is None and not end     # the after piece ends the stream
         gz = c.gz.get(fmt)
         if gz is None:
-            gz = c.gz[fmt] = (_deflate(before, False), _deflate(after, True), zlib.crc32(before),
+            gz = c.gz[fmt] = (_deflate(before, False), _deflate(after, last), zlib.crc32(before),
                               len(before), len(after))
         z_before, z_after, crc, n_before, n_after = gz
-        crc = zlib.crc32(after, zlib.crc32(age, crc))
-        size = (n_before + len(age) + n_after) & 0xFFFFFFFF
+        tail = extra + end
+        z_end = b"" if last else _Z_EOF if tail == _EOF else _deflate(tail, True)
+        crc = zlib.crc32(tail, zlib.crc32(after, zlib.crc32(age, crc)))
+        size = (n_before + len(age) + n_after + len(tail)) & 0xFFFFFFFF
         # RFC 1952 member: magic, deflate, no flags, mtime 0, xfl 0, OS unknown (255)
         return b"".join((b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", z_before, _deflate(age, False), z_after,
-                         struct.pack("<II", crc, size)))
+                         z_end, struct.pack("<II", crc, size)))
 
     def render(self, accept: str = "", accept_encoding: str = "") -> Tuple[bytes, str, List[Tuple[str, str]]]:
         """(body, Content-Type, extra headers) for a GET /metrics with these request headers."""
