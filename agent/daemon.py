@@ -62,7 +62,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     srcs = build_sources(cfg, AgentContext())
     sampler = Sampler(srcs)
     stats = WebStats()  # the server counts into it, every scrape formats it
-    registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"], extra=stats.points)
+    registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"], extra=stats.state)
     host, port = config_mod.split_hostport(cfg["listen"])
     # sources that open descriptors on their first read (perf events) say how many, so the
     # connection budget leaves them room

@@ -69,8 +69,9 @@ class SnapshotCollector(Collector):
     """Formats ``get_snapshot()``; ``stale_after_s`` marks a stuck read as down."""
 
     def __init__(self, get_snapshot: Callable, stale_after_s: float = 10.0,
-                 clock: Callable[[], int] = time.monotonic_ns, extra: Optional[Callable[[], Iterable[Point]]] = None):
-        """``extra``: points appended after the snapshot's on every scrape (the web server's counters)."""
+                 clock: Callable[[], int] = time.monotonic_ns, extra: Optional[Callable[[], tuple]] = None):
+        """``extra``: series exported on every scrape besides the snapshot's, as (Layout, values) (the web
+        server's counters: :meth:`exporters.webstats.WebStats.state`)."""
         self._get = get_snapshot
         self._extra = extra
         self._stale = stale_after_s
@@ -85,6 +86,11 @@ class SnapshotCollector(Collector):
         snap = self._get()
         now = self._clock()
         pts: List[Point] = [Point(BUILD_INFO, (__version__,), 1.0)]
+        # the extra points follow the age family (whose values also change with every scrape), or end the list
+        extra = []
+        if self._extra is not None:
+            layout, values = self._extra()
+            extra = [Point(spec, labels, float(v)) for (spec, labels), v in zip(layout.entries, values)]
         for name, st in snap.sources.items():
             up = snap.is_up(name, now, self._stale)
             body: List[Point] = []
@@ -98,10 +104,11 @@ class SnapshotCollector(Collector):
             pts.append(Point(COLLECTOR_DURATION, (name,), st.duration_s))
             if st.updated_ns:
                 pts.append(Point(COLLECTOR_AGE, (name,), max(0.0, (now - st.updated_ns) / 1e9)))
+                pts.extend(extra)
+                extra = []
             pts.append(Point(COLLECTOR_FAILURES, (name,), float(st.failures)))
             pts.extend(body)
-        if self._extra is not None:
-            pts.extend(self._extra())
+        pts.extend(extra)
         return pts
 
     def collect(self) -> Iterator[Metric]:
@@ -109,13 +116,13 @@ class SnapshotCollector(Collector):
 
 
 def make_registry(get_snapshot: Callable, stale_after_s: float = 10.0,
-                  extra: Optional[Callable[[], Iterable[Point]]] = None) -> CollectorRegistry:
+                  extra: Optional[Callable[[], tuple]] = None) -> CollectorRegistry:
     """A fresh registry holding only teye's collector (no process/platform defaults).
 
     It carries ``teye_exposition``, the prepared renderer the HTTP server uses for /metrics
     (exporters/render.py); prometheus_client's encoders still work on the registry itself.
-    ``extra`` yields points exported after the snapshot's on every scrape (the web server's own
-    counters: :meth:`exporters.webstats.WebStats.points`).
+    ``extra`` gives series exported on every scrape besides the snapshot's (the web server's own
+    counters: :meth:`exporters.webstats.WebStats.state`).
     """
     reg = CollectorRegistry(auto_describe=True)
     reg.register(SnapshotCollector(get_snapshot, stale_after_s, extra=extra))

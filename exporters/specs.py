@@ -7,7 +7,9 @@ prometheus -> render -> specs.
 """
 from __future__ import annotations
 
-from agent.metrics import COUNTER, GAUGE, metric
+from typing import NamedTuple, Tuple
+
+from agent.metrics import COUNTER, GAUGE, MetricSpec, metric
 
 COLLECTOR_UP = metric("teye_collector_up", GAUGE,
                       "1 if the collector's last read succeeded (and is not stuck), else 0. "
@@ -20,3 +22,12 @@ COLLECTOR_AGE = metric("teye_collector_last_read_age_seconds", GAUGE,
 COLLECTOR_FAILURES = metric("teye_collector_failures_total", COUNTER,
                             "Reads of the collector that failed since the agent started.", ["collector"])
 BUILD_INFO = metric("teye_build_info", GAUGE, "Always 1; the version label says which teye runs.", ["version"])
+
+
+class Layout(NamedTuple):
+    """Which series a producer of per-scrape points exports, in order, grouped by family (see
+    :meth:`exporters.webstats.WebStats.state`): the same object for as long as the set of series stays
+    the same, so a renderer can prepare the text around the values once per layout."""
+
+    entries: Tuple[Tuple[MetricSpec, Tuple[str, ...]], ...]   # (spec, label values) per series
+    per_scrape: int   # the first entries, whole families, whose values change with (nearly) every scrape

@@ -8,9 +8,11 @@ increment per event and nothing is locked.  Every label value comes from a short
 """
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Sized, Tuple
+from typing import Dict, List, Optional, Sized, Tuple
 
 from agent.metrics import COUNTER, GAUGE, Point, metric
+
+from .specs import Layout
 
 REQUESTS = metric("teye_web_requests_total", COUNTER,
                   "HTTP requests answered by the agent's web server, by path (/metrics, /, /healthz, or other for "
@@ -108,6 +110,9 @@ class WebStats:
         self._connections: Sized = ()
         self._limit: Optional[int] = None
         self._web = None
+        self._layout_key: tuple = ()
+        self._layout = Layout((), 0)
+        self._order: List[Tuple[str, str]] = []
 
     def attach(self, connections: Sized, limit: int, web) -> None:
         """Called by the server it counts for: its connection table, its limit, its WebConfig."""
@@ -128,27 +133,50 @@ class WebStats:
         self.auth_failures[reason] += 1
 
     # -- the series (any thread) -----------------------------------------------------------------
-    def points(self) -> Iterator[Point]:
-        """Every series, grouped by family; label sets in a fixed order (known ones exist from the start)."""
+    def state(self) -> Tuple[Layout, List[float]]:
+        """(layout, values): every series in a fixed order, the families that change with every scrape
+        (requests, in flight, connections) first; the layout object stays the same while the set of series
+        does (label sets only ever grow: a new path and code, basic auth turned on by a reload)."""
         web = self._web
-        for (path, code), n in sorted(list(self.requests.items())):
-            yield Point(REQUESTS, (path, code), float(n))
-        yield Point(IN_FLIGHT, (), float(self.in_flight))
-        yield Point(CONNECTIONS, (), float(len(self._connections)))
+        tls = web is not None and web.tls_enabled
+        users = web is not None and web.has_users
+        reloads = web is not None and bool(web.path)
+        requests = self.requests
+        key = (len(requests), self._limit is not None, tls, users, reloads)
+        if key != self._layout_key:
+            self._order = sorted(requests)
+            entries = [(REQUESTS, k) for k in self._order]
+            entries += ((IN_FLIGHT, ()), (CONNECTIONS, ()))
+            per_scrape = len(entries)
+            if self._limit is not None:
+                entries.append((CONNECTIONS_MAX, ()))
+            entries += ((EVICTED, ()), (REFUSED, ()))
+            entries += ((TIMEOUTS, (k,)) for k in TIMEOUT_KINDS)
+            if tls:
+                entries += ((TLS_FAILURES, (r,)) for r in TLS_REASONS)
+            if users:
+                entries += ((AUTH_FAILURES, (r,)) for r in AUTH_REASONS)
+            if reloads:
+                entries += ((RELOADS, ("success",)), (RELOADS, ("failure",)), (RELOAD_OK, ()), (RELOAD_TIME, ()))
+            self._layout, self._layout_key = Layout(tuple(entries), per_scrape), key
+        layout = self._layout
+        values = [requests[k] for k in self._order]
+        values += (self.in_flight, len(self._connections))
         if self._limit is not None:
-            yield Point(CONNECTIONS_MAX, (), float(self._limit))
-        yield Point(EVICTED, (), float(self.evicted))
-        yield Point(REFUSED, (), float(self.refused))
-        for kind, n in self.timeouts.items():
-            yield Point(TIMEOUTS, (kind,), float(n))
-        if web is not None and web.tls_enabled:
-            for reason, n in self.tls_failures.items():
-                yield Point(TLS_FAILURES, (reason,), float(n))
-        if web is not None and web.has_users:
-            for reason, n in self.auth_failures.items():
-                yield Point(AUTH_FAILURES, (reason,), float(n))
-        if web is not None and web.path:
-            yield Point(RELOADS, ("success",), float(web.reloads_ok))
-            yield Point(RELOADS, ("failure",), float(web.reloads_failed))
-            yield Point(RELOAD_OK, (), 1.0 if web.last_reload_ok else 0.0)
-            yield Point(RELOAD_TIME, (), web.last_success_time)
+            values.append(self._limit)
+        values += (self.evicted, self.refused)
+        values += self.timeouts.values()
+        if tls:
+            values += self.tls_failures.values()
+        if users:
+            values += self.auth_failures.values()
+        if reloads:
+            values += (web.reloads_ok, web.reloads_failed, 1 if web.last_reload_ok else 0, web.last_success_time)
+        if len(values) != len(layout.entries):  # a series appeared between the layout and the values: next time
+            return self.state()
+        return layout, values
+
+    def points(self) -> List[Point]:
+        """Every series as points (what :meth:`state` says, for prometheus_client and the tests)."""
+        layout, values = self.state()
+        return [Point(spec, labels, float(v)) for (spec, labels), v in zip(layout.entries, values)]

@@ -135,9 +135,10 @@ def test_the_web_servers_counters_render_identically_and_follow_every_scrape():
     sampler = node_sampler()
     stats = WebStats()
     stats.attach({"c1": None, "c2": None}, 512, None)
-    expo, reg = both(lambda: sampler.snapshot, clock=lambda: sampler.snapshot.taken_ns, extra=stats.points)
+    expo, reg = both(lambda: sampler.snapshot, clock=lambda: sampler.snapshot.taken_ns, extra=stats.state)
     text = assert_same(expo, reg)
-    assert text.endswith("teye_web_timeouts_total{kind=\"write\"} 0.0\n")
+    assert text.index("# TYPE teye_collector_last_read_age") < text.index("# TYPE teye_web_requests_total") < \
+        text.index("# TYPE teye_collector_failures_total")
     assert 'teye_web_connections 2.0' in text and 'teye_web_connections_max 512.0' in text
     for code in (200, 200, 401, 404):
         stats.request("/metrics" if code != 404 else "/x/../secret", code)
@@ -147,6 +148,15 @@ def test_the_web_servers_counters_render_identically_and_follow_every_scrape():
     assert 'teye_web_requests_total{code="200",path="/metrics"} 2.0' in text
     assert 'teye_web_requests_total{code="404",path="other"} 1.0' in text and "secret" not in text
     assert 'teye_web_timeouts_total{kind="idle"} 1.0' in text and "teye_web_requests_in_flight 1.0" in text
+    stats.timeout("write")       # only a family near the end changes: still the same bytes
+    assert 'teye_web_timeouts_total{kind="write"} 1.0' in assert_same(expo, reg)
+    stats.evicted = 3
+    assert_same(expo, reg)
+    never = Snapshot(1, MappingProxyType({"never": SourceState("never")}))   # no age family: the extras end it
+    expo, reg = both(lambda: never, extra=stats.state)
+    text = assert_same(expo, reg)
+    assert text.index("# TYPE teye_collector_failures_total") < text.index("# TYPE teye_web_requests_total")
+    assert text.endswith('teye_web_timeouts_total{kind="write"} 1.0\n')
 
 
 def test_histograms_escaping_absent_values_duplicates_and_failures():

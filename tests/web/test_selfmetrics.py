@@ -34,7 +34,7 @@ class Renderer:
     """teye's real registry (an empty snapshot plus the server's counters); HOLD and BIG for the tests."""
 
     def __init__(self, stats: WebStats):
-        self.real = registry_renderer(make_registry(lambda: Snapshot(), extra=stats.points))
+        self.real = registry_renderer(make_registry(lambda: Snapshot(), extra=stats.state))
         self.gate = threading.Event()
         self.entered = threading.Semaphore(0)
 
