@@ -14,9 +14,9 @@ kept, and only what depends on the scrape's own clock is formatted per scrape:
   right after the age family (at the end when there is none), as the collector places them.
   Their producer gives a :class:`exporters.specs.Layout` (which series, in order) and the
   values; the text around the values is prepared once per layout, so a scrape formats only
-  the numbers.  The families whose values change with every scrape (requests, in flight,
-  connections) join the age lines in the per-scrape gzip piece; the rest is compressed again
-  only when one of its values changed.
+  the numbers.  The families whose values change with every scrape (the request counts)
+  join the age lines in the per-scrape gzip piece; the rest is compressed again only when
+  one of its values changed.
 
 The gzip body is one ordinary gzip member built from raw-deflate pieces: the static pieces
 are compressed once (each ends on a byte boundary with a sync flush and uses no history
@@ -302,8 +302,8 @@ class Exposition:
 
     @staticmethod
     def _prepare(layout: Layout) -> Dict[str, Tuple[str, str]]:
-        """fmt -> (format string of the per-scrape families, of the others): headers and line prefixes
-        with a {n} field for the n-th value (braces of the text itself doubled).  Counters and gauges."""
+        """fmt -> (%-format string of the per-scrape families, of the others): headers and line prefixes
+        with a %s for each value in order (a % of the text itself doubled).  Counters and gauges."""
         out = {}
         for fmt in ("text", "om"):
             parts: List[List[str]] = [[], []]
@@ -313,9 +313,9 @@ class Exposition:
                 fam = _family(sp)
                 if sp is not spec:
                     spec = sp
-                    part.append((fam.text_head if fmt == "text" else fam.om_head).replace("{", "{{").replace("}", "}}"))
+                    part.append((fam.text_head if fmt == "text" else fam.om_head).replace("%", "%%"))
                 prefix = fam.line.format(*[_esc(v) for v in labels])
-                part.append(prefix.replace("{", "{{").replace("}", "}}") + "{%d}\n" % i)
+                part.append(prefix.replace("%", "%%") + "%s\n")
             out[fmt] = ("".join(parts[0]), "".join(parts[1]))
         return out
 
@@ -326,13 +326,13 @@ class Exposition:
         if t is None or t[0] is not layout:
             t = self._templates = (layout, self._prepare(layout))
         now_fmt, rest_fmt = t[1][fmt]
-        strs = [_value(v) for v in values]
-        now = now_fmt.format(*strs).encode()
-        rest_values = values[layout.per_scrape:]
+        k = layout.per_scrape
+        now = (now_fmt % tuple([_value(v) for v in values[:k]])).encode()
+        rest_values = values[k:]
         kept = self._rest.get(fmt)
         if kept is not None and kept[0] is layout and kept[1] == rest_values:
             return now, kept[2], kept[3]
-        rest = rest_fmt.format(*strs).encode()
+        rest = (rest_fmt % tuple([_value(v) for v in rest_values])).encode()
         self._rest[fmt] = (layout, rest_values, rest, None)
         return now, rest, None
 

@@ -15,9 +15,8 @@ from agent.metrics import COUNTER, GAUGE, Point, metric
 from .specs import Layout
 
 REQUESTS = metric("teye_web_requests_total", COUNTER,
-                  "HTTP requests answered by the agent's web server, by path (/metrics, /, /healthz, or other for "
-                  "any other or unparsable target) and status code. A scrape counts once its answer is written, so "
-                  "the /metrics 200 series does not include the scrape reading it.", ["path", "code"])
+                  "HTTP requests answered by the agent's web server by path (/metrics, /, /healthz, other) and "
+                  "status code; a scrape counts after its answer.", ["path", "code"])
 IN_FLIGHT = metric("teye_web_requests_in_flight", GAUGE,
                    "HTTP requests being answered now (a scrape counts itself).")
 CONNECTIONS = metric("teye_web_connections", GAUGE,
@@ -134,8 +133,8 @@ class WebStats:
 
     # -- the series (any thread) -----------------------------------------------------------------
     def state(self) -> Tuple[Layout, List[float]]:
-        """(layout, values): every series in a fixed order, the families that change with every scrape
-        (requests, in flight, connections) first; the layout object stays the same while the set of series
+        """(layout, values): every series in a fixed order, the family that changes with every scrape
+        (requests; in flight and connections stay at 1 while Prometheus scrapes alone) first; the layout object stays the same while the set of series
         does (label sets only ever grow: a new path and code, basic auth turned on by a reload)."""
         web = self._web
         tls = web is not None and web.tls_enabled
@@ -146,8 +145,8 @@ class WebStats:
         if key != self._layout_key:
             self._order = sorted(requests)
             entries = [(REQUESTS, k) for k in self._order]
-            entries += ((IN_FLIGHT, ()), (CONNECTIONS, ()))
             per_scrape = len(entries)
+            entries += ((IN_FLIGHT, ()), (CONNECTIONS, ()))
             if self._limit is not None:
                 entries.append((CONNECTIONS_MAX, ()))
             entries += ((EVICTED, ()), (REFUSED, ()))
