@@ -21,7 +21,8 @@ configuration file (:mod:`exporters.webconfig`).  /healthz answers without crede
 carries no data) so liveness probes need none.
 
 Malformed requests, unknown methods and paths get a 4xx; a client that goes away mid-response
-costs one debug line.
+costs one debug line.  Requests, refusals, evictions, timeouts, failed handshakes and logins are
+counted in a :class:`exporters.webstats.WebStats` that /metrics exports (``teye_web_*``).
 """
 from __future__ import annotations
 

@@ -176,6 +176,6 @@ class WebStats:
         return layout, values
 
     def points(self) -> List[Point]:
-        """Every series as points (what :meth:`state` says, for prometheus_client and the tests)."""
+        """Every series as points (what :meth:`state` says; for tests and tools)."""
         layout, values = self.state()
         return [Point(spec, labels, float(v)) for (spec, labels), v in zip(layout.entries, values)]
