@@ -7,7 +7,7 @@ from .metrics import registered, unit_of
 from .sources import FACTORIES
 
 # Modules that declare metrics beyond the sources' own.
-EXTRA_MODULES = ("exporters.prometheus",)
+EXTRA_MODULES = ("exporters.specs", "exporters.webstats")
 
 
 def load_all() -> None:

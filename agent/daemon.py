@@ -54,20 +54,23 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     """Run until SIGTERM/SIGINT (or stop_event); returns the exit status."""
     from exporters.http import Limits, MetricsServer, registry_renderer
     from exporters.webconfig import WebConfig
+    from exporters.webstats import WebStats
     from exporters.prometheus import make_registry
 
     from .context import AgentContext
     web = WebConfig(cfg["web"]["config_file"])  # a bad web config fails before anything is opened
     srcs = build_sources(cfg, AgentContext())
     sampler = Sampler(srcs)
-    registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"])
+    stats = WebStats()  # the server counts into it, every scrape formats it
+    registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"], extra=stats.state)
     host, port = config_mod.split_hostport(cfg["listen"])
     # sources that open descriptors on their first read (perf events) say how many, so the
     # connection budget leaves them room
     later = sum(src.fds_wanted() for src, _ in srcs.values() if hasattr(src, "fds_wanted"))
     limits = dataclasses.replace(Limits.from_config(cfg["web"]), reserved_fds=later)
     try:
-        server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler), web, limits)
+        server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler), web, limits,
+                               stats)
     except OSError as e:
         for src, _ in srcs.values():
             close = getattr(src, "close", None)

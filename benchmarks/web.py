@@ -1,6 +1,6 @@
 """/metrics under attack and under TLS, `teye agent` side by side with Debian's prometheus-node-exporter.
 
-    python benchmarks/web.py [--scrapes 100] [--slow 2000] [--scrapers 50] [--nofile 8192]
+    python benchmarks/web.py [--scrapes 100] [--slow 2000] [--scrapers 50] [--nofile 8192] [--baseline DIR]
 
 Both exporters run on this host under the same fd limit (prlimit, default the systemd unit's
 LimitNOFILE) and, for the TLS rows, the same exporter-toolkit web config file (a throwaway CA
@@ -18,6 +18,15 @@ exporters, scrapes alternating between them so that machine noise hits both alik
 
 Per row: scrape latency p50/p99 (ms), failed scrapes, peak threads and peak RSS of the exporter
 (/proc/<pid>/status, sampled after every scrape), and the teye/node_exporter ratio of p50.
+
+``--render N`` first times the /metrics body in-process, N times each way, alternating: teye's registry on
+the node_exporter fixture trees and the 8-GPU replay, rendered with the web server's own counters
+(exporters/webstats.py, formatted on every scrape) and without them; medians in µs and their ratio.
+
+``--baseline DIR`` adds a second teye run from another checkout (``git archive <commit> | tar -x -C DIR``)
+as ``teye-base``, scraped in the same rounds, so a change to the serving path is measured before/after in
+one run (teye/teye-base ratio of p50 per row).  Without node_exporter installed, a --baseline run compares
+the two teyes only.
 """
 from __future__ import annotations
 
@@ -47,8 +56,10 @@ PASSWORD = "bench-password"
 
 
 class Exporter:
-    def __init__(self, name: str, cmd, port: int, health: str, nofile: int, tls: bool, ca: str, tmp: str):
-        self.name, self.port, self.health, self.tls = name, port, health, tls
+    def __init__(self, name: str, cmd, port: int, health: str, nofile: int, tls: bool, ca: str, tmp: str,
+                 cwd: str = REPO):
+        self.name, self.port, self.health, self.tls, self.cwd = name, port, health, tls, cwd
+        self.env = dict(os.environ, PYTHONPATH=cwd) if cwd != REPO else None
         self.cmd = ["prlimit", f"--nofile={nofile}:{nofile}", "--"] + cmd
         self.ctx = ssl.create_default_context(cafile=ca) if tls else None
         self.log = open(os.path.join(tmp, f"{name}-{'tls' if tls else 'plain'}.log"), "a")
@@ -56,7 +67,7 @@ class Exporter:
 
     def start(self) -> float:
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: see {self.log.name}")
@@ -165,15 +176,18 @@ def sequential(exs, n):
     return rows
 
 
-def under_attack(exs, n, slow):
-    rows, notes = {}, []
-    for ex in exs:  # one attack at a time: the attacker and the client share this machine
+def under_attack(exs, n, slow, rounds=1):
+    """One attack at a time (the attacker and the client share this machine); with rounds=2 the exporters
+    take turns twice, in opposite orders, half the scrapes each turn, so slow drifts of the machine hit all."""
+    rows, notes = {ex.name: Row() for ex in exs}, []
+    order = [ex for r in range(rounds) for ex in (exs if r % 2 == 0 else exs[::-1])]
+    for ex in order:
         attack = SlowLoris(ex.port, slow)
         attack.start()
         attack.ready.wait(60)
         time.sleep(1.0)
-        row = rows[ex.name] = Row()
-        for _ in range(n):
+        row = rows[ex.name]
+        for _ in range(n // rounds):
             row.scrape(ex)
         attack.stop.set()
         attack.join(30)
@@ -236,9 +250,39 @@ def print_rows(title, rows, unit=1000.0, what="scrape"):
         r = rows[name]
         print(f"  {name:<16}{pct(r.lat, 0.5) * unit:>11.1f} ms{pct(r.lat, 0.99) * unit:>7.1f} ms{r.fail:>8d}"
               f"{r.threads:>9d}{r.rss:>9.1f}")
-    if len(names) == 2 and rows[names[1]].lat and rows[names[0]].lat:
-        print(f"  p50 ratio {names[0]}/{names[1]}: "
-              f"{statistics.median(rows[names[0]].lat) / statistics.median(rows[names[1]].lat):.2f}")
+    for other in names[1:]:
+        if rows[other].lat and rows[names[0]].lat:
+            print(f"  p50 ratio {names[0]}/{other}: "
+                  f"{statistics.median(rows[names[0]].lat) / statistics.median(rows[other].lat):.3f}")
+
+
+def render_cost(n: int) -> None:
+    """In-process: the /metrics body with and without the web server's counters (the scrape path's share)."""
+    from exporters.http import registry_renderer
+    from exporters.prometheus import make_registry
+    from exporters.webstats import WebStats
+    from tests.test_render import PROMETHEUS_ACCEPT, node_sampler
+    sampler = node_sampler()
+    stats = WebStats()
+    stats.attach({}, 4096, None)
+    for code in (200, 401, 404, 503):
+        stats.request("/metrics", code)
+    ways = {"with web counters": registry_renderer(make_registry(lambda: sampler.snapshot, extra=stats.state)),
+            "without": registry_renderer(make_registry(lambda: sampler.snapshot))}
+    for accept, encoding, what in (("", "", "text"), (PROMETHEUS_ACCEPT, "gzip", "OpenMetrics+gzip")):
+        times = {k: [] for k in ways}
+        for _ in range(n):
+            for name, render in ways.items():
+                stats.request("/metrics", 200)   # a new value every scrape, as served
+                t0 = time.perf_counter()
+                body = render(accept, encoding)[0]
+                times[name].append(time.perf_counter() - t0)
+        series = render(accept, "")[0].count(b"\n")
+        print(f"\nrender in-process ({what}, ~{series} lines, {n} renders each, alternating)")
+        for name, ts in times.items():
+            print(f"  {name:<20}{statistics.median(ts) * 1e6:>9.1f} µs p50{pct(ts, 0.99) * 1e6:>9.1f} µs p99")
+        a, b = (statistics.median(times[k]) for k in ways)
+        print(f"  p50 ratio with/without: {a / b:.3f} ({(a - b) * 1e6:+.1f} µs per scrape); body {len(body)} bytes")
 
 
 def main() -> int:
@@ -248,8 +292,17 @@ def main() -> int:
     ap.add_argument("--scrapers", type=int, default=50)
     ap.add_argument("--nofile", type=int, default=8192, help="fd limit of both exporters (the unit's LimitNOFILE)")
     ap.add_argument("--evict-nofile", type=int, default=1024, help="fd limit for the last slow-N row (0: skip)")
+    ap.add_argument("--render", type=int, default=0, help="in-process renders each way first (0: skip)")
+    ap.add_argument("--baseline", help="another teye checkout to run beside this one (before/after)")
+    ap.add_argument("--skip", default="", help="comma-separated rows to leave out: slow,parallel,restart,tls")
     args = ap.parse_args()
-    if not NODE_EXPORTER:
+    skip = set(args.skip.split(",")) - {""}
+    if args.render:
+        render_cost(args.render)
+    if args.baseline and not os.path.isdir(os.path.join(args.baseline, "agent")):
+        print(f"--baseline {args.baseline}: not a teye checkout (no agent/ there)", file=sys.stderr)
+        return 2
+    if not NODE_EXPORTER and not args.baseline:
         print("prometheus-node-exporter not installed (apt-get install prometheus-node-exporter)", file=sys.stderr)
         return 1
     import resource
@@ -264,43 +317,57 @@ def main() -> int:
                  f"basic_auth_users:\n  prometheus: '{bcrypt_hash(PASSWORD, cost=10)}'\n")
 
     def make(tls: bool, nofile: int = args.nofile):
-        tp, np_ = free_port(), free_port()
         extra = ["--web.config.file", web] if tls else []
-        teye = Exporter("teye", [sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{tp}",
-                                 "--phase-socket", os.path.join(tmp, f"p{tp}.sock")] + extra,
-                        tp, "/healthz", nofile, tls, pki["ca"], tmp)
-        node = Exporter("node_exporter", [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{np_}"] + extra,
-                        np_, "/", nofile, tls, pki["ca"], tmp)
-        return [teye, node]
 
-    print(f"teye: {sys.executable} -m agent agent; node_exporter: {NODE_EXPORTER}; fd limit {args.nofile} each; "
-          f"{os.cpu_count()} CPUs; scrapes use a new connection each")
+        def teye(name, cwd):
+            tp = free_port()
+            return Exporter(name, [sys.executable, "-m", "agent", "agent", "--listen", f"127.0.0.1:{tp}",
+                                   "--phase-socket", os.path.join(tmp, f"p{tp}.sock")] + extra,
+                            tp, "/healthz", nofile, tls, pki["ca"], tmp, cwd=cwd)
+        out = [teye("teye", REPO)]
+        if args.baseline:
+            out.append(teye("teye-base", os.path.abspath(args.baseline)))
+        if NODE_EXPORTER:
+            np_ = free_port()
+            out.append(Exporter("node_exporter", [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{np_}"] + extra,
+                                np_, "/", nofile, tls, pki["ca"], tmp))
+        return out
+
+    print(f"teye: {sys.executable} -m agent agent; teye-base: {args.baseline or '-'}; node_exporter: "
+          f"{NODE_EXPORTER or '-'}; fd limit {args.nofile} each; {os.cpu_count()} CPUs; "
+          f"scrapes use a new connection each")
     exs = make(tls=False)
     try:
         for ex in exs:  # warm up (first renders, bcrypt cache, page-ins)
             for _ in range(5):
                 ex.get()
         print_rows(f"plain: {args.scrapes} sequential scrapes", sequential(exs, args.scrapes))
-        rows, notes = under_attack(exs, args.scrapes, args.slow)
-        print_rows(f"slow-{args.slow}: {args.scrapes} scrapes while {args.slow} connections hold half a request",
-                   rows)
-        for n in notes:
-            print("  " + n)
-        print_rows(f"parallel-{args.scrapers}: {args.scrapers} concurrent scrapers",
-                   parallel(exs, args.scrapes, args.scrapers))
+        if "slow" not in skip:
+            rows, notes = under_attack(exs, args.scrapes, args.slow, rounds=2 if args.baseline else 1)
+            print_rows(f"slow-{args.slow}: {args.scrapes} scrapes while {args.slow} connections hold half a "
+                       "request" + (" (two turns each, in opposite orders)" if args.baseline else ""), rows)
+            for n in notes:
+                print("  " + n)
+        if "parallel" not in skip:
+            print_rows(f"parallel-{args.scrapers}: {args.scrapers} concurrent scrapers",
+                       parallel(exs, args.scrapes, args.scrapers))
         plain_again = sequential(exs, args.scrapes)
-        print_rows("restart: kill -9, start again, seconds until serving (5 times)", restart(exs),
-                   unit=1000.0, what="ready")
+        print_rows(f"plain again: {args.scrapes} sequential scrapes", plain_again)
+        if "restart" not in skip:
+            print_rows("restart: kill -9, start again, seconds until serving (5 times)", restart(exs),
+                       unit=1000.0, what="ready")
     finally:
         for ex in exs:
             ex.stop()
-    exs = make(tls=True)
+    exs = make(tls=True) if "tls" not in skip else []
     try:
         for ex in exs:
             for _ in range(5):
                 ex.get()
-        tls_rows = sequential(exs, args.scrapes)
-        print_rows(f"tls+auth: {args.scrapes} sequential scrapes over https + basic auth (handshake each)", tls_rows)
+        tls_rows = sequential(exs, args.scrapes) if exs else {}
+        if tls_rows:
+            print_rows(f"tls+auth: {args.scrapes} sequential scrapes over https + basic auth (handshake each)",
+                       tls_rows)
         for name in tls_rows:
             print(f"  {name}: tls+auth p50 / plain p50 = "
                   f"{statistics.median(tls_rows[name].lat) / statistics.median(plain_again[name].lat):.2f}")

@@ -97,11 +97,28 @@ def build():
          target(_rate("teye_disk_written_bytes_total"), "{{device}} written")],
         min=0))
     d = d.with_panel(timeseries(
+        "Disk request size", "Mean bytes per completed read and write request of each block device over 5 "
+        "minutes (recording rules in teye-recording.yml). Tens of KiB or less at a modest throughput: many "
+        "small files or random reads; hundreds of KiB: streaming. Empty while a device is idle.",
+        "bytes",
+        [target(f"teye:disk_read_request_size_bytes:mean5m{{{NODE}}}", "{{device}} read"),
+         target(f"teye:disk_write_request_size_bytes:mean5m{{{NODE}}}", "{{device}} write")],
+        min=0))
+    d = d.with_panel(timeseries(
         "Network throughput", "Bytes received and transmitted per second on each interface except loopback "
         "(/proc/net/dev).",
         "Bps",
         [target(_rate("teye_network_receive_bytes_total", NODE + ', device!="lo"'), "{{device}} receive"),
          target(_rate("teye_network_transmit_bytes_total", NODE + ', device!="lo"'), "{{device}} transmit")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Network packet size", "Mean bytes per packet received and transmitted on each interface except "
+        "loopback over 5 minutes (recording rules in teye-recording.yml). Near the MTU: bulk transfers; "
+        "small packets at a high packet rate: small messages or many small files over the network. Empty "
+        "while an interface is idle.",
+        "bytes",
+        [target(f'teye:network_receive_packet_size_bytes:mean5m{{{NODE}, device!="lo"}}', "{{device}} receive"),
+         target(f'teye:network_transmit_packet_size_bytes:mean5m{{{NODE}, device!="lo"}}', "{{device}} transmit")],
         min=0))
     d = d.with_panel(timeseries(
         "InfiniBand throughput", "Data bytes received and transmitted per second on each InfiniBand port "
@@ -110,6 +127,15 @@ def build():
         [target(_rate("teye_infiniband_receive_bytes_total"), "{{device}}/{{port}} receive"),
          target(_rate("teye_infiniband_transmit_bytes_total"), "{{device}}/{{port}} transmit"),
          target(f"teye_infiniband_link_rate_bytes_per_second{{{NODE}}}", "{{device}}/{{port}} link rate")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "InfiniBand packet size", "Mean data bytes per packet received and transmitted on each InfiniBand port "
+        "over 5 minutes (recording rules in teye-recording.yml). Near the path MTU (4 KiB): large messages; "
+        "far below it: small messages, whose per-message latency rather than bandwidth limits collective "
+        "communication. Empty while a port is idle.",
+        "bytes",
+        [target(f"teye:infiniband_receive_packet_size_bytes:mean5m{{{NODE}}}", "{{device}}/{{port}} receive"),
+         target(f"teye:infiniband_transmit_packet_size_bytes:mean5m{{{NODE}}}", "{{device}}/{{port}} transmit")],
         min=0))
     d = d.with_panel(timeseries(
         "NFS throughput", "Bytes the NFS client read from and wrote to the server per mount "

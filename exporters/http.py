@@ -21,7 +21,8 @@ configuration file (:mod:`exporters.webconfig`).  /healthz answers without crede
 carries no data) so liveness probes need none.
 
 Malformed requests, unknown methods and paths get a 4xx; a client that goes away mid-response
-costs one debug line.
+costs one debug line.  Requests, refusals, evictions, timeouts, failed handshakes and logins are
+counted in a :class:`exporters.webstats.WebStats` that /metrics exports (``teye_web_*``).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from agent.logutil import RateLimitedLog
 
 from .render import render as render_exposition
 from .webconfig import WebConfig, parse_basic_auth
+from .webstats import WebStats, tls_reason
 
 log = logging.getLogger("teye.http")
 _rlog = RateLimitedLog(log)
@@ -170,6 +172,21 @@ def parse_head(head: bytes) -> _Request:
     return _Request(method, target.split("?", 1)[0], version, headers)
 
 
+class _Timeout(asyncio.TimeoutError):
+    """A timeout of one kind (header, idle, write), for teye_web_timeouts_total."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+async def _within(aw, seconds: float, kind: str):
+    try:
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError:
+        raise _Timeout(kind) from None
+
+
 class _Conn:
     __slots__ = ("task", "sock", "transport")
 
@@ -190,7 +207,9 @@ class MetricsServer:
 
     def __init__(self, host: str, port: int, render: Render,
                  health: Callable[[], Optional[str]] = lambda: None,
-                 web: Optional[WebConfig] = None, limits: Limits = Limits()):
+                 web: Optional[WebConfig] = None, limits: Limits = Limits(), stats: Optional[WebStats] = None):
+        """``stats``: where the server counts its requests, timeouts and failures (teye's registry formats
+        it: see :func:`exporters.prometheus.make_registry`); a private one when not given."""
         self._render = render
         self._health = health
         self._web = web or WebConfig(None)
@@ -214,6 +233,8 @@ class MetricsServer:
         self._loop.set_exception_handler(self._on_loop_error)
         self._pool = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="teye-http-worker")
         self._conns: Dict[_Conn, None] = {}
+        self.stats = stats if stats is not None else WebStats()
+        self.stats.attach(self._conns, self.max_connections, self._web)
         self._waiting: "OrderedDict[_Conn, None]" = OrderedDict()  # evictable, longest waiting first
         self._renders = 0
         self._tokens: Optional[float] = None  # the bucket starts full
@@ -285,6 +306,7 @@ class MetricsServer:
             if len(self._conns) >= self.max_connections and not self._evict():
                 _rlog.warning("full", "http: %d connections all busy answering; refusing a new one",
                               len(self._conns))
+                self.stats.refused += 1
                 sock.close()
                 continue
             # Responses are written whole: no reason to wait (Nagle) for the ACK of the TLS session
@@ -312,6 +334,7 @@ class MetricsServer:
             return False
         conn, _ = self._waiting.popitem(last=False)
         self._conns.pop(conn, None)
+        self.stats.evicted += 1
         if conn.transport is not None:
             conn.transport.abort()  # frees the fd now; mid-handshake, cancelling the task does
         if conn.task is not None:
@@ -346,17 +369,30 @@ class MetricsServer:
         settings = self._web.current()
         reader = asyncio.StreamReader(limit=lim.max_header_bytes, loop=self._loop)
         protocol = asyncio.StreamReaderProtocol(reader, loop=self._loop)
+        stats = self.stats
         try:
             tls = settings.tls
-            if tls and not await asyncio.wait_for(self._looks_like_tls(conn.sock), lim.header_timeout_seconds):
+            if tls and not await _within(self._looks_like_tls(conn.sock), lim.header_timeout_seconds, "header"):
+                stats.tls_failure("plain_http")
                 return
-            transport, _ = await asyncio.wait_for(self._loop.connect_accepted_socket(
-                lambda: protocol, conn.sock, ssl=tls.context if tls else None,
-                ssl_handshake_timeout=lim.header_timeout_seconds if tls else None), lim.header_timeout_seconds)
+            try:
+                # asyncio's own handshake deadline is set later than ours, so a slow handshake is always
+                # our header timeout (not a ConnectionAbortedError looking like a client gone away)
+                transport, _ = await _within(self._loop.connect_accepted_socket(
+                    lambda: protocol, conn.sock, ssl=tls.context if tls else None,
+                    ssl_handshake_timeout=lim.header_timeout_seconds + 1 if tls else None),
+                    lim.header_timeout_seconds, "header")
+            except _Timeout:
+                raise
+            except (ssl.SSLError, OSError, EOFError) as e:  # (TimeoutError is an OSError)
+                if tls:
+                    stats.tls_failure(tls_reason(e))
+                raise
             conn.transport = transport
             writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
             if tls and tls.allowed_sans and not self._san_allowed(writer, tls.allowed_sans):
                 log.debug("http: client certificate SAN not in client_allowed_sans; closing")
+                stats.tls_failure("client_certificate")
                 return
             first = True
             while True:
@@ -366,14 +402,19 @@ class MetricsServer:
                     return
                 first = False
                 self._set_waiting(conn, False)
-                keep = await self._answer(head, reader, writer)
+                stats.in_flight += 1
+                try:
+                    keep = await self._answer(head, reader, writer)
+                finally:
+                    stats.in_flight -= 1
                 if not keep:
                     await self._linger(reader, writer)
                     writer.close()  # flushes what is buffered (TLS: then close_notify) before closing
-                    await asyncio.wait_for(writer.wait_closed(), lim.write_timeout_seconds)
+                    await _within(writer.wait_closed(), lim.write_timeout_seconds, "write")
                     return
-        except asyncio.TimeoutError:
-            log.debug("http: connection timed out")
+        except _Timeout as e:
+            stats.timeout(e.kind)
+            log.debug("http: connection timed out (%s)", e.kind)
         except (ConnectionError, ssl.SSLError, OSError, asyncio.IncompleteReadError) as e:
             log.debug("http: client went away: %s", e.__class__.__name__)
 
@@ -443,10 +484,13 @@ class MetricsServer:
         else:
             try:
                 start = await asyncio.wait_for(reader.readexactly(1), lim.idle_timeout_seconds)
-            except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+            except asyncio.TimeoutError:
+                self.stats.timeout("idle")
+                return None
+            except asyncio.IncompleteReadError:
                 return None
         try:
-            rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), lim.header_timeout_seconds)
+            rest = await _within(reader.readuntil(b"\r\n\r\n"), lim.header_timeout_seconds, "header")
         except asyncio.IncompleteReadError as e:
             if first and not e.partial:
                 return None  # connected and closed without a request
@@ -459,6 +503,8 @@ class MetricsServer:
         """Answer one request; returns whether the connection stays open."""
         settings = self._web.current()
         extra = list(settings.headers)
+        count = self.stats.request
+        req = None
         try:
             if isinstance(head, _BadRequest):
                 raise head
@@ -467,10 +513,12 @@ class MetricsServer:
         except _BadRequest as e:
             log.debug("http: %d %s", e.code, e)
             self._write(writer, e.code, (str(e) + "\n").encode(), TEXT, extra, head=False, close=True)
+            count(req.path if req is not None else "", e.code)
             return False
         keep = req.keep_alive()
         is_head = req.method == "HEAD"
         if req.method not in ("GET", "HEAD"):
+            code = 405
             self._write(writer, 405, b"method not allowed\n", TEXT, extra + [("Allow", "GET, HEAD")],
                         is_head, not keep)
         elif req.path == "/healthz":
@@ -478,14 +526,17 @@ class MetricsServer:
             code, body = (503, (problem + "\n").encode()) if problem else (200, b"ok\n")
             self._write(writer, code, body, TEXT, extra, is_head, not keep)
         elif self._rate_limited(settings.rate_interval, settings.rate_burst):
+            code = 429
             self._write(writer, 429, b"too many requests\n", TEXT, extra, is_head, not keep)
         elif settings.users and not await self._authorized(settings, req):
+            code = 401
             self._write(writer, 401, b"unauthorized\n", TEXT, extra + [("WWW-Authenticate", 'Basic realm="teye"')],
                         is_head, not keep)
         elif req.path == "/metrics":
             if self._renders >= self.limits.max_requests:
                 _rlog.warning("busy", "http: %d /metrics requests in flight (web.max_requests); answering 503",
                               self._renders)
+                code = 503
                 self._write(writer, 503, b"too many concurrent scrapes\n", TEXT, extra, is_head, not keep)
             else:
                 self._renders += 1
@@ -501,10 +552,13 @@ class MetricsServer:
                     self._renders -= 1
                 self._write(writer, code, body, ctype, extra + list(more), is_head, not keep)
         elif req.path == "/":
+            code = 200
             self._write(writer, 200, LANDING, "text/html; charset=utf-8", extra, is_head, not keep)
         else:
+            code = 404
             self._write(writer, 404, b"not found\n", TEXT, extra, is_head, not keep)
-        await asyncio.wait_for(writer.drain(), self.limits.write_timeout_seconds)
+        count(req.path, code)
+        await _within(writer.drain(), self.limits.write_timeout_seconds, "write")
         return keep
 
     async def _discard_body(self, req: _Request, reader: asyncio.StreamReader) -> None:
@@ -517,13 +571,18 @@ class MetricsServer:
         if n > MAX_DISCARDED_BODY:
             raise _BadRequest(413, "request body too large")
         if n:
-            await asyncio.wait_for(reader.readexactly(n), self.limits.header_timeout_seconds)
+            await _within(reader.readexactly(n), self.limits.header_timeout_seconds, "header")
 
     async def _authorized(self, settings, req: _Request) -> bool:
-        creds = parse_basic_auth(req.headers.get("authorization"))
+        header = req.headers.get("authorization")
+        creds = parse_basic_auth(header)
         if creds is None:
+            self.stats.auth_failure("malformed" if header else "missing")
             return False
-        return await self._loop.run_in_executor(self._pool, self._web.check_password, settings, *creds)
+        if await self._loop.run_in_executor(self._pool, self._web.check_password, settings, *creds):
+            return True
+        self.stats.auth_failure("wrong_password" if creds[0] in settings.users else "unknown_user")
+        return False
 
     @staticmethod
     def _write(writer: asyncio.StreamWriter, code: int, body: bytes, ctype: str,

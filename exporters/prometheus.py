@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable, Dict, Iterable, Iterator, List
+from typing import Callable, Dict, Iterable, Iterator, List, Optional
 
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                     Metric)
@@ -18,22 +18,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent import __version__
 from agent.logutil import RateLimitedLog
-from agent.metrics import COUNTER, GAUGE, HISTOGRAM, MetricSpec, Point, metric, registered
+from agent.metrics import COUNTER, HISTOGRAM, MetricSpec, Point, registered
+
+from .render import Exposition
+from .specs import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP  # noqa: F401
 
 log = logging.getLogger("teye.exporter")
-
-COLLECTOR_UP = metric("teye_collector_up", GAUGE,
-                      "1 if the collector's last read succeeded (and is not stuck), else 0. "
-                      "Sources are sampled in the background, so a scrape reports their latest read.",
-                      ["collector"])
-COLLECTOR_DURATION = metric("teye_collector_duration_seconds", GAUGE,
-                            "Seconds the collector's last read took.", ["collector"])
-COLLECTOR_AGE = metric("teye_collector_last_read_age_seconds", GAUGE,
-                       "Seconds since the collector's last completed read.", ["collector"])
-COLLECTOR_FAILURES = metric("teye_collector_failures_total", COUNTER,
-                            "Reads of the collector that failed since the agent started.", ["collector"])
-BUILD_INFO = metric("teye_build_info", GAUGE, "Always 1; the version label says which teye runs.", ["version"])
-
 
 def new_family(spec: MetricSpec) -> Metric:
     labels = list(spec.labels)
@@ -79,8 +69,11 @@ class SnapshotCollector(Collector):
     """Formats ``get_snapshot()``; ``stale_after_s`` marks a stuck read as down."""
 
     def __init__(self, get_snapshot: Callable, stale_after_s: float = 10.0,
-                 clock: Callable[[], int] = time.monotonic_ns):
+                 clock: Callable[[], int] = time.monotonic_ns, extra: Optional[Callable[[], tuple]] = None):
+        """``extra``: series exported on every scrape besides the snapshot's, as (Layout, values) (the web
+        server's counters: :meth:`exporters.webstats.WebStats.state`)."""
         self._get = get_snapshot
+        self._extra = extra
         self._stale = stale_after_s
         self._clock = clock
         self._rlog = RateLimitedLog(log)
@@ -93,6 +86,11 @@ class SnapshotCollector(Collector):
         snap = self._get()
         now = self._clock()
         pts: List[Point] = [Point(BUILD_INFO, (__version__,), 1.0)]
+        # the extra points follow the age family (whose values also change with every scrape), or end the list
+        extra = []
+        if self._extra is not None:
+            layout, values = self._extra()
+            extra = [Point(spec, labels, float(v)) for (spec, labels), v in zip(layout.entries, values)]
         for name, st in snap.sources.items():
             up = snap.is_up(name, now, self._stale)
             body: List[Point] = []
@@ -106,22 +104,27 @@ class SnapshotCollector(Collector):
             pts.append(Point(COLLECTOR_DURATION, (name,), st.duration_s))
             if st.updated_ns:
                 pts.append(Point(COLLECTOR_AGE, (name,), max(0.0, (now - st.updated_ns) / 1e9)))
+                pts.extend(extra)
+                extra = []
             pts.append(Point(COLLECTOR_FAILURES, (name,), float(st.failures)))
             pts.extend(body)
+        pts.extend(extra)
         return pts
 
     def collect(self) -> Iterator[Metric]:
         yield from families(self.points())
 
 
-def make_registry(get_snapshot: Callable, stale_after_s: float = 10.0) -> CollectorRegistry:
+def make_registry(get_snapshot: Callable, stale_after_s: float = 10.0,
+                  extra: Optional[Callable[[], tuple]] = None) -> CollectorRegistry:
     """A fresh registry holding only teye's collector (no process/platform defaults).
 
     It carries ``teye_exposition``, the prepared renderer the HTTP server uses for /metrics
     (exporters/render.py); prometheus_client's encoders still work on the registry itself.
+    ``extra`` gives series exported on every scrape besides the snapshot's (the web server's own
+    counters: :meth:`exporters.webstats.WebStats.state`).
     """
-    from .render import Exposition  # render builds on this module
     reg = CollectorRegistry(auto_describe=True)
-    reg.register(SnapshotCollector(get_snapshot, stale_after_s))
-    reg.teye_exposition = Exposition(get_snapshot, stale_after_s, fallback=reg)
+    reg.register(SnapshotCollector(get_snapshot, stale_after_s, extra=extra))
+    reg.teye_exposition = Exposition(get_snapshot, stale_after_s, fallback=reg, extra=extra)
     return reg

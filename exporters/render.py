@@ -9,7 +9,14 @@ kept, and only what depends on the scrape's own clock is formatted per scrape:
 
 - ``teye_collector_last_read_age_seconds`` (the age grows with every scrape), and
 - ``teye_collector_up`` with a stuck read marked down after ``stale_after_s`` (the up flags
-  are part of the cache key, so a source turning stale recomposes the body without it).
+  are part of the cache key, so a source turning stale recomposes the body without it), and
+- the ``extra`` series (the web server's own counters, :mod:`exporters.webstats`), written
+  right after the age family (at the end when there is none), as the collector places them.
+  Their producer gives a :class:`exporters.specs.Layout` (which series, in order) and the
+  values; the text around the values is prepared once per layout, so a scrape formats only
+  the numbers.  The families whose values change with every scrape (the request counts)
+  join the age lines in the per-scrape gzip piece; the rest is compressed again only when
+  one of its values changed.
 
 The gzip body is one ordinary gzip member built from raw-deflate pieces: the static pieces
 are compressed once (each ends on a byte boundary with a sync flush and uses no history
@@ -31,7 +38,7 @@ import re
 import struct
 import time
 import zlib
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
@@ -40,7 +47,7 @@ from agent import __version__
 from agent.logutil import RateLimitedLog
 from agent.metrics import COUNTER, HISTOGRAM, MetricSpec
 
-from .prometheus import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP
+from .specs import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP, Layout
 
 log = logging.getLogger("teye.exporter")
 
@@ -206,8 +213,14 @@ class Exposition:
     """Renders a Snapshot for /metrics; what :class:`SnapshotCollector` yields, prepared once."""
 
     def __init__(self, get_snapshot: Callable, stale_after_s: float = 10.0,
-                 clock: Callable[[], int] = time.monotonic_ns, fallback=None):
+                 clock: Callable[[], int] = time.monotonic_ns, fallback=None,
+                 extra: Optional[Callable[[], Tuple[Layout, Sequence[float]]]] = None):
+        """``extra``: series formatted on every scrape besides the snapshot's, as (Layout, values)
+        (:meth:`exporters.webstats.WebStats.state`)."""
         self._get = get_snapshot
+        self._extra = extra
+        self._templates: Optional[Tuple[Layout, Dict[str, Tuple[str, str]]]] = None
+        self._rest: Dict[str, tuple] = {}  # fmt -> (layout, values, text, deflate or None) of the others
         self._stale = stale_after_s
         self._clock = clock
         self._fallback = fallback   # a registry for prometheus_client's encoder
@@ -287,6 +300,42 @@ class Exposition:
             pieces[fmt] = ("".join(before).encode(), age_head.encode(), "".join(after).encode())
         return _Composed(states, ups, pieces, tuple(ages))
 
+    @staticmethod
+    def _prepare(layout: Layout) -> Dict[str, Tuple[str, str]]:
+        """fmt -> (%-format string of the per-scrape families, of the others): headers and line prefixes
+        with a %s for each value in order (a % of the text itself doubled).  Counters and gauges."""
+        out = {}
+        for fmt in ("text", "om"):
+            parts: List[List[str]] = [[], []]
+            spec = None
+            for i, (sp, labels) in enumerate(layout.entries):
+                part = parts[i >= layout.per_scrape]
+                fam = _family(sp)
+                if sp is not spec:
+                    spec = sp
+                    part.append((fam.text_head if fmt == "text" else fam.om_head).replace("%", "%%"))
+                prefix = fam.line.format(*[_esc(v) for v in labels])
+                part.append(prefix.replace("%", "%%") + "%s\n")
+            out[fmt] = ("".join(parts[0]), "".join(parts[1]))
+        return out
+
+    def _extras(self, fmt: str) -> Tuple[bytes, bytes, Optional[bytes]]:
+        """(the per-scrape families' text, the others' text, their deflate when kept from a previous scrape)."""
+        layout, values = self._extra()
+        t = self._templates
+        if t is None or t[0] is not layout:
+            t = self._templates = (layout, self._prepare(layout))
+        now_fmt, rest_fmt = t[1][fmt]
+        k = layout.per_scrape
+        now = (now_fmt % tuple([_value(v) for v in values[:k]])).encode()
+        rest_values = values[k:]
+        kept = self._rest.get(fmt)
+        if kept is not None and kept[0] is layout and kept[1] == rest_values:
+            return now, kept[2], kept[3]
+        rest = (rest_fmt % tuple([_value(v) for v in rest_values])).encode()
+        self._rest[fmt] = (layout, rest_values, rest, None)
+        return now, rest, None
+
     def _body(self, fmt: str, gzip: bool) -> bytes:
         snap = self._get()
         now = self._clock()
@@ -299,18 +348,25 @@ class Exposition:
         before, age_head, after = c.pieces[fmt]
         age = age_head + "".join(prefix + _value(max(0.0, (now - t) / 1e9)) + "\n"
                                  for prefix, t in c.ages).encode()
+        changed, unchanged, z_unchanged = self._extras(fmt) if self._extra is not None else (b"", b"", b"")
+        age += changed
         if not gzip:
-            return b"".join((before, age, after))
+            return b"".join((before, age, unchanged, after))
         gz = c.gz.get(fmt)
         if gz is None:
             gz = c.gz[fmt] = (_deflate(before, False), _deflate(after, True), zlib.crc32(before),
                               len(before), len(after))
         z_before, z_after, crc, n_before, n_after = gz
-        crc = zlib.crc32(after, zlib.crc32(age, crc))
-        size = (n_before + len(age) + n_after) & 0xFFFFFFFF
+        if z_unchanged is None:   # compressed once for as long as these values stay
+            z_unchanged = _deflate(unchanged, False) if unchanged else b""
+            kept = self._rest.get(fmt)
+            if kept is not None and kept[2] == unchanged:
+                self._rest[fmt] = kept[:3] + (z_unchanged,)
+        crc = zlib.crc32(after, zlib.crc32(unchanged, zlib.crc32(age, crc)))
+        size = (n_before + len(age) + len(unchanged) + n_after) & 0xFFFFFFFF
         # RFC 1952 member: magic, deflate, no flags, mtime 0, xfl 0, OS unknown (255)
-        return b"".join((b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", z_before, _deflate(age, False), z_after,
-                         struct.pack("<II", crc, size)))
+        return b"".join((b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", z_before, _deflate(age, False),
+                         z_unchanged, z_after, struct.pack("<II", crc, size)))
 
     def render(self, accept: str = "", accept_encoding: str = "") -> Tuple[bytes, str, List[Tuple[str, str]]]:
         """(body, Content-Type, extra headers) for a GET /metrics with these request headers."""

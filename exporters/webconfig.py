@@ -37,6 +37,7 @@ import os
 import re
 import ssl
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -369,6 +370,15 @@ class WebConfig:
         else:
             self._settings, self._files, self._sig = Settings(), [], ()
         self.tls_enabled = self._settings.tls is not None
+        # reloads after the first load (which succeeded, or the server would not start)
+        self.reloads_ok = self.reloads_failed = 0
+        self.last_reload_ok = True
+        self.last_success_time = time.time()
+
+    @property
+    def has_users(self) -> bool:
+        """Basic auth is on in the settings in force (without re-reading the file)."""
+        return bool(self._settings.users)
 
     def current(self) -> Settings:
         """The settings, re-read first if the file or a file it names changed."""
@@ -384,15 +394,26 @@ class WebConfig:
                     settings, files = read(self.path)
                 except ConfigError as e:
                     _rlog.error("webconfig", "web config not reloaded, keeping the last good one: %s", e)
+                    self._reloaded(False)
                 else:
                     if (settings.tls is not None) != self.tls_enabled:
                         _rlog.error("webconfig", "web config %s: turning TLS on or off needs a restart; "
                                     "keeping the last good configuration", self.path)
+                        self._reloaded(False)
                     else:
                         self._settings, self._files = settings, files
                         self._sig = _signature(files)
                         log.info("web config %s reloaded", self.path)
+                        self._reloaded(True)
             return self._settings
+
+    def _reloaded(self, ok: bool) -> None:
+        if ok:
+            self.reloads_ok += 1
+            self.last_success_time = time.time()
+        else:
+            self.reloads_failed += 1
+        self.last_reload_ok = ok
 
     def check_password(self, settings: Settings, user: str, password: str) -> bool:
         """bcrypt check of one credential, cached (bounded LRU) by user, hash and password."""

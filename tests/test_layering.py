@@ -77,3 +77,60 @@ def test_the_checker_catches_the_shapes_it_looks_for(tmp_path):
     found = offenders(python_files("agent", top=str(tmp_path)), HIGHER, root=str(tmp_path))
     assert sorted(found) == ["agent/gpu/bad.py imports agent.cli", "agent/gpu/bad.py imports agent.cli.load_config",
                              "agent/gpu/bad.py imports agent.daemon", "agent/gpu/bad.py imports exporters"]
+
+
+# Rooms whose modules must not import each other in a circle (a lazy import inside a function
+# counts too: it only hides the circle until the day someone moves it to the top).
+ROOMS = ("agent", "agent/sources", "agent/gpu", "agent/pmu", "agent/phases", "exporters", "workloads", "dashboards")
+
+
+def module_name(path: str, root: str = REPO) -> str:
+    rel = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def import_cycles(room: str, root: str = REPO):
+    """Circles of imports among the modules directly inside ``room`` (each circle once, as 'a -> b -> a')."""
+    top = os.path.join(root, room)
+    files = [os.path.join(top, f) for f in sorted(os.listdir(top)) if f.endswith(".py")] if os.path.isdir(top) else []
+    mods = {module_name(p, root): p for p in files}
+    graph = {m: sorted({i for i in imports(p, root) if i in mods and i != m}) for m, p in mods.items()}
+    cycles, seen = [], set()
+    # a package importing its own submodules is not a circle: importing a submodule always runs the package first
+    package = module_name(os.path.join(top, "__init__.py"), root)
+
+    def walk(node, path):
+        for nxt in graph[node]:
+            if nxt == package:
+                continue
+            if nxt in path:
+                circle = path[path.index(nxt):]
+                i = circle.index(min(circle))
+                key = tuple(circle[i:] + circle[:i])
+                if key not in seen:
+                    seen.add(key)
+                    cycles.append(" -> ".join(key + (key[0],)))
+            else:
+                walk(nxt, path + [nxt])
+
+    for m in sorted(graph):
+        walk(m, [m])
+    return cycles
+
+
+def test_no_import_cycles_inside_a_room():
+    found = {room: import_cycles(room) for room in ROOMS}
+    assert {room: c for room, c in found.items() if c} == {}
+
+
+def test_the_cycle_checker_catches_lazy_and_relative_circles(tmp_path):
+    """The oracle for the test above: a circle closed by a lazy relative import is found, once."""
+    (tmp_path / "exporters").mkdir()
+    (tmp_path / "exporters" / "__init__.py").write_text("")
+    (tmp_path / "exporters" / "a.py").write_text("from .b import x\nfrom . import c\n")
+    (tmp_path / "exporters" / "b.py").write_text("def f():\n    from .a import y\n")
+    (tmp_path / "exporters" / "c.py").write_text("import exporters\nfrom exporters import d\n")
+    (tmp_path / "exporters" / "d.py").write_text("from exporters.c import z\n")
+    (tmp_path / "exporters" / "e.py").write_text("import exporters.a\n")
+    assert import_cycles("exporters", root=str(tmp_path)) == ["exporters.a -> exporters.b -> exporters.a",
+                                                              "exporters.c -> exporters.d -> exporters.c"]

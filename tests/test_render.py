@@ -57,11 +57,11 @@ class Broken:
         raise KeyError("bug in formatting")
 
 
-def both(get, clock=lambda: NOW, stale=10.0):
+def both(get, clock=lambda: NOW, stale=10.0, extra=None):
     """(prepared renderer, prometheus_client registry) over the same snapshot getter and clock."""
     reg = CollectorRegistry()
-    reg.register(SnapshotCollector(get, stale, clock=clock))
-    return Exposition(get, stale, clock=clock, fallback=reg), reg
+    reg.register(SnapshotCollector(get, stale, clock=clock, extra=extra))
+    return Exposition(get, stale, clock=clock, fallback=reg, extra=extra), reg
 
 
 def assert_same(expo, reg):
@@ -126,6 +126,37 @@ def test_fixture_node_8gpu_replay_and_jobs_render_identically():
     assert 'teye_job_steps_total{train_job="job-2"} 5.0' in text
     sampler.read_once("gpu")  # a new reading of one source: re-rendered, the others reused
     assert_same(expo, reg)
+
+
+def test_the_web_servers_counters_render_identically_and_follow_every_scrape():
+    """The extra (per-scrape) points: byte for byte prometheus_client's output, in all four bodies, new values
+    on every scrape while the snapshot's part is reused."""
+    from exporters.webstats import WebStats
+    sampler = node_sampler()
+    stats = WebStats()
+    stats.attach({"c1": None, "c2": None}, 512, None)
+    expo, reg = both(lambda: sampler.snapshot, clock=lambda: sampler.snapshot.taken_ns, extra=stats.state)
+    text = assert_same(expo, reg)
+    assert text.index("# TYPE teye_collector_last_read_age") < text.index("# TYPE teye_web_requests_total") < \
+        text.index("# TYPE teye_collector_failures_total")
+    assert 'teye_web_connections 2.0' in text and 'teye_web_connections_max 512.0' in text
+    for code in (200, 200, 401, 404):
+        stats.request("/metrics" if code != 404 else "/x/../secret", code)
+    stats.timeout("idle")
+    stats.in_flight = 1
+    text = assert_same(expo, reg)
+    assert 'teye_web_requests_total{code="200",path="/metrics"} 2.0' in text
+    assert 'teye_web_requests_total{code="404",path="other"} 1.0' in text and "secret" not in text
+    assert 'teye_web_timeouts_total{kind="idle"} 1.0' in text and "teye_web_requests_in_flight 1.0" in text
+    stats.timeout("write")       # only a family near the end changes: still the same bytes
+    assert 'teye_web_timeouts_total{kind="write"} 1.0' in assert_same(expo, reg)
+    stats.evicted = 3
+    assert_same(expo, reg)
+    never = Snapshot(1, MappingProxyType({"never": SourceState("never")}))   # no age family: the extras end it
+    expo, reg = both(lambda: never, extra=stats.state)
+    text = assert_same(expo, reg)
+    assert text.index("# TYPE teye_collector_failures_total") < text.index("# TYPE teye_web_requests_total")
+    assert text.endswith('teye_web_timeouts_total{kind="write"} 1.0\n')
 
 
 def test_histograms_escaping_absent_values_duplicates_and_failures():

@@ -145,24 +145,34 @@ def _problem(plan: Plan, group: str, why: str) -> None:
 
 
 def build_plan(sysfs: str, procfs: str) -> Plan:
-    """What to count on this machine.  SourceUnavailable when there is no core PMU at all."""
+    """What to count on this machine: each group (core, fp, memory, pcie) planned from the PMUs that
+    exist, or absent with its reason in ``plan.problems``.  The core and floating-point groups need
+    the ``cpu`` PMU; memory and PCIe bandwidth need only their uncore PMUs.  SourceUnavailable when
+    there is no ``cpu`` PMU and nothing else could be planned either (no hardware PMU at all)."""
     devices = sysfs_mod.devices_dir(sysfs)
     names = sysfs_mod.list_pmus(sysfs)
-    if "cpu" not in names:
-        if "cpu_core" in names:
-            raise SourceUnavailable(f"hybrid CPU (cpu_core/cpu_atom PMUs under {devices}): not supported by teye yet")
-        raise SourceUnavailable(NO_PMU.format(dir=devices))
     plan = Plan(cpu_model=events_mod.read_cpuinfo(procfs))
-    try:
-        cpu = sysfs_mod.load_pmu(sysfs, "cpu")
-    except (OSError, ParseError) as e:
-        raise SourceUnavailable(f"cpu PMU description unusable: {e}") from None
-    online = sysfs_mod.online_cpus(sysfs) or (0,)
-    packages = {c: sysfs_mod.package_of(sysfs, c) for c in online}
-    _plan_core(plan, cpu, online, packages)
-    _plan_fp(plan, cpu, online, packages)
+    no_cpu = None
+    if "cpu" not in names:
+        no_cpu = (f"hybrid CPU (cpu_core/cpu_atom PMUs under {devices}): not supported by teye yet"
+                  if "cpu_core" in names else NO_PMU.format(dir=devices))
+    else:
+        try:
+            cpu = sysfs_mod.load_pmu(sysfs, "cpu")
+        except (OSError, ParseError) as e:
+            no_cpu = f"cpu PMU description unusable: {e}"
+    if no_cpu is None:
+        online = sysfs_mod.online_cpus(sysfs) or (0,)
+        packages = {c: sysfs_mod.package_of(sysfs, c) for c in online}
+        _plan_core(plan, cpu, online, packages)
+        _plan_fp(plan, cpu, online, packages)
+    else:
+        _problem(plan, "core", no_cpu)
+        _problem(plan, "fp", no_cpu)
     _plan_memory(plan, sysfs, names)
     _plan_pcie(plan, sysfs, names)
+    if no_cpu is not None and not plan.groups:
+        raise SourceUnavailable(no_cpu)
     plan.gpu_root_buses = tuple(sorted(sysfs_mod.gpu_root_buses(sysfs).items()))
     return plan
 
@@ -681,16 +691,17 @@ def _family(pmu: str) -> str:
 
 def probe(sysfs: str, procfs: str, reader=None) -> List[Tuple[str, bool, str]]:
     """(group, supported, detail) for each group: the plan, then one trial open per group (closed at once)."""
+    vm = "; this is a virtual machine (cpuinfo flag 'hypervisor')" if _hypervisor(procfs) else ""
     try:
         plan = build_plan(sysfs, procfs)
     except SourceUnavailable as e:
-        why = str(e) + ("; this is a virtual machine (cpuinfo flag 'hypervisor')" if _hypervisor(procfs) else "")
-        return [(g, False, why) for g in GROUPS]
+        return [(g, False, str(e) + vm) for g in GROUPS]
     reader = reader if reader is not None else LiveReader()
     out = []
     for g in GROUPS:
         if g in plan.problems:
-            out.append((g, False, plan.problems[g]))
+            why = plan.problems[g]
+            out.append((g, False, why + vm if why.startswith("no hardware PMU") else why))
             continue
         mine = [p for p in plan.groups if p.group == g]
         try:

@@ -67,6 +67,23 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(tmp_path):
             time.sleep(0.5)
         assert "401" in wrong["lastError"]
         assert prom.query('count(teye_build_info{job="teye_wrong"})') == []
+        # The agent's own counters, scraped by the good job: every 401 on /metrics is the wrong job's
+        # password (one scrape's values, so the two agree exactly), no other auth failure, no TLS failure.
+        sel = 'job="teye"'
+        got = prom.wait_for(f'teye_web_basic_auth_failures_total{{{sel},reason="wrong_password"}} > 0 and on (job) '
+                            f'teye_web_requests_total{{{sel},path="/metrics",code="200"}} > 0')
+        scrape_ts = got[0]["value"][0]
+        at = {"time": scrape_ts}
+        def value(expr):
+            (r,) = prom.api("query", query=expr, **at)["result"]
+            return float(r["value"][1])
+        assert value(f'teye_web_basic_auth_failures_total{{{sel},reason="wrong_password"}}') == \
+            value(f'teye_web_requests_total{{{sel},path="/metrics",code="401"}}')
+        for reason in ("missing", "malformed", "unknown_user"):
+            assert value(f'teye_web_basic_auth_failures_total{{{sel},reason="{reason}"}}') == 0
+        assert value(f'sum(teye_web_tls_handshake_failures_total{{{sel}}})') == 0
+        assert value(f'teye_web_requests_total{{{sel},path="/metrics",code="200"}}') >= 1
+        assert value(f'teye_web_config_last_reload_successful{{{sel}}}') == 1
     finally:
         if prom:
             prom.stop()
