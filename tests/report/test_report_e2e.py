@@ -290,7 +290,7 @@ def test_node_that_vanished_and_restarted(cluster):
     assert rc == 8, err
     (j,) = doc["jobs"]
     kinds = {c["kind"]: c for c in j["conditions"]}
-    assert set(kinds) == {"node_vanished", "counter_reset"} and not j["complete"]
+    assert set(kinds) == {"node_vanished", "counter_reset", "no_phases"} and not j["complete"]
     assert cluster["c"] in kinds["node_vanished"]["message"]
     (gone,) = [n["missing_seconds"] for n in j["per_node"]]
     assert 2.0 <= gone <= 5.0     # 3 s without an answer, to a scrape interval each side
