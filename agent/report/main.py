@@ -8,9 +8,7 @@ import sys
 import time
 from typing import Optional
 
-from . import render
-from .build import Request, build
-from .prom import EXIT_USAGE, HttpConfig, Prometheus, PrometheusError
+EXIT_USAGE = 2
 
 ENV_URL = "TEYE_PROMETHEUS_URL"
 _REL = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -46,6 +44,9 @@ def parse_bytes(text: str) -> float:
 
 
 def run(args, cfg) -> int:
+    from . import render
+    from .build import Request, build
+    from .prom import HttpConfig, Prometheus, PrometheusError
     rcfg = cfg.get("report", {})
     url = args.prometheus or os.environ.get(ENV_URL) or rcfg.get("prometheus_url")
     if not url:
@@ -81,7 +82,7 @@ def run(args, cfg) -> int:
         print(f"teye report: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = {"json": render.as_json, "markdown": lambda d: render.text(d, md=True),
-           "text": render.text, "summary": render.summary}[args.format](doc)
+           "text": render.text, "summary": lambda d: render.summary(d, args.max_bytes)}[args.format](doc)
     sys.stdout.write(out if out.endswith("\n") else out + "\n")
     for u in doc["unknown_jobs"]:
         print(f"teye report: unknown job {u}: no series in Prometheus between {doc['since']:.0f} and "
@@ -106,6 +107,8 @@ def add_parser(sub) -> None:
     r.add_argument("--since", metavar="TIME", help="start of the search (unix s, ISO time, or 2h/7d ago; default 7d)")
     r.add_argument("--until", metavar="TIME", help="end of the search (default now)")
     r.add_argument("--format", choices=["text", "json", "markdown", "summary"], default="text")
+    r.add_argument("--max-bytes", type=int, default=1024, metavar="N",
+                   help="--format summary: at most N bytes (default 1024; the epilog's AdminComment bound)")
     r.add_argument("--cpus", type=int, metavar="N", help="cores allocated to the job (for CPU efficiency)")
     r.add_argument("--mem", metavar="SIZE", help="memory requested (64G...), for the over-request note")
     r.add_argument("--step", type=float, metavar="SECONDS", help="query step (default: the scrape interval)")

@@ -296,3 +296,27 @@ def test_node_that_vanished_and_restarted(cluster):
     assert 2.0 <= gone <= 5.0     # 3 s without an answer, to a scrape interval each side
     # the increase is summed across the restart: the share stays the scripted 50 %
     assert rel(j["gpu_busy_ratio"], 0.5)
+
+
+def test_epilog_stores_a_bounded_summary(cluster, tmp_path):
+    from tests.report import slurm_fakes
+    calls = str(tmp_path / "calls")
+    env = {**os.environ, **slurm_fakes.install(str(tmp_path / "bin"), calls, cpus=4, mem="64G"),
+           "SLURM_JOB_ID": "4242", "TEYE_PROMETHEUS_URL": cluster["prom"].url}
+    p = subprocess.run(["sh", slurm_fakes.EPILOG], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0
+    _, full, _ = report(cluster, "--slurm-job", "4242", "--cpus", "4", "--mem", "64G")
+    j = full["jobs"][0]
+    (c,) = slurm_fakes.stored(calls)
+    s = json.loads(c[len("teye1:"):])
+    assert len(c) <= 1024 + 6
+    assert s["job"] == "4242" and s["vd"] == "input" and s["n"] == j["nodes"] and s["x"] == 0
+    assert s["gb"] == round(100 * j["gpu_busy_ratio"], 1) and s["ib"] == round(100 * j["input_bound_ratio"], 1)
+    assert any(n.startswith("Memory requested far above use") for n in j["notes"])   # 64G asked, node fixture used less
+    # a tight bound drops the optional parts first, and the result still parses
+    env["TEYE_EPILOG_MAX_BYTES"] = "120"
+    open(calls, "w").close()
+    assert subprocess.run(["sh", slurm_fakes.EPILOG], env=env, timeout=60).returncode == 0
+    (c,) = slurm_fakes.stored(calls)
+    s = json.loads(c[len("teye1:"):])
+    assert len(c) - len("teye1:") <= 120 and s["t"] == 1 and s["vd"] == "input" and "notes" not in s
