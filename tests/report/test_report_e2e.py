@@ -249,11 +249,15 @@ def test_text_and_markdown_show_bars_nodes_and_notes(cluster):
     assert rc == 0 and md.startswith("# teye job report") and "## Slurm job 4242" in md and "### Notes" in md
 
 
-def test_train_job_report_finds_its_slurm_job(cluster):
-    rc, doc, _ = report(cluster, "--train-job", "cmp-4243")
+def test_train_job_report_finds_its_slurm_job_and_links_the_dashboard(cluster, tmp_path):
+    conf = tmp_path / "teye.yml"
+    conf.write_text("grafana:\n  url: https://grafana.example/\n")
+    rc, doc, _ = report(cluster, "--train-job", "cmp-4243", "--config", str(conf))
     assert rc == 0
     (j,) = doc["jobs"]
     assert j["slurm_job"] == "4243" and j["train_jobs"] == ["cmp-4243"] and j["verdict"] == "compute"
+    assert j["grafana_url"] == (f"https://grafana.example/d/teye-job/teye-job?from={int(j['start'] * 1000)}"
+                                f"&to={int(j['end'] * 1000)}&var-node={cluster['nodes'][0]}&var-train_job=cmp-4243")
 
 
 def test_job_without_phases_omits_those_sections(cluster):
@@ -320,3 +324,14 @@ def test_epilog_stores_a_bounded_summary(cluster, tmp_path):
     (c,) = slurm_fakes.stored(calls)
     s = json.loads(c[len("teye1:"):])
     assert len(c) - len("teye1:") <= 120 and s["t"] == 1 and s["vd"] == "input" and "notes" not in s
+
+
+def test_all_jobs_of_a_user_in_a_time_range(cluster):
+    rc, doc, err = report(cluster, "--user", USER, "--since", "1h")
+    assert [j["slurm_job"] for j in doc["jobs"]] == ["4242", "4243", "4244"]
+    assert rc == 12, err          # 4244 reported no phases; the other two are complete
+    rc, doc, _ = report(cluster, "--user", "carol", "--since", "1h")
+    assert [j["slurm_job"] for j in doc["jobs"]] == ["4250"] and rc == 8
+    first = min(j["start"] for j in report(cluster, "--user", USER, "--since", "1h")[1]["jobs"])
+    rc, doc, _ = report(cluster, "--user", USER, "--since", "1h", "--until", f"{first - 30:.0f}")
+    assert doc["jobs"] == [] and rc == 0
