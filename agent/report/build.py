@@ -465,8 +465,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         off = f.skew.get(inst)
         if off is not None:
             conds.append(Condition(EXIT_CLOCK_SKEW, "clock_skew",
-                                   f"node {inst}'s clock is {off[0]:+.1f} s from Prometheus' (up to {off[1]:+.1f} s): "
-                                   f"times from that node do not line up with the others"))
+                                   f"node {inst}'s samples are stamped {off[0]:.1f} s ahead of Prometheus' clock: "
+                                   f"its times do not line up with the other nodes' (check NTP/chrony there)"))
     slowest = None
     if len(per_node) > 1:
         with_steps = [p for p in per_node if p["step_seconds_p50"]]
@@ -627,7 +627,7 @@ def build(prom: Prometheus, req: Request) -> dict:
         step = max(step, math.ceil((t1 - t0) / MAX_POINTS))
         t0 = t1 - math.ceil((t1 - max(since, t0 - step)) / step) * step   # the grid ends exactly at t1
         f = _fetch(prom, nodes, t0, t1, step)
-        f.skew = _skew(prom, nodes, t0, t1)
+        f.skew = _skew(prom, nodes, now)
         # Slurm jobs: the GPUs their processes held, when
         slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]] = defaultdict(dict)
         slurm_user: Dict[str, str] = {}
@@ -670,6 +670,14 @@ def build(prom: Prometheus, req: Request) -> dict:
     return doc
 
 
-def _skew(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float) -> Dict[str, Tuple[float, float]]:
-    """Nodes whose clock is more than SKEW_TOLERANCE_S from Prometheus': teye_time_seconds - timestamp()."""
-    return {}
+def _skew(prom: Prometheus, nodes: Sequence[str], now: float) -> Dict[str, Tuple[float, float]]:
+    """Nodes whose samples are stamped ahead of Prometheus' clock (by more than SKEW_TOLERANCE_S).
+
+    Samples carry the time of whoever stamped them: the scraping Prometheus, an edge Prometheus in
+    agent mode (the central tier), or an exporter's own timestamps.  Evaluated 5 minutes after
+    Prometheus' "now", an instant selector sees only samples stamped after now: the nodes that are
+    ahead.  A node behind cannot be told from one whose data arrive late, and a node that no longer
+    reports cannot be checked: both are said in docs/report.md."""
+    res = prom.query(f"max by (instance) (timestamp(teye_gpu_sampled_seconds_total{{instance=~{_lbl(nodes)}}})) "
+                     f"- {now:.3f}", at=now + 300)
+    return {m.get("instance", ""): (v, v) for m, _, v in res if v > SKEW_TOLERANCE_S}

@@ -53,7 +53,7 @@ def first_last_change(points: Points, t_from: float, t_to: float) -> Tuple[Optio
     """First and last grid time in [t_from, t_to] at which the counter moved (or appeared non-zero)."""
     pts = window(points, t_from, t_to)
     first = last = None
-    prev = None if (points and points[0][0] >= t_from - 1e-6) else (pts[0][1] if pts else None)
+    prev = None if (points and points[0][0] > t_from + 1e-6) else (pts[0][1] if pts else None)
     for t, v in pts:
         moved = (prev is None and v > 0) or (prev is not None and v != prev)
         if moved:

@@ -60,8 +60,10 @@ class Scripted:
     """Target C: Slurm job 4250 on one GPU, 50 % busy; the agent restarts at 5 s (counters from zero)
     and the node does not answer from 8 s to 11 s; the job's process exits at 14 s."""
 
-    def __init__(self):
+    def __init__(self, render=None):
         self.t0 = None   # its clock starts at Prometheus' first scrape
+        if render is not None:
+            self.render = render
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -102,6 +104,20 @@ class Scripted:
         self.srv.shutdown()
 
 
+SKEW_S = 20.0
+
+
+def skewed(el):
+    """Target D: Slurm job 4260, 40 % busy, from a node whose clock is SKEW_S ahead: its samples carry their
+    own timestamps (as an edge Prometheus of the central tier stamps them with its clock)."""
+    ms = int((time.time() + SKEW_S) * 1000)
+    out = ["# TYPE teye_gpu_busy_seconds_total counter", f'teye_gpu_busy_seconds_total{{gpu="0"}} {0.4 * el} {ms}',
+           "# TYPE teye_gpu_sampled_seconds_total counter", f'teye_gpu_sampled_seconds_total{{gpu="0"}} {el} {ms}',
+           "# TYPE teye_gpu_process_info gauge",
+           f'teye_gpu_process_info{{gpu="0",pid="8",user="dan",slurm_job="4260",pod_uid=""}} 1 {ms}']
+    return ("\n".join(out) + "\n").encode()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if not prometheus_binary():
@@ -113,7 +129,7 @@ def cluster(tmp_path_factory):
     conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in OFF))
     procs_a = scripted.procfs_tree(str(tmp / "proc-a"), PROCFS)
     procs_b = scripted.procfs_tree(str(tmp / "proc-b"), PROCFS, slurm=("4242", "4244"))
-    agents, loops, prom, target = [], {}, None, None
+    agents, loops, prom, target, ahead = [], {}, None, None, None
     try:
         for name, procfs in (("a", procs_a), ("b", procs_b)):
             sock = os.path.join(d, f"{name}.sock")
@@ -121,9 +137,10 @@ def cluster(tmp_path_factory):
                        log_path=str(tmp / f"agent-{name}.log"))
             ag.sock = sock
             agents.append(ag)
-        target = Scripted()
-        prom = Prometheus(str(tmp), [f"127.0.0.1:{a.port}" for a in agents] + [f"127.0.0.1:{target.port}"])
-        prom.wait_for("count(up == 1) == 3", timeout=30)   # Prometheus' first scrapes come ~6 s after start
+        target, ahead = Scripted(), Scripted(skewed)
+        prom = Prometheus(str(tmp), [f"127.0.0.1:{a.port}" for a in agents] +
+                          [f"127.0.0.1:{target.port}", f"127.0.0.1:{ahead.port}"])
+        prom.wait_for("count(up == 1) == 4", timeout=30)   # Prometheus' first scrapes come ~6 s after start
         env = {**os.environ, "PYTHONPATH": REPO}
         runs = [("a", "in-4242", agents[0], "0", ("200", "0.03", "0.01")),
                 ("a", "cmp-4243", agents[0], "1", ("250", "0.001", "0.03")),
@@ -141,12 +158,14 @@ def cluster(tmp_path_factory):
             time.sleep(0.5)
         time.sleep(2.0)
         yield {"prom": prom, "agents": agents, "loops": loops, "tmp": tmp,
-               "nodes": [f"127.0.0.1:{a.port}" for a in agents], "c": f"127.0.0.1:{target.port}"}
+               "nodes": [f"127.0.0.1:{a.port}" for a in agents], "c": f"127.0.0.1:{target.port}",
+               "d": f"127.0.0.1:{ahead.port}"}
     finally:
         if prom:
             prom.stop()
-        if target:
-            target.stop()
+        for t in (target, ahead):
+            if t:
+                t.stop()
         for a in agents:
             a.stop()
         shutil.rmtree(d, ignore_errors=True)
@@ -335,3 +354,16 @@ def test_all_jobs_of_a_user_in_a_time_range(cluster):
     first = min(j["start"] for j in report(cluster, "--user", USER, "--since", "1h")[1]["jobs"])
     rc, doc, _ = report(cluster, "--user", USER, "--since", "1h", "--until", f"{first - 30:.0f}")
     assert doc["jobs"] == [] and rc == 0
+
+
+def test_clock_skew(cluster):
+    rc, doc, err = report(cluster, "--slurm-job", "4260")
+    assert rc == 9, err
+    (j,) = doc["jobs"]
+    (c,) = [c for c in j["conditions"] if c["kind"] == "clock_skew"]
+    assert cluster["d"] in c["message"]
+    ahead = float(c["message"].split(" s ahead")[0].rsplit(" ", 1)[1])
+    assert SKEW_S - 3 <= ahead <= SKEW_S + 1
+    assert rel(j["gpu_busy_ratio"], 0.4)
+    rc, _, _ = report(cluster, "--slurm-job", "4243")
+    assert rc == 0          # the other nodes are on time
