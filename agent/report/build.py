@@ -23,7 +23,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..phases.jobs import STEP_BUCKETS
 from ..phases.verdict import CAUSES, INPUT_CAUSE_RECOMMENDATIONS, KINDS, RECOMMENDATIONS
 from . import series as S
 from .prom import Prometheus
@@ -101,6 +100,18 @@ class Fetched:
     host: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (q, inst)
     up: Dict[str, List[Tuple[float, float]]] = field(default_factory=dict)
     skew: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    # indexes by training job (built once by index(), so per-job work never scans every series)
+    job_by: Dict[Tuple[str, str], list] = field(default_factory=dict)       # (inst, tj) -> [(metric, phase, gpu, le, pts)]
+    verdict_by: Dict[Tuple[str, str], list] = field(default_factory=dict)   # (inst, tj) -> [(metric, what, pts)]
+    jinfo_by: Dict[str, list] = field(default_factory=dict)                 # tj -> [(inst, pts)]
+
+    def index(self) -> None:
+        for (metric, inst, tj, phase, gpu, le), pts in self.job.items():
+            self.job_by.setdefault((inst, tj), []).append((metric, phase, gpu, le, pts))
+        for (metric, inst, tj, what), pts in self.verdict.items():
+            self.verdict_by.setdefault((inst, tj), []).append((metric, what, pts))
+        for (inst, tj), pts in self.jinfo.items():
+            self.jinfo_by.setdefault(tj, []).append((inst, pts))
 
 
 def _fetch_identity(prom: Prometheus, req: Request, since: float, until: float):
@@ -206,12 +217,12 @@ def _r(x, nd=6):
 def _train_job_windows(f: Fetched, name: str) -> Dict[str, Tuple[float, float]]:
     """instance -> (start, end) of the job's activity there: the span in which its phase counters moved."""
     out = {}
-    for (inst, tj), pts in f.jinfo.items():
-        if tj != name or not pts:
+    for inst, pts in f.jinfo_by.get(name, []):
+        if not pts:
             continue
         first = last = None
-        for (metric, i2, tj2, _, _, _), cp in f.job.items():
-            if i2 != inst or tj2 != name or metric != "teye_job_phase_seconds_total":
+        for metric, _, _, _, cp in f.job_by.get((inst, name), []):
+            if metric != "teye_job_phase_seconds_total":
                 continue
             a, b = S.first_last_change(cp, f.t0, f.t1)
             if a is not None:
@@ -236,9 +247,7 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         n_steps, n_samples, n_sum = _Acc(), _Acc(), _Acc()
         nb: Dict[float, _Acc] = defaultdict(_Acc)
         procs = 1.0
-        for (metric, i2, tj, phase, gpu, le), pts in f.job.items():
-            if i2 != inst or tj != name:
-                continue
+        for metric, phase, gpu, le, pts in f.job_by.get((inst, name), []):
             if metric == "teye_job_phase_seconds_total":
                 phase_s[phase].add(pts, lo, b)
             elif metric == "teye_job_gpu_idle_seconds_total":
@@ -279,9 +288,7 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
     causes: Dict[str, int] = defaultdict(int)
     last_kind: Dict[str, Tuple[float, str]] = {}
     last_cause: Tuple[float, Optional[str]] = (-1.0, None)
-    for (metric, inst, tj, what), pts in f.verdict.items():
-        if tj != name or inst not in windows:
-            continue
+    for inst, metric, what, pts in ((i, m, w, p) for i in windows for m, w, p in f.verdict_by.get((i, name), [])):
         a, b = windows[inst]
         for t, _ in S.window(pts, a, b):
             if metric == "teye_job_bottleneck":
@@ -627,6 +634,7 @@ def build(prom: Prometheus, req: Request) -> dict:
         step = max(step, math.ceil((t1 - t0) / MAX_POINTS))
         t0 = t1 - math.ceil((t1 - max(since, t0 - step)) / step) * step   # the grid ends exactly at t1
         f = _fetch(prom, nodes, t0, t1, step)
+        f.index()
         f.skew = _skew(prom, nodes, now)
         # Slurm jobs: the GPUs their processes held, when
         slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]] = defaultdict(dict)
@@ -645,18 +653,15 @@ def build(prom: Prometheus, req: Request) -> dict:
             doc["jobs"].append(_assemble(f, req, now, sj, links.get(sj, []), dict(slurm_gpus[sj]),
                                          slurm_user.get(sj, ""), until_given))
         linked = {tj for v in links.values() for tj in v}
+        all_links = _link(f, slurm_gpus) if (req.train_jobs or req.user) else {}
         tj_wanted = list(req.train_jobs) if req.train_jobs else \
             (sorted(found_train - linked) if req.user else [])
         for tj in tj_wanted:
             if tj not in found_train:
                 continue
-            users = [u for (i, t), u in f.jinfo_user.items() if t == tj and u]
+            users = [f.jinfo_user.get((i, tj)) for i, _ in f.jinfo_by.get(tj, []) if f.jinfo_user.get((i, tj))]
             # the Slurm job it ran in, if any: its GPUs' holder
-            owner = None
-            for sj, gw in slurm_gpus.items():
-                if tj in _link(f, {sj: gw}).get(sj, []):
-                    owner = sj
-                    break
+            owner = next((sj for sj in sorted(all_links) if tj in all_links[sj]), None)
             rep = _assemble(f, req, now, owner, [tj], dict(slurm_gpus[owner]) if owner else {},
                             users[0] if users else "", until_given)
             rep["train_jobs"] = sorted(set(rep["train_jobs"]) | {tj}) if rep["train_jobs"] else [tj]
