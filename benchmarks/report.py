@@ -59,6 +59,7 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=150.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--naive", type=int, default=20, help="jobs reported one by one for the peer figure")
+    ap.add_argument("--profile", action="store_true", help="print where the 1,000-job report spends its time")
     args = ap.parse_args(argv)
     fx = os.path.join(fleet.FIXTURES)
     first, second, dt = fleet.capture(os.path.join(fx, "proc"), os.path.join(fx, "sys"))
@@ -91,6 +92,14 @@ def main(argv=None):
             peer = per_job * k
             print(f"{k:>6} {med:>22.2f} s {q:>8} {got:>9} {peer:>23.2f} s{'' if k <= args.naive else ' *'} "
                   f"{int(q_per_job * k):>8}   ratio {peer / med:.1f}x")
+        if args.profile:
+            import cProfile
+            import pstats
+            pr = cProfile.Profile()
+            pr.enable()
+            timed(url, all_jobs[:1000])
+            pr.disable()
+            pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
         print(f"\n* extrapolated from {len(naive)} single-job reports (median {per_job:.3f} s, "
               f"{q_per_job:.0f} queries each); history: {args.seconds:.0f} s of scrapes")
     finally:

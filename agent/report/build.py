@@ -194,8 +194,8 @@ class _Acc:
         self.seen = False
         self.resets = 0
 
-    def add(self, pts, a, b):
-        v, r = S.increase(pts, a, b)
+    def add(self, pts, a, b, from_zero=True):
+        v, r = S.increase(pts, a, b, from_zero)
         if v is not None:
             self.total += v
             self.seen = True
@@ -340,7 +340,7 @@ def _gpu_numbers(f: Fetched, inst: str, gpu: str, a: float, b: float) -> dict:
         acc = _Acc()
         pts = f.gpu.get((metric, inst, gpu))
         if pts:
-            acc.add(pts, lo, b)
+            acc.add(pts, lo, b, from_zero=metric != "teye_gpu_energy_joules_total")   # energy: since driver load
         accs[metric] = acc
     mem = [v for _, v in S.window(f.gmem.get((inst, gpu), []), a, b)]
     busy, sampled = accs["teye_gpu_busy_seconds_total"].value, accs["teye_gpu_sampled_seconds_total"].value

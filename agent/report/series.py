@@ -21,16 +21,18 @@ def window(points: Points, t_from: float, t_to: float) -> List[Tuple[float, floa
     return list(points[lo:hi])
 
 
-def increase(points: Points, t_from: float, t_to: float) -> Tuple[Optional[float], int]:
+def increase(points: Points, t_from: float, t_to: float, from_zero: bool = True) -> Tuple[Optional[float], int]:
     """(increase of a counter over [t_from, t_to], resets seen); (None, 0) with fewer than one point.
 
     The first point in the window is the baseline, except that a series that starts inside the window
     (created there: a job's first message, an agent's first scrape) counts from zero.  A value below
-    its predecessor is a reset (the agent restarted): the new value is what was added since."""
+    its predecessor is a reset (the agent restarted): the new value is what was added since.  Counters
+    that do not start with the agent (``from_zero=False``: the driver's energy) always start from their
+    first value."""
     pts = window(points, t_from, t_to)
     if not pts:
         return None, 0
-    created = bool(points) and points[0][0] > t_from + 1e-6
+    created = from_zero and bool(points) and points[0][0] > t_from + 1e-6
     total = pts[0][1] if created else 0.0
     resets = 0
     for (_, a), (_, b) in zip(pts, pts[1:]):

@@ -33,8 +33,8 @@ def _timeline(share: float, seconds: int) -> Timeline:
     return Timeline(out)
 
 
-def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60) -> str:
-    """The trace; the processes exit (and the Slurm jobs end) after ``proc_seconds``."""
+def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from: int = 0) -> str:
+    """The trace; the processes start after ``proc_from`` s and exit (the Slurm jobs end) after ``proc_seconds``."""
     gpus = []
     for i, share in enumerate(BUSY):
         g = FakeGpu(i, timeline=_timeline(share, seconds), period_us=PERIOD_US,
@@ -54,7 +54,7 @@ def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60) -> str:
                 g.energy_mj += int(g.power_mw * (t - (fake.now_us - START_US)) / S)
                 g.util_gpu = int(round(100 * share))
                 g.power_mw = int(70_000 + 580_000 * share)
-                alive = t < proc_seconds * S
+                alive = proc_from * S <= t < proc_seconds * S
                 g.processes = [(PIDS[g.index], PROC_MEM)] if alive else []
                 g.memory_used = 2 * GiB + (PROC_MEM if alive else 0)
             fake.now_us = START_US + t
