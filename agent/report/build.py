@@ -623,7 +623,9 @@ def build(prom: Prometheus, req: Request) -> dict:
     if spans:
         nodes = sorted({m.get("instance", "") for m, pts in slurm_r1 + train_r1 if pts})
         t0 = max(since, min(a for a, _ in spans) - s1)
-        t1 = min(until, max(b for _, b in spans))
+        # one coarse step past the last sighting, so that a job that ended just before a coarse grid point
+        # is not seen "present at the end" (running) on the fine grid
+        t1 = min(until, max(b for _, b in spans) + s1)
         if not req.step:   # about one scrape interval: the spacing of up's samples before t1
             w = _dur(min(300.0, max(2.0, t1 - t0)))
             u = f"up{{instance=~{_lbl(nodes)}}}"
