@@ -360,7 +360,7 @@ def _host_numbers(f: Fetched, inst: str, a: float, b: float) -> dict:
         acc = _Acc()
         pts = f.host.get((q, inst))
         if pts:
-            acc.add(pts, lo, b)
+            acc.add(pts, lo, b, from_zero=False)   # since boot, not since the agent started
         h[q] = acc
     last = lambda q: max([v for _, v in S.window(f.host.get((q, inst), []), a, b)] or [None], key=lambda x: x or 0)  # noqa
     run = max(b - a, 0.0)

@@ -346,6 +346,9 @@ def test_epilog_stores_a_bounded_summary(cluster, tmp_path):
     assert s["job"] == "4242" and s["vd"] == "input" and s["n"] == j["nodes"] and s["x"] == 0
     assert s["gb"] == round(100 * j["gpu_busy_ratio"], 1) and s["ib"] == round(100 * j["input_bound_ratio"], 1)
     assert any(n.startswith("Memory requested far above use") for n in j["notes"])   # 64G asked, node fixture used less
+    # the fixture's /proc/stat does not move: the nodes' CPUs did no work, so 4 cores were allocated for nothing
+    assert j["cpu"]["allocated_cores"] == 4 and j["cpu"]["efficiency"] == 0.0
+    assert any(n.startswith("CPU cores mostly idle: 0 % of 4 allocated cores") for n in j["notes"])
     # a tight bound drops the optional parts first, and the result still parses
     env["TEYE_EPILOG_MAX_BYTES"] = "120"
     open(calls, "w").close()

@@ -85,3 +85,29 @@ def test_http_config_basic_auth_bearer_and_errors(tmp_path):
 
 def test_a_series_created_inside_the_window_moves_when_it_appears():
     assert S.first_last_change([(2, 5.0), (3, 5.0), (4, 6.0)], 0, 5) == (2, 4)
+
+
+def _job(busy, cpus=None, eff=None, peak=None, req=None, verdict=None, cause=None):
+    gpus = [{"node": "n1", "gpu": str(i), "busy_ratio": b} for i, b in enumerate(busy)]
+    total = sum(busy) / len(busy) if busy else None
+    return {"gpus": gpus, "gpu_busy_ratio": total, "cpu": {"allocated_cores": cpus, "efficiency": eff},
+            "memory": {"peak_bytes": peak, "requested_bytes": req}, "verdict": verdict, "input_cause": cause}
+
+
+def test_jobstats_style_notes():
+    from agent.report.build import Request, _notes
+    n = _notes(_job([0.0, 0.001]), Request())
+    assert len(n) == 1 and n[0].startswith("The job was allocated 2 GPU(s) and none of them was ever busy")
+    n = _notes(_job([0.9, 0.0, 0.0, 0.0]), Request())
+    assert n[0].startswith("Only one GPU of 4 did work (GPU 0 on n1)")
+    n = _notes(_job([0.9, 0.8, 0.0]), Request())
+    assert n == ["1 of 3 allocated GPUs were never busy (n1/GPU 2)."]
+    n = _notes(_job([0.3]), Request())
+    assert n == ["GPU busy 30 % of the job's time: the GPUs wait more than they work (see the verdict and idle "
+                 "time by phase below)."]
+    n = _notes(_job([0.9], cpus=16, eff=0.1, peak=2 * 2**30, req=64 * 2**30), Request())
+    assert n[0].startswith("CPU cores mostly idle: 10 % of 16 allocated cores used")
+    assert n[1].startswith("Memory requested far above use: peak 2.0 GiB of 64.0 GiB requested")
+    assert _notes(_job([0.9], cpus=1, eff=0.1, peak=30 * 2**30, req=64 * 2**30), Request()) == []
+    n = _notes(_job([0.9], verdict="input", cause="storage"), Request())
+    assert n[0].startswith("Verdict input (cause storage): The input pipeline waits for storage")
