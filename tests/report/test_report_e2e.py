@@ -255,6 +255,29 @@ def test_input_bound_two_node_job_and_compute_bound_job(cluster):
         (truth,) = promql(cluster, expr, tb).values()
         assert rel(j[key], truth), key
     assert j["idle_gaps"]["count"] == gaps_n
+    # when each node held GPU 0 for the job: the first and last sample of its process, to the report's step
+    for g in j["gpus"]:
+        sel = f'timestamp(teye_gpu_process_info{{slurm_job="4242",instance="{g["node"]}"}})'
+        d = int((j["end"] - j["start"] + 60) * 1000)
+        (first,) = promql(cluster, f"min_over_time({sel}[{d}ms:100ms])", j["end"] + 5).values()
+        (last,) = promql(cluster, f"max_over_time({sel}[{d}ms:100ms])", j["end"] + 5).values()
+        assert first - 0.01 <= g["start"] <= first + step + 0.01 and last - 0.01 <= g["end"] <= last + step + 0.01
+    assert j["start"] == min(g["start"] for g in j["gpus"]) and j["end"] == max(g["end"] for g in j["gpus"])
+    assert j["run_seconds"] == pytest.approx(j["end"] - j["start"], abs=1e-3)
+    # the verdict's shares: the time-average of teye_job_bottleneck over each node's active window
+    for kind in ("input", "compute"):
+        avgs = []
+        for p in tj["per_node"]:
+            d = int(round((p["end"] - p["start"] + step) * 1000))
+            (v,) = promql(cluster, f'avg_over_time(teye_job_bottleneck{{train_job="in-4242",kind="{kind}",'
+                                   f'instance="{p["node"]}"}}[{d}ms])', p["end"]).values()
+            avgs.append(v)
+        assert j["verdict_shares"][kind] == pytest.approx(sum(avgs) / len(avgs), abs=0.02), kind
+    # host memory peak: the nodes' peaks over the job (whole nodes)
+    d = int(round((j["end"] - j["start"] + step) * 1000))
+    (mem,) = promql(cluster, f'sum(max_over_time(teye_memory_used_bytes{{instance=~"{a}|{b}"}}[{d}ms]))',
+                    j["end"]).values()
+    assert j["memory"]["peak_bytes"] == mem
     # --- job 4243: one node, compute bound on GPU 1 (90 % busy)
     k = jobs["4243"]
     assert k["nodes"] == [a] and k["train_jobs"] == ["cmp-4243"] and k["slowest_node"] is None
