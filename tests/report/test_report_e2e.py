@@ -147,7 +147,8 @@ def cluster(tmp_path_factory):
         env = {**os.environ, "PYTHONPATH": REPO}
         runs = [("a", "in-4242", agents[0], "0", ("200", "0.03", "0.01")),
                 ("a", "cmp-4243", agents[0], "1", ("250", "0.001", "0.03")),
-                ("b", "in-4242", agents[1], "0", ("130", "0.05", "0.01"))]
+                ("b", "in-4242", agents[1], "0", ("130", "0.05", "0.01")),
+                ("a", "cpu-only", agents[0], "", ("100", "0.002", "0.02"))]     # no GPU, no Slurm job
         ps = {(node, job): subprocess.Popen([sys.executable, "-c", LOOP, job, *args], stdout=subprocess.PIPE,
                                             env={**env, "TEYE_PHASE_SOCKET": ag.sock, "CUDA_VISIBLE_DEVICES": cvd})
               for node, job, ag, cvd, args in runs}
@@ -403,3 +404,15 @@ def test_clock_skew(cluster):
     assert rel(j["gpu_busy_ratio"], 0.4)
     rc, _, _ = report(cluster, "--slurm-job", "4243")
     assert rc == 0          # the other nodes are on time
+
+
+def test_training_job_outside_slurm_without_gpus(cluster):
+    rc, doc, err = report(cluster, "--train-job", "cpu-only")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    lp = cluster["loops"][("a", "cpu-only")]
+    assert j["slurm_job"] is None and j["train_jobs"] == ["cpu-only"] and j["gpus"] == []
+    assert j["nodes"] == [cluster["nodes"][0]] and j["gpu_busy_ratio"] is None and j["gpu_energy_joules"] is None
+    assert j["steps"] == 100 and j["samples"] == 3200 and j["verdict"] == "compute"
+    assert rel(j["samples_per_second"], lp["samples"] / lp["total"])
+    assert not any(n.startswith("GPU") or "GPU(s)" in n for n in j["notes"])
