@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import List, Optional
 
 WIDTH = 40
@@ -56,6 +57,8 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     if j.get("grafana_url"):
         L.append(f"- **Dashboard:** [{j['grafana_url']}]({j['grafana_url']})" if md
                  else f"{'Dashboard':>15}: {j['grafana_url']}")
+    if md and j["conditions"]:
+        L.append("")
     for c in j["conditions"]:
         L.append(f"> **{c['kind']}**: {c['message']}" if md else f"  ! {c['kind']}: {c['message']}")
     code = "    " if md else ""
@@ -66,7 +69,7 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         L.append(f"{code}  {n['node'][:15]:15}  {_bar(n['gpu_busy_ratio'])}{mark}")
         for g in j["gpus"]:
             if g["node"] == n["node"]:
-                L.append(f"{code}    GPU {g['gpu']:10}  {_bar(g['busy_ratio'])}  mem peak {_bytes(g['memory_peak_bytes'])}")
+                L.append(f"{code}    GPU {g['gpu']:9}  {_bar(g['busy_ratio'])}  mem peak {_bytes(g['memory_peak_bytes'])}")
     gaps = j.get("idle_gaps")
     L.append("")
     L.append(f"GPU memory peak: {_bytes(j['gpu_memory_peak_bytes'])}; GPU energy: "
@@ -82,6 +85,8 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         total = sum(v or 0 for v in j["phase_seconds"].values()) or 1.0
         idle = j["gpu_idle_seconds_by_phase"] or {}
         for p, v in j["phase_seconds"].items():
+            if not v and not idle.get(p):
+                continue   # phases the job never entered
             L.append(f"{code}  {p:15}  {_bar((v or 0) / total)}  {v:.1f} s, GPU idle {idle.get(p, 0.0):.1f} s")
         L.append(f"Input-bound share: {_pct(j['input_bound_ratio'])}")
         shares = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(j["verdict_shares"].items(), key=lambda kv: -kv[1])
@@ -94,7 +99,7 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     L += ["", "### Host" if md else "Host"]
     if cpu["efficiency"] is not None:
         L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']} allocated cores")
-    L.append(f"{code}  node CPU busy    {_bar(cpu['node_busy_ratio'])}  of {cpu['node_cpus'] or 'n/a'} CPUs "
+    L.append(f"{code}  node CPU busy    {_bar(cpu['node_busy_ratio'])}  of {int(cpu['node_cpus'] or 0) or 'n/a'} CPUs "
              f"(whole nodes)")
     extra = []
     if cpu["cycles_per_instruction"] is not None:
@@ -107,7 +112,7 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     if j["notes"]:
         L += ["", "### Notes" if md else "Notes"]
         for n in j["notes"]:
-            L.append(f"- {n}" if md else f"  * {n}")
+            L.append(f"- {n}" if md else textwrap.fill(n, 100, initial_indent="  * ", subsequent_indent="    "))
     L.append("")
     return L
 
