@@ -583,14 +583,22 @@ def _iso(t: float) -> str:
 
 def _link(f: Fetched, slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]]) -> Dict[str, List[str]]:
     """slurm job -> training jobs that ran on its GPUs (same node and GPU, overlapping time) or carry its id."""
+    # A training job's series outlive it (they expire phases.job_expiry_seconds after its last message), so
+    # its time on a node is when its phase counters moved, not when its series existed.
+    windows: Dict[str, Dict[str, Tuple[float, float]]] = {}
+
+    def active(inst, tj):
+        if tj not in windows:
+            windows[tj] = _train_job_windows(f, tj)
+        return windows[tj].get(inst)
     tj_gpus: Dict[Tuple[str, str], List[Tuple[str, float, float]]] = defaultdict(list)
-    for (metric, inst, tj, _, gpu, _), pts in f.job.items():
-        if metric == "teye_job_gpu_idle_seconds_total" and pts:
-            tj_gpus[(inst, gpu)].append((tj, pts[0][0], pts[-1][0]))
     names_on: Dict[str, List[Tuple[str, float, float]]] = defaultdict(list)
+    for (metric, inst, tj, _, gpu, _), pts in f.job.items():
+        if metric == "teye_job_gpu_idle_seconds_total" and pts and active(inst, tj):
+            tj_gpus[(inst, gpu)].append((tj, *active(inst, tj)))
     for (inst, tj), pts in f.jinfo.items():
-        if pts:
-            names_on[inst].append((tj, pts[0][0], pts[-1][0]))
+        if pts and active(inst, tj):
+            names_on[inst].append((tj, *active(inst, tj)))
     out: Dict[str, List[str]] = {}
     for sj, gw in slurm_gpus.items():
         found = set()

@@ -33,8 +33,10 @@ def _timeline(share: float, seconds: int) -> Timeline:
     return Timeline(out)
 
 
-def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from: int = 0) -> str:
-    """The trace; the processes start after ``proc_from`` s and exit (the Slurm jobs end) after ``proc_seconds``."""
+def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from=0) -> str:
+    """The trace; the processes start after ``proc_from`` s (one number, or one per GPU) and exit (the Slurm
+    jobs end) after ``proc_seconds``."""
+    starts = proc_from if isinstance(proc_from, (tuple, list)) else (proc_from,) * len(BUSY)
     gpus = []
     for i, share in enumerate(BUSY):
         g = FakeGpu(i, timeline=_timeline(share, seconds), period_us=PERIOD_US,
@@ -54,7 +56,7 @@ def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from:
                 g.energy_mj += int(g.power_mw * (t - (fake.now_us - START_US)) / S)
                 g.util_gpu = int(round(100 * share))
                 g.power_mw = int(70_000 + 580_000 * share)
-                alive = proc_from * S <= t < proc_seconds * S
+                alive = starts[g.index] * S <= t < proc_seconds * S
                 g.processes = [(PIDS[g.index], PROC_MEM)] if alive else []
                 g.memory_used = 2 * GiB + (PROC_MEM if alive else 0)
             fake.now_us = START_US + t

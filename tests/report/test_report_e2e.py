@@ -125,9 +125,10 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     d = shared_tmpdir()
     trace = scripted.write_trace(str(tmp / "trace.jsonl"), seconds=180, proc_seconds=30)
-    # node b joins job 4242 later (its processes start 15 s into its trace, after Prometheus first scraped it):
-    # a node that joins after the start has not vanished
-    trace_b = scripted.write_trace(str(tmp / "trace-b.jsonl"), seconds=180, proc_seconds=30, proc_from=15)
+    # node b joins job 4242 later (its GPU 0 process starts 15 s into its trace, after Prometheus first scraped
+    # it): a node that joins after the start has not vanished.  Job 4244 takes its GPU 1 at 22 s, after the
+    # training job "early-b" used that GPU (its series outlive it, but it is not part of 4244)
+    trace_b = scripted.write_trace(str(tmp / "trace-b.jsonl"), seconds=180, proc_seconds=30, proc_from=(15, 22))
     conf = tmp / "teye.yaml"
     conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in OFF))
     procs_a = scripted.procfs_tree(str(tmp / "proc-a"), PROCFS)
@@ -148,7 +149,8 @@ def cluster(tmp_path_factory):
         runs = [("a", "in-4242", agents[0], "0", ("200", "0.03", "0.01")),
                 ("a", "cmp-4243", agents[0], "1", ("250", "0.001", "0.03")),
                 ("b", "in-4242", agents[1], "0", ("130", "0.05", "0.01")),
-                ("a", "cpu-only", agents[0], "", ("100", "0.002", "0.02"))]     # no GPU, no Slurm job
+                ("a", "cpu-only", agents[0], "", ("100", "0.002", "0.02")),     # no GPU, no Slurm job
+                ("b", "early-b", agents[1], "1", ("40", "0.01", "0.02"))]
         ps = {(node, job): subprocess.Popen([sys.executable, "-c", LOOP, job, *args], stdout=subprocess.PIPE,
                                             env={**env, "TEYE_PHASE_SOCKET": ag.sock, "CUDA_VISIBLE_DEVICES": cvd})
               for node, job, ag, cvd, args in runs}
@@ -320,6 +322,7 @@ def test_job_without_phases_omits_those_sections(cluster):
     assert j["nodes"] == [cluster["nodes"][1]] and rel(j["gpu_busy_ratio"], scripted.BUSY[1])
     assert j["phase_seconds"] is None and j["verdict"] is None and "no training job reported phases" in \
         j["phases_omitted"]
+    assert j["train_jobs"] == []      # early-b ran on that GPU before the job, and its series were still there
     assert [c["kind"] for c in j["conditions"]] == ["no_phases"] and j["complete"]
 
 
