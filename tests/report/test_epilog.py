@@ -6,8 +6,12 @@ import os
 import subprocess
 import time
 
+import pytest
+
 from tests.procs import free_port
 from tests.report import slurm_fakes
+
+pytestmark = pytest.mark.e2e
 
 
 def run_epilog(tmp_path, env_extra, **fakes):

@@ -15,6 +15,8 @@ import yaml
 from tests.procs import REPO, Prometheus, free_port, prometheus_binary
 from tests.web.certs import bcrypt_hash, write_pki
 
+pytestmark = pytest.mark.e2e
+
 
 def report(*args, env=None):
     p = subprocess.run([sys.executable, "-m", "agent", "report", *args], capture_output=True, text=True,
