@@ -363,7 +363,7 @@ def _host_numbers(f: Fetched, inst: str, a: float, b: float) -> dict:
             acc.add(pts, lo, b, from_zero=False)   # since boot, not since the agent started
         h[q] = acc
     last = lambda q: max([v for _, v in S.window(f.host.get((q, inst), []), a, b)] or [None], key=lambda x: x or 0)  # noqa
-    run = max(b - a, 0.0)
+    run = max(b - lo, 0.0)           # the span the counters were differenced over
     dram = h["dram_bytes"].value
     return {"node": inst, "cpu_busy_seconds": _r(h["cpu_busy"].value, 3), "cpus": last("cpus"),
             "memory_peak_bytes": last("mem_peak"), "memory_total_bytes": last("mem_total"),
@@ -548,10 +548,11 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     cpu_busy = sum(h["cpu_busy_seconds"] or 0 for h in hosts.values())
     node_cpus = sum(h["cpus"] or 0 for h in hosts.values())
     alloc = req.cpus
+    span = run + f.step    # CPU time is differenced from the scrape before the start, as every counter
     job["cpu"] = {"allocated_cores": alloc, "node_cpus": node_cpus or None,
                   "node_busy_seconds": _r(cpu_busy, 3),
-                  "efficiency": _r(cpu_busy / (alloc * run), 4) if alloc and run > 0 else None,
-                  "node_busy_ratio": _r(cpu_busy / (node_cpus * run), 4) if node_cpus and run > 0 else None,
+                  "efficiency": _r(cpu_busy / (alloc * span), 4) if alloc and span > 0 else None,
+                  "node_busy_ratio": _r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0 else None,
                   "cycles_per_instruction": _r(_mean([h["cycles_per_instruction"] for h in hosts.values()]), 4),
                   "memory_bandwidth_bytes_per_second": _r(_sum([h["memory_bandwidth_bytes_per_second"]
                                                                for h in hosts.values()]), 1)}

@@ -111,3 +111,36 @@ def test_jobstats_style_notes():
     assert _notes(_job([0.9], cpus=1, eff=0.1, peak=30 * 2**30, req=64 * 2**30), Request()) == []
     n = _notes(_job([0.9], verdict="input", cause="storage"), Request())
     assert n[0].startswith("Verdict input (cause storage): The input pipeline waits for storage")
+
+
+def test_host_counters_cpi_bandwidth_and_cpu_time_over_the_job():
+    """Hand-made series on a 10 s grid: the job runs [100, 140]; counters since boot (never from zero)."""
+    from agent.report.build import Fetched, _host_numbers
+    grid = [float(t) for t in range(80, 161, 10)]
+    f = Fetched(80.0, 160.0, 10.0, grid)
+    lin = lambda base, rate: [(t, base + rate * (t - 80)) for t in grid]  # noqa: E731
+    f.host[("cpu_busy", "n1")] = lin(5000.0, 3.0)            # 3 cores busy
+    f.host[("cycles", "n1")] = lin(1e12, 6e9)
+    f.host[("instructions", "n1")] = lin(5e11, 4e9)           # CPI 1.5 over the job
+    f.host[("dram_bytes", "n1")] = lin(1e15, 2e10)           # 20 GB/s
+    f.host[("cpus", "n1")] = [(t, 64.0) for t in grid]
+    f.host[("mem_peak", "n1")] = [(t, 1e9 * (2 if 100 <= t <= 140 else 9)) for t in grid]
+    h = _host_numbers(f, "n1", 100.0, 140.0)
+    assert h["cpu_busy_seconds"] == pytest.approx(3.0 * 50)            # from one step before the start
+    assert h["cycles_per_instruction"] == pytest.approx(1.5)
+    assert h["memory_bandwidth_bytes_per_second"] == pytest.approx(2e10)
+    assert h["cpus"] == 64.0 and h["memory_peak_bytes"] == 2e9 and h["_resets"] == 0
+
+
+def test_cpu_efficiency_uses_the_span_the_counter_was_differenced_over():
+    from agent.report.build import Fetched, Request, _assemble
+    grid = [float(t) for t in range(80, 181, 10)]
+    f = Fetched(80.0, 180.0, 10.0, grid)
+    f.host[("cpu_busy", "n1")] = [(t, 5000.0 + 3.0 * (t - 80)) for t in grid]     # 3 cores busy
+    f.host[("cpus", "n1")] = [(t, 64.0) for t in grid]
+    f.up["n1"] = [(t, 1.0) for t in grid]
+    f.procs[("n1", "0", "7")] = [(t, 1.0) for t in grid if 100 <= t <= 140]
+    j = _assemble(f, Request(cpus=4), 200.0, "7", [], {("n1", "0"): (100.0, 140.0)}, "u", False)
+    assert j["run_seconds"] == 40.0 and j["state"] == "finished"
+    assert j["cpu"]["efficiency"] == pytest.approx(3 / 4, abs=1e-4) and j["cpu"]["node_busy_ratio"] == pytest.approx(3 / 64, abs=1e-4)
+    assert [c["kind"] for c in j["conditions"]] == ["no_phases"]
