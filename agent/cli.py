@@ -1,4 +1,4 @@
-"""The `teye` command: agent, doctor, record, profile, dashboards, catalog."""
+"""The `teye` command: agent, doctor, record, profile, dashboards, report, catalog."""
 from __future__ import annotations
 
 import argparse
@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--token", required=True)
     push.add_argument("--folder", default="teye")
     push.set_defaults(func=_lazy("dashboards.push"))
+
+    from .report.main import add_parser as _add_report   # teye report (issue 23)
+    _add_report(sub)
 
     c = sub.add_parser("catalog", help="print the metric catalog (docs/metrics.md)")
     c.set_defaults(func=cmd_catalog)

@@ -207,6 +207,18 @@ SCHEMA: Dict[str, Any] = {
         "input_cpu_stall_ratio": Field(FLOAT, 0.5, "Input cause 'host_cpu' also when the job's cgroup is stalled on "
                                        "CPU (cpu.pressure 'some') at least this share of its data_wait.", _ratio),
     },
+    # teye report (issue 23): where the Prometheus that scraped the agents answers
+    "report": {
+        "prometheus_url": Field(STR, None, "Prometheus base URL for `teye report` (the flag --prometheus and "
+                                "TEYE_PROMETHEUS_URL win).", nullable=True),
+        "http_config_file": Field(STR, None, "Prometheus HTTP client config (basic_auth, bearer_token_file, "
+                                  "tls_config), the file promtool's --http.config.file reads.", nullable=True),
+        "timeout_seconds": Field(FLOAT, 30.0, "Per-query timeout of `teye report`.", _positive),
+    },
+    "grafana": {
+        "url": Field(STR, None, "Grafana base URL: `teye report` prints each job's dashboard link for its nodes "
+                     "and time range.", nullable=True),
+    },
 }
 
 

@@ -12,7 +12,7 @@ import os
 
 from tests.procs import REPO
 
-HIGHER = ("agent.cli", "agent.daemon", "agent.profile", "agent.doctor", "exporters")
+HIGHER = ("agent.cli", "agent.daemon", "agent.profile", "agent.doctor", "agent.report", "exporters")
 LOWER_PACKAGES = ("agent/sources", "agent/gpu", "agent/pmu", "agent/phases")
 
 

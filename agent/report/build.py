@@ -1,0 +1,699 @@
+"""Job reports from Prometheus: a fixed set of batched queries, then pure arithmetic per job.
+
+Two rounds, whatever the number of jobs:
+
+1. identity, over [since, until] at a coarse step: which GPUs each Slurm job's processes held
+   (``teye_gpu_process_info{slurm_job}``) and where each training job reported
+   (``teye_job_info{train_job}``), with ``count_over_time`` so that no short job falls between
+   steps and the scrape interval can be read off;
+2. everything else, over the union of the jobs' windows, on the nodes they ran on, at a step of
+   about one scrape interval: GPU counters, GPU memory, training-job counters, verdicts, host CPU
+   and memory, ``up``.  Each query aggregates or selects by name regex, so the number of queries
+   is constant; the per-job work (counter differences over each job's own window and GPUs) is
+   done here.
+
+A Slurm job is linked to the training jobs that ran on its GPUs (``teye_job_gpu_idle_seconds_total``
+on the same node and GPU, overlapping in time) or whose name carries its job id.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..phases.verdict import CAUSES, INPUT_CAUSE_RECOMMENDATIONS, KINDS, RECOMMENDATIONS
+from . import series as S
+from .prom import Prometheus
+
+# exit statuses for the jobs' conditions, most severe first (docs/report.md)
+EXIT_UNKNOWN = 7
+EXIT_NODE_VANISHED = 8
+EXIT_CLOCK_SKEW = 9
+EXIT_COUNTER_RESET = 10
+EXIT_RUNNING = 11
+EXIT_NO_PHASES = 12
+
+PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "other")
+DEFAULT_LOOKBACK_S = 7 * 86400
+MAX_POINTS = 10000          # Prometheus refuses more than 11,000 points per series
+SKEW_TOLERANCE_S = 1.0
+
+
+@dataclass
+class Request:
+    slurm_jobs: Sequence[str] = ()
+    train_jobs: Sequence[str] = ()
+    user: Optional[str] = None
+    since: Optional[float] = None
+    until: Optional[float] = None
+    step: Optional[float] = None          # round-2 step; default: about one scrape interval
+    cpus: Optional[int] = None             # cores allocated per job (Slurm's NumCPUs), for CPU efficiency
+    mem_bytes: Optional[float] = None      # memory requested per job, for the "requested far above use" note
+    grafana_url: Optional[str] = None
+
+
+def _re_alt(values) -> str:
+    return "|".join(re.escape(v).replace("\\", "\\\\").replace('"', '\\"') for v in sorted(set(values)))
+
+
+def _lbl(values) -> str:
+    """A PromQL regex literal matching exactly these values."""
+    return '"' + _re_alt(values) + '"'
+
+
+def _dur(seconds: float) -> str:
+    """A PromQL duration (whole milliseconds: PromQL refuses '1.5s')."""
+    return f"{max(1, int(round(seconds * 1000)))}ms"
+
+
+def _key(m: Dict[str, str], *names) -> Tuple[str, ...]:
+    return tuple(m.get(n, "") for n in names)
+
+
+@dataclass
+class Condition:
+    code: int
+    kind: str
+    message: str
+
+    def as_dict(self):
+        return {"code": self.code, "kind": self.kind, "message": self.message}
+
+
+@dataclass
+class Fetched:
+    """Round 2's answers, indexed."""
+    t0: float
+    t1: float
+    step: float
+    grid: List[float]
+    procs: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)   # (inst,gpu,slurm)
+    proc_user: Dict[Tuple[str, str, str], str] = field(default_factory=dict)
+    jinfo: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (inst, train_job)
+    jinfo_user: Dict[Tuple[str, str], str] = field(default_factory=dict)
+    gpu: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)     # (name,inst,gpu)
+    gmem: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)
+    job: Dict[Tuple[str, str, str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
+    verdict: Dict[Tuple[str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
+    host: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (q, inst)
+    up: Dict[str, List[Tuple[float, float]]] = field(default_factory=dict)
+    skew: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    # indexes by training job (built once by index(), so per-job work never scans every series)
+    job_by: Dict[Tuple[str, str], list] = field(default_factory=dict)       # (inst, tj) -> [(metric, phase, gpu, le, pts)]
+    verdict_by: Dict[Tuple[str, str], list] = field(default_factory=dict)   # (inst, tj) -> [(metric, what, pts)]
+    jinfo_by: Dict[str, list] = field(default_factory=dict)                 # tj -> [(inst, pts)]
+
+    def index(self) -> None:
+        for (metric, inst, tj, phase, gpu, le), pts in self.job.items():
+            self.job_by.setdefault((inst, tj), []).append((metric, phase, gpu, le, pts))
+        for (metric, inst, tj, what), pts in self.verdict.items():
+            self.verdict_by.setdefault((inst, tj), []).append((metric, what, pts))
+        for (inst, tj), pts in self.jinfo.items():
+            self.jinfo_by.setdefault(tj, []).append((inst, pts))
+
+
+def _fetch_identity(prom: Prometheus, req: Request, since: float, until: float):
+    """Round 1: (slurm presence, train-job presence, scrape interval estimate)."""
+    s1 = max(1.0, math.ceil((until - since) / 1000.0))
+    since = until - math.ceil((until - since) / s1) * s1    # the grid ends exactly at `until`
+    sel = []
+    if req.slurm_jobs:
+        sel.append(f"slurm_job=~{_lbl(req.slurm_jobs)}")
+    elif req.user:
+        sel.append(f'user={_lbl([req.user])},slurm_job!=""')
+    slurm = []
+    if sel:
+        slurm = prom.query_range(f"max by (instance, gpu, slurm_job, user) "
+                                 f"(count_over_time(teye_gpu_process_info{{{','.join(sel)}}}[{_dur(s1)}]))",
+                                 since, until, s1)
+    train = []
+    if req.train_jobs or req.user:
+        tsel = f"train_job=~{_lbl(req.train_jobs)}" if req.train_jobs else f"user={_lbl([req.user])}"
+        train = prom.query_range(f"max by (instance, train_job, user) "
+                                 f"(count_over_time(teye_job_info{{{tsel}}}[{_dur(s1)}]))", since, until, s1)
+    most = max([v for _, pts in slurm + train for _, v in pts] or [0])
+    scrape = s1 / most if most >= 2 else None
+    return slurm, train, s1, scrape
+
+
+def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: float) -> Fetched:
+    n = f"instance=~{_lbl(nodes)}"
+    grid = []
+    t = t0
+    while t <= t1 + 1e-6:
+        grid.append(round(t, 3))
+        t += step
+    f = Fetched(t0, t1, step, grid)
+    rng = lambda q: prom.query_range(q, t0, t1, step)  # noqa: E731
+    for m, pts in rng(f"max by (instance, gpu, slurm_job, user) (teye_gpu_process_info{{{n}}})"):
+        k = _key(m, "instance", "gpu", "slurm_job")
+        f.procs[k] = pts
+        f.proc_user[k] = m.get("user", "")
+    for m, pts in rng(f"max by (instance, train_job, user) (teye_job_info{{{n}}})"):
+        k = _key(m, "instance", "train_job")
+        f.jinfo[k] = pts
+        f.jinfo_user[k] = m.get("user", "")
+    gpu_names = "teye_gpu_(busy_seconds_total|sampled_seconds_total|energy_joules_total|idle_gap_seconds_count" \
+                "|idle_gap_seconds_sum)"
+    for m, pts in rng(f'{{__name__=~"{gpu_names}",{n}}}'):
+        f.gpu[_key(m, "__name__", "instance", "gpu")] = pts
+    for m, pts in rng(f"max by (instance, gpu) (max_over_time(teye_gpu_memory_used_bytes{{{n}}}[{_dur(step)}]))"):
+        f.gmem[_key(m, "instance", "gpu")] = pts
+    job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
+                "|step_seconds_sum|processes)"
+    for m, pts in rng(f'{{__name__=~"{job_names}",{n}}}'):
+        f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
+    for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause)",{n}}} == 1'):
+        f.verdict[_key(m, "__name__", "instance", "train_job", "kind" if "kind" in m else "cause")] = pts
+    host = " or ".join(f'label_replace({e}, "q", "{q}", "", "")' for q, e in (
+        ("cpu_busy", f'sum by (instance) (teye_cpu_seconds_total{{mode!~"idle|iowait|steal",{n}}})'),
+        ("cpus", f"max by (instance) (teye_cpus{{{n}}})"),
+        ("mem_peak", f"max by (instance) (max_over_time(teye_memory_used_bytes{{{n}}}[{_dur(step)}]))"),
+        ("mem_total", f"max by (instance) (teye_memory_total_bytes{{{n}}})"),
+        ("cycles", f"sum by (instance) (teye_cpu_cycles_total{{{n}}})"),
+        ("instructions", f"sum by (instance) (teye_cpu_instructions_total{{{n}}})"),
+        ("dram_bytes", f'sum by (instance) ({{__name__=~"teye_memory_(read|written|transferred)_bytes_total",'
+                       f'{n}}})'),
+    ))
+    for m, pts in rng(host):
+        f.host[_key(m, "q", "instance")] = pts
+    for m, pts in rng(f"max by (instance) (up{{{n}}})"):
+        f.up[m.get("instance", "")] = pts
+    return f
+
+
+# ------------------------------------------------------------------------------ per job
+
+class _Acc:
+    """Counter increases summed over several series, with the resets seen."""
+
+    def __init__(self):
+        self.total = 0.0
+        self.seen = False
+        self.resets = 0
+
+    def add(self, pts, a, b, from_zero=True):
+        v, r = S.increase(pts, a, b, from_zero)
+        if v is not None:
+            self.total += v
+            self.seen = True
+            self.resets += r
+
+    @property
+    def value(self):
+        return self.total if self.seen else None
+
+
+def _ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+def _r(x, nd=6):
+    return None if x is None else round(x, nd)
+
+
+def _train_job_windows(f: Fetched, name: str) -> Dict[str, Tuple[float, float]]:
+    """instance -> (start, end) of the job's activity there: the span in which its phase counters moved."""
+    out = {}
+    for inst, pts in f.jinfo_by.get(name, []):
+        if not pts:
+            continue
+        first = last = None
+        for metric, _, _, _, cp in f.job_by.get((inst, name), []):
+            if metric != "teye_job_phase_seconds_total":
+                continue
+            a, b = S.first_last_change(cp, f.t0, f.t1)
+            if a is not None:
+                first = a if first is None else min(first, a)
+                last = b if last is None else max(last, b)
+        if first is None:
+            first, last = S.present(pts)
+        out[inst] = (first, last)
+    return out
+
+
+def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, float]]) -> dict:
+    step = f.step
+    phase_s: Dict[str, _Acc] = defaultdict(_Acc)
+    idle_s: Dict[str, _Acc] = defaultdict(_Acc)
+    steps, samples, step_sum = _Acc(), _Acc(), _Acc()
+    buckets: Dict[float, _Acc] = defaultdict(_Acc)
+    per_node: Dict[str, dict] = {}
+    gpus = set()
+    for inst, (a, b) in windows.items():
+        lo = a - step
+        n_steps, n_samples, n_sum = _Acc(), _Acc(), _Acc()
+        nb: Dict[float, _Acc] = defaultdict(_Acc)
+        procs = 1.0
+        for metric, phase, gpu, le, pts in f.job_by.get((inst, name), []):
+            if metric == "teye_job_phase_seconds_total":
+                phase_s[phase].add(pts, lo, b)
+            elif metric == "teye_job_gpu_idle_seconds_total":
+                idle_s[phase].add(pts, lo, b)
+                gpus.add((inst, gpu))
+            elif metric == "teye_job_steps_total":
+                n_steps.add(pts, lo, b)
+            elif metric == "teye_job_samples_total":
+                n_samples.add(pts, lo, b)
+            elif metric == "teye_job_step_seconds_sum":
+                n_sum.add(pts, lo, b)
+            elif metric == "teye_job_step_seconds_bucket":
+                nb[float(le)].add(pts, lo, b)
+            elif metric == "teye_job_processes":
+                procs = max([v for _, v in S.window(pts, a, b)] or [1.0])
+        for acc, n_acc in ((steps, n_steps), (samples, n_samples), (step_sum, n_sum)):
+            if n_acc.seen:
+                acc.total += n_acc.total
+                acc.seen = True
+                acc.resets += n_acc.resets
+        for le, acc in nb.items():
+            buckets[le].add([], 0, 0)
+            if acc.seen:
+                buckets[le].total += acc.total
+                buckets[le].seen = True
+        hist = [(le, acc.total) for le, acc in nb.items() if acc.seen]
+        thr = _ratio(n_samples.value, n_sum.value)
+        per_node[inst] = {"node": inst, "start": a, "end": b, "steps": n_steps.value, "samples": n_samples.value,
+                          "step_seconds_p50": _r(S.bucket_quantile(0.5, hist)),
+                          "samples_per_second": _r(thr * procs if thr is not None else None, 3),
+                          "processes": int(procs)}
+    phases = {p: acc.value for p, acc in phase_s.items() if acc.value is not None}
+    total = sum(phases.values())
+    idle = {p: acc.value for p, acc in idle_s.items() if acc.value is not None}
+    hist = [(le, acc.total) for le, acc in buckets.items() if acc.seen]
+    # verdict over the job's life: one vote per node and grid step while it was active
+    votes: Dict[str, int] = defaultdict(int)
+    causes: Dict[str, int] = defaultdict(int)
+    last_kind: Dict[str, Tuple[float, str]] = {}
+    last_cause: Tuple[float, Optional[str]] = (-1.0, None)
+    for inst, metric, what, pts in ((i, m, w, p) for i in windows for m, w, p in f.verdict_by.get((i, name), [])):
+        a, b = windows[inst]
+        for t, _ in S.window(pts, a, b):
+            if metric == "teye_job_bottleneck":
+                votes[what] += 1
+                if t >= last_kind.get(inst, (-1.0, ""))[0]:
+                    last_kind[inst] = (t, what)
+            else:
+                causes[what] += 1
+                if t >= last_cause[0]:
+                    last_cause = (t, what)
+    n_votes = sum(votes.values())
+    shares = {k: round(votes.get(k, 0) / n_votes, 4) for k in KINDS} if n_votes else {}
+    last = None
+    if last_kind:
+        kinds = [k for _, k in last_kind.values()]
+        last = max(sorted(set(kinds)), key=kinds.count)
+    n_causes = sum(causes.values())
+    cause = max(sorted(causes), key=lambda c: causes[c]) if causes else None
+    thr = None
+    if per_node:
+        rates = [p["samples_per_second"] for p in per_node.values() if p["samples_per_second"] is not None]
+        thr = sum(rates) if rates else None
+    resets = sum(a.resets for a in list(phase_s.values()) + list(idle_s.values()) + [steps, samples])
+    return {
+        "train_job": name,
+        "nodes": sorted(windows),
+        "gpus": [{"node": i, "gpu": g} for i, g in sorted(gpus)],
+        "start": min(a for a, _ in windows.values()), "end": max(b for _, b in windows.values()),
+        "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
+        "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
+        "input_bound_ratio": _r(_ratio(phases.get("data_wait", 0.0), total)) if total else None,
+        "steps": steps.value, "samples": samples.value,
+        "step_seconds_p50": _r(S.bucket_quantile(0.5, hist)), "step_seconds_p95": _r(S.bucket_quantile(0.95, hist)),
+        "step_seconds_mean": _r(_ratio(step_sum.value, steps.value)),
+        "samples_per_second": _r(thr, 3),
+        "verdict": last, "verdict_shares": shares,
+        "input_cause": cause,
+        "input_cause_shares": {c: round(causes.get(c, 0) / n_causes, 4) for c in CAUSES} if n_causes else {},
+        "per_node": [per_node[i] for i in sorted(per_node)],
+        "_resets": resets,
+    }
+
+
+def _gpu_numbers(f: Fetched, inst: str, gpu: str, a: float, b: float) -> dict:
+    lo = a - f.step
+    accs = {}
+    for metric in ("teye_gpu_busy_seconds_total", "teye_gpu_sampled_seconds_total", "teye_gpu_energy_joules_total",
+                   "teye_gpu_idle_gap_seconds_count", "teye_gpu_idle_gap_seconds_sum"):
+        acc = _Acc()
+        pts = f.gpu.get((metric, inst, gpu))
+        if pts:
+            acc.add(pts, lo, b, from_zero=metric != "teye_gpu_energy_joules_total")   # energy: since driver load
+        accs[metric] = acc
+    mem = [v for _, v in S.window(f.gmem.get((inst, gpu), []), a, b)]
+    busy, sampled = accs["teye_gpu_busy_seconds_total"].value, accs["teye_gpu_sampled_seconds_total"].value
+    return {"node": inst, "gpu": gpu, "start": a, "end": b,
+            "busy_seconds": _r(busy), "sampled_seconds": _r(sampled), "busy_ratio": _r(_ratio(busy, sampled)),
+            "memory_peak_bytes": max(mem) if mem else None,
+            "energy_joules": _r(accs["teye_gpu_energy_joules_total"].value, 3),
+            "idle_gaps": accs["teye_gpu_idle_gap_seconds_count"].value,
+            "idle_gap_seconds": _r(accs["teye_gpu_idle_gap_seconds_sum"].value),
+            "_resets": sum(x.resets for x in accs.values())}
+
+
+def _host_numbers(f: Fetched, inst: str, a: float, b: float) -> dict:
+    lo = a - f.step
+    h = {}
+    for q in ("cpu_busy", "cycles", "instructions", "dram_bytes"):
+        acc = _Acc()
+        pts = f.host.get((q, inst))
+        if pts:
+            acc.add(pts, lo, b, from_zero=False)   # since boot, not since the agent started
+        h[q] = acc
+    last = lambda q: max([v for _, v in S.window(f.host.get((q, inst), []), a, b)] or [None], key=lambda x: x or 0)  # noqa
+    run = max(b - lo, 0.0)           # the span the counters were differenced over
+    dram = h["dram_bytes"].value
+    return {"node": inst, "cpu_busy_seconds": _r(h["cpu_busy"].value, 3), "cpus": last("cpus"),
+            "memory_peak_bytes": last("mem_peak"), "memory_total_bytes": last("mem_total"),
+            "cycles_per_instruction": _r(_ratio(h["cycles"].value, h["instructions"].value), 4),
+            "memory_bandwidth_bytes_per_second": _r(dram / run, 1) if dram is not None and run > 0 else None,
+            "_resets": h["cpu_busy"].resets}
+
+
+def _vanished(f: Fetched, inst: str, a: float, b: float) -> List[Tuple[float, float]]:
+    pts = f.up.get(inst, [])
+    have = [t for t, v in pts if v >= 1]
+    return S.gaps(f.grid, have, a, b, f.step)
+
+
+def _notes(job: dict, req: Request) -> List[str]:
+    notes = []
+    gpus = job["gpus"]
+    busy = [g for g in gpus if (g["busy_ratio"] or 0) >= 0.05]
+    never = [g for g in gpus if g["busy_ratio"] is not None and g["busy_ratio"] < 0.01]
+    if gpus and not busy:
+        notes.append(f"The job was allocated {len(gpus)} GPU(s) and none of them was ever busy: request no GPU "
+                     f"(or check that the code runs on the GPU: device placement, CUDA_VISIBLE_DEVICES).")
+    elif len(gpus) > 1 and len(busy) == 1:
+        g = busy[0]
+        notes.append(f"Only one GPU of {len(gpus)} did work (GPU {g['gpu']} on {g['node']}): the code does not use "
+                     f"the others (data or model parallelism), so request 1 GPU or make it multi-GPU.")
+    elif never:
+        names = ", ".join(f"{g['node']}/GPU {g['gpu']}" for g in never)
+        notes.append(f"{len(never)} of {len(gpus)} allocated GPUs were never busy ({names}).")
+    r = job.get("gpu_busy_ratio")
+    if r is not None and busy and r < 0.5:
+        notes.append(f"GPU busy {100 * r:.0f} % of the job's time: the GPUs wait more than they work "
+                     f"(see the verdict and idle time by phase below).")
+    cpu = job.get("cpu") or {}
+    if cpu.get("efficiency") is not None and cpu["efficiency"] < 0.5 and (cpu.get("allocated_cores") or 0) > 1:
+        notes.append(f"CPU cores mostly idle: {100 * cpu['efficiency']:.0f} % of {cpu['allocated_cores']} allocated "
+                     f"cores used; request fewer (or use them for the input pipeline).")
+    mem = job.get("memory") or {}
+    if mem.get("requested_bytes") and mem.get("peak_bytes") and mem["peak_bytes"] < 0.25 * mem["requested_bytes"]:
+        notes.append(f"Memory requested far above use: peak {mem['peak_bytes'] / 2**30:.1f} GiB of "
+                     f"{mem['requested_bytes'] / 2**30:.1f} GiB requested; ask for less so more jobs fit.")
+    if job.get("verdict"):
+        kind = job["verdict"]
+        text = (INPUT_CAUSE_RECOMMENDATIONS.get(job.get("input_cause") or "unknown")
+                if kind == "input" else RECOMMENDATIONS.get(kind, ""))
+        notes.append(f"Verdict {kind}" + (f" (cause {job['input_cause']})" if kind == "input" and
+                                          job.get("input_cause") else "") + f": {text}")
+    return notes
+
+
+def _grafana(req: Request, job: dict) -> Optional[str]:
+    if not req.grafana_url:
+        return None
+    base = req.grafana_url.rstrip("/")
+    parts = [f"from={int(job['start'] * 1000)}", f"to={int(job['end'] * 1000) if job['state'] != 'running' else 'now'}"]
+    for n in job["nodes"]:
+        parts.append(f"var-node={n}")
+    tj = job["train_jobs"]
+    parts.append(f"var-train_job={tj[0]}" if len(tj) == 1 else "var-train_job=All")
+    return f"{base}/d/teye-job/teye-job?" + "&".join(parts)
+
+
+def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: List[str],
+              gpu_windows: Dict[Tuple[str, str], Tuple[float, float]], user: str, until_given: bool) -> dict:
+    conds: List[Condition] = []
+    windows = {tj: _train_job_windows(f, tj) for tj in tjs}
+    windows = {tj: w for tj, w in windows.items() if w}
+    tj_reports = [_train_job_report(f, tj, w) for tj, w in sorted(windows.items())]
+    if not gpu_windows:   # a training job not under Slurm: the GPUs it was credited idle time on
+        for tr in tj_reports:
+            for g in tr["gpus"]:
+                a, b = tr["start"], tr["end"]
+                old = gpu_windows.get((g["node"], g["gpu"]))
+                gpu_windows[(g["node"], g["gpu"])] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
+    starts = [a for a, _ in gpu_windows.values()] + [t["start"] for t in tj_reports]
+    ends = [b for _, b in gpu_windows.values()] + [t["end"] for t in tj_reports]
+    start, end = min(starts), max(ends)
+    nodes = sorted({i for i, _ in gpu_windows} | {n for t in tj_reports for n in t["nodes"]})
+    gpus = [_gpu_numbers(f, i, g, a, b) for (i, g), (a, b) in sorted(gpu_windows.items())]
+    running = bool(f.grid) and end >= f.grid[-1] - 0.5 * f.step
+    state = "running" if running else "finished"
+    if running:
+        conds.append(Condition(EXIT_RUNNING, "running",
+                               f"still running at {_iso(end)}: the report covers the job so far"))
+    # per node
+    per_node = []
+    hosts = {}
+    for inst in nodes:
+        ng = [g for g in gpus if g["node"] == inst]
+        b_s = sum(g["busy_seconds"] or 0 for g in ng)
+        s_s = sum(g["sampled_seconds"] or 0 for g in ng)
+        hosts[inst] = _host_numbers(f, inst, start, end)
+        entry = {"node": inst, "gpus": len(ng), "gpu_busy_ratio": _r(_ratio(b_s, s_s)),
+                 "cpu_busy_seconds": hosts[inst]["cpu_busy_seconds"], "memory_peak_bytes": hosts[inst]["memory_peak_bytes"]}
+        steps = [p for t in tj_reports for p in t["per_node"] if p["node"] == inst and p["step_seconds_p50"]]
+        entry["step_seconds_p50"] = max([p["step_seconds_p50"] for p in steps]) if steps else None
+        mine = [(a, b) for (i, _), (a, b) in gpu_windows.items() if i == inst] + \
+            [(p["start"], p["end"]) for t in tj_reports for p in t["per_node"] if p["node"] == inst]
+        gone = _vanished(f, inst, min(a for a, _ in mine), max(b for _, b in mine)) if mine else []
+        entry["missing_seconds"] = round(sum(y - x for x, y in gone), 3)
+        per_node.append(entry)
+        for x, y in gone:
+            conds.append(Condition(EXIT_NODE_VANISHED, "node_vanished",
+                                   f"node {inst} did not answer from {_iso(x)} to {_iso(y)} ({y - x:.0f} s): its "
+                                   f"numbers miss that time"))
+        off = f.skew.get(inst)
+        if off is not None:
+            conds.append(Condition(EXIT_CLOCK_SKEW, "clock_skew",
+                                   f"node {inst}'s samples are stamped {off[0]:.1f} s ahead of Prometheus' clock: "
+                                   f"its times do not line up with the other nodes' (check NTP/chrony there)"))
+    slowest = None
+    if len(per_node) > 1:
+        with_steps = [p for p in per_node if p["step_seconds_p50"]]
+        if with_steps:
+            slowest = max(with_steps, key=lambda p: p["step_seconds_p50"])["node"]
+        else:
+            cands = [p for p in per_node if p["gpu_busy_ratio"] is not None]
+            slowest = min(cands, key=lambda p: p["gpu_busy_ratio"])["node"] if cands else None
+    resets = sum(g["_resets"] for g in gpus) + sum(t["_resets"] for t in tj_reports) + \
+        sum(h["_resets"] for h in hosts.values())
+    if resets:
+        conds.append(Condition(EXIT_COUNTER_RESET, "counter_reset",
+                               f"{resets} counter reset(s) during the job (an agent restarted): increases are summed "
+                               f"across the restart; what happened between the last scrape before it and the "
+                               f"restart is lost"))
+    busy = [g["busy_seconds"] for g in gpus if g["busy_seconds"] is not None]
+    sampled = [g["sampled_seconds"] for g in gpus if g["sampled_seconds"] is not None]
+    energy = [g["energy_joules"] for g in gpus if g["energy_joules"] is not None]
+    gaps_n = [g["idle_gaps"] for g in gpus if g["idle_gaps"] is not None]
+    gaps_s = [g["idle_gap_seconds"] for g in gpus if g["idle_gap_seconds"] is not None]
+    mem_peaks = [g["memory_peak_bytes"] for g in gpus if g["memory_peak_bytes"] is not None]
+    run = end - start
+    # training-job side, pooled over the linked training jobs
+    job = {
+        "slurm_job": slurm, "train_jobs": [t["train_job"] for t in tj_reports], "user": user,
+        "state": state, "nodes": nodes, "start": round(start, 3), "end": round(end, 3),
+        "start_time": _iso(start), "end_time": _iso(end), "run_seconds": round(run, 3),
+        "gpus": [{k: v for k, v in g.items() if not k.startswith("_")} for g in gpus],
+        "gpu_busy_ratio": _r(_ratio(sum(busy), sum(sampled))) if sampled else None,
+        "gpu_memory_peak_bytes": max(mem_peaks) if mem_peaks else None,
+        "idle_gaps": {"count": sum(gaps_n), "seconds": _r(sum(gaps_s)),
+                      "mean_seconds": _r(sum(gaps_s) / sum(gaps_n)) if sum(gaps_n) else None} if gaps_n else None,
+        "gpu_energy_joules": _r(sum(energy), 3) if energy else None,
+        "gpu_energy_kwh": _r(sum(energy) / 3.6e6, 6) if energy else None,
+        "per_node": per_node, "slowest_node": slowest,
+    }
+    if tj_reports:
+        phases: Dict[str, float] = defaultdict(float)
+        idle: Dict[str, float] = defaultdict(float)
+        votes: Dict[str, float] = defaultdict(float)
+        for t in tj_reports:
+            for p, v in t["phase_seconds"].items():
+                phases[p] += v or 0
+            for p, v in t["gpu_idle_seconds_by_phase"].items():
+                idle[p] += v or 0
+            for k, s in t["verdict_shares"].items():
+                votes[k] += s * (t["steps"] or 1)
+        total = sum(phases.values())
+        nv = sum(votes.values())
+        main = max(tj_reports, key=lambda t: t["steps"] or 0)
+        job.update({
+            "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
+            "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
+            "input_bound_ratio": _r(phases.get("data_wait", 0.0) / total) if total else None,
+            "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
+            "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],
+            "steps": sum(t["steps"] or 0 for t in tj_reports), "samples": sum(t["samples"] or 0 for t in tj_reports),
+            "step_seconds_p50": main["step_seconds_p50"], "step_seconds_p95": main["step_seconds_p95"],
+            "samples_per_second": main["samples_per_second"],
+            "train_job_details": [{k: v for k, v in t.items() if not k.startswith("_")} for t in tj_reports],
+            "phases_omitted": None,
+        })
+    else:
+        job.update({"phase_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
+                    "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
+                    "steps": None, "samples": None, "step_seconds_p50": None, "step_seconds_p95": None,
+                    "samples_per_second": None, "train_job_details": [],
+                    "phases_omitted": "no training job reported phases on this job's GPUs (not instrumented: "
+                                      "see docs/phases.md, or run it under `teye run`)"})
+        conds.append(Condition(EXIT_NO_PHASES, "no_phases", "no phases reported: phase, verdict and step sections "
+                                                            "omitted"))
+    cpu_busy = sum(h["cpu_busy_seconds"] or 0 for h in hosts.values())
+    node_cpus = sum(h["cpus"] or 0 for h in hosts.values())
+    alloc = req.cpus
+    span = run + f.step    # CPU time is differenced from the scrape before the start, as every counter
+    job["cpu"] = {"allocated_cores": alloc, "node_cpus": node_cpus or None,
+                  "node_busy_seconds": _r(cpu_busy, 3),
+                  "efficiency": _r(cpu_busy / (alloc * span), 4) if alloc and span > 0 else None,
+                  "node_busy_ratio": _r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0 else None,
+                  "cycles_per_instruction": _r(_mean([h["cycles_per_instruction"] for h in hosts.values()]), 4),
+                  "memory_bandwidth_bytes_per_second": _r(_sum([h["memory_bandwidth_bytes_per_second"]
+                                                               for h in hosts.values()]), 1)}
+    mem_peak = _sum([h["memory_peak_bytes"] for h in hosts.values()])
+    job["memory"] = {"peak_bytes": mem_peak, "requested_bytes": req.mem_bytes}
+    job["notes"] = _notes(job, req)
+    job["grafana_url"] = _grafana(req, job)
+    conds.sort(key=lambda c: c.code)
+    job["conditions"] = [c.as_dict() for c in conds]
+    job["complete"] = not conds or all(c.code in (EXIT_NO_PHASES,) for c in conds)
+    job["exit_status"] = conds[0].code if conds else 0
+    return job
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _sum(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) if xs else None
+
+
+def _iso(t: float) -> str:
+    import datetime
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _link(f: Fetched, slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]]) -> Dict[str, List[str]]:
+    """slurm job -> training jobs that ran on its GPUs (same node and GPU, overlapping time) or carry its id."""
+    # A training job's series outlive it (they expire phases.job_expiry_seconds after its last message), so
+    # its time on a node is when its phase counters moved, not when its series existed.
+    windows: Dict[str, Dict[str, Tuple[float, float]]] = {}
+
+    def active(inst, tj):
+        if tj not in windows:
+            windows[tj] = _train_job_windows(f, tj)
+        return windows[tj].get(inst)
+    tj_gpus: Dict[Tuple[str, str], List[Tuple[str, float, float]]] = defaultdict(list)
+    names_on: Dict[str, List[Tuple[str, float, float]]] = defaultdict(list)
+    for (metric, inst, tj, _, gpu, _), pts in f.job.items():
+        if metric == "teye_job_gpu_idle_seconds_total" and pts and active(inst, tj):
+            tj_gpus[(inst, gpu)].append((tj, *active(inst, tj)))
+    for (inst, tj), pts in f.jinfo.items():
+        if pts and active(inst, tj):
+            names_on[inst].append((tj, *active(inst, tj)))
+    out: Dict[str, List[str]] = {}
+    for sj, gw in slurm_gpus.items():
+        found = set()
+        idre = re.compile(rf"(^|\D){re.escape(sj)}(\D|$)")
+        for (inst, gpu), (a, b) in gw.items():
+            for tj, x, y in tj_gpus.get((inst, gpu), []):
+                if x <= b + f.step and y >= a - f.step:
+                    found.add(tj)
+            for tj, x, y in names_on.get(inst, []):
+                if idre.search(tj) and x <= b + f.step and y >= a - f.step:
+                    found.add(tj)
+        out[sj] = sorted(found)
+    return out
+
+
+def build(prom: Prometheus, req: Request) -> dict:
+    """The report document (docs/report.md) for the request; PrometheusError propagates."""
+    now = prom.now()
+    until = req.until if req.until is not None else now
+    since = req.since if req.since is not None else until - DEFAULT_LOOKBACK_S
+    if since >= until:
+        raise ValueError(f"--since ({_iso(since)}) must be before --until ({_iso(until)})")
+    slurm_r1, train_r1, s1, scrape = _fetch_identity(prom, req, since, until)
+    found_slurm = {m.get("slurm_job") for m, pts in slurm_r1 if pts}
+    found_train = {m.get("train_job") for m, pts in train_r1 if pts}
+    unknown = [j for j in req.slurm_jobs if j not in found_slurm] + [j for j in req.train_jobs if j not in found_train]
+    doc = {"version": 1, "prometheus": prom.url, "generated": round(now, 3), "generated_time": _iso(now),
+           "since": round(since, 3), "until": round(until, 3), "jobs": [], "unknown_jobs": unknown}
+    spans = [(pts[0][0], pts[-1][0]) for _, pts in slurm_r1 + train_r1 if pts]
+    if spans:
+        nodes = sorted({m.get("instance", "") for m, pts in slurm_r1 + train_r1 if pts})
+        t0 = max(since, min(a for a, _ in spans) - s1)
+        # one coarse step past the last sighting, so that a job that ended just before a coarse grid point
+        # is not seen "present at the end" (running) on the fine grid
+        t1 = min(until, max(b for _, b in spans) + s1)
+        if not req.step:   # about one scrape interval: the spacing of up's samples before t1
+            w = _dur(min(300.0, max(2.0, t1 - t0)))
+            u = f"up{{instance=~{_lbl(nodes)}}}"
+            res = prom.query(f"quantile(0.5, (max_over_time(timestamp({u})[{w}:1s]) - min_over_time(timestamp({u})"
+                             f"[{w}:1s])) / ((count_over_time({u}[{w}]) > 1) - 1))", at=t1)
+            scrape = res[0][2] if res and res[0][2] > 0 and not math.isnan(res[0][2]) else None
+        step = req.step or max(round(scrape or 1.0, 3), 1.0)
+        step = max(step, math.ceil((t1 - t0) / MAX_POINTS))
+        t0 = t1 - math.ceil((t1 - max(since, t0 - step)) / step) * step   # the grid ends exactly at t1
+        f = _fetch(prom, nodes, t0, t1, step)
+        f.index()
+        f.skew = _skew(prom, nodes, now)
+        # Slurm jobs: the GPUs their processes held, when
+        slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]] = defaultdict(dict)
+        slurm_user: Dict[str, str] = {}
+        for (inst, gpu, sj), pts in f.procs.items():
+            if not sj or not pts:
+                continue
+            slurm_gpus[sj][(inst, gpu)] = S.present(pts)
+            slurm_user.setdefault(sj, f.proc_user.get((inst, gpu, sj), ""))
+        wanted = list(req.slurm_jobs) if req.slurm_jobs else (sorted(found_slurm) if req.user else [])
+        links = _link(f, {sj: slurm_gpus[sj] for sj in wanted if sj in slurm_gpus})
+        until_given = req.until is not None
+        for sj in wanted:
+            if sj not in slurm_gpus:
+                continue
+            doc["jobs"].append(_assemble(f, req, now, sj, links.get(sj, []), dict(slurm_gpus[sj]),
+                                         slurm_user.get(sj, ""), until_given))
+        linked = {tj for v in links.values() for tj in v}
+        all_links = _link(f, slurm_gpus) if (req.train_jobs or req.user) else {}
+        tj_wanted = list(req.train_jobs) if req.train_jobs else \
+            (sorted(found_train - linked) if req.user else [])
+        for tj in tj_wanted:
+            if tj not in found_train:
+                continue
+            users = [f.jinfo_user.get((i, tj)) for i, _ in f.jinfo_by.get(tj, []) if f.jinfo_user.get((i, tj))]
+            # the Slurm job it ran in, if any: its GPUs' holder
+            owner = next((sj for sj in sorted(all_links) if tj in all_links[sj]), None)
+            rep = _assemble(f, req, now, owner, [tj], dict(slurm_gpus[owner]) if owner else {},
+                            users[0] if users else "", until_given)
+            rep["train_jobs"] = sorted(set(rep["train_jobs"]) | {tj}) if rep["train_jobs"] else [tj]
+            doc["jobs"].append(rep)
+        doc["step_seconds"] = step
+    doc["queries"] = prom.queries
+    codes = [j["exit_status"] for j in doc["jobs"] if j["exit_status"]]
+    if unknown:
+        codes.append(EXIT_UNKNOWN)
+    doc["exit_status"] = min(codes) if codes else 0
+    return doc
+
+
+def _skew(prom: Prometheus, nodes: Sequence[str], now: float) -> Dict[str, Tuple[float, float]]:
+    """Nodes whose samples are stamped ahead of Prometheus' clock (by more than SKEW_TOLERANCE_S).
+
+    Samples carry the time of whoever stamped them: the scraping Prometheus, an edge Prometheus in
+    agent mode (the central tier), or an exporter's own timestamps.  Evaluated 5 minutes after
+    Prometheus' "now", an instant selector sees only samples stamped after now: the nodes that are
+    ahead.  A node behind cannot be told from one whose data arrive late, and a node that no longer
+    reports cannot be checked: both are said in docs/report.md."""
+    res = prom.query(f"max by (instance) (timestamp(teye_gpu_sampled_seconds_total{{instance=~{_lbl(nodes)}}})) "
+                     f"- {now:.3f}", at=now + 300)
+    return {m.get("instance", ""): (v, v) for m, _, v in res if v > SKEW_TOLERANCE_S}

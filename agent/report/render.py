@@ -1,0 +1,173 @@
+"""The report document as text (bars, like jobstats), Markdown, JSON, and the compact epilog summary."""
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import List, Optional
+
+WIDTH = 40
+
+
+def _pct(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f} %"
+
+
+def _bar(x: Optional[float]) -> str:
+    if x is None:
+        return "[" + " " * WIDTH + "]  n/a"
+    n = max(0, min(WIDTH, int(round(x * WIDTH))))
+    return "[" + "|" * n + " " * (WIDTH - n) + f"] {100 * x:4.0f} %"
+
+
+def _bytes(b: Optional[float]) -> str:
+    if b is None:
+        return "n/a"
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if b >= size:
+            return f"{b / size:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def _dur(s: float) -> str:
+    s = int(round(s))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (f"{d}-" if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _ms(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{1000 * x:.0f} ms"
+
+
+def _job_lines(j: dict, md: bool) -> List[str]:
+    L: List[str] = []
+    title = f"Slurm job {j['slurm_job']}" if j["slurm_job"] else f"Training job {', '.join(j['train_jobs'])}"
+    if md:
+        L += [f"## {title}", ""]
+    else:
+        L += ["=" * 72, f"  {title}".ljust(72), "=" * 72]
+    state = "RUNNING (report so far)" if j["state"] == "running" else "finished"
+    ident = [("Slurm job", j["slurm_job"] or "-"), ("Training jobs", ", ".join(j["train_jobs"]) or "-"),
+             ("User", j["user"] or "-"), ("State", state), ("Nodes", ", ".join(j["nodes"])),
+             ("GPUs", str(len(j["gpus"]))), ("Start", j["start_time"]), ("End", j["end_time"]),
+             ("Run time", _dur(j["run_seconds"]))]
+    for k, v in ident:
+        L.append(f"- **{k}:** {v}" if md else f"{k:>15}: {v}")
+    if j.get("grafana_url"):
+        L.append(f"- **Dashboard:** [{j['grafana_url']}]({j['grafana_url']})" if md
+                 else f"{'Dashboard':>15}: {j['grafana_url']}")
+    if md and j["conditions"]:
+        L.append("")
+    for c in j["conditions"]:
+        L.append(f"> **{c['kind']}**: {c['message']}" if md else f"  ! {c['kind']}: {c['message']}")
+    code = "    " if md else ""
+    L += ["", "### GPU busy (driver samples)" if md else "GPU busy (from the driver's samples)"]
+    L.append(f"{code}  overall          {_bar(j['gpu_busy_ratio'])}")
+    for n in j["per_node"]:
+        mark = "  <- slowest" if n["node"] == j.get("slowest_node") else ""
+        L.append(f"{code}  {n['node'][:15]:15}  {_bar(n['gpu_busy_ratio'])}{mark}")
+        for g in j["gpus"]:
+            if g["node"] == n["node"]:
+                L.append(f"{code}    GPU {g['gpu']:9}  {_bar(g['busy_ratio'])}  mem peak {_bytes(g['memory_peak_bytes'])}")
+    gaps = j.get("idle_gaps")
+    L.append("")
+    L.append(f"GPU memory peak: {_bytes(j['gpu_memory_peak_bytes'])}; GPU energy: "
+             + ("n/a" if j["gpu_energy_joules"] is None else f"{j['gpu_energy_kwh']:.4f} kWh "
+                f"({j['gpu_energy_joules']:.0f} J)"))
+    if gaps:
+        L.append(f"Idle gaps: {gaps['count']:.0f} gaps, {gaps['seconds']:.1f} s in all"
+                 + (f", mean {gaps['mean_seconds']:.2f} s" if gaps["mean_seconds"] else ""))
+    L += ["", "### Phases" if md else "Phases (as the job reported them)"]
+    if j["phase_seconds"] is None:
+        L.append(f"  omitted: {j['phases_omitted']}")
+    else:
+        total = sum(v or 0 for v in j["phase_seconds"].values()) or 1.0
+        idle = j["gpu_idle_seconds_by_phase"] or {}
+        for p, v in j["phase_seconds"].items():
+            if not v and not idle.get(p):
+                continue   # phases the job never entered
+            L.append(f"{code}  {p:15}  {_bar((v or 0) / total)}  {v:.1f} s, GPU idle {idle.get(p, 0.0):.1f} s")
+        L.append(f"Input-bound share: {_pct(j['input_bound_ratio'])}")
+        shares = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(j["verdict_shares"].items(), key=lambda kv: -kv[1])
+                           if v > 0)
+        cause = f" (cause {j['input_cause']})" if j["verdict"] == "input" and j["input_cause"] else ""
+        L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}")
+        L.append(f"Steps: {j['steps']:.0f}, step time p50 {_ms(j['step_seconds_p50'])}, p95 {_ms(j['step_seconds_p95'])}"
+                 + ("" if j["samples_per_second"] is None else f", {j['samples_per_second']:.1f} samples/s"))
+    cpu, mem = j["cpu"], j["memory"]
+    L += ["", "### Host" if md else "Host"]
+    if cpu["efficiency"] is not None:
+        L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']} allocated cores")
+    L.append(f"{code}  node CPU busy    {_bar(cpu['node_busy_ratio'])}  of {int(cpu['node_cpus'] or 0) or 'n/a'} CPUs "
+             f"(whole nodes)")
+    extra = []
+    if cpu["cycles_per_instruction"] is not None:
+        extra.append(f"CPI {cpu['cycles_per_instruction']:.2f}")
+    if cpu["memory_bandwidth_bytes_per_second"] is not None:
+        extra.append(f"memory bandwidth {_bytes(cpu['memory_bandwidth_bytes_per_second'])}/s")
+    L.append(f"Host memory peak: {_bytes(mem['peak_bytes'])}"
+             + (f" of {_bytes(mem['requested_bytes'])} requested" if mem["requested_bytes"] else "")
+             + ("; " + ", ".join(extra) if extra else ""))
+    if j["notes"]:
+        L += ["", "### Notes" if md else "Notes"]
+        for n in j["notes"]:
+            L.append(f"- {n}" if md else textwrap.fill(n, 100, initial_indent="  * ", subsequent_indent="    "))
+    L.append("")
+    return L
+
+
+def text(doc: dict, md: bool = False) -> str:
+    L: List[str] = []
+    if md:
+        L += ["# teye job report", ""]
+    for j in doc["jobs"]:
+        L += _job_lines(j, md)
+    for u in doc["unknown_jobs"]:
+        L.append(f"unknown job {u}: Prometheus has no series for it between {doc.get('since')} and {doc.get('until')}")
+    if not doc["jobs"] and not doc["unknown_jobs"]:
+        L.append("no jobs matched")
+    return "\n".join(L) + "\n"
+
+
+def as_json(doc: dict) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+SUMMARY_KEYS = ("slurm_job", "train_jobs", "state", "nodes", "run_seconds", "gpu_busy_ratio", "input_bound_ratio",
+                "verdict", "input_cause", "gpu_energy_joules", "gpu_memory_peak_bytes", "step_seconds_p50",
+                "samples_per_second", "slowest_node", "exit_status")
+
+
+def summary(doc: dict, limit: int = 1024) -> str:
+    """One job's compact JSON (the epilog's AdminComment): short keys, ratios in %, at most ``limit`` bytes.
+
+    Notes are dropped first, then the training-job names, then optional numbers, so the result always
+    parses; ``"t": 1`` says something was cut."""
+    if not doc["jobs"]:
+        return json.dumps({"v": 1, "err": doc.get("exit_status", 0)}, separators=(",", ":"))
+    j = doc["jobs"][0]
+    s = {"v": 1, "job": j["slurm_job"], "tj": j["train_jobs"], "st": j["state"][0], "n": j["nodes"],
+         "rt": round(j["run_seconds"]), "gb": _p(j["gpu_busy_ratio"]), "ib": _p(j["input_bound_ratio"]),
+         "vd": j["verdict"], "ic": j["input_cause"], "ej": _i(j["gpu_energy_joules"]),
+         "gm": _i(j["gpu_memory_peak_bytes"]), "p50": _i(j["step_seconds_p50"], 1000), "sps": _i(j["samples_per_second"]),
+         "slow": j["slowest_node"], "x": j["exit_status"],
+         "notes": [n.split(":")[0][:80] for n in j["notes"]]}
+    s = {k: v for k, v in s.items() if v not in (None, [], "")}
+    for cut in ("notes", "tj", "slow", "p50", "sps", "gm", "n"):
+        out = json.dumps(s, separators=(",", ":"))
+        if len(out.encode()) <= limit:
+            return out
+        s.pop(cut, None)
+        s["t"] = 1
+    out = json.dumps({"v": 1, "job": j["slurm_job"], "gb": s.get("gb"), "vd": s.get("vd"), "t": 1},
+                     separators=(",", ":"))
+    return out[:limit] if len(out.encode()) <= limit else json.dumps({"v": 1, "t": 1})
+
+
+def _p(x):
+    return None if x is None else round(100 * x, 1)
+
+
+def _i(x, scale=1):
+    return None if x is None else int(round(x * scale))

@@ -1,0 +1,146 @@
+"""The report's pure parts: counter arithmetic, quantiles, the bounded summary, the HTTP client config."""
+from __future__ import annotations
+
+import base64
+import json
+import math
+
+import pytest
+
+from agent.report import render, series as S
+from agent.report.prom import HttpConfig, HttpConfigError
+
+
+def test_increase_is_exact_and_sums_across_resets():
+    pts = [(0, 10.0), (1, 12.0), (2, 15.0), (3, 1.0), (4, 4.0), (5, 4.0)]
+    assert S.increase(pts, 0, 5) == (2 + 3 + 1 + 3 + 0, 1)        # the reset adds what came after it
+    assert S.increase(pts, 1, 2) == (3.0, 0)
+    assert S.increase(pts, 10, 20) == (None, 0)
+    # a series that starts inside the window was created there: it counts from zero
+    assert S.increase([(3, 2.0), (4, 5.0)], 0, 5) == (5.0, 0)
+
+
+def test_first_last_change_and_gaps():
+    pts = [(0, 1.0), (1, 1.0), (2, 2.0), (3, 3.0), (4, 3.0), (5, 3.0)]
+    assert S.first_last_change(pts, 0, 5) == (2, 3)
+    assert S.gaps([0, 1, 2, 3, 4, 5], [0, 1, 4, 5], 0, 5, 1.0) == [(1, 4)]
+    assert S.gaps([0, 1, 2, 3], [0, 1], 0, 3, 1.0) == [(1, 3)]
+
+
+def test_bucket_quantile_matches_prometheus_interpolation():
+    # 10 observations: 4 <= 0.1, 6 more <= 0.5: p50 is 1/6 of the way from 0.1 to 0.5
+    b = [(0.1, 4.0), (0.5, 10.0), (math.inf, 10.0)]
+    assert S.bucket_quantile(0.5, b) == pytest.approx(0.1 + 0.4 * (5 - 4) / 6)
+    assert S.bucket_quantile(0.2, b) == pytest.approx(0.1 * 2 / 4)
+    assert S.bucket_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
+    assert S.bucket_quantile(0.99, [(0.1, 1.0), (math.inf, 5.0)]) == 0.1   # in +Inf: the last finite bound
+
+
+def _doc(notes=30, tj=20):
+    j = {"slurm_job": "4242", "train_jobs": [f"train-job-with-a-long-name-{i}" for i in range(tj)],
+         "state": "finished", "nodes": ["gpu-node-0001", "gpu-node-0002"], "run_seconds": 3600.4,
+         "gpu_busy_ratio": 0.61234, "input_bound_ratio": 0.4, "verdict": "input", "input_cause": "storage",
+         "gpu_energy_joules": 1.5e6, "gpu_memory_peak_bytes": 64e9, "step_seconds_p50": 0.123,
+         "samples_per_second": 900.4, "slowest_node": "gpu-node-0002", "exit_status": 0,
+         "notes": [f"Note number {i}: something long to say about the job " * 2 for i in range(notes)]}
+    return {"jobs": [j], "exit_status": 0}
+
+
+@pytest.mark.parametrize("limit", [2000, 400, 200, 120, 60, 20])
+def test_summary_is_bounded_and_always_parses(limit):
+    out = render.summary(_doc(), limit)
+    assert len(out.encode()) <= limit
+    s = json.loads(out)
+    assert s["v"] == 1
+    if limit >= 120:
+        assert s["job"] == "4242" and s["vd"] == "input"
+    if limit < 2000:
+        assert s.get("t") == 1
+    full = json.loads(render.summary(_doc(notes=1, tj=1), 2000))
+    assert "t" not in full and full["gb"] == 61.2 and full["p50"] == 123 and full["tj"] == ["train-job-with-a-long-name-0"]
+
+
+def test_http_config_basic_auth_bearer_and_errors(tmp_path):
+    (tmp_path / "pw").write_text("s3cret\n")
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("basic_auth:\n  username: alice\n  password_file: pw\n")        # relative to the file
+    h = HttpConfig.load(str(cfg))
+    assert h.authorization == "Basic " + base64.b64encode(b"alice:s3cret").decode() and h.ssl_context is None
+    (tmp_path / "tok").write_text("abc\n")
+    cfg.write_text("bearer_token_file: tok\n")
+    assert HttpConfig.load(str(cfg)).authorization == "Bearer abc"
+    cfg.write_text("authorization:\n  credentials: xyz\n")
+    assert HttpConfig.load(str(cfg)).authorization == "Bearer xyz"
+    cfg.write_text("tls_config:\n  insecure_skip_verify: true\n  server_name: prom.example\n")
+    h = HttpConfig.load(str(cfg))
+    assert h.ssl_context is not None and h.server_name == "prom.example" and not h.ssl_context.check_hostname
+    for text, msg in (("basic_auth:\n  username: a\n  password_file: missing\n", "cannot read"),
+                      ("tls_config:\n  ca_file: nope.pem\n", "tls_config"),
+                      ("- a list\n", "mapping"), ("basic_auth: {password: x}\n", "needs a username"),
+                      (":\n  - [", "not valid YAML")):
+        cfg.write_text(text)
+        with pytest.raises(HttpConfigError, match=msg):
+            HttpConfig.load(str(cfg))
+
+
+def test_a_series_created_inside_the_window_moves_when_it_appears():
+    assert S.first_last_change([(2, 5.0), (3, 5.0), (4, 6.0)], 0, 5) == (2, 4)
+
+
+def _job(busy, cpus=None, eff=None, peak=None, req=None, verdict=None, cause=None):
+    gpus = [{"node": "n1", "gpu": str(i), "busy_ratio": b} for i, b in enumerate(busy)]
+    total = sum(busy) / len(busy) if busy else None
+    return {"gpus": gpus, "gpu_busy_ratio": total, "cpu": {"allocated_cores": cpus, "efficiency": eff},
+            "memory": {"peak_bytes": peak, "requested_bytes": req}, "verdict": verdict, "input_cause": cause}
+
+
+def test_jobstats_style_notes():
+    from agent.report.build import Request, _notes
+    n = _notes(_job([0.0, 0.001]), Request())
+    assert len(n) == 1 and n[0].startswith("The job was allocated 2 GPU(s) and none of them was ever busy")
+    n = _notes(_job([0.9, 0.0, 0.0, 0.0]), Request())
+    assert n[0].startswith("Only one GPU of 4 did work (GPU 0 on n1)")
+    n = _notes(_job([0.9, 0.8, 0.0]), Request())
+    assert n == ["1 of 3 allocated GPUs were never busy (n1/GPU 2)."]
+    n = _notes(_job([0.3]), Request())
+    assert n == ["GPU busy 30 % of the job's time: the GPUs wait more than they work (see the verdict and idle "
+                 "time by phase below)."]
+    n = _notes(_job([0.9], cpus=16, eff=0.1, peak=2 * 2**30, req=64 * 2**30), Request())
+    assert n[0].startswith("CPU cores mostly idle: 10 % of 16 allocated cores used")
+    assert n[1].startswith("Memory requested far above use: peak 2.0 GiB of 64.0 GiB requested")
+    assert _notes(_job([0.9], cpus=1, eff=0.1, peak=30 * 2**30, req=64 * 2**30), Request()) == []
+    n = _notes(_job([0.9], verdict="input", cause="storage"), Request())
+    assert n[0].startswith("Verdict input (cause storage): The input pipeline waits for storage")
+
+
+def test_host_counters_cpi_bandwidth_and_cpu_time_over_the_job():
+    """Hand-made series on a 10 s grid: the job runs [100, 140]; counters since boot (never from zero)."""
+    from agent.report.build import Fetched, _host_numbers
+    grid = [float(t) for t in range(80, 161, 10)]
+    f = Fetched(80.0, 160.0, 10.0, grid)
+    lin = lambda base, rate: [(t, base + rate * (t - 80)) for t in grid]  # noqa: E731
+    f.host[("cpu_busy", "n1")] = lin(5000.0, 3.0)            # 3 cores busy
+    f.host[("cycles", "n1")] = lin(1e12, 6e9)
+    f.host[("instructions", "n1")] = lin(5e11, 4e9)           # CPI 1.5 over the job
+    f.host[("dram_bytes", "n1")] = lin(1e15, 2e10)           # 20 GB/s
+    f.host[("cpus", "n1")] = [(t, 64.0) for t in grid]
+    f.host[("mem_peak", "n1")] = [(t, 1e9 * (2 if 100 <= t <= 140 else 9)) for t in grid]
+    h = _host_numbers(f, "n1", 100.0, 140.0)
+    assert h["cpu_busy_seconds"] == pytest.approx(3.0 * 50)            # from one step before the start
+    assert h["cycles_per_instruction"] == pytest.approx(1.5)
+    assert h["memory_bandwidth_bytes_per_second"] == pytest.approx(2e10)
+    assert h["cpus"] == 64.0 and h["memory_peak_bytes"] == 2e9 and h["_resets"] == 0
+
+
+def test_cpu_efficiency_uses_the_span_the_counter_was_differenced_over():
+    from agent.report.build import Fetched, Request, _assemble
+    grid = [float(t) for t in range(80, 181, 10)]
+    f = Fetched(80.0, 180.0, 10.0, grid)
+    f.host[("cpu_busy", "n1")] = [(t, 5000.0 + 3.0 * (t - 80)) for t in grid]     # 3 cores busy
+    f.host[("cpus", "n1")] = [(t, 64.0) for t in grid]
+    f.up["n1"] = [(t, 1.0) for t in grid]
+    f.procs[("n1", "0", "7")] = [(t, 1.0) for t in grid if 100 <= t <= 140]
+    j = _assemble(f, Request(cpus=4), 200.0, "7", [], {("n1", "0"): (100.0, 140.0)}, "u", False)
+    assert j["run_seconds"] == 40.0 and j["state"] == "finished"
+    assert j["cpu"]["efficiency"] == pytest.approx(3 / 4, abs=1e-4) and j["cpu"]["node_busy_ratio"] == pytest.approx(3 / 64, abs=1e-4)
+    assert [c["kind"] for c in j["conditions"]] == ["no_phases"]
