@@ -6,8 +6,15 @@
   docs/zero-code.md).  It patches PyTorch and TensorFlow only once the job imports them.
 
 The import name is teye's own, so installing teye into a user's environment never shadows a
-user's module (``agent``, ``workloads`` ...).
+user's module (``agent``, ``workloads`` ...).  Importing this package costs nothing: the
+reporter (sockets, threads) is imported on first use.
 """
-from .reporter import PHASES, Reporter, default_socket_path
 
 __all__ = ["Reporter", "PHASES", "default_socket_path"]
+
+
+def __getattr__(name):  # PEP 562: `import teye_client` at interpreter start must not import socket & co.
+    if name in __all__:
+        from . import reporter
+        return getattr(reporter, name)
+    raise AttributeError("module 'teye_client' has no attribute %r" % (name,))
