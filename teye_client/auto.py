@@ -86,8 +86,8 @@ class Session:
     def step(self, end_ns, owner=None):
         """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
         first one's: another one's steps count only once it steps twice without the first in between."""
-        if owner is not None and owner is not self.leader:
-            if self.leader is None or self.other is owner:
+        if owner is not None and owner != self.leader:
+            if self.leader is None or self.other == owner:
                 self.leader, self.other = owner, None
             else:
                 self.other = owner
