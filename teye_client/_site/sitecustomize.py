@@ -24,9 +24,12 @@ def _teye_install(here):
     try:
         auto = sys.modules.get("teye_client.auto")
         if auto is None:
-            # the teye_client package this directory belongs to, not whatever else the path holds,
-            # and without putting its parent directory (site-packages of another environment) on sys.path
-            parent = os.path.dirname(os.path.dirname(here))
+            # the teye_client package this directory belongs to, not whatever else the path holds: beside
+            # this file (deploy/install.sh's copy) or this directory's package (teye_client/_site), without
+            # leaving its parent directory (site-packages of another environment) on sys.path
+            parent = here
+            if not os.path.isfile(os.path.join(here, "teye_client", "__init__.py")):
+                parent = os.path.dirname(os.path.dirname(here))
             if "teye_client" not in sys.modules:
                 sys.path.insert(0, parent)
                 try:
