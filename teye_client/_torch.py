@@ -66,7 +66,7 @@ def patch_dataloader(module):
     __next__.__wrapped__ = orig
     __next__._teye = True
     base.__next__ = __next__
-    s.source = SOURCE
+    s.wait_source = SOURCE
     return True
 
 

@@ -67,7 +67,8 @@ class Session:
         self.waits = []          # [start_ns, end_ns, samples] since the last step
         self.step_start = None   # the previous step's end
         self.reporter = None
-        self.source = None       # what observed the waits (set by the instrumentors)
+        self.wait_source = None  # what can observe input waits (set by the instrumentors when they patch)
+        self.source = None       # ... once it has observed one (None: steps only)
         self.step_source = None  # what ends the steps
         self.leader = None       # the optimizer whose steps are the job's steps (see step())
         self.other = None
@@ -78,6 +79,8 @@ class Session:
         self.__init__()
 
     def wait(self, start_ns, end_ns, samples):
+        if self.source is None:
+            self.source = self.wait_source
         w = self.waits
         w.append([start_ns, end_ns, samples])
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
@@ -105,6 +108,13 @@ class Session:
         start = self.step_start
         if start is None:
             start = waits[0][0] if waits else end_ns
+        if self.source is None:  # no input wait can be observed: steps only, no made-up split
+            self.step_start = end_ns
+            if rep.source != self.step_source:
+                rep.source = self.step_source
+                rep._src_due = True
+            rep.record_step([], start, end_ns, 0)
+            return
         phases = []
         t = start
         samples = 0
@@ -207,9 +217,19 @@ def _torch_optimizer(module):
     _torch.patch_optimizer(module)
 
 
-def _tensorflow(module):
+def _tf_iterator(module):
     from . import _tf
-    _tf.patch(module)
+    _tf.patch_iterator(module)
+
+
+def _tf_function(module):
+    from . import _tf
+    _tf.patch_function(module)
+
+
+def _keras_optimizer(module):
+    from . import _tf
+    _tf.patch_keras_optimizer(module)
 
 
 # module -> instrumentor, run right after the module has been executed (the instrumentors import
@@ -217,6 +237,9 @@ def _tensorflow(module):
 HOOKS = {
     "torch.utils.data.dataloader": _torch_dataloader,
     "torch.optim.optimizer": _torch_optimizer,
+    "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
+    "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
+    "keras.src.optimizers.base_optimizer": _keras_optimizer,
 }
 
 

@@ -116,6 +116,7 @@ class Reporter:
         self._step_start = None     # where the next step starts: the previous step's end ...
         self._open_start = None     # ... or, before the first step, the earliest phase since (never the buffer)
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._wake = threading.Event()
         self._thread = None
         self._sock = None
@@ -238,6 +239,12 @@ class Reporter:
     # -- sending -----------------------------------------------------------------------------
     def flush(self) -> None:
         """Send what is buffered now (one datagram)."""
+        # One flush at a time: the exit's flush waits for the thread's send in progress, which would
+        # otherwise die with the interpreter, its records taken from the buffer and never sent.
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             phases, steps = self._phases, self._steps
             if not phases and not steps:
@@ -367,6 +374,7 @@ def _reinit_ref(ref) -> None:
     rep = ref()
     if rep is not None:  # a forked child must not inherit a lock held by another thread, nor the buffer
         rep._lock = threading.Lock()
+        rep._flush_lock = threading.Lock()
         rep._phases, rep._steps = [], []
         rep._step_start = rep._open_start = None
         rep._sock = None

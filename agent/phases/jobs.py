@@ -34,7 +34,7 @@ from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause
 from . import fast as _speed
-from .protocol import ACCEPTED, PHASES, RESULTS, Limits, Message, Rejected, decode, source_of
+from .protocol import ACCEPTED, PHASES, RESULTS, STEPS_ONLY_SOURCES, Limits, Message, Rejected, decode, source_of
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
@@ -614,7 +614,8 @@ class JobTable:
 
     def _view(self, job: _Job, now_ns: int) -> JobView:
         ev = self._evidence(job, now_ns)
-        ratio = ev.share("data_wait") if ev.step_time > 0 else None
+        # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0
+        ratio = ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES) if job.phase_s[k] or k < 4),

@@ -68,10 +68,10 @@ SOURCES = {
     "torch": "zero-code: torch DataLoader",
     "torch-steps": "zero-code: torch optimizer steps (input wait not observed: no DataLoader)",
     "tf.data": "zero-code: tf.data",
-    "keras": "zero-code: Keras Model.fit (input wait not observed)",
+    "tf-steps": "zero-code: TensorFlow steps (Model.fit, or a loop without tf.data: input wait not observed)",
     "other": "other",
 }
-STEPS_ONLY_SOURCES = frozenset({"torch-steps", "keras"})  # phases that cannot show an input wait
+STEPS_ONLY_SOURCES = frozenset({"torch-steps", "tf-steps"})  # phases that cannot show an input wait
 MAX_SOURCE_CHARS = 32
 
 

@@ -316,7 +316,8 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
                            ordered, cause)
         return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail, RECOMMENDATIONS[kind],
                        ordered)
-    wait = ("input wait not observed" if ev.source in STEPS_ONLY_SOURCES
-            else f"data_wait {_pct(ev.share('data_wait'))}")
-    return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, {wait}" + tail,
-                   RECOMMENDATIONS["compute"], ordered)
+    if ev.source in STEPS_ONLY_SOURCES:  # no phases to split the steps by: say so, never guess
+        return Verdict("compute", "steps only: input wait not observed, no phase split" + tail,
+                       RECOMMENDATIONS["compute"], ordered)
+    return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
+                              f"{_pct(ev.share('data_wait'))}" + tail, RECOMMENDATIONS["compute"], ordered)

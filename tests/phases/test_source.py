@@ -66,6 +66,6 @@ def test_source_label_and_evidence(phase_path):
 
 def test_steps_only_sources_never_claim_an_input_share():
     from agent.phases.verdict import Evidence, decide
-    ev = Evidence(window_s=60, phase_seconds={"compute": 9.0}, step_seconds=10.0, steps=10, source="keras")
+    ev = Evidence(window_s=60, phase_seconds={"compute": 9.0}, step_seconds=10.0, steps=10, source="tf-steps")
     v = decide(ev)
     assert v.kind == "compute" and "input wait not observed" in v.evidence and "data_wait 0 %" not in v.evidence
