@@ -82,25 +82,27 @@ class Session:
         if self.source is None:
             self.source = self.wait_source
         w = self.waits
-        w.append([start_ns, end_ns, samples])
+        w.append((start_ns, end_ns, samples))
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
 
     def step(self, end_ns, owner=None):
         """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
         first one's: another one's steps count only once it steps twice without the first in between."""
-        if owner is not None and owner != self.leader:
-            if self.leader is None or self.other == owner:
-                self.leader, self.other = owner, None
-            else:
-                self.other = owner
-                return
-        elif owner is not None:
+        if owner != self.leader:
+            if owner is not None:
+                if self.leader is None or self.other == owner:
+                    self.leader = owner
+                    self.other = None
+                else:
+                    self.other = owner
+                    return
+        elif self.other is not None:
             self.other = None
-        if self.disabled:
-            return
         rep = self.reporter
         if rep is None:
+            if self.disabled:
+                return
             rep = self._start()
             if rep is None:
                 return
@@ -108,35 +110,40 @@ class Session:
         start = self.step_start
         if start is None:
             start = waits[0][0] if waits else end_ns
+        self.step_start = end_ns
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
-            self.step_start = end_ns
             if rep.source != self.step_source:
                 rep.source = self.step_source
                 rep._src_due = True
-            rep.record_step([], start, end_ns, 0)
+            rep.record_step((), start, end_ns, 0)
             return
-        phases = []
-        t = start
-        samples = 0
-        for a, b, n in waits:
-            if b <= t or a >= end_ns:
-                continue
-            if a < t:
-                a = t
-            if a > t:
-                phases.append(["compute", t, a])
-            if b > end_ns:
-                b = end_ns
-            phases.append(["data_wait", a, b])
-            samples += n
-            t = b
-        if end_ns > t:
-            phases.append(["compute", t, end_ns])
         self.waits = []
-        self.step_start = end_ns
-        src = self.source or self.step_source
-        if src != rep.source:
-            rep.source = src
+        if len(waits) == 1 and start <= waits[0][0] and waits[0][1] <= end_ns:  # the usual step: one batch
+            a, b, samples = waits[0]
+            if a > start:
+                phases = (("compute", start, a), ("data_wait", a, b), ("compute", b, end_ns))
+            else:
+                phases = (("data_wait", a, b), ("compute", b, end_ns))
+        else:
+            phases = []
+            t = start
+            samples = 0
+            for a, b, n in waits:
+                if b <= t or a >= end_ns:
+                    continue
+                if a < t:
+                    a = t
+                if a > t:
+                    phases.append(("compute", t, a))
+                if b > end_ns:
+                    b = end_ns
+                phases.append(("data_wait", a, b))
+                samples += n
+                t = b
+            if end_ns > t:
+                phases.append(("compute", t, end_ns))
+        if self.source != rep.source:
+            rep.source = self.source
             rep._src_due = True
         rep.record_step(phases, start, end_ns, samples)
 

@@ -178,7 +178,7 @@ class Reporter:
         self._add(self._steps, [s, e, n])
 
     def record_step(self, phases, start_ns: int, end_ns: int, samples: int = 0) -> None:
-        """Add a finished step and its phases ([name, start_ns, end_ns] lists, valid ints) in one go.
+        """Add a finished step and its phases ((name, start_ns, end_ns) sequences of valid ints) in one go.
 
         The fast path of instrumentation that timed everything itself (teye_client.auto): one lock,
         no per-record checks beyond what the agent checks anyway.
@@ -186,16 +186,16 @@ class Reporter:
         self._step_start = end_ns
         self._open_start = None
         with self._lock:
-            if not self._phases and not self._steps:
+            ph = self._phases
+            if not ph and not self._steps:
                 self._oldest_ns = end_ns
-            self._phases.extend(phases)
-            self._steps.append([start_ns, end_ns, samples])
-            due = (end_ns - self._oldest_ns >= self._flush_ns
-                   or len(self._phases) + len(self._steps) >= self.max_batch)
-            idle = not due and self._thread is None
+            ph.extend(phases)
+            st = self._steps
+            st.append((start_ns, end_ns, samples))
+            due = end_ns - self._oldest_ns >= self._flush_ns or len(ph) + len(st) >= self.max_batch
         if due:
             self.flush()
-        elif idle:
+        elif self._thread is None:
             self._start_thread()
         elif not self._wake.is_set():
             self._wake.set()
