@@ -107,3 +107,18 @@ def test_a_forked_child_sends_only_its_own_records(listener):
     rep.close()
     (parent,) = _drain(s, 0.5)
     assert [n for _, _, n in child["steps"]] == [7] and [n for _, _, n in parent["steps"]] == [1, 2]
+
+
+def test_a_reporter_dropped_with_records_buffered_sends_them(listener):
+    """A loop's local reporter, freed before exit (workloads.train's timer does so): its atexit flush holds
+    only a weak reference, so it sends what it buffered when it goes."""
+    path, s = listener
+
+    def loop():
+        rep = Reporter(train_job="local", socket_path=path, flush_ms=60000)
+        for i in range(3):
+            rep.step(samples=i)
+
+    loop()
+    (m,) = _drain(s, 0.5)
+    assert [n for _, _, n in m["steps"]] == [0, 1, 2]
