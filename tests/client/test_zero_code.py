@@ -293,3 +293,15 @@ def test_fork_without_exec(sockdir):
         assert (j.steps, j.processes) == (3 + 2 + 3, 2)
     finally:
         agent.close()
+
+
+@needs_torch
+def test_profile_instruments_an_unmodified_script(tmp_path):
+    bare = plain_run([PY, SMALL, "6"], env=base_env(EXIT="3"))
+    r = subprocess.run([PY, "-m", "agent", "profile", "--output", str(tmp_path / "p"), "--", PY, SMALL, "6"],
+                       env=base_env(EXIT="3"), capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 3 and r.stdout.startswith(bare.stdout)  # the job's own output first, then the overview
+    summary = json.loads((tmp_path / "p" / "summary.json").read_text())
+    (job,) = summary["jobs"]
+    assert (job["train_job"], job["source"], job["steps"], job["samples"]) == ("torch_small", "torch", 6, 48)
+    assert "phases from torch" in r.stdout
