@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from teye_client import auto
 from tests.client.helpers import HERE, REPO, SITE, LiveAgent, base_env, plain_run, teye_run
+from tests.procs import free_port
 
 PY = sys.executable
 SMALL = os.path.join(HERE, "torch_small.py")
@@ -305,3 +307,20 @@ def test_profile_instruments_an_unmodified_script(tmp_path):
     (job,) = summary["jobs"]
     assert (job["train_job"], job["source"], job["steps"], job["samples"]) == ("torch_small", "torch", 6, 48)
     assert "phases from torch" in r.stdout
+
+
+@needs_torch
+def test_ddp_ranks_report_under_one_job_with_their_own_pids(sockdir):
+    agent = LiveAgent(sockdir)
+    try:
+        r = teye_run([PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+                      os.path.join(HERE, "torch_ddp.py"), "5"], socket_path=agent.path,
+                     env=base_env(OMP_NUM_THREADS="1"), timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert sorted(re.findall(r"rank (\d) loss", r.stdout)) == ["0", "1"]  # (the ranks' lines may interleave)
+        jobs = agent.jobs()
+        assert list(jobs) == ["torch_ddp"]  # the script's name, one job for both ranks (torchrun itself sends nothing)
+        j = jobs["torch_ddp"]
+        assert (j.processes, j.steps, j.samples, j.source) == (2, 10, 80, "torch")
+    finally:
+        agent.close()
