@@ -109,7 +109,7 @@ def cnn_rate(rounds: int, sock: str):
 
 
 def _samples_per_s(r: dict) -> float:
-    for k in ("samples_per_second", "throughput_samples_per_second"):
+    for k in ("samples_per_s", "samples_per_second"):
         if k in r:
             return float(r[k])
     s = r.get("summary") or {}

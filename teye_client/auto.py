@@ -15,6 +15,8 @@ import os
 import sys
 
 _DEBUG = os.environ.get("TEYE_DEBUG") == "1"
+_C = '"compute"'    # phase names as the reporter's flat buffers hold them (JSON-quoted)
+_W = '"data_wait"'
 _installed = None
 
 
@@ -121,9 +123,9 @@ class Session:
         if len(waits) == 1 and start <= waits[0][0] and waits[0][1] <= end_ns:  # the usual step: one batch
             a, b, samples = waits[0]
             if a > start:
-                phases = (("compute", start, a), ("data_wait", a, b), ("compute", b, end_ns))
+                phases = (_C, start, a, _W, a, b, _C, b, end_ns)
             else:
-                phases = (("data_wait", a, b), ("compute", b, end_ns))
+                phases = (_W, a, b, _C, b, end_ns)
         else:
             phases = []
             t = start
@@ -134,14 +136,14 @@ class Session:
                 if a < t:
                     a = t
                 if a > t:
-                    phases.append(("compute", t, a))
+                    phases += (_C, t, a)
                 if b > end_ns:
                     b = end_ns
-                phases.append(("data_wait", a, b))
+                phases += (_W, a, b)
                 samples += n
                 t = b
             if end_ns > t:
-                phases.append(("compute", t, end_ns))
+                phases += (_C, t, end_ns)
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True

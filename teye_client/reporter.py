@@ -42,6 +42,7 @@ VERSION = 1
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 _RESOLVE_EVERY_NS = 5 * 10**9
 _monotonic_ns = time.monotonic_ns
+QUOTED = {p: _json_str(p) for p in PHASES}  # phase name -> its JSON string
 
 
 def _candidates():
@@ -107,11 +108,12 @@ class Reporter:
         self.flush_ms = max(0.0, float(flush_ms))
         self._flush_ns = int(self.flush_ms * 1e6)
         self.max_batch = max(1, int(max_batch))
+        self._max_items = 3 * self.max_batch  # the buffers are flat: 3 items per record
         self.source = source
         self._src_due = source is not None  # send src in the next datagram (the first after each connect)
         self._cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-        self._phases = []
-        self._steps = []
+        self._phases = []           # flat: JSON-quoted name, start_ns, end_ns, ... (no tuple per record)
+        self._steps = []            # flat: start_ns, end_ns, samples, ...
         self._oldest_ns = 0         # when the oldest buffered record was added (CLOCK_MONOTONIC ns)
         self._step_start = None     # where the next step starts: the previous step's end ...
         self._open_start = None     # ... or, before the first step, the earliest phase since (never the buffer)
@@ -141,9 +143,9 @@ class Reporter:
         try:
             s = int(start_ns)
             e = int(end_ns)
-            rec = [name if type(name) is str else str(name), s, e]
-            if len(rec[0]) > 64:
-                rec[0] = rec[0][:64]
+            name = name if type(name) is str else str(name)
+            if len(name) > 64:
+                name = name[:64]
         except (TypeError, ValueError, OverflowError):
             self._count_drop(1, "bad-argument")
             return
@@ -152,7 +154,7 @@ class Reporter:
             return
         if self._step_start is None and (self._open_start is None or s < self._open_start):
             self._open_start = s
-        self._add(self._phases, rec)
+        self._add(self._phases, _quoted(name), s, e)
 
     def step(self, samples: int = 0, start_ns: int = None, end_ns: int = None) -> None:
         """Close one training step (default: from the previous step's end, or the first phase, to now)."""
@@ -175,24 +177,27 @@ class Reporter:
         if e < s or n < 0:
             self._count_drop(1, "bad-interval")
             return
-        self._add(self._steps, [s, e, n])
+        self._add(self._steps, s, e, n)
 
     def record_step(self, phases, start_ns: int, end_ns: int, samples: int = 0) -> None:
-        """Add a finished step and its phases ((name, start_ns, end_ns) sequences of valid ints) in one go.
+        """Add a finished step and its phases in one go: ``phases`` is flat, (quoted name, start_ns, end_ns)
+        after one another, names JSON-quoted (``QUOTED``), times valid ints.
 
         The fast path of instrumentation that timed everything itself (teye_client.auto): one lock,
-        no per-record checks beyond what the agent checks anyway.
+        no per-record checks beyond what the agent checks anyway, no object per record.
         """
         self._step_start = end_ns
         self._open_start = None
         with self._lock:
             ph = self._phases
-            if not ph and not self._steps:
+            st = self._steps
+            if not ph and not st:
                 self._oldest_ns = end_ns
             ph.extend(phases)
-            st = self._steps
-            st.append((start_ns, end_ns, samples))
-            due = end_ns - self._oldest_ns >= self._flush_ns or len(ph) + len(st) >= self.max_batch
+            st.append(start_ns)
+            st.append(end_ns)
+            st.append(samples)
+            due = end_ns - self._oldest_ns >= self._flush_ns or len(ph) + len(st) >= self._max_items
         if due:
             self.flush()
         elif self._thread is None:
@@ -200,18 +205,18 @@ class Reporter:
         elif not self._wake.is_set():
             self._wake.set()
 
-    def _add(self, buf, rec) -> None:
+    def _add(self, buf, a, b, c) -> None:
         now = _monotonic_ns()
         with self._lock:
             if not self._phases and not self._steps:
                 self._oldest_ns = now
-            buf.append(rec)
-            due = (now - self._oldest_ns >= self._flush_ns
-                   or len(self._phases) + len(self._steps) >= self.max_batch)
-            idle = not due and self._thread is None
+            buf.append(a)
+            buf.append(b)
+            buf.append(c)
+            due = now - self._oldest_ns >= self._flush_ns or len(self._phases) + len(self._steps) >= self._max_items
         if due:
             self.flush()
-        elif idle:
+        elif self._thread is None:
             self._start_thread()
         elif not self._wake.is_set():
             self._wake.set()
@@ -252,9 +257,9 @@ class Reporter:
             self._phases, self._steps = [], []
             dropped = self.dropped
             src = self.source if self._src_due else None
-        n = len(phases) + len(steps)
+        n = (len(phases) + len(steps)) // 3
         try:
-            data = _encode(self.train_job, phases, steps, self._cvd, dropped, src)
+            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src)
         except (TypeError, ValueError):
             self._count_drop(n, "encode")
             return
@@ -274,7 +279,7 @@ class Reporter:
                     self._sock = sock
                     if self.source is not None and src is None:  # a new connection: maybe a new agent
                         src = self.source
-                        data = _encode(self.train_job, phases, steps, self._cvd, dropped, src)
+                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src)
                 sock.send(data)
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 stale, self._sock = self._sock, None
@@ -316,6 +321,19 @@ class Reporter:
         if sock is not None:
             sock.close()
 
+    def __del__(self):
+        # A reporter dropped with records still buffered (a loop's local, freed before exit) sends them:
+        # its atexit flush holds only a weak reference.  Nothing may escape a destructor into the job's
+        # output ("Exception ignored in ..."), whatever state the interpreter is in.
+        try:
+            if self._phases or self._steps:
+                self.flush()
+            sock, self._sock = self._sock, None
+            if sock is not None:
+                sock.close()
+        except Exception:  # noqa: BLE001 (see above: a destructor must stay silent)
+            pass
+
     def __enter__(self):
         return self
 
@@ -347,13 +365,26 @@ def _flusher(ref, wake) -> None:
 
 
 def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> bytes:
-    """The datagram: byte for byte what ``json.dumps(obj, separators=(",", ":"))`` writes, without its generality.
+    """The datagram for [name, start_ns, end_ns] and [start_ns, end_ns, samples] records: byte for byte what
+    ``json.dumps(obj, separators=(",", ":"))`` writes (tests/phases/test_wire_bytes.py checks it)."""
+    flat_ph = []
+    for name, a, b in phases:
+        flat_ph += (_quoted(name), a, b)
+    flat_st = []
+    for rec in steps:
+        flat_st += rec
+    return _encode_flat(job, flat_ph, flat_st, cvd, dropped, src)
 
-    Records are [str, int, int] and [int, int, int] (record_phase and step make them so).
-    """
+
+def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None) -> bytes:
+    """The datagram from the reporter's flat buffers, with one %-format per list (no object per record)."""
+    n_ph = len(phases) // 3
+    n_st = len(steps) // 3
     out = ['{"v":%d,"job":%s,"phases":[' % (VERSION, _json_str(job)),
-           ",".join(["[%s,%d,%d]" % (_json_str(p), s, e) for p, s, e in phases]),
-           '],"steps":[', ",".join(["[%d,%d,%d]" % tuple(r) for r in steps]), "]"]
+           ("[%s,%d,%d]," * n_ph)[:-1] % tuple(phases) if n_ph else "",
+           '],"steps":[',
+           ("[%d,%d,%d]," * n_st)[:-1] % tuple(steps) if n_st else "",
+           "]"]
     if cvd is not None:
         out.append(',"cvd":' + _json_str(cvd))
     if dropped:
@@ -362,6 +393,16 @@ def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> byte
         out.append(',"src":' + _json_str(src))
     out.append("}")
     return "".join(out).encode()
+
+
+def _quoted(name: str) -> str:
+    """The JSON string of a phase name (cached: a loop uses a handful)."""
+    q = QUOTED.get(name)
+    if q is None:
+        q = _json_str(name)
+        if len(QUOTED) < 256:
+            QUOTED[name] = q
+    return q
 
 
 def _flush_ref(ref) -> None:
