@@ -119,9 +119,9 @@ class Session:
                 rep._src_due = True
             rep.record_step((), start, end_ns, 0)
             return
-        self.waits = []
-        if len(waits) == 1 and start <= waits[0][0] and waits[0][1] <= end_ns:  # the usual step: one batch
+        if len(waits) == 1 and waits[0][0] >= start and waits[0][1] <= end_ns:  # the usual step: one batch
             a, b, samples = waits[0]
+            waits.clear()
             if a > start:
                 phases = (_C, start, a, _W, a, b, _C, b, end_ns)
             else:
@@ -144,6 +144,7 @@ class Session:
                 t = b
             if end_ns > t:
                 phases += (_C, t, end_ns)
+            waits.clear()
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True

@@ -123,6 +123,7 @@ class Reporter:
         self._thread = None
         self._sock = None
         self._resolved_ns = _monotonic_ns()
+        self._pid = os.getpid()
         self.sent = 0               # datagrams sent
         self.sent_records = 0
         self.dropped = 0            # records dropped (phases + steps)
@@ -326,6 +327,8 @@ class Reporter:
         # its atexit flush holds only a weak reference.  Nothing may escape a destructor into the job's
         # output ("Exception ignored in ..."), whatever state the interpreter is in.
         try:
+            if getattr(self, "_pid", None) != os.getpid():
+                return  # a forked child's copy: the parent's records are the parent's to send
             if self._phases or self._steps:
                 self.flush()
             sock, self._sock = self._sock, None
