@@ -4,8 +4,9 @@
 
 1. interpreter start-up, `python -c pass`, with teye's sitecustomize directory first on PYTHONPATH and
    without: median of 20 alternating runs each (it runs in every Python process where it is enabled);
-2. samples/s of a small PyTorch MLP (DataLoader over tensors in memory, batch 64) and of the studies'
-   CNN (workloads.train simple_cnn, tf.data), instrumented and not, alternating rounds, medians;
+2. samples/s of a small PyTorch CNN and of a tiny MLP (0.7 ms steps: the worst case; DataLoader over
+   tensors in memory, batch 64) and of the studies' CNN (workloads.train simple_cnn, tf.data),
+   instrumented and not, alternating rounds, medians;
 3. client CPU per step: the process's CPU time (all threads: the flush thread included) per step of
    the zero-code session (what the DataLoader wrapper and the optimizer hook call), batching on,
    sending to a live receiver in another process;
@@ -68,26 +69,34 @@ TORCH_LOOP = r"""
 import sys, time, torch
 from torch.utils.data import DataLoader, TensorDataset
 torch.manual_seed(0); torch.set_num_threads(1)
-ds = TensorDataset(torch.randn(64 * 400, 32), torch.randn(64 * 400, 1))
-model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+if sys.argv[1] == "mlp":   # the worst case: 0.7 ms steps
+    ds = TensorDataset(torch.randn(64 * 400, 32), torch.randn(64 * 400, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    lossf = torch.nn.functional.mse_loss
+else:                      # a small CNN on CIFAR-shaped batches
+    ds = TensorDataset(torch.randn(64 * 60, 3, 32, 32), torch.randint(0, 10, (64 * 60,)))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 10))
+    lossf = torch.nn.functional.cross_entropy
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 n = 0
 for epoch in range(2):
     if epoch == 1:
         t = time.perf_counter()
     for x, y in DataLoader(ds, batch_size=64):
-        loss = torch.nn.functional.mse_loss(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
+        loss = lossf(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
         n += len(x) if epoch else 0
 print(n / (time.perf_counter() - t))
 """
 
 
-def torch_rate(rounds: int, sock: str):
+def torch_rate(rounds: int, sock: str, model: str):
     out = {True: [], False: []}
     for _ in range(rounds):
         for on in (False, True):
-            r = subprocess.run([PY, "-c", TORCH_LOOP], env=_env(on, TEYE_PHASE_SOCKET=sock), capture_output=True,
-                               text=True, check=True)
+            r = subprocess.run([PY, "-c", TORCH_LOOP, model], env=_env(on, TEYE_PHASE_SOCKET=sock),
+                               capture_output=True, text=True, check=True)
             out[on].append(float(r.stdout.split()[-1]))
     return statistics.median(out[False]), statistics.median(out[True])
 
@@ -245,9 +254,10 @@ def main() -> int:
               f"({p_path}); ratio {c_us / p_us:.2f}")
         try:
             import torch  # noqa: F401
-            base, inst = torch_rate(args.rounds, sock)
-            print(f"PyTorch MLP samples/s, median of {args.rounds}: without {base:,.0f}, with {inst:,.0f} "
-                  f"({100 * (inst / base - 1):+.1f} %)")
+            for model, what in (("cnn", "PyTorch small CNN"), ("mlp", "PyTorch MLP (0.7 ms steps, worst case)")):
+                base, inst = torch_rate(args.rounds, sock, model)
+                print(f"{what} samples/s, median of {args.rounds}: without {base:,.0f}, with {inst:,.0f} "
+                      f"({100 * (inst / base - 1):+.1f} %)")
         except ImportError:
             print("PyTorch MLP: torch is not installed (the torch extra)")
         if not args.skip_tf:
