@@ -109,6 +109,9 @@ def test_zero_code_site_is_installed_read_only_and_loads(installed, tmp_path):
                          capture_output=True, text=True, cwd=str(tmp_path))
     assert (out.returncode, out.stdout, out.stderr) == (0, f"{site}/teye_client/auto.py\n", "")
     assert f"installed {site}" in res.stdout
+    # the venv's own copy, the one `teye run` uses: the wheel carries the hook directory
+    (hook,) = (paths["prefix"] / "venv").glob("lib/python*/site-packages/teye_client/_site/sitecustomize.py")
+    assert hook.read_text() == open(os.path.join(REPO, "teye_client", "_site", "sitecustomize.py")).read()
 
 
 def test_fresh_python_lacks_wheel(fresh):
