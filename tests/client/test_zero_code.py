@@ -329,3 +329,21 @@ def test_ddp_ranks_report_under_one_job_with_their_own_pids(sockdir):
         assert (j.processes, j.steps, j.samples, j.source) == (2, 10, 80, "torch")
     finally:
         agent.close()
+
+
+@needs_torch
+def test_a_loop_without_a_dataloader_reports_steps_only(sockdir):
+    """Its input wait cannot be seen: steps, no ratio, and the evidence says so (never a 0 % guess)."""
+    agent = LiveAgent(sockdir)
+    code = ("import time, torch\nm = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for i in range(7):\n    time.sleep(0.02)  # reading its own batches\n"
+            "    x = torch.ones(8, 4)\n    opt.zero_grad(); m(x).sum().backward(); opt.step()\n")
+    try:
+        r = teye_run([PY, "-c", code], socket_path=agent.path, job="manual")
+        assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+        j = agent.jobs()["manual"]
+        assert (j.source, j.steps, j.input_bound_ratio, dict(j.phase_seconds).get("data_wait", 0)) == \
+            ("torch-steps", 7, None, 0)
+        assert "input wait not observed" in j.verdict.evidence
+    finally:
+        agent.close()
