@@ -1,4 +1,4 @@
-"""The `teye` command: agent, doctor, record, profile, dashboards, report, catalog."""
+"""The `teye` command: agent, doctor, record, profile, run, dashboards, report, catalog."""
 from __future__ import annotations
 
 import argparse
@@ -145,6 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--gpu-replay", metavar="FILE", help=argparse.SUPPRESS)
     pr.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     pr.set_defaults(func=_with_config("agent.profile"))
+
+    ru = sub.add_parser("run", help="run a command with zero-code phases (PyTorch, TensorFlow): "
+                        "its Python processes report to the node's agent unchanged")
+    ru.add_argument("--job", metavar="NAME", help="training job name (default: from Slurm, a Kubernetes pod, "
+                    "or the script's name)")
+    ru.add_argument("--socket", metavar="PATH", help="the agent's phase socket (default: TEYE_PHASE_SOCKET or "
+                    "the agent's default locations)")
+    ru.add_argument("--print-env", action="store_true", help="print the export lines that turn it on (a Slurm "
+                    "TaskProlog's output) instead of running a command")
+    ru.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+    ru.set_defaults(func=_lazy("agent.run"))
 
     db = sub.add_parser("dashboards", help="Grafana dashboards")
     dsub = db.add_subparsers(dest="dash_command", metavar="ACTION")

@@ -182,6 +182,7 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
         idle_by_phase[phase] = idle_by_phase.get(phase, 0.0) + s
     return {
         "train_job": j.train_job, "user": j.user, "uid": j.uid, "pid": j.pid, "processes": j.processes,
+        "source": j.source,
         "steps": j.steps, "samples": j.samples,
         "step_seconds_total": round(step_total, 6),
         "mean_step_seconds": round(step_total / j.steps, 6) if j.steps else None,
@@ -228,12 +229,13 @@ def render_overview(summary: Dict[str, Any]) -> str:
         lines.append(f"  GPU {g['gpu']}: busy {100 * g['busy_ratio']:.0f} %, idle {100 * g['idle_ratio']:.0f} %"
                      + (f"; longest idle gaps: {gaps}" if gaps else ""))
     if not summary["jobs"]:
-        lines.append("  no phase messages arrived: instrument the loop with workloads.phases.Reporter "
-                     "(see docs/phases.md)")
+        lines.append("  no phase messages arrived: zero-code phases cover PyTorch and TensorFlow loops "
+                     "(docs/zero-code.md); any other loop can use teye_client.Reporter (docs/phases.md)")
     for j in summary["jobs"]:
         mean = j["mean_step_seconds"]
         lines.append("")
-        lines.append(f"Job {j['train_job']} (user {j['user']}, pid {j['pid']}): {j['steps']} steps"
+        lines.append(f"Job {j['train_job']} (user {j['user']}, pid {j['pid']}, phases from {j['source']}): "
+                     f"{j['steps']} steps"
                      + (f", mean step {1000 * mean:.1f} ms" if mean else ""))
         lines.append("  step-time breakdown      ms/step    share")
         for p, b in j["step_time_breakdown"].items():
@@ -380,7 +382,8 @@ def main(args, cfg: dict) -> int:
         sampler.start()
     cpu = _CpuTracker(cfg["procfs"])
     pmu = _PmuWindow(cfg)
-    env = dict(os.environ, TEYE_PHASE_SOCKET=sock_path)
+    from .run import instrumented_env
+    env = instrumented_env(os.environ, socket_path=sock_path)  # zero-code phases for unmodified scripts
     t0 = ctx.clock()
     cpu.sample(t0)
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the command; we still report

@@ -12,7 +12,10 @@
 #   3. writes /etc/teye/teye.yml from deploy/teye.example.yml when absent (an existing
 #      config is never overwritten; the new example goes to teye.yml.example);
 #   4. installs deploy/systemd/teye-agent.service to /etc/systemd/system, then
-#      daemon-reload, enable --now (restart when it was already running).
+#      daemon-reload, enable --now (restart when it was already running);
+#   5. installs the zero-code phase directory at /opt/teye/site (sitecustomize.py and the
+#      teye_client package, root-owned, read-only, byte-compiled): a Slurm TaskProlog or a pod
+#      puts it first on PYTHONPATH (deploy/slurm/, docs/zero-code.md).
 # Without systemd it installs everything else and prints how to start the agent by hand;
 # without an NVIDIA driver it disables the GPU collector in a new config and says so.
 #
@@ -109,6 +112,7 @@ if [ "$MODE" = uninstall ]; then
     if [ -e "$UNIT" ]; then run rm -f "$UNIT"; say "removed $UNIT"; fi
     if [ "$USE_SYSTEMD" = yes ]; then run systemctl daemon-reload; fi
     if [ -d "$VENV" ]; then run rm -rf "$VENV"; say "removed $VENV"; fi
+    if [ -d "$PREFIX/site" ]; then run rm -rf "$PREFIX/site"; say "removed $PREFIX/site"; fi
     if [ -d "$PREFIX" ]; then run rmdir "$PREFIX" 2>/dev/null || true; fi
     if [ "$PURGE" = 1 ]; then
         if [ -d "$ETC" ]; then run rm -rf "$ETC"; say "removed $ETC"; fi
@@ -200,6 +204,26 @@ else
         rm -f "$tmp"
         say "installed $UNIT"
     fi
+fi
+
+# 5. the zero-code phase directory: it runs inside every user's Python process, so it is root-owned,
+# read-only and byte-compiled (users cannot write __pycache__ there); replaced whole, never edited in place.
+SITE="$PREFIX/site"
+if [ "$DRY_RUN" = 1 ]; then
+    say "would install $SITE (sitecustomize.py + teye_client) for zero-code phases"
+else
+    rm -rf "$SITE.new"
+    mkdir -p "$SITE.new/teye_client"
+    install -m 0644 "$SOURCE/teye_client/_site/sitecustomize.py" "$SITE.new/sitecustomize.py"
+    for f in "$SOURCE"/teye_client/*.py; do install -m 0644 "$f" "$SITE.new/teye_client/"; done
+    "$VENV/bin/python" -m compileall -q "$SITE.new" >/dev/null || die "cannot byte-compile $SITE.new"
+    chmod -R go-w "$SITE.new"
+    chmod 0755 "$SITE.new" "$SITE.new/teye_client"
+    rm -rf "$SITE.old"
+    if [ -d "$SITE" ]; then mv "$SITE" "$SITE.old"; fi
+    mv "$SITE.new" "$SITE"
+    rm -rf "$SITE.old"
+    say "installed $SITE: zero-code phases for jobs with PYTHONPATH=$SITE (deploy/slurm/README.md)"
 fi
 
 if [ "$USE_SYSTEMD" = yes ]; then

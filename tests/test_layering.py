@@ -12,7 +12,7 @@ import os
 
 from tests.procs import REPO
 
-HIGHER = ("agent.cli", "agent.daemon", "agent.profile", "agent.doctor", "agent.report", "exporters")
+HIGHER = ("agent.cli", "agent.daemon", "agent.profile", "agent.doctor", "agent.report", "agent.run", "exporters")
 LOWER_PACKAGES = ("agent/sources", "agent/gpu", "agent/pmu", "agent/phases")
 
 
@@ -62,6 +62,12 @@ def test_only_the_entry_point_imports_the_cli():
     files = [p for p in python_files("agent", "exporters", "workloads", "dashboards")
              if os.path.relpath(p, REPO) not in ("agent/cli.py", "agent/__main__.py")]
     assert offenders(files, ("agent.cli",)) == []
+
+
+def test_the_client_room_imports_no_other_room():
+    """teye_client runs inside users' jobs: it never imports the agent, exporters, workloads or dashboards
+    (tests/client/test_compat.py checks it imports the standard library only)."""
+    assert offenders(python_files("teye_client"), ("agent", "exporters", "workloads", "dashboards")) == []
 
 
 def test_the_checker_catches_the_shapes_it_looks_for(tmp_path):

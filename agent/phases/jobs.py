@@ -34,7 +34,7 @@ from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause
 from . import fast as _speed
-from .protocol import ACCEPTED, PHASES, RESULTS, Limits, Message, Rejected, decode
+from .protocol import ACCEPTED, PHASES, RESULTS, STEPS_ONLY_SOURCES, Limits, Message, Rejected, decode, source_of
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
@@ -160,6 +160,11 @@ class JobView:
     evidence: Evidence
 
     @property
+    def source(self) -> str:
+        """Where the job's phases come from (protocol.SOURCES: client, torch, tf.data ...)."""
+        return self.evidence.source
+
+    @property
     def input_wait_cpu_ratio(self) -> Optional[float]:
         """CPU seconds the job's processes used per second of data_wait (None: not measured)."""
         w = self.evidence.input_wait
@@ -168,7 +173,7 @@ class JobView:
 
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem")
+                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -189,6 +194,7 @@ class _Job:
         self.open: Dict[int, List[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
         self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
         self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
+        self.source = "client"                    # where its phases come from (protocol.SOURCES)
 
 
 class JobTable:
@@ -250,6 +256,12 @@ class JobTable:
             else:
                 result = self._apply(msg, pid, uid, now)
             self.results[result] += 1
+            if result == ACCEPTED:
+                src = source_of(data)
+                if src is not None:
+                    job = self._jobs.get((uid, msg.job))
+                    if job is not None:
+                        job.source = src
         if result != ACCEPTED:
             self._rlog.warning(f"reject:{result}", "phase message from pid %d uid %d for job %r rejected: %s "
                                "(%d jobs live, limit %d, %d per user)", pid, uid, msg.job, result,
@@ -582,6 +594,7 @@ class JobTable:
             silent_s=max(0.0, (now_ns - job.last_ns) / 1e9),
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
+            source=job.source,
         )
 
     def _input_wait(self, job: _Job, sums) -> Optional[InputWait]:
@@ -601,7 +614,8 @@ class JobTable:
 
     def _view(self, job: _Job, now_ns: int) -> JobView:
         ev = self._evidence(job, now_ns)
-        ratio = ev.share("data_wait") if ev.step_time > 0 else None
+        # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0
+        ratio = ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES) if job.phase_s[k] or k < 4),

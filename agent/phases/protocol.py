@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from . import fast as _speed
 
@@ -58,6 +58,35 @@ MAX_INTERVAL_NS = 86_400 * 10**9      # one phase or step lasting over a day is 
 MAX_NS = 2**63 - 1                    # CLOCK_MONOTONIC fits in a signed 64-bit integer
 MAX_SAMPLES = 10**9                   # samples in one step
 MAX_CVD_CHARS = 512
+
+
+# Where a job's phases come from: the optional "src" of a message (sent once per connection by
+# teye_client, not per datagram: the per-message path never sees it), exported as
+# teye_job_info{source} and named in the verdict's evidence.  Anything else counts as "other".
+SOURCES = {
+    "client": "client",                                        # a Reporter in the training loop (the default)
+    "torch": "zero-code: torch DataLoader",
+    "torch-steps": "zero-code: torch optimizer steps (input wait not observed: no DataLoader)",
+    "tf.data": "zero-code: tf.data",
+    "tf-steps": "zero-code: TensorFlow steps (Model.fit, or a loop without tf.data: input wait not observed)",
+    "other": "other",
+}
+STEPS_ONLY_SOURCES = frozenset({"torch-steps", "tf-steps"})  # phases that cannot show an input wait
+MAX_SOURCE_CHARS = 32
+
+
+def source_of(data: bytes) -> Optional[str]:
+    """The "src" of an accepted datagram (None: it has none), one of SOURCES.  Called only for the few
+    datagrams that carry one (the C decoder declines them: an unknown key), so a second parse is cheap."""
+    if b'"src"' not in data:
+        return None
+    try:
+        src = json.loads(data).get("src")
+    except (ValueError, AttributeError):
+        return None
+    if type(src) is not str:
+        return None
+    return src if src in SOURCES else "other"
 
 
 class Rejected(ValueError):
@@ -236,6 +265,13 @@ def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Messag
         raise Rejected("wrong_type", "'dropped' must be an integer")
     if not 0 <= dropped <= MAX_NS:
         raise Rejected("bad_value", f"'dropped' {dropped} is negative or absurd")
+
+    src = obj.get("src")
+    if src is not None:
+        if type(src) is not str:
+            raise Rejected("wrong_type", "'src' must be a string (where the phases come from)")
+        if len(src) > MAX_SOURCE_CHARS:
+            raise Rejected("too_large", f"'src' is {len(src)} characters (limit {MAX_SOURCE_CHARS})")
 
     return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped))
 

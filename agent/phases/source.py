@@ -51,8 +51,10 @@ INPUT_WAIT_CPU = metric("teye_job_input_wait_cpu_ratio", GAUGE,
                         "phases.input_sample_interval_seconds (1 = one core busy; above 1 with several threads).",
                         ["train_job"])
 JOB_INFO = metric("teye_job_info", GAUGE,
-                  "Always 1: who runs the job, from kernel credentials (pid is the first sending process).",
-                  ["train_job", "user", "uid", "pid"])
+                  "Always 1: who runs the job, from kernel credentials (pid is the first sending process), "
+                  "and where its phases come from (source: client, torch, torch-steps, tf.data, tf-steps, other; "
+                  "docs/zero-code.md).",
+                  ["train_job", "user", "uid", "pid", "source"])
 JOB_PROCESSES = metric("teye_job_processes", GAUGE, "Distinct processes that sent phases for the job (at most 64).",
                        ["train_job"])
 STEP_SECONDS = metric("teye_job_step_seconds", HISTOGRAM, "Wall time of the job's training steps.", ["train_job"],
@@ -95,7 +97,7 @@ class PhasesReading:
         yield point(PENDING, self.pending)
         for j in self.jobs:
             name = j.train_job
-            yield point(JOB_INFO, 1, name, j.user, j.uid, j.pid)
+            yield point(JOB_INFO, 1, name, j.user, j.uid, j.pid, j.source)
             yield point(JOB_PROCESSES, j.processes, name)
             for phase, s in j.phase_seconds:
                 yield point(PHASE_SECONDS, s, name, phase)

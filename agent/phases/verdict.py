@@ -52,6 +52,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
+from .protocol import SOURCES, STEPS_ONLY_SOURCES
+
 KINDS = ("input", "host", "communication", "compute", "idle")
 CAUSES = ("storage", "host_cpu", "unknown")   # why an input-bound job waits
 
@@ -201,6 +203,7 @@ class Evidence:
     input_wait: Optional[InputWait] = None   # what the processes did while waiting for input
     extra: Tuple[Tuple[str, str], ...] = ()  # (topic, note) from other collectors; topic "host" is cited
     #                                          when the host is the limit (e.g. PMU memory bandwidth)
+    source: str = "client"                   # where the phases come from (protocol.SOURCES)
 
     def __post_init__(self):
         """Refuse figures that would make a share exceed 1: the producer has a bug."""
@@ -301,7 +304,7 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
     steps = f"{ev.steps} steps" + (f", mean step {1000 * ev.step_seconds / ev.steps:.0f} ms" if ev.steps else "")
     gpu = (f"GPU idle {_pct(idle_ratio)} of observed time" if idle_ratio is not None
            else "no GPU samples for this job")
-    tail = f"; {gpu}; {steps} in the last {ev.window_s:.0f} s"
+    tail = f"; {gpu}; {steps} in the last {ev.window_s:.0f} s; phases from {SOURCES.get(ev.source, ev.source)}"
     ordered = tuple((k, round(scores[k], 4)) for k in _ORDER if k in scores)
     if scores:
         kind = max(_ORDER, key=lambda k: (scores.get(k, -1.0), -_ORDER.index(k)))
@@ -313,5 +316,8 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
                            ordered, cause)
         return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail, RECOMMENDATIONS[kind],
                        ordered)
+    if ev.source in STEPS_ONLY_SOURCES:  # no phases to split the steps by: say so, never guess
+        return Verdict("compute", "steps only: input wait not observed, no phase split" + tail,
+                       RECOMMENDATIONS["compute"], ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
                               f"{_pct(ev.share('data_wait'))}" + tail, RECOMMENDATIONS["compute"], ordered)

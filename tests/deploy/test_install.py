@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -42,7 +43,7 @@ def source_copy(dest):
     for name in ("pyproject.toml", "README.md"):
         if os.path.exists(os.path.join(REPO, name)):
             shutil.copy(os.path.join(REPO, name), dest / name)
-    for name in ("agent", "exporters", "dashboards", "workloads", "deploy"):
+    for name in ("agent", "exporters", "dashboards", "workloads", "deploy", "teye_client"):
         if os.path.isdir(os.path.join(REPO, name)):
             shutil.copytree(os.path.join(REPO, name), dest / name, ignore=ignore)
     return dest
@@ -90,6 +91,27 @@ def test_install_creates_venv_config_and_unit(installed):
     shipped = open(os.path.join(REPO, "deploy", "systemd", "teye-agent.service")).read()
     assert unit.replace(f"ExecStart={teye} agent --config {cfg_path}",
                         "ExecStart=/opt/teye/venv/bin/teye agent --config /etc/teye/teye.yml") == shipped
+
+
+def test_zero_code_site_is_installed_read_only_and_loads(installed, tmp_path):
+    """The directory a TaskProlog puts on PYTHONPATH: root's, not writable by others, byte-compiled, and it
+    loads the teye_client beside it (not a user's, not the venv's) in a Python without teye installed."""
+    paths, _, res = installed
+    site = paths["prefix"] / "site"
+    assert (site / "sitecustomize.py").is_file() and (site / "teye_client" / "auto.py").is_file()
+    assert list((site / "teye_client" / "__pycache__").glob("auto.*.pyc"))
+    for p in [site, *site.rglob("*")]:
+        assert not p.stat().st_mode & 0o022, p
+    (tmp_path / "teye_client").mkdir()  # a stray package of the same name later on the path is not used
+    (tmp_path / "teye_client" / "__init__.py").write_text("raise SystemExit('wrong teye_client')\n")
+    out = subprocess.run([sys.executable, "-c", "import sys; print(sys.modules['teye_client.auto'].__file__)"],
+                         env={"PATH": os.environ["PATH"], "PYTHONPATH": f"{site}:{tmp_path}"},
+                         capture_output=True, text=True, cwd=str(tmp_path))
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"{site}/teye_client/auto.py\n", "")
+    assert f"installed {site}" in res.stdout
+    # the venv's own copy, the one `teye run` uses: the wheel carries the hook directory
+    (hook,) = (paths["prefix"] / "venv").glob("lib/python*/site-packages/teye_client/_site/sitecustomize.py")
+    assert hook.read_text() == open(os.path.join(REPO, "teye_client", "_site", "sitecustomize.py")).read()
 
 
 def test_fresh_python_lacks_wheel(fresh):

@@ -18,7 +18,7 @@ from workloads.phases import Reporter, default_socket_path
 def test_one_datagram_per_step_with_the_documented_schema(listener, monkeypatch):
     path, s = listener
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    rep = Reporter(train_job="resnet50-bs64", socket_path=path)
+    rep = Reporter(train_job="resnet50-bs64", socket_path=path, flush_ms=60000, max_batch=4)
     t0 = time.monotonic_ns()
     with rep.phase("data_wait"):
         time.sleep(0.002)
@@ -37,6 +37,7 @@ def test_one_datagram_per_step_with_the_documented_schema(listener, monkeypatch)
     with rep.phase("compute"):
         pass
     rep.step(samples=64)
+    rep.flush()
     (ss2, _, _), = json.loads(s.recv(65536))["steps"]
     assert ss2 == se  # the next step starts where the previous ended
     assert rep.sent == 2 and rep.dropped == 0
@@ -57,7 +58,7 @@ def test_batching_without_steps_and_flush_on_close(listener):
 def test_no_agent_bad_path_and_bad_arguments_never_raise_and_are_counted(sockdir):
     for path in (os.path.join(sockdir, "nobody-here.sock"), "/nonexistent/dir/x.sock",
                  os.path.join(sockdir, "x" * 200), sockdir):
-        rep = Reporter(train_job="j", socket_path=path)
+        rep = Reporter(train_job="j", socket_path=path, max_batch=2)
         start = time.perf_counter()
         for _ in range(100):
             with rep.phase("compute"):
@@ -87,7 +88,7 @@ def test_full_socket_buffer_drops_without_blocking_and_reports_the_count(sockdir
     agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     agent.bind(path)  # an agent that does not read (hung): its queue fills
     try:
-        rep = Reporter(train_job="j", socket_path=path)
+        rep = Reporter(train_job="j", socket_path=path, max_batch=2)
         start = time.perf_counter()
         for _ in range(2000):
             with rep.phase("compute"):
@@ -124,8 +125,8 @@ def test_round_trip_through_the_agent(sockdir):
                 time.sleep(0.002)
             rep.step(samples=8)
         deadline = time.monotonic() + 5
-        while src.receiver.received < 5 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while not (src.collect().jobs and src.collect().jobs[0].steps == 5) and time.monotonic() < deadline:
+            time.sleep(0.01)  # batched: the last steps come with the next flush (100 ms)
         (job,) = src.collect().jobs
         assert job.train_job == "roundtrip" and job.steps == 5 and job.samples == 40
         assert dict(job.phase_seconds)["data_wait"] == pytest.approx(0.030, rel=0.5)

@@ -72,7 +72,7 @@ def test_metrics_of_one_job_through_the_exporter():
     assert _get(m, "teye_job_step_seconds_bucket", train_job="resnet", le="0.1") == 10
     assert _get(m, "teye_job_step_seconds_bucket", train_job="resnet", le="0.05") == 0
     assert _get(m, "teye_job_step_seconds_sum", train_job="resnet") == pytest.approx(1.0)
-    assert _get(m, "teye_job_info", train_job="resnet", user="root", uid="0", pid="321") == 1
+    assert _get(m, "teye_job_info", train_job="resnet", user="root", uid="0", pid="321", source="client") == 1
     assert _get(m, "teye_job_processes", train_job="resnet") == 2
     assert _get(m, "teye_job_client_dropped_total", train_job="resnet") == 3
     assert _get(m, "teye_phase_messages_total", result="accepted") == 11

@@ -35,7 +35,7 @@ def test_slow_first_data_wait_longer_than_the_flush_delay_stays_in_its_step(list
     """The naive pipeline of issue 13: the first next() takes 2 s, longer than the client's 1 s flush
     delay, so the data_wait is sent before the step closes; the step must still start at it."""
     path, s = listener
-    rep = Reporter(train_job="naive", socket_path=path, max_delay_s=1.0)
+    rep = Reporter(train_job="naive", socket_path=path, flush_ms=0)  # every record as soon as it is made
     t = 5000 * S
     steps = [(2000, 100), (300, 100), (300, 100)]        # (data_wait ms, compute ms) per step
     for wait, comp in steps:
@@ -44,7 +44,7 @@ def test_slow_first_data_wait_longer_than_the_flush_delay_stays_in_its_step(list
         t += (wait + comp) * MS
         rep.step(samples=64, end_ns=t)
     datagrams = _drain(s)
-    assert len(datagrams) == 4                           # the 2 s data_wait went out on its own
+    assert len(datagrams) == 9                           # the 2 s data_wait went out on its own
     sent_steps = [st_ for d in datagrams for st_ in json.loads(d)["steps"]]
     assert sent_steps[0][:2] == [5000 * S, 5000 * S + 2100 * MS]   # the first step starts at its data_wait
 

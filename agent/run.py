@@ -1,0 +1,74 @@
+"""`teye run [--job NAME] -- CMD ARGS...` and `teye run --print-env`: zero-code phases for a command.
+
+The command runs with teye's ``sitecustomize`` directory first on ``PYTHONPATH`` (teye_client/_site,
+docs/zero-code.md), so every Python process it starts reports its PyTorch / TensorFlow phases to the
+node's agent without a changed line.  teye *replaces* itself with the command (exec): same pid, same
+signals, same terminal, and the exit status is the command's own (a shell sees 128+N for signal N).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Dict, List, Mapping, Optional
+
+ENV_SITE = "TEYE_SITE_DIR"  # overrides the directory (e.g. the root-owned copy deploy/install.sh makes)
+
+
+def site_dir(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The directory holding teye's sitecustomize.py."""
+    env = os.environ if environ is None else environ
+    d = env.get(ENV_SITE)
+    if d:
+        return os.path.abspath(d)
+    import teye_client
+    return os.path.join(os.path.dirname(os.path.abspath(teye_client.__file__)), "_site")
+
+
+def instrumented_env(environ: Mapping[str, str], job: Optional[str] = None,
+                     socket_path: Optional[str] = None) -> Dict[str, str]:
+    """``environ`` with the zero-code directory first on PYTHONPATH (once), TEYE_AUTO unset to on."""
+    env = dict(environ)
+    site = site_dir(env)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != site]
+    env["PYTHONPATH"] = os.pathsep.join([site] + parts)
+    if job:
+        env["TEYE_TRAIN_JOB"] = job
+    if socket_path:
+        env["TEYE_PHASE_SOCKET"] = socket_path
+    return env
+
+
+def env_lines(environ: Mapping[str, str], job: Optional[str] = None, socket_path: Optional[str] = None) -> List[str]:
+    """What a Slurm TaskProlog prints: ``export NAME=value`` lines (values literal: slurmstepd does not expand)."""
+    env = instrumented_env(environ, job, socket_path)
+    names = ["PYTHONPATH"] + [n for n in ("TEYE_TRAIN_JOB", "TEYE_PHASE_SOCKET") if env.get(n) != environ.get(n)]
+    return [f"export {n}={env[n]}" for n in names]
+
+
+def main(args) -> int:
+    cmd = list(args.cmd or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if args.print_env:
+        if cmd:
+            print("teye run: --print-env takes no command", file=sys.stderr)
+            return 2
+        sys.stdout.write("".join(line + "\n" for line in env_lines(os.environ, args.job, args.socket)))
+        return 0
+    if not cmd:
+        print("teye run: no command given; usage: teye run [--job NAME] -- CMD ARGS...", file=sys.stderr)
+        return 2
+    env = instrumented_env(os.environ, args.job, args.socket)
+    exe = shutil.which(cmd[0], path=env.get("PATH")) if os.sep not in cmd[0] else cmd[0]
+    if exe is None or not os.path.exists(exe):
+        print(f"teye run: command not found: {cmd[0]}", file=sys.stderr)
+        return 127
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(exe, cmd, env)
+    except OSError as e:  # not executable, bad interpreter line ...: a shell's 126
+        print(f"teye run: cannot run {cmd[0]}: {e.strerror or e}", file=sys.stderr)
+        return 126
+    return 126  # not reached

@@ -1,0 +1,275 @@
+"""Zero-code phases: what they cost, side by side with the same thing without them (docs/zero-code.md).
+
+    python benchmarks/zero_code.py [--rounds N] [--skip-tf]
+
+1. interpreter start-up, `python -c pass`, with teye's sitecustomize directory first on PYTHONPATH and
+   without: median of 20 alternating runs each (it runs in every Python process where it is enabled);
+2. samples/s of a small PyTorch CNN and of a tiny MLP (0.7 ms steps: the worst case; DataLoader over
+   tensors in memory, batch 64) and of the studies' CNN (workloads.train simple_cnn, tf.data),
+   instrumented and not, alternating rounds, medians;
+3. client CPU per step: the process's CPU time (all threads: the flush thread included) per step of
+   the zero-code session (what the DataLoader wrapper and the optimizer hook call), batching on,
+   sending to a live receiver in another process;
+4. agent CPU per step: the receive thread's CPU (thread clock) for the batched datagrams the client
+   sends (10 steps of 3 phases each: 100 ms of 10 ms steps), with the compiled helpers and without
+   (TEYE_PURE_PYTHON=1), in fresh processes.
+Figures move with this machine's load: compare within one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+SITE = None  # made by make_site(): the layout deploy/install.sh installs, byte-compiled
+
+
+def make_site(d: str) -> str:
+    """sitecustomize.py + teye_client/*.py, byte-compiled, as deploy/install.sh installs them (a tree where
+    __pycache__ cannot be written, or PYTHONDONTWRITEBYTECODE, would compile the hook at every start)."""
+    import compileall
+    import shutil
+    site = os.path.join(d, "site")
+    os.makedirs(os.path.join(site, "teye_client"))
+    shutil.copy(os.path.join(ROOT, "teye_client", "_site", "sitecustomize.py"), site)
+    for f in os.listdir(os.path.join(ROOT, "teye_client")):
+        if f.endswith(".py"):
+            shutil.copy(os.path.join(ROOT, "teye_client", f), os.path.join(site, "teye_client"))
+    compileall.compile_dir(site, quiet=1)
+    return site
+
+
+def _env(on: bool, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEYE_")}
+    env["PYTHONPATH"] = os.pathsep.join(([SITE] if on else []) + [ROOT])
+    env.update(extra)
+    return env
+
+
+def startup(n: int = 20):
+    times = {True: [], False: []}
+    for _ in range(n):
+        for on in (False, True):
+            t = time.perf_counter()
+            subprocess.run([PY, "-c", "pass"], env=_env(on), check=True)
+            times[on].append(time.perf_counter() - t)
+    return statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
+
+
+TORCH_LOOP = r"""
+import sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0); torch.set_num_threads(1)
+if sys.argv[1] == "mlp":   # the worst case: 0.7 ms steps
+    ds = TensorDataset(torch.randn(64 * 400, 32), torch.randn(64 * 400, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    lossf = torch.nn.functional.mse_loss
+else:                      # a small CNN on CIFAR-shaped batches
+    ds = TensorDataset(torch.randn(64 * 60, 3, 32, 32), torch.randint(0, 10, (64 * 60,)))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 10))
+    lossf = torch.nn.functional.cross_entropy
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+n = 0
+for epoch in range(2):
+    if epoch == 1:
+        t = time.perf_counter()
+    for x, y in DataLoader(ds, batch_size=64):
+        loss = lossf(model(x), y); opt.zero_grad(); loss.backward(); opt.step()
+        n += len(x) if epoch else 0
+print(n / (time.perf_counter() - t))
+"""
+
+
+def torch_rate(rounds: int, sock: str, model: str):
+    out = {True: [], False: []}
+    for _ in range(rounds):
+        for on in (False, True):
+            r = subprocess.run([PY, "-c", TORCH_LOOP, model], env=_env(on, TEYE_PHASE_SOCKET=sock),
+                               capture_output=True, text=True, check=True)
+            out[on].append(float(r.stdout.split()[-1]))
+    return statistics.median(out[False]), statistics.median(out[True])
+
+
+def cnn_rate(rounds: int, sock: str):
+    out = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(rounds):
+            for on in (False, True):
+                res = os.path.join(d, "r.json")
+                subprocess.run([PY, "-m", "workloads.train", "--model", "simple_cnn", "--batch-size", "64",
+                                "--steps", "60", "--warmup-steps", "10", "--pipeline", "tfdata",
+                                "--synthetic-samples", "2048", "--no-progress", "--results", res],
+                               env=_env(on, TEYE_PHASE_SOCKET=sock), capture_output=True, check=True, cwd=ROOT)
+                with open(res) as fh:
+                    r = json.load(fh)
+                out[on].append(_samples_per_s(r))
+    return statistics.median(out[False]), statistics.median(out[True])
+
+
+def _samples_per_s(r: dict) -> float:
+    for k in ("samples_per_s", "samples_per_second"):
+        if k in r:
+            return float(r[k])
+    s = r.get("summary") or {}
+    for k in ("samples_per_second", "throughput"):
+        if k in s:
+            return float(s[k])
+    raise KeyError(f"no samples/s in the results: {sorted(r)}")
+
+
+CLIENT = r"""
+import sys, time
+from teye_client import auto
+from teye_client.reporter import Reporter
+s = auto.session
+s.wait_source = "torch"
+s.reporter = Reporter(train_job="bench", socket_path=sys.argv[1], source="torch")
+ns = time.monotonic_ns
+N = int(sys.argv[2])
+def loop(n, instrumented):
+    c = time.process_time()
+    for i in range(n):
+        t0 = ns(); t1 = ns()
+        if instrumented:
+            s.wait(t0, t1, 64); s.step(ns(), 1)
+    return time.process_time() - c
+loop(2000, True)
+base = min(loop(N, False) for _ in range(3))
+inst = min(loop(N, True) for _ in range(3))
+s.reporter.close()
+print((inst - base) / N * 1e6, s.reporter.sent, s.reporter.dropped)
+"""
+
+
+def client_cpu(sock: str, n: int = 200000):
+    r = subprocess.run([PY, "-c", CLIENT, sock, str(n)], env=_env(False), capture_output=True, text=True, check=True)
+    us, sent, dropped = r.stdout.split()
+    return float(us), int(sent), int(dropped)
+
+
+AGENT = r"""
+import copy, json, socket, statistics, struct, sys, time
+sys.path.insert(0, sys.argv[1])
+from agent.config import defaults
+from agent.context import AgentContext
+from agent.phases.jobs import JobTable
+from agent.phases.procstat import InputProbe, ProcReader
+STEPS = 10
+cfg = copy.deepcopy(defaults()["phases"]); cfg["max_messages_per_second"] = 50000
+probe = InputProbe(ProcReader("/proc", "/sys"), 0.05, time.monotonic_ns)
+table = JobTable(cfg, AgentContext(clock=time.monotonic_ns), probe=probe)
+serve = table.compiled_receive()
+bufsize = cfg["max_message_bytes"] + 1
+tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+rx.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1); rx.setblocking(False)
+cred = struct.calcsize("3i"); counts = [0, 0]; BURST = 8
+def datagram(i, t):
+    ph, st = [], []
+    for k in range(STEPS):
+        e = t - (STEPS - 1 - k) * 10_000_000; s = e - 10_000_000
+        ph += [["compute", s, s + 1_000_000], ["data_wait", s + 1_000_000, s + 4_000_000], ["compute", s + 4_000_000, e]]
+        st.append([s, e, 64])
+    return json.dumps({"v": 1, "job": "bench%d" % (i % 8), "phases": ph, "steps": st}, separators=(",", ":")).encode()
+def recv_py():
+    batch = []
+    for _ in range(BURST):
+        data, anc, _f, _a = rx.recvmsg(bufsize, socket.CMSG_SPACE(cred))
+        pid = uid = None
+        for lvl, typ, c in anc:
+            if lvl == socket.SOL_SOCKET and typ == socket.SCM_CREDENTIALS:
+                pid, uid, _g = struct.unpack("3i", c[:cred])
+        batch.append((data, pid, uid))
+    table.handle_batch(batch); return BURST
+def recv_c():
+    h, rest, err = serve(rx.fileno(), bufsize, BURST, counts)
+    if err is not None: raise err
+    table.handle_batch(rest); return h + len(rest)
+recv = recv_c if serve is not None else recv_py
+out = []
+for _ in range(7):
+    cpu = 0.0; n = 0
+    for _ in range(100):
+        t = time.monotonic_ns()
+        for i in range(BURST):
+            tx.send(datagram(i, t))
+        c0 = time.thread_time(); n += recv(); cpu += time.thread_time() - c0
+    out.append(cpu / (n * STEPS) * 1e6)
+assert table.results["accepted"] == 7 * 100 * BURST, table.results
+print(statistics.median(out), "compiled" if serve is not None else "python")
+"""
+
+
+def agent_cpu(pure: bool):
+    env = _env(False, **({"TEYE_PURE_PYTHON": "1"} if pure else {}))
+    r = subprocess.run([PY, "-c", AGENT, ROOT], env=env, capture_output=True, text=True, check=True)
+    us, path = r.stdout.split()
+    return float(us), path
+
+
+class Drain:
+    """A receiver in another process that reads and discards datagrams (a live agent's socket)."""
+
+    def __init__(self, path: str):
+        self.proc = subprocess.Popen([PY, "-c", "import socket,sys\ns=socket.socket(socket.AF_UNIX,socket.SOCK_DGRAM)\n"
+                                      "s.bind(sys.argv[1])\nprint('ok',flush=True)\nwhile True: s.recv(65536)", path],
+                                     stdout=subprocess.PIPE, text=True)
+        self.proc.stdout.readline()
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip-tf", action="store_true")
+    args = ap.parse_args()
+    global SITE
+    d = tempfile.mkdtemp(prefix="teye-zc-bench-")
+    SITE = make_site(d)
+    sock = os.path.join(d, "phases.sock")
+    drain = Drain(sock)
+    try:
+        off, on = startup()
+        print(f"start-up `python -c pass`, median of 20: without {off:.1f} ms, with the hook {on:.1f} ms "
+              f"(+{on - off:.1f} ms)")
+        us, sent, dropped = client_cpu(sock)
+        print(f"client CPU per step (zero-code session, batching on): {us:.2f} us "
+              f"({sent} datagrams for 200,000+ steps, {dropped} records dropped)")
+        c_us, c_path = agent_cpu(False)
+        p_us, p_path = agent_cpu(True)
+        print(f"agent CPU per step, batched datagrams of 10 steps: {c_us:.2f} us ({c_path}) vs {p_us:.2f} us "
+              f"({p_path}); ratio {c_us / p_us:.2f}")
+        try:
+            import torch  # noqa: F401
+            for model, what in (("cnn", "PyTorch small CNN"), ("mlp", "PyTorch MLP (0.7 ms steps, worst case)")):
+                base, inst = torch_rate(args.rounds, sock, model)
+                print(f"{what} samples/s, median of {args.rounds}: without {base:,.0f}, with {inst:,.0f} "
+                      f"({100 * (inst / base - 1):+.1f} %)")
+        except ImportError:
+            print("PyTorch MLP: torch is not installed (the torch extra)")
+        if not args.skip_tf:
+            base, inst = cnn_rate(args.rounds, sock)
+            print(f"studies' CNN (simple_cnn, tf.data) samples/s, median of {args.rounds}: without {base:,.0f}, "
+                  f"with {inst:,.0f} ({100 * (inst / base - 1):+.1f} %)")
+    finally:
+        drain.close()
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Real PyTorch on CPU, an unmodified script under `teye run` with a live agent (issue 22).
+
+The oracle is the script's own wall-clock split (time.perf_counter() around next() and the step,
+tests/client/torch_job.py), not anything teye sends.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.client.helpers import HERE, LiveAgent, last_json, plain_run, teye_run
+
+torch = pytest.importorskip("torch", reason="the torch extra (./dev.sh test installs it)")
+
+SCRIPT = f"{HERE}/torch_job.py"
+STEPS = 60
+
+
+@pytest.fixture
+def agent(sockdir):
+    a = LiveAgent(sockdir)
+    yield a
+    a.close()
+
+
+@pytest.mark.parametrize("kind,workers,verdict", [("slow", 0, "input"), ("slow", 2, "input"), ("fast", 0, "compute")])
+def test_unmodified_script_reports_its_own_split(agent, kind, workers, verdict):
+    job = f"pt-{kind}-{workers}"
+    args = [sys.executable, SCRIPT, kind, str(workers), str(STEPS)]
+    run = teye_run(args, socket_path=agent.path, job=job)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    jobs = agent.jobs()
+    assert list(jobs) == [job]
+    j = jobs[job]
+    assert (j.steps, j.samples, j.processes, j.source) == (STEPS, STEPS * 8, 1, "torch")  # workers send nothing
+    truth = own["wait_s"] / own["total_s"]
+    assert j.input_bound_ratio == pytest.approx(truth, abs=0.03), (j.input_bound_ratio, truth)
+    assert j.verdict.kind == verdict
+    assert "zero-code: torch DataLoader" in j.verdict.evidence
+    assert j.client_dropped == 0
+    # the job's own output is what it is without teye: same losses, same exit status, nothing on stderr from teye
+    bare = plain_run(args)
+    assert bare.returncode == 0
+    losses = [line for line in run.stdout.splitlines() if line.startswith("step ")]
+    assert len(losses) == STEPS and losses == [line for line in bare.stdout.splitlines() if line.startswith("step ")]
+    assert "teye" not in run.stderr

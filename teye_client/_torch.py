@@ -1,0 +1,90 @@
+"""PyTorch: data_wait = time inside next() of every DataLoader iterator; a step ends at Optimizer.step().
+
+- Steps: ``torch.optim.optimizer.register_optimizer_step_post_hook`` (PyTorch's official global hook,
+  since 2.0) calls ``session.step`` after every optimizer step.
+- Input waits: ``_BaseDataLoaderIter.__next__`` is wrapped (a private name: PyTorch has no hook for it),
+  after checking that it looks as expected: a plain function of ``self`` defined on the base class,
+  which its subclasses (single-process, multi-worker) do not override.  Otherwise teye stands aside
+  (steps only; one stderr line with TEYE_DEBUG=1).
+- DataLoader worker processes only run the dataset: they never step, so they never report.
+"""
+import time
+
+from .auto import debug, session
+
+_ns = time.monotonic_ns
+SOURCE = "torch"            # waits observed at the DataLoader
+STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
+
+
+def _samples(batch):
+    """The batch size of what a DataLoader yields: the first dimension of its first tensor (0: unknown)."""
+    try:
+        t = type(batch)
+        if t is tuple or t is list:
+            batch = batch[0] if batch else None
+        elif t is dict:
+            batch = next(iter(batch.values()), None)
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else 0
+        return 0
+    except Exception:  # an unusual batch type: the sample count is optional
+        return 0
+
+
+def patch_dataloader(module):
+    base = getattr(module, "_BaseDataLoaderIter", None)
+    if not isinstance(base, type):
+        debug("torch.utils.data.dataloader has no _BaseDataLoaderIter class: data_wait not observed")
+        return False
+    orig = base.__dict__.get("__next__")
+    code = getattr(orig, "__code__", None)
+    if code is None or code.co_argcount != 1 or code.co_kwonlyargcount or getattr(orig, "_teye", False):
+        debug("torch DataLoader: _BaseDataLoaderIter.__next__ is not the function teye expects: data_wait not observed")
+        return False
+    subs = [c for c in vars(module).values() if isinstance(c, type) and c is not base and issubclass(c, base)]
+    for c in subs:
+        if "__next__" in c.__dict__:
+            debug("torch DataLoader: %s overrides __next__: data_wait not observed" % c.__name__)
+            return False
+    s = session
+
+    def __next__(self):
+        t0 = _ns()
+        try:
+            batch = orig(self)
+        except StopIteration:
+            s.wait(t0, _ns(), 0)  # the wait for the end of the epoch is a wait too
+            raise
+        s.wait(t0, _ns(), _samples(batch))
+        return batch
+
+    __next__.__name__ = orig.__name__
+    __next__.__qualname__ = orig.__qualname__
+    __next__.__doc__ = orig.__doc__
+    __next__.__wrapped__ = orig
+    __next__._teye = True
+    base.__next__ = __next__
+    s.wait_source = SOURCE
+    return True
+
+
+def patch_optimizer(module):
+    register = getattr(module, "register_optimizer_step_post_hook", None)
+    if not callable(register):
+        debug("torch.optim.optimizer has no register_optimizer_step_post_hook: no steps, no phases")
+        return False
+    s = session
+    if s.step_source is None:
+        s.step_source = STEPS_ONLY
+
+    def _teye_step(optimizer, args, kwargs):
+        try:
+            s.step(_ns(), id(optimizer))  # the id, not the optimizer: teye keeps nothing of the job alive
+        except Exception as e:  # a bug of teye's must not end a training run: report nothing more
+            s.disabled = True
+            debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+
+    register(_teye_step)
+    return True

@@ -1,0 +1,270 @@
+"""Zero-code phases: patch PyTorch / TensorFlow when the job imports them (docs/zero-code.md).
+
+``install()`` (called by ``teye_client/_site/sitecustomize.py`` at interpreter start) puts a
+finder first on ``sys.meta_path`` that watches a handful of module names.  When the program
+imports one of them, the module is loaded as usual and then handed to its instrumentor
+(``teye_client._torch``, ``teye_client._tf``); the finder itself never imports anything.  A
+process that never imports a watched module pays one dictionary lookup per import.
+
+The instrumentors feed a per-process ``Session``: the intervals spent waiting for input
+(``data_wait``) and the ends of training steps.  The session makes its ``Reporter`` (socket,
+flush thread) at the first step, so a process that never trains opens no socket and starts
+no thread.  Standard library only, Python 3.8+.
+"""
+import os
+import sys
+
+_DEBUG = os.environ.get("TEYE_DEBUG") == "1"
+_C = '"compute"'    # phase names as the reporter's flat buffers hold them (JSON-quoted)
+_W = '"data_wait"'
+_installed = None
+
+
+def debug(msg):
+    """One line on stderr when TEYE_DEBUG=1 (never otherwise: the job's output stays its own)."""
+    if _DEBUG:
+        try:
+            sys.stderr.write("teye: %s\n" % msg)
+        except (OSError, ValueError):
+            pass
+
+
+def job_name(environ=None, argv=None):
+    """The job name when none is given: TEYE_TRAIN_JOB, else Slurm, else a Kubernetes pod, else the script."""
+    env = os.environ if environ is None else environ
+    argv = sys.argv if argv is None else argv
+    name = env.get("TEYE_TRAIN_JOB")
+    if name:
+        return name
+    if env.get("SLURM_JOB_ID"):
+        if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+            name = "slurm-%s_%s" % (env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"])
+        else:
+            name = "slurm-%s" % env["SLURM_JOB_ID"]
+        step = env.get("SLURM_STEP_ID")
+        if step:
+            name += "." + step
+        return name
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        pod = env.get("TEYE_POD_NAME") or env.get("POD_NAME") or env.get("HOSTNAME")
+        if pod:
+            return pod
+    script = argv[0] if argv else ""
+    if not script or script in ("-c", "-m", "-"):
+        return "python"
+    base = os.path.basename(script)
+    if base.endswith(".py"):
+        base = base[:-3]
+    if base == "__main__":  # python -m pkg: the package's name
+        base = os.path.basename(os.path.dirname(script)) or "python"
+    return base or "python"
+
+
+class Session:
+    """One process's zero-code state: input waits since the last step, and the reporter (made at the first step)."""
+
+    MAX_WAITS = 4096
+
+    def __init__(self):
+        self.waits = []          # [start_ns, end_ns, samples] since the last step
+        self.step_start = None   # the previous step's end
+        self.reporter = None
+        self.wait_source = None  # what can observe input waits (set by the instrumentors when they patch)
+        self.source = None       # ... once it has observed one (None: steps only)
+        self.step_source = None  # what ends the steps
+        self.leader = None       # the optimizer whose steps are the job's steps (see step())
+        self.other = None
+        self.disabled = False
+
+    def reset(self):
+        """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent)."""
+        self.__init__()
+
+    def wait(self, start_ns, end_ns, samples):
+        if self.source is None:
+            self.source = self.wait_source
+        w = self.waits
+        w.append((start_ns, end_ns, samples))
+        if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
+            del w[:self.MAX_WAITS // 2]
+
+    def step(self, end_ns, owner=None):
+        """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
+        first one's: another one's steps count only once it steps twice without the first in between."""
+        if owner != self.leader:
+            if owner is not None:
+                if self.leader is None or self.other == owner:
+                    self.leader = owner
+                    self.other = None
+                else:
+                    self.other = owner
+                    return
+        elif self.other is not None:
+            self.other = None
+        rep = self.reporter
+        if rep is None:
+            if self.disabled:
+                return
+            rep = self._start()
+            if rep is None:
+                return
+        waits = self.waits
+        start = self.step_start
+        if start is None:
+            start = waits[0][0] if waits else end_ns
+        self.step_start = end_ns
+        if self.source is None:  # no input wait can be observed: steps only, no made-up split
+            if rep.source != self.step_source:
+                rep.source = self.step_source
+                rep._src_due = True
+            rep.record_step((), start, end_ns, 0)
+            return
+        if len(waits) == 1 and waits[0][0] >= start and waits[0][1] <= end_ns:  # the usual step: one batch
+            a, b, samples = waits[0]
+            waits.clear()
+            if a > start:
+                phases = (_C, start, a, _W, a, b, _C, b, end_ns)
+            else:
+                phases = (_W, a, b, _C, b, end_ns)
+        else:
+            phases = []
+            t = start
+            samples = 0
+            for a, b, n in waits:
+                if b <= t or a >= end_ns:
+                    continue
+                if a < t:
+                    a = t
+                if a > t:
+                    phases += (_C, t, a)
+                if b > end_ns:
+                    b = end_ns
+                phases += (_W, a, b)
+                samples += n
+                t = b
+            if end_ns > t:
+                phases += (_C, t, end_ns)
+            waits.clear()
+        if self.source != rep.source:
+            rep.source = self.source
+            rep._src_due = True
+        rep.record_step(phases, start, end_ns, samples)
+
+    def _start(self):
+        try:
+            from .reporter import Reporter
+            rep = Reporter(train_job=job_name(), source=self.source or self.step_source)
+        except Exception as e:  # never into the training loop
+            self.disabled = True
+            debug("zero-code phases off: cannot make the reporter: %s: %s" % (type(e).__name__, e))
+            return None
+        self.reporter = rep
+        debug("zero-code phases: job %r, pid %d, agent socket %s" % (rep.train_job, os.getpid(), rep.socket_path))
+        return rep
+
+
+session = Session()
+
+
+class _Finder:
+    """A meta path finder that only watches: it lets the other finders find a watched module and wraps
+    the loader's exec_module so the instrumentor sees the module once it has run."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks  # module name -> callable(module)
+
+    def find_spec(self, fullname, path=None, target=None):
+        hook = self.hooks.get(fullname)
+        if hook is None:
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        orig = loader.exec_module
+
+        def exec_module(module):
+            try:
+                del loader.exec_module  # the instance attribute: the loader is as it was
+            except AttributeError:
+                pass
+            orig(module)
+            _run_hook(hook, module)
+
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            debug("cannot watch %s (its loader %s takes no attributes)" % (fullname, type(loader).__name__))
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+def _run_hook(hook, module):
+    try:
+        hook(module)
+    except Exception as e:  # a patch that fails leaves the module as it was loaded
+        debug("instrumenting %s failed: %s: %s" % (getattr(module, "__name__", "?"), type(e).__name__, e))
+
+
+def _torch_dataloader(module):
+    from . import _torch
+    _torch.patch_dataloader(module)
+
+
+def _torch_optimizer(module):
+    from . import _torch
+    _torch.patch_optimizer(module)
+
+
+def _tf_iterator(module):
+    from . import _tf
+    _tf.patch_iterator(module)
+
+
+def _tf_function(module):
+    from . import _tf
+    _tf.patch_function(module)
+
+
+def _keras_optimizer(module):
+    from . import _tf
+    _tf.patch_keras_optimizer(module)
+
+
+# module -> instrumentor, run right after the module has been executed (the instrumentors import
+# nothing of the framework that the module has not already imported)
+HOOKS = {
+    "torch.utils.data.dataloader": _torch_dataloader,
+    "torch.optim.optimizer": _torch_optimizer,
+    "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
+    "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
+    "keras.src.optimizers.base_optimizer": _keras_optimizer,
+}
+
+
+def install():
+    """Install the import hook once; modules already imported are instrumented now."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    hooks = dict(HOOKS)
+    _installed = _Finder(hooks)
+    sys.meta_path.insert(0, _installed)
+    for name, hook in hooks.items():
+        mod = sys.modules.get(name)
+        if mod is not None:
+            _run_hook(hook, mod)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=session.reset)
+    return _installed

@@ -1,0 +1,427 @@
+"""Phase client: tell the teye agent what the training loop is doing (standard library only, Python 3.8+).
+
+    from teye_client import Reporter          # (from workloads.phases import Reporter works too)
+    rep = Reporter(train_job="resnet50-bs64")   # socket from TEYE_PHASE_SOCKET or the default
+    with rep.phase("data_wait"):
+        batch = next(it)
+    with rep.phase("compute"):
+        train_step(batch)
+    rep.step(samples=64)
+
+Records are buffered and sent to the agent's Unix datagram socket (docs/phases.md) at most
+once per ``flush_ms`` (default 100 ms: the first record after a quiet spell goes at once, the
+ones after it wait for the next flush, which a background thread makes at the latest
+``flush_ms`` later), when ``max_batch`` records are buffered, and on exit.  So a loop of 1 ms
+steps sends 10 datagrams a second, not 1000, and the agent's view lags at most one flush.
+``flush_ms=0`` sends every record at once.  The thread starts with the first record that
+has to wait.
+
+The reporter never blocks and never raises into the training loop: with no agent, a bad
+path, a full socket buffer or bad arguments it drops the records and counts them
+(``dropped``, ``dropped_messages``), and the count travels with the next datagram that gets
+through.  Exceptions raised inside ``with rep.phase(...)`` propagate unchanged (the phase is
+still recorded).  A forked child starts with an empty buffer and no socket or thread.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from json.encoder import encode_basestring_ascii as _json_str
+
+__all__ = ["Reporter", "PHASES", "default_socket_path"]
+
+PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval")
+VERSION = 1
+_BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
+_RESOLVE_EVERY_NS = 5 * 10**9
+_monotonic_ns = time.monotonic_ns
+QUOTED = {p: _json_str(p) for p in PHASES}  # phase name -> its JSON string
+
+
+def _candidates():
+    out = ["/run/teye/phases.sock"]
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        out.append(os.path.join(xdg, "teye", "phases.sock"))
+    out.append(os.path.join(tempfile.gettempdir(), f"teye-{os.getuid()}", "phases.sock"))
+    return out
+
+
+def default_socket_path() -> str:
+    """TEYE_PHASE_SOCKET, else the first default location that exists (else the first default)."""
+    env = os.environ.get("TEYE_PHASE_SOCKET")
+    if env:
+        return env
+    cands = _candidates()
+    for p in cands:
+        if os.path.exists(p):
+            return p
+    return cands[0]
+
+
+def _job_name(name) -> str:
+    """A valid protocol job name from anything (never raises)."""
+    if not name:
+        name = os.environ.get("TEYE_TRAIN_JOB") or os.path.splitext(os.path.basename(sys.argv[0] or ""))[0] or "job"
+    name = _BAD_CHARS.sub("_", str(name))[:128]
+    if not name[:1].isalnum() or not name[:1].isascii():
+        name = ("j" + name)[:128]
+    return name
+
+
+class _Phase:
+    __slots__ = ("_rep", "_name", "_start")
+
+    def __init__(self, rep: "Reporter", name: str):
+        self._rep = rep
+        self._name = name
+        self._start = 0
+
+    def __enter__(self):
+        self._start = _monotonic_ns()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._rep.record_phase(self._name, self._start, _monotonic_ns())
+        return False  # never swallow the training loop's exceptions
+
+
+class Reporter:
+    """Buffers phase and step records and sends them to the teye agent; never blocks, never raises."""
+
+    def __init__(self, train_job: str = None, socket_path: str = None, *, flush_ms: float = 100.0,
+                 max_batch: int = 512, source: str = None, max_delay_s: float = None):
+        """``source`` (optional): where the phases come from, sent once per connection (``src``);
+        ``max_delay_s``: the former name of ``flush_ms`` (in seconds), still accepted."""
+        self.train_job = _job_name(train_job)
+        self._explicit = socket_path or None
+        self.socket_path = socket_path or default_socket_path()
+        if max_delay_s is not None:
+            flush_ms = max_delay_s * 1000.0
+        self.flush_ms = max(0.0, float(flush_ms))
+        self._flush_ns = int(self.flush_ms * 1e6)
+        self.max_batch = max(1, int(max_batch))
+        self._max_items = 3 * self.max_batch  # the buffers are flat: 3 items per record
+        self.source = source
+        self._src_due = source is not None  # send src in the next datagram (the first after each connect)
+        self._cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self._phases = []           # flat: JSON-quoted name, start_ns, end_ns, ... (no tuple per record)
+        self._steps = []            # flat: start_ns, end_ns, samples, ...
+        self._oldest_ns = 0         # when the oldest buffered record was added (CLOCK_MONOTONIC ns)
+        self._step_start = None     # where the next step starts: the previous step's end ...
+        self._open_start = None     # ... or, before the first step, the earliest phase since (never the buffer)
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = None
+        self._sock = None
+        self._resolved_ns = _monotonic_ns()
+        self._pid = os.getpid()
+        self.sent = 0               # datagrams sent
+        self.sent_records = 0
+        self.dropped = 0            # records dropped (phases + steps)
+        self.dropped_messages = 0   # datagrams that could not be sent
+        self.last_error = None      # why the last datagram was dropped (an errno name), for debugging
+        ref = weakref.ref(self)
+        atexit.register(_flush_ref, ref)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=lambda: _reinit_ref(ref))
+
+    # -- recording ---------------------------------------------------------------------------
+    def phase(self, name: str) -> _Phase:
+        """Context manager timing one phase with CLOCK_MONOTONIC."""
+        return _Phase(self, name)
+
+    def record_phase(self, name: str, start_ns: int, end_ns: int) -> None:
+        """Record an already-timed phase (CLOCK_MONOTONIC ns, e.g. from time.monotonic_ns())."""
+        try:
+            s = int(start_ns)
+            e = int(end_ns)
+            name = name if type(name) is str else str(name)
+            if len(name) > 64:
+                name = name[:64]
+        except (TypeError, ValueError, OverflowError):
+            self._count_drop(1, "bad-argument")
+            return
+        if e < s or s < 0:
+            self._count_drop(1, "bad-interval")
+            return
+        if self._step_start is None and (self._open_start is None or s < self._open_start):
+            self._open_start = s
+        self._add(self._phases, _quoted(name), s, e)
+
+    def step(self, samples: int = 0, start_ns: int = None, end_ns: int = None) -> None:
+        """Close one training step (default: from the previous step's end, or the first phase, to now)."""
+        try:
+            e = _monotonic_ns() if end_ns is None else int(end_ns)
+            if start_ns is not None:
+                s = int(start_ns)
+            elif self._step_start is not None:
+                s = self._step_start
+            elif self._open_start is not None:  # phases already flushed still belong to this step
+                s = min(self._open_start, e)
+            else:
+                s = e
+            n = int(samples)
+        except (TypeError, ValueError, OverflowError):
+            self._count_drop(1, "bad-argument")
+            return
+        self._step_start = e
+        self._open_start = None
+        if e < s or n < 0:
+            self._count_drop(1, "bad-interval")
+            return
+        self._add(self._steps, s, e, n)
+
+    def record_step(self, phases, start_ns: int, end_ns: int, samples: int = 0) -> None:
+        """Add a finished step and its phases in one go: ``phases`` is flat, (quoted name, start_ns, end_ns)
+        after one another, names JSON-quoted (``QUOTED``), times valid ints.
+
+        The fast path of instrumentation that timed everything itself (teye_client.auto): one lock,
+        no per-record checks beyond what the agent checks anyway, no object per record.
+        """
+        self._step_start = end_ns
+        self._open_start = None
+        with self._lock:
+            ph = self._phases
+            st = self._steps
+            if not ph and not st:
+                self._oldest_ns = end_ns
+            ph.extend(phases)
+            st.append(start_ns)
+            st.append(end_ns)
+            st.append(samples)
+            due = end_ns - self._oldest_ns >= self._flush_ns or len(ph) + len(st) >= self._max_items
+        if due:
+            self.flush()
+        elif self._thread is None:
+            self._start_thread()
+        elif not self._wake.is_set():
+            self._wake.set()
+
+    def _add(self, buf, a, b, c) -> None:
+        now = _monotonic_ns()
+        with self._lock:
+            if not self._phases and not self._steps:
+                self._oldest_ns = now
+            buf.append(a)
+            buf.append(b)
+            buf.append(c)
+            due = now - self._oldest_ns >= self._flush_ns or len(self._phases) + len(self._steps) >= self._max_items
+        if due:
+            self.flush()
+        elif self._thread is None:
+            self._start_thread()
+        elif not self._wake.is_set():
+            self._wake.set()
+
+    # -- the flusher thread ------------------------------------------------------------------
+    def _start_thread(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            t = self._thread = threading.Thread(target=_flusher, args=(weakref.ref(self), self._wake),
+                                                name="teye-phase-flush", daemon=True)
+        self._wake.set()
+        try:
+            t.start()
+        except RuntimeError:  # interpreter shutting down: the atexit flush sends what is left
+            pass
+
+    def _due_in_ns(self):
+        """ns until the buffer is due (<= 0: now), or None when it is empty."""
+        with self._lock:
+            if not self._phases and not self._steps:
+                return None
+            return self._oldest_ns + self._flush_ns - _monotonic_ns()
+
+    # -- sending -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Send what is buffered now (one datagram)."""
+        # One flush at a time: the exit's flush waits for the thread's send in progress, which would
+        # otherwise die with the interpreter, its records taken from the buffer and never sent.
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            phases, steps = self._phases, self._steps
+            if not phases and not steps:
+                return
+            self._phases, self._steps = [], []
+            dropped = self.dropped
+            src = self.source if self._src_due else None
+        n = (len(phases) + len(steps)) // 3
+        try:
+            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src)
+        except (TypeError, ValueError):
+            self._count_drop(n, "encode")
+            return
+        # The socket is connected once (a send then skips the kernel's path lookup); an agent that
+        # restarted refuses the old connection, so connect again to its new socket and retry once.
+        for retry in (False, True):
+            try:
+                sock = self._sock
+                if sock is None:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    try:
+                        sock.setblocking(False)
+                        sock.connect(self.socket_path)
+                    except OSError:
+                        sock.close()
+                        raise
+                    self._sock = sock
+                    if self.source is not None and src is None:  # a new connection: maybe a new agent
+                        src = self.source
+                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src)
+                sock.send(data)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                stale, self._sock = self._sock, None
+                if stale is not None:
+                    stale.close()
+                    if not retry:
+                        continue
+                self._count_drop(n, type(e).__name__, messages=1)
+                self._maybe_resolve()
+            except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
+                self._count_drop(n, type(e).__name__, messages=1)
+            else:
+                self.sent += 1
+                self.sent_records += n
+                if src is not None:
+                    self._src_due = False
+            return
+
+    def _maybe_resolve(self) -> None:
+        """No agent at the path: look for it again now and then (it may start later)."""
+        if self._explicit:
+            return
+        now = _monotonic_ns()
+        if now - self._resolved_ns >= _RESOLVE_EVERY_NS:
+            self._resolved_ns = now
+            self.socket_path = default_socket_path()
+
+    def _count_drop(self, records: int, why: str, messages: int = 0) -> None:
+        self.dropped += records
+        self.dropped_messages += messages
+        self.last_error = why
+        if messages and self.source is not None:
+            self._src_due = True  # the agent may not have seen it (or restarted): say it again
+
+    def close(self) -> None:
+        """Send what is buffered and release the socket (the reporter stays usable: it reopens)."""
+        self.flush()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    def __del__(self):
+        # A reporter dropped with records still buffered (a loop's local, freed before exit) sends them:
+        # its atexit flush holds only a weak reference.  Nothing may escape a destructor into the job's
+        # output ("Exception ignored in ..."), whatever state the interpreter is in.
+        try:
+            if getattr(self, "_pid", None) != os.getpid():
+                return  # a forked child's copy: the parent's records are the parent's to send
+            if self._phases or self._steps:
+                self.flush()
+            sock, self._sock = self._sock, None
+            if sock is not None:
+                sock.close()
+        except Exception:  # noqa: BLE001 (see above: a destructor must stay silent)
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _flusher(ref, wake) -> None:
+    """The background flush: sends a buffer once it has waited flush_ms; sleeps while it is empty."""
+    while True:
+        wake.wait()
+        rep = ref()
+        if rep is None:
+            return
+        wait = rep._due_in_ns()
+        if wait is None:
+            wake.clear()
+            if rep._due_in_ns() is not None:  # a record came between the test and the clear
+                wake.set()
+            del rep
+            continue
+        if wait > 0:
+            del rep
+            time.sleep(wait / 1e9)
+            continue
+        rep.flush()
+        del rep
+
+
+def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> bytes:
+    """The datagram for [name, start_ns, end_ns] and [start_ns, end_ns, samples] records: byte for byte what
+    ``json.dumps(obj, separators=(",", ":"))`` writes (tests/phases/test_wire_bytes.py checks it)."""
+    flat_ph = []
+    for name, a, b in phases:
+        flat_ph += (_quoted(name), a, b)
+    flat_st = []
+    for rec in steps:
+        flat_st += rec
+    return _encode_flat(job, flat_ph, flat_st, cvd, dropped, src)
+
+
+def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None) -> bytes:
+    """The datagram from the reporter's flat buffers, with one %-format per list (no object per record)."""
+    n_ph = len(phases) // 3
+    n_st = len(steps) // 3
+    out = ['{"v":%d,"job":%s,"phases":[' % (VERSION, _json_str(job)),
+           ("[%s,%d,%d]," * n_ph)[:-1] % tuple(phases) if n_ph else "",
+           '],"steps":[',
+           ("[%d,%d,%d]," * n_st)[:-1] % tuple(steps) if n_st else "",
+           "]"]
+    if cvd is not None:
+        out.append(',"cvd":' + _json_str(cvd))
+    if dropped:
+        out.append(',"dropped":%d' % dropped)
+    if src is not None:
+        out.append(',"src":' + _json_str(src))
+    out.append("}")
+    return "".join(out).encode()
+
+
+def _quoted(name: str) -> str:
+    """The JSON string of a phase name (cached: a loop uses a handful)."""
+    q = QUOTED.get(name)
+    if q is None:
+        q = _json_str(name)
+        if len(QUOTED) < 256:
+            QUOTED[name] = q
+    return q
+
+
+def _flush_ref(ref) -> None:
+    rep = ref()
+    if rep is not None:
+        rep.close()  # close() handles every OSError itself
+
+
+def _reinit_ref(ref) -> None:
+    rep = ref()
+    if rep is not None:  # a forked child must not inherit a lock held by another thread, nor the buffer
+        rep._lock = threading.Lock()
+        rep._flush_lock = threading.Lock()
+        rep._phases, rep._steps = [], []
+        rep._step_start = rep._open_start = None
+        rep._sock = None
+        rep._wake = threading.Event()
+        rep._thread = None
+
