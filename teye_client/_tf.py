@@ -12,7 +12,7 @@ function that applies the optimizer (custom loops and Keras Model.fit alike).
 import threading
 import time
 
-from .auto import debug, session
+from .auto import batch_size, debug, session
 
 _ns = time.monotonic_ns
 SOURCE = "tf.data"
@@ -24,19 +24,6 @@ def _plain(fn, argcount):
     code = getattr(fn, "__code__", None)
     return code is not None and code.co_argcount == argcount and not getattr(fn, "_teye", False)
 
-
-def _samples(batch):
-    try:
-        t = type(batch)
-        if t is tuple or t is list:
-            batch = batch[0] if batch else None
-        elif t is dict:
-            batch = next(iter(batch.values()), None)
-        shape = getattr(batch, "shape", None)
-        n = shape[0] if shape is not None and len(shape) else 0
-        return int(n) if n is not None else 0
-    except Exception:  # a nested structure, an unknown dimension: the sample count is optional
-        return 0
 
 
 def _mark(fn, orig):
@@ -66,7 +53,7 @@ def patch_iterator(module):
         except StopIteration:
             s.wait(t0, _ns(), 0)
             raise
-        s.wait(t0, _ns(), _samples(batch))
+        s.wait(t0, _ns(), batch_size(batch))
         return batch
 
     cls.__next__ = _mark(__next__, orig)

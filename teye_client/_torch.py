@@ -10,27 +10,12 @@
 """
 import time
 
-from .auto import debug, session
+from .auto import batch_size, debug, session
 
 _ns = time.monotonic_ns
 SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
 
-
-def _samples(batch):
-    """The batch size of what a DataLoader yields: the first dimension of its first tensor (0: unknown)."""
-    try:
-        t = type(batch)
-        if t is tuple or t is list:
-            batch = batch[0] if batch else None
-        elif t is dict:
-            batch = next(iter(batch.values()), None)
-        shape = getattr(batch, "shape", None)
-        if shape is not None:
-            return int(shape[0]) if len(shape) else 0
-        return 0
-    except Exception:  # an unusual batch type: the sample count is optional
-        return 0
 
 
 def patch_dataloader(module):
@@ -57,7 +42,7 @@ def patch_dataloader(module):
         except StopIteration:
             s.wait(t0, _ns(), 0)  # the wait for the end of the epoch is a wait too
             raise
-        s.wait(t0, _ns(), _samples(batch))
+        s.wait(t0, _ns(), batch_size(batch))
         return batch
 
     __next__.__name__ = orig.__name__

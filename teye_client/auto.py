@@ -29,6 +29,22 @@ def debug(msg):
             pass
 
 
+def batch_size(batch):
+    """The sample count of a batch a data loader yields: the first dimension of its first tensor (of a
+    tuple, list or dict), 0 where unknown (the count is optional; an unusual batch never raises)."""
+    try:
+        t = type(batch)
+        if t is tuple or t is list:
+            batch = batch[0] if batch else None
+        elif t is dict:
+            batch = next(iter(batch.values()), None)
+        shape = getattr(batch, "shape", None)
+        n = shape[0] if shape is not None and len(shape) else 0
+        return int(n) if n is not None else 0
+    except Exception:  # a nested structure, an unknown dimension: the sample count is optional
+        return 0
+
+
 def job_name(environ=None, argv=None):
     """The job name when none is given: TEYE_TRAIN_JOB, else Slurm, else a Kubernetes pod, else the script."""
     env = os.environ if environ is None else environ
