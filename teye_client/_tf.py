@@ -12,7 +12,7 @@ function that applies the optimizer (custom loops and Keras Model.fit alike).
 import threading
 import time
 
-from .auto import batch_size, debug, session
+from .auto import batch_size, debug, session, wrapper_of
 
 _ns = time.monotonic_ns
 SOURCE = "tf.data"
@@ -24,15 +24,6 @@ def _plain(fn, argcount):
     code = getattr(fn, "__code__", None)
     return code is not None and code.co_argcount == argcount and not getattr(fn, "_teye", False)
 
-
-
-def _mark(fn, orig):
-    fn.__name__ = orig.__name__
-    fn.__qualname__ = getattr(orig, "__qualname__", orig.__name__)
-    fn.__doc__ = orig.__doc__
-    fn.__wrapped__ = orig
-    fn._teye = True
-    return fn
 
 
 def patch_iterator(module):
@@ -56,7 +47,7 @@ def patch_iterator(module):
         s.wait(t0, _ns(), batch_size(batch))
         return batch
 
-    cls.__next__ = _mark(__next__, orig)
+    cls.__next__ = wrapper_of(__next__, orig)
     s.wait_source = SOURCE
     return True
 
@@ -81,14 +72,10 @@ def patch_function(module):
         finally:
             local.fn = None
         if getattr(self, "_teye_step", False):
-            try:
-                s.step(_ns())
-            except Exception as e:  # never into the training loop
-                s.disabled = True
-                debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+            s.step_guarded(_ns())
         return out
 
-    cls.__call__ = _mark(__call__, orig)
+    cls.__call__ = wrapper_of(__call__, orig)
     if s.step_source is None:
         s.step_source = STEPS_ONLY
     return True
@@ -113,14 +100,10 @@ def patch_keras_optimizer(module):
             except AttributeError:
                 pass
         else:  # eager: this call is the step
-            try:
-                s.step(_ns(), id(self))
-            except Exception as e:
-                s.disabled = True
-                debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+            s.step_guarded(_ns(), id(self))
         return out
 
-    cls.apply = _mark(apply, orig)
+    cls.apply = wrapper_of(apply, orig)
     if s.step_source is None:
         s.step_source = STEPS_ONLY
     return True

@@ -10,7 +10,7 @@
 """
 import time
 
-from .auto import batch_size, debug, session
+from .auto import batch_size, debug, session, wrapper_of
 
 _ns = time.monotonic_ns
 SOURCE = "torch"            # waits observed at the DataLoader
@@ -45,12 +45,7 @@ def patch_dataloader(module):
         s.wait(t0, _ns(), batch_size(batch))
         return batch
 
-    __next__.__name__ = orig.__name__
-    __next__.__qualname__ = orig.__qualname__
-    __next__.__doc__ = orig.__doc__
-    __next__.__wrapped__ = orig
-    __next__._teye = True
-    base.__next__ = __next__
+    base.__next__ = wrapper_of(__next__, orig)
     s.wait_source = SOURCE
     return True
 
@@ -65,11 +60,7 @@ def patch_optimizer(module):
         s.step_source = STEPS_ONLY
 
     def _teye_step(optimizer, args, kwargs):
-        try:
-            s.step(_ns(), id(optimizer))  # the id, not the optimizer: teye keeps nothing of the job alive
-        except Exception as e:  # a bug of teye's must not end a training run: report nothing more
-            s.disabled = True
-            debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+        s.step_guarded(_ns(), id(optimizer))  # the id, not the optimizer: teye keeps nothing of the job alive
 
     register(_teye_step)
     return True
