@@ -1,6 +1,6 @@
 """The receive thread's CPU per datagram, in one process: benchmarks/phases.py runs this for each tree.
 
-    python benchmarks/_serve_cost.py TREE [ROUNDS]
+    python benchmarks/_serve_cost.py TREE [ROUNDS [STEPS]]
 
 Imports the agent from TREE (standard library only here, so that any checkout can be measured),
 queues bursts of 16 typical datagrams (2 phases + 1 step, 8 jobs) on a socketpair with
@@ -9,7 +9,9 @@ SO_PASSCRED, and times only the receiving side with the thread's CPU clock: the 
 does without it (``recvmsg`` per datagram, then ``JobTable.handle_batch``).  The table has an
 input probe (not started), as the agent's has.  Without the wake-ups and the cold caches of a
 live agent this is a lower bound of benchmarks/phases.py's agent CPU per message, and much less
-noisy.  Prints the median of ROUNDS rounds of 3,200 datagrams, in microseconds per datagram, and on
+noisy.  With STEPS > 1 each datagram carries STEPS steps, as teye_client's batching reporter sends them
+(benchmarks/zero_code.py), and the figure is per step.  Prints the median of ROUNDS rounds of 3,200
+datagrams, in microseconds per datagram (per step with STEPS > 1), and on
 stderr which receive path ran (``path: python``, or ``path: compiled (N datagrams handled in C, M passed
 to Python)``).
 """
@@ -33,9 +35,27 @@ def typical_datagram(i: int, t_ns: int) -> bytes:
                        "steps": [[t_ns - 3_000_000, t_ns, 32]]}, separators=(",", ":")).encode()
 
 
+def batched_datagram(i: int, t_ns: int, steps: int) -> bytes:
+    """A datagram of teye_client's batching reporter: job bench<i % 8>, ``steps`` 10 ms steps ending at
+    t_ns, each a 1 ms compute, a 3 ms data_wait and a 6 ms compute (64 samples)."""
+    ph, st = [], []
+    for k in range(steps):
+        e = t_ns - (steps - 1 - k) * 10_000_000
+        s = e - 10_000_000
+        ph += [["compute", s, s + 1_000_000], ["data_wait", s + 1_000_000, s + 4_000_000], ["compute", s + 4_000_000, e]]
+        st.append([s, e, 64])
+    return json.dumps({"v": 1, "job": f"bench{i % 8}", "phases": ph, "steps": st}, separators=(",", ":")).encode()
+
+
 def main() -> int:
     tree = os.path.abspath(sys.argv[1])
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    if steps == 1:
+        make = typical_datagram
+    else:
+        def make(i, t_ns):
+            return batched_datagram(i, t_ns, steps)
     sys.path.insert(0, tree)
     from agent.config import defaults
     from agent.context import AgentContext
@@ -84,11 +104,11 @@ def main() -> int:
         for _ in range(200):
             t = time.monotonic_ns()
             for i in range(BURST):
-                tx.send(typical_datagram(i, t))
+                tx.send(make(i, t))
             c0 = time.thread_time()
             n += receive()
             cpu += time.thread_time() - c0
-        out.append(cpu / n * 1e6)
+        out.append(cpu / (n * steps) * 1e6)
     accepted = table.results["accepted"]
     if accepted != rounds * 200 * BURST:
         print(f"only {accepted} of {rounds * 200 * BURST} datagrams accepted", file=sys.stderr)

@@ -12,7 +12,7 @@
    sending to a live receiver in another process;
 4. agent CPU per step: the receive thread's CPU (thread clock) for the batched datagrams the client
    sends (10 steps of 3 phases each: 100 ms of 10 ms steps), with the compiled helpers and without
-   (TEYE_PURE_PYTHON=1), in fresh processes.
+   (TEYE_PURE_PYTHON=1), in fresh processes (benchmarks/_serve_cost.py with 10 steps per datagram).
 Figures move with this machine's load: compare within one run.
 """
 from __future__ import annotations
@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -158,63 +156,12 @@ def client_cpu(sock: str, n: int = 200000):
     return float(us), int(sent), int(dropped)
 
 
-AGENT = r"""
-import copy, json, socket, statistics, struct, sys, time
-sys.path.insert(0, sys.argv[1])
-from agent.config import defaults
-from agent.context import AgentContext
-from agent.phases.jobs import JobTable
-from agent.phases.procstat import InputProbe, ProcReader
-STEPS = 10
-cfg = copy.deepcopy(defaults()["phases"]); cfg["max_messages_per_second"] = 50000
-probe = InputProbe(ProcReader("/proc", "/sys"), 0.05, time.monotonic_ns)
-table = JobTable(cfg, AgentContext(clock=time.monotonic_ns), probe=probe)
-serve = table.compiled_receive()
-bufsize = cfg["max_message_bytes"] + 1
-tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-rx.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1); rx.setblocking(False)
-cred = struct.calcsize("3i"); counts = [0, 0]; BURST = 8
-def datagram(i, t):
-    ph, st = [], []
-    for k in range(STEPS):
-        e = t - (STEPS - 1 - k) * 10_000_000; s = e - 10_000_000
-        ph += [["compute", s, s + 1_000_000], ["data_wait", s + 1_000_000, s + 4_000_000], ["compute", s + 4_000_000, e]]
-        st.append([s, e, 64])
-    return json.dumps({"v": 1, "job": "bench%d" % (i % 8), "phases": ph, "steps": st}, separators=(",", ":")).encode()
-def recv_py():
-    batch = []
-    for _ in range(BURST):
-        data, anc, _f, _a = rx.recvmsg(bufsize, socket.CMSG_SPACE(cred))
-        pid = uid = None
-        for lvl, typ, c in anc:
-            if lvl == socket.SOL_SOCKET and typ == socket.SCM_CREDENTIALS:
-                pid, uid, _g = struct.unpack("3i", c[:cred])
-        batch.append((data, pid, uid))
-    table.handle_batch(batch); return BURST
-def recv_c():
-    h, rest, err = serve(rx.fileno(), bufsize, BURST, counts)
-    if err is not None: raise err
-    table.handle_batch(rest); return h + len(rest)
-recv = recv_c if serve is not None else recv_py
-out = []
-for _ in range(7):
-    cpu = 0.0; n = 0
-    for _ in range(100):
-        t = time.monotonic_ns()
-        for i in range(BURST):
-            tx.send(datagram(i, t))
-        c0 = time.thread_time(); n += recv(); cpu += time.thread_time() - c0
-    out.append(cpu / (n * STEPS) * 1e6)
-assert table.results["accepted"] == 7 * 100 * BURST, table.results
-print(statistics.median(out), "compiled" if serve is not None else "python")
-"""
-
-
 def agent_cpu(pure: bool):
     env = _env(False, **({"TEYE_PURE_PYTHON": "1"} if pure else {}))
-    r = subprocess.run([PY, "-c", AGENT, ROOT], env=env, capture_output=True, text=True, check=True)
-    us, path = r.stdout.split()
-    return float(us), path
+    r = subprocess.run([PY, os.path.join(ROOT, "benchmarks", "_serve_cost.py"), ROOT, "7", "10"], env=env,
+                       capture_output=True, text=True, check=True)
+    path = "compiled" if "path: compiled" in r.stderr else "python"
+    return float(r.stdout), path
 
 
 class Drain:
