@@ -110,6 +110,10 @@ def test_print_env_lines_turn_it_on():
     assert r.returncode == 0
     assert r.stdout.splitlines() == [f"export PYTHONPATH={SITE}:{REPO}:/opt/other", "export TEYE_TRAIN_JOB=j1"]
     applied = dict(line[len("export "):].split("=", 1) for line in r.stdout.splitlines())  # what slurmstepd does
+    # already on (a TaskProlog's export, then `teye run` in the job): still first, and once
+    again = subprocess.run([PY, "-m", "agent", "run", "--print-env"], env={**env, "PYTHONPATH": os.pathsep.join(
+                           [REPO, SITE + "/", "/opt/other"])}, capture_output=True, text=True, cwd=REPO)
+    assert again.stdout.splitlines() == [f"export PYTHONPATH={SITE}:{REPO}:/opt/other"]
     out = plain_run([PY, "-c", "import sys; print('teye_client.auto' in sys.modules)"], env={**env, **applied})
     assert out.stdout == "True\n"
 
