@@ -154,7 +154,7 @@ C, W = QUOTED["compute"], QUOTED["data_wait"]
 ns = time.monotonic_ns
 t0 = ns()
 for i in range(steps):
-    while ns() < t0 + 50000 * i:   # one step every 50 us (the agent keeps up; 8,000 records per flush_ms)
+    while ns() < t0 + 100000 * i:  # one step every 100 us: 4,000 records per flush_ms, 80 datagrams a second
         pass
     if how == "record_step":
         a = ns()
@@ -198,7 +198,7 @@ def test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count(sockd
         agent.close()
     own = json.loads(r.stdout)
     # the case the bound is for: far more records per flush_ms than one datagram may carry
-    assert steps * (per_step + 1) / (own["elapsed"] / 0.1 + 1) > 2 * 1024, own
+    assert steps * (per_step + 1) / (own["elapsed"] / 0.1 + 1) > 1024, own
     counts = [len(m["phases"]) + len(m["steps"]) for m in map(json.loads, seen)]
     assert sum(counts) == steps * (per_step + 1)         # every record went out ...
     assert max(counts) <= 512 + per_step                 # ... in datagrams of at most max_batch (+ the last step's)

@@ -222,6 +222,7 @@ def test_a_handshake_the_server_refuses_is_a_tls_failure(tmp_path, version):
                 # read what the client still sends (its request, under TLS 1.3) until it closes, so that the
                 # close is no reset racing the alert, as a Go server lingers
                 raw = socket.socket(fileno=os.dup(tls.fileno()))
+                raw.settimeout(2)
                 try:
                     while raw.recv(65536):
                         pass
