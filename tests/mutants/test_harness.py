@@ -5,7 +5,6 @@ where nothing is compiled; it passes a real mutant.  (Only the named tests run, 
 can count: test_what_a_name_covers.)"""
 from __future__ import annotations
 
-import os
 import textwrap
 
 import pytest
