@@ -103,8 +103,12 @@ class Session:
         self.disabled = False
 
     def reset(self):
-        """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent)."""
+        """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent, its
+        pending waits to the parent's step); the patches stay, inherited with the modules, and so do the
+        sources they set (the child's waits are observed as the parent's were)."""
+        wait_source, step_source = self.wait_source, self.step_source
         self.__init__()
+        self.wait_source, self.step_source = wait_source, step_source
 
     def wait(self, start_ns, end_ns, samples):
         if self.source is None:

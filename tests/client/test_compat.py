@@ -70,15 +70,32 @@ def test_the_client_runs_on_python_3_8(listener):
     path, s = listener
     code = ("import sys, time\nfrom teye_client import auto\nassert 'teye_client.auto' in sys.modules\n"
             "s = auto.session\ns.wait_source = 'torch'\nt = time.monotonic_ns()\n"
-            "s.wait(t, t + 1000, 8)\ns.step(t + 5000, 1)\nprint('ok')\n")
+            "s.wait(t, t + 1000, 8)\ns.step(t + 5000, 1)\ns.wait(t + 6000, t + 6500, 8)\n"
+            "s.wait(t + 7000, t + 7200, 4)\ns.step(t + 9000, 1)\ns.wait(t + 9500, t + 9800, 8)\ns.step(t + 10000, 1)\n"
+            "print('ok', t)\n")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.path.join(CLIENT, "_site"), "TEYE_PHASE_SOCKET": path,
            "TEYE_TRAIN_JOB": "py38"}
     r = subprocess.run([py, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "ok\n", "")
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    ok, t = r.stdout.split()
+    assert ok == "ok"
+    t = int(t)   # the times the script gave, not the ones sent: the steps' bounds and phases follow from them
     import json
-    m = json.loads(s.recv(65536))
-    assert (m["job"], m["src"], m["steps"]) == ("py38", "torch", [[m["steps"][0][0], m["steps"][0][1], 8]])
-    assert [p[0] for p in m["phases"]] == ["data_wait", "compute"]
+    got = []
+    s.settimeout(1.0)
+    try:
+        while True:
+            got.append(json.loads(s.recv(65536)))
+    except OSError:
+        pass
+    assert {m["job"] for m in got} == {"py38"} and got[0]["src"] == "torch"
+    assert [st for m in got for st in m["steps"]] == [[t, t + 5000, 8], [t + 5000, t + 9000, 12],
+                                                      [t + 9000, t + 10000, 8]]
+    assert [p for m in got for p in m["phases"]] == [
+        ["data_wait", t, t + 1000], ["compute", t + 1000, t + 5000],                  # one batch per step
+        ["compute", t + 5000, t + 6000], ["data_wait", t + 6000, t + 6500],           # two batches in one step
+        ["compute", t + 6500, t + 7000], ["data_wait", t + 7000, t + 7200], ["compute", t + 7200, t + 9000],
+        ["compute", t + 9000, t + 9500], ["data_wait", t + 9500, t + 9800], ["compute", t + 9800, t + 10000]]
 
 
 def test_older_pythons_are_left_alone():

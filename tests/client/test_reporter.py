@@ -6,10 +6,14 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
+import pytest
+
 from teye_client import Reporter
-from tests.client.helpers import REPO, base_env
+from teye_client.reporter import QUOTED
+from tests.client.helpers import REPO, LiveAgent, base_env
 
 
 def _drain(s, timeout=0.5):
@@ -122,3 +126,81 @@ def test_a_reporter_dropped_with_records_buffered_sends_them(listener):
     loop()
     (m,) = _drain(s, 0.5)
     assert [n for _, _, n in m["steps"]] == [0, 1, 2]
+
+
+def _relay(listen, forward_to, seen, stop):
+    """Keeps each datagram the reporter sends and passes it on to the agent (blocking: the relay loses nothing)."""
+    out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listen.settimeout(0.05)
+    try:
+        while not stop.is_set():
+            try:
+                data = listen.recv(1 << 20)
+            except socket.timeout:
+                continue
+            seen.append(data)
+            out.sendto(data, forward_to)
+    finally:
+        out.close()
+
+
+FAST_LOOP = """
+import json, sys, time
+from teye_client import Reporter
+from teye_client.reporter import QUOTED
+path, how, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rep = Reporter(train_job="fast", socket_path=path)   # the defaults: flush_ms 100, max_batch 512
+C, W = QUOTED["compute"], QUOTED["data_wait"]
+ns = time.monotonic_ns
+t0 = ns()
+for i in range(steps):
+    while ns() < t0 + 100000 * i:  # one step every 100 us: 4,000 records per flush_ms, 80 datagrams a second
+        pass
+    if how == "record_step":
+        a = ns()
+        rep.record_step((C, a, a + 100, W, a + 100, a + 200, C, a + 200, a + 300), a, a + 300, 4)
+    else:
+        with rep.phase("compute"):
+            pass
+        with rep.phase("data_wait"):
+            pass
+        with rep.phase("compute"):
+            pass
+        rep.step(samples=4)
+elapsed = (ns() - t0) / 1e9
+rep.close()
+print(json.dumps({"elapsed": elapsed, "dropped": rep.dropped}))
+"""
+
+
+@pytest.mark.parametrize("how", ["record_step", "phase_and_step"])
+def test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count(sockdir, how):
+    """Steps far shorter than flush_ms / max_batch: a full buffer must go at once (max_batch records), or one
+    datagram holds more records than the agent accepts (phases.max_records_per_message, 1,024) and the job
+    vanishes.  Oracle: the loop's own count of what it recorded, the datagrams as sent, the agent's counts."""
+    agent = LiveAgent(sockdir)
+    relay_path = os.path.join(sockdir, "relay.sock")
+    listen = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listen.bind(relay_path)
+    seen, stop = [], threading.Event()
+    t = threading.Thread(target=_relay, args=(listen, agent.path, seen, stop), daemon=True)
+    t.start()
+    steps, per_step = 4000, 3   # each step: compute, data_wait, compute (the shape zero-code sends)
+    try:
+        r = subprocess.run([sys.executable, "-c", FAST_LOOP, relay_path, how, str(steps)], env=base_env(),
+                           capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert (r.returncode, r.stderr) == (0, ""), r.stderr
+        j = agent.jobs()["fast"]
+    finally:
+        stop.set()
+        t.join(5)
+        listen.close()
+        agent.close()
+    own = json.loads(r.stdout)
+    # the case the bound is for: far more records per flush_ms than one datagram may carry
+    assert steps * (per_step + 1) / (own["elapsed"] / 0.1 + 1) > 1024, own
+    counts = [len(m["phases"]) + len(m["steps"]) for m in map(json.loads, seen)]
+    assert sum(counts) == steps * (per_step + 1)         # every record went out ...
+    assert max(counts) <= 512 + per_step                 # ... in datagrams of at most max_batch (+ the last step's)
+    assert max(map(len, seen)) <= 65536                  # within phases.max_message_bytes too
+    assert (j.steps, j.samples, j.client_dropped, own["dropped"]) == (steps, 4 * steps, 0, 0)  # the agent counted all

@@ -46,3 +46,26 @@ def test_unmodified_script_reports_its_own_split(agent, kind, workers, verdict):
     losses = [line for line in run.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == STEPS and losses == [line for line in bare.stdout.splitlines() if line.startswith("step ")]
     assert "teye" not in run.stderr
+
+
+ACCUM = f"{HERE}/torch_accum.py"
+
+
+@pytest.mark.parametrize("args", [("accumulate", "12", "4"), ("epoch", "5")], ids=["accumulate-4", "epoch-per-step"])
+def test_several_batches_per_optimizer_step(agent, args):
+    """Gradient accumulation (4 batches per step, across epoch ends) and a whole epoch inside one step: every
+    batch's wait is data_wait and every batch's samples count, against the script's own clock and count."""
+    job = "accum-" + args[0]
+    run = teye_run([sys.executable, ACCUM, *args], socket_path=agent.path, job=job)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    j = agent.jobs()[job]
+    assert (j.steps, j.samples, j.processes, j.source, j.client_dropped) == \
+        (own["steps"], own["samples"], 1, "torch", 0)
+    assert own["samples"] > own["steps"] * 8 * 3   # several batches per step: the branch under test was taken
+    truth = own["wait_s"] / own["total_s"]
+    assert 0.3 < truth < 0.9, own                  # the split is not a trivial 0 or 1
+    assert j.input_bound_ratio == pytest.approx(truth, abs=0.03), (j.input_bound_ratio, truth)
+    phases = dict(j.phase_seconds)
+    assert phases["data_wait"] == pytest.approx(own["wait_s"], rel=0.05, abs=0.005)
+    assert phases["data_wait"] + phases["compute"] == pytest.approx(own["total_s"], rel=0.05)

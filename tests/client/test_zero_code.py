@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -49,17 +50,48 @@ def test_run_exit_status_output_and_environment_pass_through():
     r = teye_run(["sh", "-c", "echo out; echo err >&2; exit 3"])
     assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n")
     r = teye_run([PY, "-c", "import os, sys; print(os.environ['TEYE_TRAIN_JOB'], os.environ['PYTHONPATH']); "
-                            "print('teye_client.auto' in sys.modules, os.getpid() == int(sys.argv[1]) or 'x')", "0"],
-                 job="my-job")
+                            "print('teye_client.auto' in sys.modules)"], job="my-job")
     job, pp = r.stdout.splitlines()[0].split(" ")
     assert job == "my-job" and pp.split(os.pathsep) == [SITE, REPO]  # first, once, the caller's path kept
-    assert r.stdout.splitlines()[1].startswith("True")
+    assert r.stdout.splitlines()[1] == "True" and r.returncode == 0
     # a signal: a shell sees 128+N, as without teye (teye execs the command: same pid, same signals)
     sh = f"{PY} -m agent run -- sh -c 'kill -TERM $$'; echo status=$?"
     assert subprocess.run(["sh", "-c", sh], env=base_env(), capture_output=True, text=True, cwd=REPO).stdout \
         == "status=143\n"
-    r = teye_run(["sh", "-c", "echo $$"])
-    assert r.returncode == 0 and int(r.stdout)  # the command's own pid (exec), printed
+
+
+HANDLER = """
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda n, f: got.append(n))
+print(os.getpid(), 'teye_client.auto' in sys.modules, flush=True)
+deadline = time.monotonic() + 20
+while not got and time.monotonic() < deadline:
+    time.sleep(0.01)
+print('handled' if got else 'no signal', flush=True)
+sys.exit(7 if got else 1)
+"""
+
+
+def test_teye_run_is_the_job_same_pid_and_its_signals():
+    """A scheduler signals the pid it started (SIGUSR1 before a time limit, SIGTERM to a step): under
+    `teye run` that pid must be the job itself, or the signal kills the wrapper and never reaches the job."""
+    proc = subprocess.Popen([PY, "-m", "agent", "run", "--", PY, "-c", HANDLER], env=base_env(), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid, hooked = proc.stdout.readline().split()
+        assert (int(pid), hooked) == (proc.pid, "True")   # the pid `teye run` was started as, instrumented
+        os.kill(proc.pid, signal.SIGUSR1)
+        out, err = proc.communicate(timeout=30)
+        assert (proc.returncode, out, err) == (7, "handled\n", "")   # the job's handler ran; its exit status
+    finally:
+        proc.kill()
+        proc.wait()
+    # a shell's $$ is the pid it was started as too
+    sh = subprocess.Popen([PY, "-m", "agent", "run", "--", "sh", "-c", "echo $$"], env=base_env(), cwd=REPO,
+                          stdout=subprocess.PIPE, text=True)
+    out, _ = sh.communicate(timeout=30)
+    assert (sh.returncode, out) == (0, f"{sh.pid}\n")
 
 
 def test_run_without_a_command_or_with_a_missing_one():
@@ -78,6 +110,10 @@ def test_print_env_lines_turn_it_on():
     assert r.returncode == 0
     assert r.stdout.splitlines() == [f"export PYTHONPATH={SITE}:{REPO}:/opt/other", "export TEYE_TRAIN_JOB=j1"]
     applied = dict(line[len("export "):].split("=", 1) for line in r.stdout.splitlines())  # what slurmstepd does
+    # already on (a TaskProlog's export, then `teye run` in the job): still first, and once
+    again = subprocess.run([PY, "-m", "agent", "run", "--print-env"], env={**env, "PYTHONPATH": os.pathsep.join(
+                           [REPO, SITE + "/", "/opt/other"])}, capture_output=True, text=True, cwd=REPO)
+    assert again.stdout.splitlines() == [f"export PYTHONPATH={SITE}:{REPO}:/opt/other"]
     out = plain_run([PY, "-c", "import sys; print('teye_client.auto' in sys.modules)"], env={**env, **applied})
     assert out.stdout == "True\n"
 
@@ -298,6 +334,25 @@ def test_fork_without_exec(sockdir):
         assert len(_losses(r.stdout)) == 8
         j = agent.jobs()["forked"]
         assert (j.steps, j.processes) == (3 + 2 + 3, 2)
+    finally:
+        agent.close()
+
+
+@needs_torch
+def test_fork_between_next_and_the_optimizer_step(sockdir):
+    """The child starts empty: the batch its parent read before the fork is the parent's step, never the child's
+    (the session's pending waits and step start are reset in the child, as the reporter's buffer is)."""
+    agent = LiveAgent(sockdir)
+    try:
+        bare = plain_run([PY, SMALL, "3", "forkmid"])
+        r = teye_run([PY, SMALL, "3", "forkmid"], socket_path=agent.path, job="forkmid")
+        assert (r.returncode, r.stdout, r.stderr) == (0, bare.stdout, bare.stderr)
+        tags = [line.split(" ")[0] for line in r.stdout.splitlines()]
+        assert sorted(tags) == sorted(["a"] * 3 + ["child"] * 2 + ["m"] + ["b"] * 3)   # the steps each took
+        steps = len(tags)
+        j = agent.jobs()["forkmid"]
+        # one batch of 8 per step taken, in either process: the parent's pre-fork batch counted once
+        assert (j.steps, j.samples, j.processes) == (steps, 8 * steps, 2)
     finally:
         agent.close()
 

@@ -4,7 +4,9 @@
 
 pause: after STEPS steps print "paused" and wait for a line on stdin, then STEPS more (the test
 restarts the agent meanwhile).  fork: after STEPS steps fork without exec; the child trains 2 steps
-and exits normally, then the parent trains STEPS more.  Exit status: $EXIT (default 0).
+and exits normally, then the parent trains STEPS more.  forkmid: as fork, but the parent forks
+between next() and optimizer.step() (its batch is read, its step not taken) and finishes that step
+after the child has exited.  Exit status: $EXIT (default 0).
 """
 import os
 import sys
@@ -43,5 +45,18 @@ elif mode == "fork":
         train(2, "child")
         sys.exit(0)
     os.waitpid(pid, 0)
+    train(steps, "b")
+elif mode == "forkmid":
+    x, y = next(it)          # the parent's batch: read before the fork ...
+    pid = os.fork()
+    if pid == 0:
+        train(2, "child")
+        sys.exit(0)
+    os.waitpid(pid, 0)
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()               # ... its step taken after it
+    print("m", 0, "%.6f" % loss.item(), flush=True)
     train(steps, "b")
 sys.exit(int(os.environ.get("EXIT", "0")))

@@ -1,21 +1,18 @@
-"""Known mutants, kept: each patch in this folder breaks the code on purpose, in a copy of the tree,
-and the tests named for it must fail there (issue 25: tests that passed whatever the code did).
+"""Known mutants, kept: each patch in this folder breaks the code on purpose, in a copy of the tree, and the
+tests named for it must pass without it and fail, themselves, with it (issues 25 and 33; the harness:
+tests/mutants/harness.py, its own tests: tests/mutants/test_harness.py).
 
-A mutant that no longer applies fails here too: update the patch with the code it breaks.  Only
-mutants that fail their test within a few seconds are kept; the others are listed in tests/README.md.
+A mutant that no longer applies fails here too: update the patch with the code it breaks.  Only mutants
+that fail their test within a few seconds are kept; the others are listed in tests/README.md.
 """
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 
+from tests.mutants.harness import HERE, check
 from tests.procs import REPO
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 # patch -> (tests that must fail on it, whether the C helpers must be rebuilt)
 MUTANTS = {
@@ -31,29 +28,25 @@ MUTANTS = {
     "serve_cost_always_python.patch": (["tests/phases/test_bench_serve_cost.py"], False),
     "pmu_bad_alias_keeps_controller.patch": (
         ["tests/pmu/test_source.py::test_unparseable_description_and_unknown_format_field"], False),
+    # issue 33: the client injected into jobs, the report, the web server's own counters
+    "reporter_record_step_ignores_max_batch.patch": (
+        ["tests/client/test_reporter.py::test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count"],
+        False),
+    "reporter_fork_keeps_parent_buffer.patch": (
+        ["tests/client/test_reporter.py::test_a_forked_child_sends_only_its_own_records"], False),
+    "report_403_not_auth.patch": (
+        ["tests/report/test_report_bad_input.py::test_credentials_forbidden_is_an_auth_failure"], False),
+    "report_tls_only_certificate_errors.patch": (
+        ["tests/report/test_report_bad_input.py::test_https_url_to_a_plain_http_prometheus_is_a_tls_failure"], False),
+    "report_counter_reset_loses_new_value.patch": (
+        ["tests/report/test_units.py::test_increase_is_exact_and_sums_across_resets"], False),
+    "webstats_client_path_as_label.patch": (
+        ["tests/web/test_selfmetrics.py::test_basic_auth_failures_by_reason_and_requests_by_path_and_code"], False),
+    "webstats_connections_max_is_open_count.patch": (
+        ["tests/web/test_selfmetrics.py::test_no_web_config_no_tls_no_auth_series"], False),
+    "http_in_flight_not_in_finally.patch": (
+        ["tests/web/test_selfmetrics.py::test_timeouts_by_kind_with_slow_clients"], False),
 }
-
-SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", ".hypothesis", ".pytest_cache", "out"}
-
-
-def copy_tree(dst) -> None:
-    """The working tree (tracked and untracked files git does not ignore, and the built C helpers)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True)
-    if listed.returncode != 0:   # not a git checkout: everything but the usual junk
-        shutil.copytree(REPO, dst, symlinks=True, ignore=lambda d, names: [n for n in names if n in SKIP_DIRS])
-        return
-    names = [n for n in listed.stdout.decode().split("\0") if n]
-    names += [os.path.relpath(os.path.join(REPO, "agent", "phases", n), REPO)
-              for n in os.listdir(os.path.join(REPO, "agent", "phases")) if n.startswith("_fast") and n.endswith(".so")]
-    for n in names:
-        src, to = os.path.join(REPO, n), os.path.join(dst, n)
-        if not os.path.lexists(src):   # deleted in the working tree, not yet in git
-            continue
-        os.makedirs(os.path.dirname(to), exist_ok=True)
-        if os.path.islink(src):
-            os.symlink(os.readlink(src), to)
-        else:
-            shutil.copy2(src, to)
 
 
 def test_every_patch_here_is_listed():
@@ -63,21 +56,4 @@ def test_every_patch_here_is_listed():
 @pytest.mark.parametrize("patch", sorted(MUTANTS))
 def test_the_named_tests_fail_on_the_mutant(tmp_path, patch):
     tests, rebuild = MUTANTS[patch]
-    tree = tmp_path / "tree"
-    copy_tree(str(tree))
-    applied = subprocess.run(["git", "apply", os.path.join(HERE, patch)], cwd=tree, capture_output=True, text=True)
-    assert applied.returncode == 0, f"{patch} no longer applies: {applied.stderr}"
-    env = {**os.environ, "PYTHONPATH": str(tree), "TEYE_REQUIRE_FAST": "1"}
-    env.pop("TEYE_PURE_PYTHON", None)
-    if rebuild:
-        for so in (tree / "agent" / "phases").glob("_fast*.so"):
-            so.unlink()
-        built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, env=env,
-                               capture_output=True, text=True, timeout=300)
-        assert built.returncode == 0, built.stderr[-2000:]
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                          "-p", "tests.mutants.no_shrink", *tests], cwd=tree, env=env,
-                         capture_output=True, text=True, timeout=600)
-    # 1: tests ran and some failed (not 2-5: interrupted, internal error, usage, none collected)
-    assert run.returncode == 1 and "failed" in run.stdout.splitlines()[-1], \
-        f"{patch}: {' '.join(tests)} did not fail on the mutant:\n{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
+    check(REPO, os.path.join(HERE, patch), tests, rebuild, str(tmp_path))

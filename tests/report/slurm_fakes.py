@@ -18,7 +18,8 @@ def _script(path: str, text: str) -> None:
 
 def install(bin_dir: str, calls: str, cpus: int = 4, mem: str = "64G", teye_sleep: float = 0.0) -> dict:
     """scontrol answers `show job -o ID` with the allocation; sacctmgr appends its arguments (one per line,
-    then '--') to ``calls``; teye runs this tree's agent (after sleeping ``teye_sleep`` s).  Returns the env."""
+    then '--') to ``calls``; teye runs this tree's agent (after sleeping ``teye_sleep`` s) and keeps its arguments
+    in bin_dir/teye.args (``teye_args``).  Returns the env."""
     os.makedirs(bin_dir, exist_ok=True)
     _script(os.path.join(bin_dir, "scontrol"),
             '#!/bin/sh\n[ "$1 $2 $3" = "show job -o" ] || exit 1\n'
@@ -27,7 +28,8 @@ def install(bin_dir: str, calls: str, cpus: int = 4, mem: str = "64G", teye_slee
     _script(os.path.join(bin_dir, "sacctmgr"),
             f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a" >> {calls}; done\necho -- >> {calls}\n')
     _script(os.path.join(bin_dir, "teye"),
-            f"#!/bin/sh\nsleep {teye_sleep}\nPYTHONPATH={REPO} exec {sys.executable} -m agent \"$@\"\n")
+            f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {bin_dir}/teye.args\nsleep {teye_sleep}\n"
+            f"PYTHONPATH={REPO} exec {sys.executable} -m agent \"$@\"\n")
     return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}", "TEYE_BIN": os.path.join(bin_dir, "teye")}
 
 
@@ -40,3 +42,9 @@ def stored(calls: str) -> list:
         if line.startswith("AdminComment="):
             out.append(line[len("AdminComment="):])
     return out
+
+
+def teye_args(bin_dir: str) -> list:
+    """The arguments the epilog gave teye last time."""
+    with open(os.path.join(bin_dir, "teye.args")) as fh:
+        return fh.read().splitlines()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -147,3 +149,100 @@ def test_tls_not_trusted(secured):
                                                                   "server_name": "not-this-host.example"}})
     rc, _, err = report("--prometheus", secured["url"], "--http.config.file", wrong_name, "--slurm-job", "77")
     assert rc == 5 and "TLS handshake" in err
+
+
+class _Answer(BaseHTTPRequestHandler):
+    """A plain-HTTP stand-in for Prometheus that answers every API call with one status."""
+    status = 403
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"status":"error","error":"forbidden"}'
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def plain_server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_credentials_forbidden_is_an_auth_failure(plain_server):
+    """A proxy or Prometheus that knows the user and forbids the API (HTTP 403) is refused credentials: 6."""
+    rc, out, err = report("--prometheus", f"http://127.0.0.1:{plain_server}", "--slurm-job", "1")
+    assert (rc, out) == (6, "") and "refused the credentials (HTTP 403)" in err
+
+
+def test_https_url_to_a_plain_http_prometheus_is_a_tls_failure(plain_server):
+    """An https:// URL to a Prometheus serving plain HTTP: no certificate involved, still TLS (5), not 'down' (3)."""
+    rc, out, err = report("--prometheus", f"https://127.0.0.1:{plain_server}", "--slurm-job", "1")
+    assert (rc, out) == (5, "") and "TLS" in err and "WRONG_VERSION_NUMBER" in err, err
+
+
+@pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
+def test_a_handshake_the_server_refuses_is_a_tls_failure(tmp_path, version):
+    """A Prometheus behind mutual TLS refuses a client without a certificate: 5, not 'unreachable'.  TLS 1.2
+    refuses within the handshake; TLS 1.3 after the client's side of it is done."""
+    pki = write_pki(str(tmp_path))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=pki["ca"])
+    ctx.load_cert_chain(pki["server"], pki["server-key"])
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.minimum_version = ctx.maximum_version = getattr(ssl.TLSVersion, version)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    stop = threading.Event()
+    refused = []
+
+    def serve():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            c.settimeout(2)
+            tls = ctx.wrap_socket(c, server_side=True, do_handshake_on_connect=False)
+            try:
+                tls.do_handshake()
+            except (ssl.SSLError, OSError) as e:
+                refused.append(getattr(e, "reason", type(e).__name__))
+                # read what the client still sends (its request, under TLS 1.3) until it closes, so that the
+                # close is no reset racing the alert, as a Go server lingers
+                raw = socket.socket(fileno=os.dup(tls.fileno()))
+                raw.settimeout(2)
+                try:
+                    while raw.recv(65536):
+                        pass
+                except OSError:
+                    pass
+                finally:
+                    raw.close()
+            finally:
+                tls.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    conf = tmp_path / "http.yml"
+    conf.write_text(yaml.safe_dump({"tls_config": {"ca_file": pki["ca"]}}))   # trusts the server, no client cert
+    try:
+        rc, out, err = report("--prometheus", f"https://127.0.0.1:{srv.getsockname()[1]}", "--http.config.file",
+                              str(conf), "--slurm-job", "1", "--timeout", "10")
+    finally:
+        stop.set()
+        t.join()
+        srv.close()
+    assert refused, err                                     # the server did refuse the handshake
+    # (TLS 1.3: the alert comes during the client's request or with the answer, or as an EOF: TLS all the same)
+    assert (rc, out) == (5, "") and "TLS" in err, err

@@ -359,23 +359,35 @@ def test_node_that_vanished_and_restarted(cluster):
 
 
 def test_epilog_stores_a_bounded_summary(cluster, tmp_path):
+    """What the epilog stored with the job (sacctmgr's AdminComment), against the scripted allocation
+    (scontrol: 6 CPUs, 64G), the scripted driver's busy share and the loops' own clocks."""
     from tests.report import slurm_fakes
-    calls = str(tmp_path / "calls")
-    env = {**os.environ, **slurm_fakes.install(str(tmp_path / "bin"), calls, cpus=4, mem="64G"),
+    calls, bin_dir = str(tmp_path / "calls"), str(tmp_path / "bin")
+    env = {**os.environ, **slurm_fakes.install(bin_dir, calls, cpus=6, mem="64G"),
            "SLURM_JOB_ID": "4242", "TEYE_PROMETHEUS_URL": cluster["prom"].url}
     p = subprocess.run(["sh", slurm_fakes.EPILOG], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0
-    _, full, _ = report(cluster, "--slurm-job", "4242", "--cpus", "4", "--mem", "64G")
-    j = full["jobs"][0]
+    args = slurm_fakes.teye_args(bin_dir)
+    assert args[args.index("--cpus") + 1] == "6" and args[args.index("--mem") + 1] == "64G"   # scontrol's figures
     (c,) = slurm_fakes.stored(calls)
     s = json.loads(c[len("teye1:"):])
     assert len(c) <= 1024 + 6
-    assert s["job"] == "4242" and s["vd"] == "input" and s["n"] == j["nodes"] and s["x"] == 0
-    assert s["gb"] == round(100 * j["gpu_busy_ratio"], 1) and s["ib"] == round(100 * j["input_bound_ratio"], 1)
-    assert any(n.startswith("Memory requested far above use") for n in j["notes"])   # 64G asked, node fixture used less
-    # the fixture's /proc/stat does not move: the nodes' CPUs did no work, so 4 cores were allocated for nothing
-    assert j["cpu"]["allocated_cores"] == 4 and j["cpu"]["efficiency"] == 0.0
-    assert any(n.startswith("CPU cores mostly idle: 0 % of 4 allocated cores") for n in j["notes"])
+    la, lb = cluster["loops"][("a", "in-4242")], cluster["loops"][("b", "in-4242")]
+    assert s["job"] == "4242" and s["vd"] == "input" and s["n"] == sorted(cluster["nodes"]) and s["x"] == 0
+    assert s["gb"] == pytest.approx(100 * scripted.BUSY[0], abs=1.0)
+    assert s["ib"] == pytest.approx(100 * (la["wait"] + lb["wait"]) / (la["total"] + lb["total"]), abs=2.0)
+    assert s["tj"] == ["in-4242"]
+    # the allocation's notes: 64G asked, the node fixture used less; the fixture's /proc/stat does not move,
+    # so the 6 allocated cores did no work
+    assert "Memory requested far above use" in s["notes"] and "CPU cores mostly idle" in s["notes"]
+    # a job scontrol says nothing about: no allocation, no allocation notes
+    open(calls, "w").close()
+    env_none = {**env, **slurm_fakes.install(bin_dir, calls, cpus="", mem="")}
+    assert subprocess.run(["sh", slurm_fakes.EPILOG], env=env_none, timeout=60).returncode == 0
+    assert "--cpus" not in slurm_fakes.teye_args(bin_dir) and "--mem" not in slurm_fakes.teye_args(bin_dir)
+    (c,) = slurm_fakes.stored(calls)
+    s = json.loads(c[len("teye1:"):])
+    assert s["job"] == "4242" and not {"Memory requested far above use", "CPU cores mostly idle"} & set(s["notes"])
     # a tight bound drops the optional parts first, and the result still parses
     env["TEYE_EPILOG_MAX_BYTES"] = "120"
     open(calls, "w").close()
@@ -383,6 +395,18 @@ def test_epilog_stores_a_bounded_summary(cluster, tmp_path):
     (c,) = slurm_fakes.stored(calls)
     s = json.loads(c[len("teye1:"):])
     assert len(c) - len("teye1:") <= 120 and s["t"] == 1 and s["vd"] == "input" and "notes" not in s
+
+
+def test_the_lowest_exit_status_wins(cluster):
+    """docs/report.md: when several conditions apply, the lowest status is returned and every one is said."""
+    rc, doc, err = report(cluster, "--slurm-job", "4242", "--slurm-job", "999999")
+    assert rc == 7 and doc["unknown_jobs"] == ["999999"], err      # a complete job and an unknown one
+    rc, doc, err = report(cluster, "--slurm-job", "4244", "--slurm-job", "999999")
+    assert rc == 7 and "unknown job 999999" in err and "4244: no_phases" in err      # 7 and 12: 7
+    rc, doc, err = report(cluster, "--slurm-job", "4250", "--slurm-job", "4244", "--slurm-job", "999999")
+    assert rc == 7 and "4250: node_vanished" in err                                   # 7, 8, 10, 12: 7
+    rc, doc, err = report(cluster, "--slurm-job", "4250", "--slurm-job", "4244")
+    assert rc == 8 and {j["slurm_job"]: j["exit_status"] for j in doc["jobs"]} == {"4250": 8, "4244": 12}
 
 
 def test_all_jobs_of_a_user_in_a_time_range(cluster):

@@ -12,6 +12,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 
@@ -23,6 +24,7 @@ from exporters.http import Limits, MetricsServer, registry_renderer
 from exporters.prometheus import make_registry
 from exporters.webconfig import WebConfig
 from exporters.webstats import WebStats
+from tests.procs import REPO
 from tests.web.certs import bcrypt_hash, write_pki
 from tests.web.server_helpers import client_context, connect, parse_response, read_all, request
 
@@ -220,12 +222,14 @@ def test_timeouts_by_kind_with_slow_clients():
         assert read_all(slow) == b"" and read_all(idle) == b""
         expected = {("header",): 1, ("idle",): 1, ("write",): 1}
         got = eventually(lambda: web_series(scrape(srv), "teye_web_timeouts_total"), expected)
+        body = scrape(srv)               # after the timeouts (the write timeout ended a request being answered)
         silent.close()
         slow.close()
         idle.close()
     finally:
         srv.stop()
     assert got == expected
+    assert web_series(body, "teye_web_requests_in_flight") == {(): 1}   # only the scrape reading it
 
 
 def test_connections_limit_refused_and_evicted():
@@ -299,7 +303,7 @@ def test_web_config_reloads_success_failure_and_last_success_time(tmp_path, pki)
 
 
 def test_no_web_config_no_tls_no_auth_series():
-    srv, _ = serve()
+    srv, _ = serve(max_connections=37)
     try:
         body = scrape(srv)
     finally:
@@ -307,5 +311,29 @@ def test_no_web_config_no_tls_no_auth_series():
     for family in ("teye_web_tls_handshake_failures_total", "teye_web_basic_auth_failures_total",
                    "teye_web_config_reloads_total", "teye_web_config_last_reload_successful"):
         assert family not in body.decode()
-    assert web_series(body, "teye_web_connections_max") == {(): float(srv.max_connections)}
+    assert web_series(body, "teye_web_connections_max") == {(): 37}      # the configured limit
     assert web_series(body, "teye_web_requests_total") == {("200", "/metrics"): 0}
+
+
+LOWERED = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))
+from tests.web.test_selfmetrics import scrape, serve, web_series
+srv, _ = serve(max_connections=4096, reserved_fds=64)
+try:
+    print(json.dumps(web_series(scrape(srv), "teye_web_connections_max")[()]))
+finally:
+    srv.stop()
+"""
+
+
+def test_connections_max_is_the_limit_kept_under_a_low_fd_limit():
+    """Under RLIMIT_NOFILE 400 (set by the child itself) the server keeps at most 400 less 64 fds reserved for
+    sources, 64 held back (exporters.http.FD_RESERVE) and the few already open; the gauge says that, not 4096,
+    and the warning names the same figure."""
+    r = subprocess.run([sys.executable, "-c", LOWERED], capture_output=True, text=True, timeout=60,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+    assert r.returncode == 0, r.stderr
+    kept = float(r.stdout)
+    assert 400 - 64 - 64 - 40 <= kept <= 400 - 64 - 64, r.stdout
+    assert f"web.max_connections 4096 lowered to {kept:.0f}: the fd limit is 400" in r.stderr

@@ -1,0 +1,37 @@
+"""pytest plugin of the kept-mutant runs (``-p mutant_plugin`` with this folder on the path, so that it is the
+harness's own copy, never one a patch touched).
+
+- Every test outcome other than a pass in the setup or teardown, and every collection error, is written
+  as one JSON line to the file named by ``TEYE_MUTANT_OUTCOMES``: the harness tells a failure of the
+  named test itself from a collection error, a failing fixture or a skip.
+- A property test expected to fail on a mutant stops at its first failing example (no shrinking) and
+  keeps no example database.
+"""
+import json
+import os
+
+try:
+    from hypothesis import Phase, settings
+except ImportError:  # a tree whose tests do not use Hypothesis
+    pass
+else:
+    settings.register_profile("teye-mutants", phases=(Phase.explicit, Phase.generate), database=None)
+    settings.load_profile("teye-mutants")
+
+
+def _write(nodeid, when, outcome, text=""):
+    path = os.environ.get("TEYE_MUTANT_OUTCOMES")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"nodeid": nodeid, "when": when, "outcome": outcome, "text": text[-1500:]}) + "\n")
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write(report.nodeid, "collect", "failed", str(report.longrepr))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        text = str(report.longrepr) if report.longrepr is not None else ""
+        _write(report.nodeid, report.when, report.outcome, text)

@@ -1,0 +1,130 @@
+"""The kept-mutant harness cannot pass vacuously: on a small tree of its own, it fails when a patch changes
+nothing the test sees, when the named test fails without the patch, when the patch no longer applies, when
+the failure on the mutant is a collection error or a fixture's, and it does not force the compiled path
+where nothing is compiled; it passes a real mutant.  (Only the named tests run, so no other test's failure
+can count: test_what_a_name_covers.)"""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.mutants.harness import check, named
+
+CALC = "def add(a, b):\n    return a + b\n"
+TESTS = """\
+import os
+
+import pytest
+
+from pkg.calc import add
+
+
+@pytest.fixture
+def numbers():
+    return add(1, 1)
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_with_fixture(numbers):
+    assert numbers == 2
+
+
+def test_other():
+    assert add(0, 0) == 0
+
+
+def test_compiled_when_required():   # as tests/phases/test_bench_serve_cost.py: add is checked on the compiled path
+    if os.environ.get("TEYE_REQUIRE_FAST") == "1":
+        assert os.path.exists(os.path.join("agent", "phases", "_fast.so")), "compiled path required, not built"
+        assert add(2, 3) == 5
+"""
+
+
+def _patch(old: str, new: str, path: str = "pkg/calc.py") -> str:
+    """A unified diff of one line of a file (what `git diff` writes for such a change)."""
+    return textwrap.dedent(f"""\
+        diff --git a/{path} b/{path}
+        --- a/{path}
+        +++ b/{path}
+        @@ -1,2 +1,2 @@
+         def add(a, b):
+        -{old}
+        +{new}
+        """)
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A tree of its own (not a git checkout: the harness copies it whole) and a place for patches."""
+    repo = tmp_path / "repo"
+    for d in ("pkg", "tests"):
+        (repo / d).mkdir(parents=True)
+        (repo / d / "__init__.py").write_text("")
+    (repo / "pkg" / "calc.py").write_text(CALC)
+    (repo / "tests" / "test_calc.py").write_text(TESTS)
+
+    def run(patch_text, tests, name="m.patch"):
+        patch = tmp_path / name
+        patch.write_text(patch_text)
+        work = tmp_path / ("work-" + name)
+        work.mkdir()
+        check(str(repo), str(patch), tests, False, str(work))
+    run.repo = repo
+    return run
+
+
+def test_a_real_mutant_passes(tiny):
+    tiny(_patch("    return a + b", "    return a - b"), ["tests/test_calc.py::test_add"])
+
+
+def test_a_patch_that_changes_nothing_the_test_sees_fails(tiny):
+    with pytest.raises(AssertionError, match="did not fail on the mutant"):
+        tiny(_patch("    return a + b", "    return a + b  # mutant: a comment"), ["tests/test_calc.py::test_add"])
+
+
+def test_a_test_that_fails_without_the_patch_fails(tiny):
+    (tiny.repo / "tests" / "test_calc.py").write_text(TESTS.replace("== 5", "== 6"))
+    with pytest.raises(AssertionError, match="fail without the patch"):
+        tiny(_patch("    return a + b", "    return a - b"), ["tests/test_calc.py::test_add"])
+
+
+def test_a_patch_that_no_longer_applies_fails(tiny):
+    with pytest.raises(AssertionError, match="no longer applies"):
+        tiny(_patch("    return a * b", "    return a - b"), ["tests/test_calc.py::test_add"])
+
+
+def test_a_collection_error_is_not_the_named_tests_failure(tiny):
+    with pytest.raises(AssertionError, match="not the named test's own"):
+        tiny(_patch("    return a + b", "    return a +"), ["tests/test_calc.py::test_add"])
+
+
+def test_a_failing_fixture_is_not_the_named_tests_failure(tiny):
+    # add(1, 1) == 2 breaks in the fixture only: the named test errors in its setup, it does not fail itself
+    patch = _patch("    return a + b", "    return a + b if (a, b) != (1, 1) else 1 / 0")
+    with pytest.raises(AssertionError, match="not the named test's own"):
+        tiny(patch, ["tests/test_calc.py::test_with_fixture"])
+
+
+def test_what_a_name_covers():
+    assert named("tests/a.py::test_x", ["tests/a.py"]) and named("tests/a.py::test_x[1-2]", ["tests/a.py::test_x"])
+    assert not named("tests/a.py::test_x_more", ["tests/a.py::test_x"]) and not named("tests/ab.py::t", ["tests/a"])
+
+
+def test_the_compiled_path_is_not_forced_where_nothing_is_compiled(tiny, monkeypatch):
+    """TEYE_REQUIRE_FAST=1 in the caller, no C helper in the tree: the child runs without it, so a comment-only
+    patch is not "caught" by a test failing on the missing compiled path (issue 33)."""
+    monkeypatch.setenv("TEYE_REQUIRE_FAST", "1")
+    wrong = _patch("    return a + b", "    return a - b")
+    # forced, the test would fail before the patch ("fail without the patch"); not forced, it passes there and
+    # on the mutant (it checks add only on the compiled path)
+    with pytest.raises(AssertionError, match="did not fail on the mutant"):
+        tiny(wrong, ["tests/test_calc.py::test_compiled_when_required"])
+    # where the helpers are built, the caller's requirement is kept: the compiled path's check catches it
+    so = tiny.repo / "agent" / "phases"
+    so.mkdir(parents=True)
+    (so / "_fast.so").write_text("")
+    tiny(wrong, ["tests/test_calc.py::test_compiled_when_required"], name="built.patch")
