@@ -215,14 +215,15 @@ def _r(x, nd=6):
 
 
 def _train_job_windows(f: Fetched, name: str) -> Dict[str, Tuple[float, float]]:
-    """instance -> (start, end) of the job's activity there: the span in which its phase counters moved."""
+    """instance -> (start, end) of the job's activity there: the span in which its phase or step counters
+    moved (a job that reports steps only has no phase counters: its steps time it)."""
     out = {}
     for inst, pts in f.jinfo_by.get(name, []):
         if not pts:
             continue
         first = last = None
         for metric, _, _, _, cp in f.job_by.get((inst, name), []):
-            if metric != "teye_job_phase_seconds_total":
+            if metric not in ("teye_job_phase_seconds_total", "teye_job_steps_total"):
                 continue
             a, b = S.first_last_change(cp, f.t0, f.t1)
             if a is not None:
