@@ -101,12 +101,37 @@ class Session:
         self.leader = None       # the optimizer whose steps are the job's steps (see step())
         self.other = None
         self.disabled = False
+        self.starting = False    # making its own Reporter (see explicit_client)
+        self.aside = False       # the process has its own Reporter: zero-code phases stand aside
+
+    def explicit_client(self, rep):
+        """A Reporter made by the job itself (not by this session): the process is that client's job, so the
+        zero-code session stands aside for good (one training job per process; the explicit client wins).
+        A zero-code reporter already made stops sending (its job expires on the agent)."""
+        if self.starting or self.aside:
+            return
+        self.aside = self.disabled = True
+        mine = self.reporter
+        self.reporter = None
+        del self.waits[:]
+        debug("zero-code phases stand aside in pid %d: the process reports its own phases (job %r)"
+              % (os.getpid(), getattr(rep, "train_job", "?")))
+        if mine is not None:
+            try:
+                mine.close()
+            except Exception as e:  # never into the training loop
+                debug("closing the zero-code reporter: %s: %s" % (type(e).__name__, e))
 
     def reset(self):
-        """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent)."""
+        """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent); a
+        process that reports its own phases keeps standing aside in its children (they inherit its Reporter)."""
+        aside = self.aside
         self.__init__()
+        self.aside = self.disabled = aside
 
     def wait(self, start_ns, end_ns, samples):
+        if self.aside:
+            return
         if self.source is None:
             self.source = self.wait_source
         w = self.waits
@@ -186,6 +211,7 @@ class Session:
             debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
 
     def _start(self):
+        self.starting = True
         try:
             from .reporter import Reporter
             rep = Reporter(train_job=job_name(), source=self.source or self.step_source)
@@ -193,6 +219,8 @@ class Session:
             self.disabled = True
             debug("zero-code phases off: cannot make the reporter: %s: %s" % (type(e).__name__, e))
             return None
+        finally:
+            self.starting = False
         self.reporter = rep
         debug("zero-code phases: job %r, pid %d, agent socket %s" % (rep.train_job, os.getpid(), rep.socket_path))
         return rep

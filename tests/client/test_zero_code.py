@@ -348,3 +348,43 @@ def test_a_loop_without_a_dataloader_reports_steps_only(sockdir):
         assert "input wait not observed" in j.verdict.evidence
     finally:
         agent.close()
+
+
+# -- one training job per process -------------------------------------------------------------
+OWN = os.path.join(HERE, "own_client.py")
+
+
+@needs_torch
+@pytest.mark.parametrize("late", [False, True])
+def test_a_script_with_its_own_reporter_is_one_job_under_teye_run(sockdir, late):
+    """The explicit client wins: zero-code phases stand aside for that process (TEYE_DEBUG=1 says so), and
+    the agent sees exactly one training job, the script's own, with all its steps.  Made late (after
+    zero-code steps had started), the zero-code reporter stops: its job has only the steps before."""
+    args = [PY, OWN, "5"] + (["late"] if late else [])
+    bare = plain_run(args)
+    agent = LiveAgent(sockdir)
+    try:
+        r = teye_run(args, socket_path=agent.path, env=base_env(TEYE_DEBUG="1"))
+        assert (r.returncode, r.stdout) == (0, bare.stdout)
+        assert "zero-code phases stand aside in pid" in r.stderr and "'own-client'" in r.stderr
+        jobs = agent.jobs()
+        own = jobs.pop("own-client")
+        assert (own.source, own.steps, own.samples) == ("client", 5, 40)
+        if late:  # the 5 zero-code steps before the Reporter existed, and not one after
+            assert {n: (j.source, j.steps) for n, j in jobs.items()} == {"own_client": ("torch", 5)}
+        else:
+            assert jobs == {}
+    finally:
+        agent.close()
+
+
+@needs_torch
+def test_a_script_with_its_own_reporter_is_one_job_under_teye_profile(tmp_path):
+    bare = plain_run([PY, OWN, "6"])
+    r = subprocess.run([PY, "-m", "agent", "profile", "--output", str(tmp_path / "p"), "--", PY, OWN, "6"],
+                       env=base_env(), capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(bare.stdout)
+    summary = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert [(j["train_job"], j["source"], j["steps"], j["samples"]) for j in summary["jobs"]] == \
+        [("own-client", "client", 6, 48)]
+    assert r.stdout.count("\nJob ") == 1
