@@ -531,7 +531,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
             "input_bound_ratio": _r(phases.get("data_wait", 0.0) / total) if total else None,
             "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
             "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],
-            "steps": sum(t["steps"] or 0 for t in tj_reports), "samples": sum(t["samples"] or 0 for t in tj_reports),
+            "steps": sum(t["steps"] or 0 for t in tj_reports),
+            "samples": _sum([t["samples"] for t in tj_reports]),   # None: no job counted samples (steps only)
             "step_seconds_p50": main["step_seconds_p50"], "step_seconds_p95": main["step_seconds_p95"],
             "samples_per_second": main["samples_per_second"],
             "train_job_details": [{k: v for k, v in t.items() if not k.startswith("_")} for t in tj_reports],
