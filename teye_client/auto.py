@@ -139,9 +139,11 @@ class Session:
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
 
-    def step(self, end_ns, owner=None):
+    def step(self, end_ns, owner=None, begun_ns=None):
         """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
-        first one's: another one's steps count only once it steps twice without the first in between."""
+        first one's: another one's steps count only once it steps twice without the first in between.
+        ``begun_ns``: when the call that ends the step began, where the instrumentor knows it (the first
+        step of a process starts there, not at its end, when no input wait came before it)."""
         if owner != self.leader:
             if owner is not None:
                 if self.leader is None or self.other == owner:
@@ -162,7 +164,7 @@ class Session:
         waits = self.waits
         start = self.step_start
         if start is None:
-            start = waits[0][0] if waits else end_ns
+            start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
             if rep.source != self.step_source:
@@ -201,11 +203,11 @@ class Session:
             rep._src_due = True
         rep.record_step(phases, start, end_ns, samples)
 
-    def step_guarded(self, end_ns, owner=None):
+    def step_guarded(self, end_ns, owner=None, begun_ns=None):
         """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
         error switches zero-code phases off for the process (one line with TEYE_DEBUG=1)."""
         try:
-            self.step(end_ns, owner)
+            self.step(end_ns, owner, begun_ns)
         except Exception as e:  # never into the training loop
             self.disabled = True
             debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
@@ -305,6 +307,11 @@ def _keras_optimizer(module):
     _tf.patch_keras_optimizer(module)
 
 
+def _keras_trainer(module):
+    from . import _tf
+    _tf.patch_keras_trainer(module)
+
+
 # module -> instrumentor, run right after the module has been executed (the instrumentors import
 # nothing of the framework that the module has not already imported)
 HOOKS = {
@@ -313,6 +320,7 @@ HOOKS = {
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,
+    "keras.src.backend.tensorflow.trainer": _keras_trainer,
 }
 
 

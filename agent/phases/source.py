@@ -53,7 +53,7 @@ INPUT_WAIT_CPU = metric("teye_job_input_wait_cpu_ratio", GAUGE,
                         ["train_job"])
 JOB_INFO = metric("teye_job_info", GAUGE,
                   "Always 1: who runs the job, from kernel credentials (pid is the first sending process), "
-                  "and where its phases come from (source: client, torch, torch-steps, tf.data, tf-steps, other; "
+                  "and where its phases come from (source: client, torch, torch-steps, tf.data, tf-steps, keras, other; "
                   "docs/zero-code.md).",
                   ["train_job", "user", "uid", "pid", "source"])
 JOB_PROCESSES = metric("teye_job_processes", GAUGE, "Distinct processes that sent phases for the job (at most 64).",

@@ -388,3 +388,69 @@ def test_a_script_with_its_own_reporter_is_one_job_under_teye_profile(tmp_path):
     assert [(j["train_job"], j["source"], j["steps"], j["samples"]) for j in summary["jobs"]] == \
         [("own-client", "client", 6, 48)]
     assert r.stdout.count("\nJob ") == 1
+
+
+# -- Keras Model.fit: the shape check of TensorFlowTrainer._make_function -----------------------
+def _fake_keras_trainer(closure_names, spe=1):
+    """A module shaped like keras.src.backend.tensorflow.trainer: _make_function returns a function whose
+    closure holds closure_names (Keras' holds one_step_on_data and multi_step_on_iterator)."""
+    import types
+    calls = []
+
+    class Iterator:
+        def get_next(self):
+            return "batch"
+
+    strategy = object()
+    tf = types.SimpleNamespace(data=types.SimpleNamespace(Iterator=Iterator),
+                               distribute=types.SimpleNamespace(has_strategy=lambda: False,
+                                                                get_strategy=lambda: strategy))
+
+    def one_step_on_data(data):
+        calls.append(("one_step", data))
+        return {"loss": 1.0}
+
+    def multi_step_on_iterator(iterator):
+        return one_step_on_data(iterator.get_next())
+
+    env = {"one_step_on_data": one_step_on_data, "multi_step_on_iterator": multi_step_on_iterator}
+    src = "def make(%s):\n    def function(iterator):\n        return (%s,)\n    return function\n" % (
+        ", ".join(closure_names), ", ".join(closure_names))
+    ns = {}
+    exec(src, ns)
+
+    class TensorFlowTrainer:
+        steps_per_execution = spe
+        distribute_strategy = strategy
+
+        def _make_function(self, step_function):
+            return ns["make"](*[env.get(n, n) for n in closure_names])
+
+        def train_step(self, data):
+            return data
+
+    return types.SimpleNamespace(TensorFlowTrainer=TensorFlowTrainer, tf=tf), calls
+
+
+@pytest.mark.parametrize("names, spe, why", [
+    (("one_step_on_data", "multi_step_on_iterator", "self"), 1, None),
+    (("multi_step_on_iterator", "self"), 1, "no one_step_on_data in its closure"),
+    (("one_step_on_data", "multi_step_on_iterator", "self"), 8, "steps_per_execution is 8"),
+])
+def test_keras_train_function_of_another_shape_is_left_as_keras_made_it(monkeypatch, capsys, names, spe, why):
+    from teye_client import _tf
+    monkeypatch.setattr(auto, "_DEBUG", True)
+    mod, calls = _fake_keras_trainer(names, spe)
+    assert _tf.patch_keras_trainer(mod) is True
+    model = mod.TensorFlowTrainer()
+    keras_fn = mod.TensorFlowTrainer._make_function.__wrapped__(model, model.train_step)
+    fn = mod.TensorFlowTrainer._make_function(model, model.train_step)
+    err = capsys.readouterr().err
+    if why is None:   # the expected shape: teye's function, Keras' own kept behind it
+        assert getattr(fn, "_teye", False) and fn.__wrapped__.__code__ is keras_fn.__code__ and err == ""
+    else:             # Keras' function itself, and the reason
+        assert not getattr(fn, "_teye", False) and fn.__code__ is keras_fn.__code__
+        assert f"Model.fit input wait not observed (steps only): " in err and why in err
+    # evaluate / predict functions are never replaced
+    test_fn = mod.TensorFlowTrainer._make_function(model, lambda data: data)
+    assert not getattr(test_fn, "_teye", False)
