@@ -152,37 +152,32 @@ if latency:
 model = simple_cnn()
 model.compile(keras.optimizers.Adam(1e-3), loss_fn("simple_cnn"))
 class Clock(keras.callbacks.Callback):
-    t = None
-    trace = None
     def on_train_batch_begin(self, batch, logs=None):
         if batch == warm:
             self.t = time.perf_counter()
-        if prof and batch == int(prof[1]):
-            tf.profiler.experimental.start(prof[0])
-        if prof and int(prof[1]) <= batch <= int(prof[2]):
-            self.trace = tf.profiler.experimental.Trace("train", step_num=batch, _r=1)
-            self.trace.__enter__()
-    def on_train_batch_end(self, batch, logs=None):
-        if self.trace is not None:
-            self.trace.__exit__(None, None, None)
-            self.trace = None
-        if prof and batch == int(prof[2]):
-            tf.profiler.experimental.stop()
+            self.c = time.process_time()
 clock = Clock()
-model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[clock])
-print(B * (steps - warm) / (time.perf_counter() - clock.t))
+cbs = [clock]
+if prof:
+    from workloads.tfprofile import profile_callback
+    cbs.append(profile_callback(prof[0], int(prof[1]), int(prof[2])))
+model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=cbs)
+wall, cpu = time.perf_counter() - clock.t, time.process_time() - clock.c
+print(B * (steps - warm) / wall, 1000 * cpu / (steps - warm))
 """
 
 
-def fit_rate(rounds: int, sock: str, steps: int = 60, warm: int = 10):
-    """samples/s of the studies' CNN under an unmodified Model.fit, with zero-code phases and without."""
+def fit_rate(rounds: int, sock: str, steps: int = 150, warm: int = 20):
+    """(samples/s, process CPU ms per step) of the studies' CNN under an unmodified Model.fit, medians, without
+    zero-code phases and with.  CPU per step (all threads) moves less than wall time with a shared host's load."""
     out = {True: [], False: []}
     for _ in range(rounds):
         for on in (False, True):
             r = subprocess.run([PY, "-c", FIT, str(steps), str(warm), "0"], cwd=ROOT, capture_output=True,
                                text=True, check=True, env=_env(on, TEYE_PHASE_SOCKET=sock, TF_CPP_MIN_LOG_LEVEL="3"))
-            out[on].append(float(r.stdout.split()[-1]))
-    return statistics.median(out[False]), statistics.median(out[True])
+            out[on].append(tuple(map(float, r.stdout.split()[-2:])))
+    med = lambda on, k: statistics.median(x[k] for x in out[on])  # noqa: E731
+    return (med(False, 0), med(False, 1)), (med(True, 0), med(True, 1))
 
 
 def fit_fidelity(latency_ms: float, d: str, steps: int = 16, first: int = 4, last: int = 13):
@@ -263,9 +258,10 @@ class Drain:
 
 
 def _fit_rows(rounds: int, sock: str, d: str) -> None:
-    base, inst = fit_rate(rounds, sock)
+    (base, base_cpu), (inst, inst_cpu) = fit_rate(rounds, sock)
     print(f"studies' CNN under Keras Model.fit (tf.data in memory) samples/s, median of {rounds}: "
-          f"without {base:,.0f}, with {inst:,.0f} ({100 * (inst / base - 1):+.1f} %)")
+          f"without {base:,.0f}, with {inst:,.0f} ({100 * (inst / base - 1):+.1f} %); process CPU per step: "
+          f"without {base_cpu:.2f} ms, with {inst_cpu:.2f} ms ({100 * (inst_cpu / base_cpu - 1):+.1f} %)")
     for lat in (0, 20, 60):
         teye, prof, cls = fit_fidelity(lat, d)
         print(f"Model.fit input-bound share over the same 10 batches, map waiting {lat} ms a batch: "
