@@ -454,3 +454,23 @@ def test_keras_train_function_of_another_shape_is_left_as_keras_made_it(monkeypa
     # evaluate / predict functions are never replaced
     test_fn = mod.TensorFlowTrainer._make_function(model, lambda data: data)
     assert not getattr(test_fn, "_teye", False)
+
+
+@needs_torch
+def test_profile_of_a_steps_only_loop_says_not_observed(tmp_path):
+    """`teye profile` of a loop teye sees steps of only: no data_wait/compute split made up (the step time is
+    untracked), no input-bound line, and the verdict not_observed (no GPU collector), never compute."""
+    code = ("import time, torch\nm = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for i in range(8):\n    time.sleep(0.03)  # its own slow input\n"
+            "    x = torch.ones(8, 4)\n    opt.zero_grad(); m(x).sum().backward(); opt.step()\n")
+    (tmp_path / "teye.yaml").write_text("collectors:\n  gpu: {enabled: false}\n")
+    r = subprocess.run([PY, "-m", "agent", "profile", "--output", str(tmp_path / "p"), "--config",
+                        str(tmp_path / "teye.yaml"), "--", PY, "-c", code],
+                       env=base_env(), capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (job,) = json.loads((tmp_path / "p" / "summary.json").read_text())["jobs"]
+    assert (job["source"], job["steps"], job["samples"], job["input_bound_ratio"]) == ("torch-steps", 8, None, None)
+    assert list(job["step_time_breakdown"]) == ["untracked"] and job["step_time_breakdown"]["untracked"]["share"] == 1
+    assert job["verdict"]["kind"] == "not_observed"
+    assert "verdict: NOT_OBSERVED" in r.stdout and "steps only: the job's input wait is not observed" in r.stdout
+    assert "input-bound:" not in r.stdout
