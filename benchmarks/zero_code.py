@@ -14,7 +14,9 @@
    sends (10 steps of 3 phases each: 100 ms of 10 ms steps), with the compiled helpers and without
    (TEYE_PURE_PYTHON=1), in fresh processes (benchmarks/_serve_cost.py with 10 steps per datagram);
 5. Keras Model.fit: samples/s of the studies' CNN (simple_cnn, batch 64, tf.data in memory) under an
-   unmodified fit, with zero-code phases and without, alternating rounds, medians; and, for 3 input
+   unmodified fit, with zero-code phases and without, alternating rounds, medians; the fixed cost per
+   step of teye's train function against Keras' own (a 1-unit model, alternating in one process, the
+   figure a shared host's load disturbs least); and, for 3 input
    latencies (a tf.data map that waits 0, 20 and 60 ms per batch), teye's data_wait share over the
    profiled batches (the intervals a live phase receiver got) next to the TensorFlow profiler's
    input-pipeline analysis of the same batches (xprof, headless: workloads/tfprofile.py).
@@ -167,6 +169,43 @@ print(B * (steps - warm) / wall, 1000 * cpu / (steps - warm))
 """
 
 
+FIT_CALL = r"""
+import statistics, time
+import numpy as np
+import tensorflow as tf
+import keras
+keras.utils.set_random_seed(0)
+x = np.random.RandomState(0).rand(64, 4).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8).repeat()
+m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+m.compile("sgd", "mse")
+m.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)   # builds and traces the train function
+teye_fn = m.train_function
+keras_fn = teye_fn.__wrapped__                      # the function Keras made, behind teye's
+it = iter(ds)
+for f in (teye_fn, keras_fn):
+    for _ in range(50):
+        f(it)
+res = {"keras": [], "teye": []}
+for _ in range(15):
+    for name, f in (("keras", keras_fn), ("teye", teye_fn)):
+        t = time.perf_counter()
+        for _ in range(200):
+            f(it)
+        res[name].append((time.perf_counter() - t) / 200 * 1e6)
+print(statistics.median(res["keras"]), statistics.median(res["teye"]))
+"""
+
+
+def fit_call_cost(sock: str):
+    """us per call of Keras' own train function and of teye's (a 1-unit Dense model: the fixed cost per step),
+    alternating blocks of 200 calls in one process with zero-code phases on (teye's records go to sock)."""
+    r = subprocess.run([PY, "-c", FIT_CALL], cwd=ROOT, capture_output=True, text=True, check=True,
+                       env=_env(True, TEYE_PHASE_SOCKET=sock, TF_CPP_MIN_LOG_LEVEL="3"))
+    keras_us, teye_us = map(float, r.stdout.split()[-2:])
+    return keras_us, teye_us
+
+
 def fit_rate(rounds: int, sock: str, steps: int = 150, warm: int = 20):
     """(samples/s, process CPU ms per step) of the studies' CNN under an unmodified Model.fit, medians, without
     zero-code phases and with.  CPU per step (all threads) moves less than wall time with a shared host's load."""
@@ -262,6 +301,11 @@ def _fit_rows(rounds: int, sock: str, d: str) -> None:
     print(f"studies' CNN under Keras Model.fit (tf.data in memory) samples/s, median of {rounds}: "
           f"without {base:,.0f}, with {inst:,.0f} ({100 * (inst / base - 1):+.1f} %); process CPU per step: "
           f"without {base_cpu:.2f} ms, with {inst_cpu:.2f} ms ({100 * (inst_cpu / base_cpu - 1):+.1f} %)")
+    keras_us, teye_us = fit_call_cost(sock)
+    print(f"Model.fit train-function call, 1-unit Dense model (the fixed cost per step), median of 15 x 200 "
+          f"calls alternating in one process: Keras' own {keras_us:.0f} us, teye's (timed fetch + Keras' "
+          f"one-step function + the session's records) {teye_us:.0f} us ({teye_us - keras_us:+.0f} us a step; "
+          f"{100 * (teye_us - keras_us) / 1000 / base_cpu:+.2f} % of the CNN's {base_cpu:.1f} ms CPU step)")
     for lat in (0, 20, 60):
         teye, prof, cls = fit_fidelity(lat, d)
         print(f"Model.fit input-bound share over the same 10 batches, map waiting {lat} ms a batch: "
