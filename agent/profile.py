@@ -27,7 +27,7 @@ from .context import AgentContext
 from .logutil import setup_logging
 from .errors import ConfigError, ParseError, SourceUnavailable
 from .phases.jobs import JobView
-from .phases.protocol import PHASES
+from .phases.protocol import PHASES, STEPS_ONLY_SOURCES
 from .phases.source import PhaseSource
 
 log = logging.getLogger("teye.profile")
@@ -170,7 +170,7 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
     breakdown = {}
     for p in PHASES:
         s = phases.get(p, 0.0)
-        if s or p in ("data_wait", "compute", "host", "communication"):
+        if s or (p in ("data_wait", "compute", "host", "communication") and j.source not in STEPS_ONLY_SOURCES):
             breakdown[p] = {"seconds": round(s, 6), "share": round(ev.share(p), 4),
                             "ms_per_step": round(1000 * s / j.steps, 3) if j.steps else None}
     if step_total > 0:
@@ -237,6 +237,9 @@ def render_overview(summary: Dict[str, Any]) -> str:
         lines.append(f"Job {j['train_job']} (user {j['user']}, pid {j['pid']}, phases from {j['source']}): "
                      f"{j['steps']} steps"
                      + (f", mean step {1000 * mean:.1f} ms" if mean else ""))
+        if j["source"] in STEPS_ONLY_SOURCES:
+            lines.append("  steps only: the job's input wait is not observed, so its step time is not split "
+                         "(untracked below); the verdict says only what its GPUs show")
         lines.append("  step-time breakdown      ms/step    share")
         for p, b in j["step_time_breakdown"].items():
             ms = "" if b["ms_per_step"] is None else f"{b['ms_per_step']:9.1f}"

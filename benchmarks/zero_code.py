@@ -12,7 +12,14 @@
    sending to a live receiver in another process;
 4. agent CPU per step: the receive thread's CPU (thread clock) for the batched datagrams the client
    sends (10 steps of 3 phases each: 100 ms of 10 ms steps), with the compiled helpers and without
-   (TEYE_PURE_PYTHON=1), in fresh processes (benchmarks/_serve_cost.py with 10 steps per datagram).
+   (TEYE_PURE_PYTHON=1), in fresh processes (benchmarks/_serve_cost.py with 10 steps per datagram);
+5. Keras Model.fit: samples/s of the studies' CNN (simple_cnn, batch 64, tf.data in memory) under an
+   unmodified fit, with zero-code phases and without, alternating rounds, medians; the fixed cost per
+   step of teye's train function against Keras' own (a 1-unit model, alternating in one process, the
+   figure a shared host's load disturbs least); and, for 3 input
+   latencies (a tf.data map that waits 0, 20 and 60 ms per batch), teye's data_wait share over the
+   profiled batches (the intervals a live phase receiver got) next to the TensorFlow profiler's
+   input-pipeline analysis of the same batches (xprof, headless: workloads/tfprofile.py).
 Figures move with this machine's load: compare within one run.
 """
 from __future__ import annotations
@@ -105,9 +112,10 @@ def cnn_rate(rounds: int, sock: str):
         for _ in range(rounds):
             for on in (False, True):
                 res = os.path.join(d, "r.json")
+                # --no-reporter: with its own Reporter the loop is that reporter's job, zero-code stands aside
                 subprocess.run([PY, "-m", "workloads.train", "--model", "simple_cnn", "--batch-size", "64",
                                 "--steps", "60", "--warmup-steps", "10", "--pipeline", "tfdata",
-                                "--synthetic-samples", "2048", "--no-progress", "--results", res],
+                                "--synthetic-samples", "2048", "--no-progress", "--no-reporter", "--results", res],
                                env=_env(on, TEYE_PHASE_SOCKET=sock), capture_output=True, check=True, cwd=ROOT)
                 with open(res) as fh:
                     r = json.load(fh)
@@ -124,6 +132,116 @@ def _samples_per_s(r: dict) -> float:
         if k in s:
             return float(s[k])
     raise KeyError(f"no samples/s in the results: {sorted(r)}")
+
+
+FIT = r"""
+import json, sys, time
+import numpy as np
+import tensorflow as tf
+import keras
+from workloads.models import loss_fn, simple_cnn
+steps, warm, latency, prof = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:7]
+B = 64
+keras.utils.set_random_seed(0)
+x = np.random.RandomState(0).rand(B * 8, 32, 32, 3).astype("float32")
+y = np.random.RandomState(1).randint(0, 10, B * 8).astype("int32")
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(B).repeat()
+if latency:
+    def read(a):
+        time.sleep(latency / 1000)
+        return a
+    ds = ds.map(lambda a, b: (tf.ensure_shape(tf.numpy_function(read, [a], tf.float32), a.shape), b))
+model = simple_cnn()
+model.compile(keras.optimizers.Adam(1e-3), loss_fn("simple_cnn"))
+class Clock(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == warm:
+            self.t = time.perf_counter()
+            self.c = time.process_time()
+clock = Clock()
+cbs = [clock]
+if prof:
+    from workloads.tfprofile import profile_callback
+    cbs.append(profile_callback(prof[0], int(prof[1]), int(prof[2])))
+model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=cbs)
+wall, cpu = time.perf_counter() - clock.t, time.process_time() - clock.c
+print(B * (steps - warm) / wall, 1000 * cpu / (steps - warm))
+"""
+
+
+FIT_CALL = r"""
+import statistics, time
+import numpy as np
+import tensorflow as tf
+import keras
+keras.utils.set_random_seed(0)
+x = np.random.RandomState(0).rand(64, 4).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8).repeat()
+m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+m.compile("sgd", "mse")
+m.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)   # builds and traces the train function
+teye_fn = m.train_function
+keras_fn = teye_fn.__wrapped__                      # the function Keras made, behind teye's
+it = iter(ds)
+for f in (teye_fn, keras_fn):
+    for _ in range(50):
+        f(it)
+res = {"keras": [], "teye": []}
+for _ in range(15):
+    for name, f in (("keras", keras_fn), ("teye", teye_fn)):
+        t = time.perf_counter()
+        for _ in range(200):
+            f(it)
+        res[name].append((time.perf_counter() - t) / 200 * 1e6)
+print(statistics.median(res["keras"]), statistics.median(res["teye"]))
+"""
+
+
+def fit_call_cost(sock: str):
+    """us per call of Keras' own train function and of teye's (a 1-unit Dense model: the fixed cost per step),
+    alternating blocks of 200 calls in one process with zero-code phases on (teye's records go to sock)."""
+    r = subprocess.run([PY, "-c", FIT_CALL], cwd=ROOT, capture_output=True, text=True, check=True,
+                       env=_env(True, TEYE_PHASE_SOCKET=sock, TF_CPP_MIN_LOG_LEVEL="3"))
+    keras_us, teye_us = map(float, r.stdout.split()[-2:])
+    return keras_us, teye_us
+
+
+def fit_rate(rounds: int, sock: str, steps: int = 150, warm: int = 20):
+    """(samples/s, process CPU ms per step) of the studies' CNN under an unmodified Model.fit, medians, without
+    zero-code phases and with.  CPU per step (all threads) moves less than wall time with a shared host's load."""
+    out = {True: [], False: []}
+    for _ in range(rounds):
+        for on in (False, True):
+            r = subprocess.run([PY, "-c", FIT, str(steps), str(warm), "0"], cwd=ROOT, capture_output=True,
+                               text=True, check=True, env=_env(on, TEYE_PHASE_SOCKET=sock, TF_CPP_MIN_LOG_LEVEL="3"))
+            out[on].append(tuple(map(float, r.stdout.split()[-2:])))
+    med = lambda on, k: statistics.median(x[k] for x in out[on])  # noqa: E731
+    return (med(False, 0), med(False, 1)), (med(True, 0), med(True, 1))
+
+
+def fit_fidelity(latency_ms: float, d: str, steps: int = 16, first: int = 4, last: int = 13):
+    """(teye's data_wait share, the profiler's input percent / 100, its class) over batches first..last."""
+    sys.path.insert(0, ROOT)
+    from agent.context import AgentContext
+    from agent.config import defaults
+    from agent.phases.source import PhaseSource
+    from workloads.tfprofile import input_analysis
+    sock = os.path.join(d, f"fit-{latency_ms:g}.sock")
+    tb = os.path.join(d, f"tb-{latency_ms:g}")
+    src = PhaseSource(defaults()["phases"], AgentContext(), socket_path=sock, record_intervals=8192)
+    try:
+        subprocess.run([PY, "-c", FIT, str(steps), "0", str(latency_ms), tb, str(first), str(last)], cwd=ROOT,
+                       capture_output=True, text=True, check=True,
+                       env=_env(True, TEYE_PHASE_SOCKET=sock, TEYE_TRAIN_JOB="fit", TF_CPP_MIN_LOG_LEVEL="3"))
+        time.sleep(0.5)   # the client's last flush
+        rec = list(src.table.recorded)
+    finally:
+        src.close()
+    st = [(a, b) for j, p, a, b in rec if j == "fit" and p == "step"]
+    lo, hi = st[first][0], st[last][1]
+    wait = sum(min(b, hi) - max(a, lo) for j, p, a, b in rec if j == "fit" and p == "data_wait" and b > lo and a < hi)
+    prof = input_analysis(tb)
+    return wait / sum(b - a for a, b in st[first:last + 1]), prof["percent"] / 100, prof["class"]
 
 
 CLIENT = r"""
@@ -178,10 +296,28 @@ class Drain:
         self.proc.wait()
 
 
+def _fit_rows(rounds: int, sock: str, d: str) -> None:
+    (base, base_cpu), (inst, inst_cpu) = fit_rate(rounds, sock)
+    print(f"studies' CNN under Keras Model.fit (tf.data in memory) samples/s, median of {rounds}: "
+          f"without {base:,.0f}, with {inst:,.0f} ({100 * (inst / base - 1):+.1f} %); process CPU per step: "
+          f"without {base_cpu:.2f} ms, with {inst_cpu:.2f} ms ({100 * (inst_cpu / base_cpu - 1):+.1f} %)")
+    keras_us, teye_us = fit_call_cost(sock)
+    print(f"Model.fit train-function call, 1-unit Dense model (the fixed cost per step), median of 15 x 200 "
+          f"calls alternating in one process: Keras' own {keras_us:.0f} us, teye's (timed fetch + Keras' "
+          f"one-step function + the session's records) {teye_us:.0f} us ({teye_us - keras_us:+.0f} us a step; "
+          f"{100 * (teye_us - keras_us) / 1000 / base_cpu:+.2f} % of the CNN's {base_cpu:.1f} ms CPU step)")
+    for lat in (0, 20, 60):
+        teye, prof, cls = fit_fidelity(lat, d)
+        print(f"Model.fit input-bound share over the same 10 batches, map waiting {lat} ms a batch: "
+              f"teye {100 * teye:.1f} %, TensorFlow profiler {100 * prof:.1f} % ({cls}); "
+              f"difference {100 * (teye - prof):+.1f} points")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-tf", action="store_true")
+    ap.add_argument("--fit-only", action="store_true", help="only the Keras Model.fit rows (5.)")
     args = ap.parse_args()
     global SITE
     d = tempfile.mkdtemp(prefix="teye-zc-bench-")
@@ -189,6 +325,9 @@ def main() -> int:
     sock = os.path.join(d, "phases.sock")
     drain = Drain(sock)
     try:
+        if args.fit_only:
+            _fit_rows(args.rounds, sock, d)
+            return 0
         off, on = startup()
         print(f"start-up `python -c pass`, median of 20: without {off:.1f} ms, with the hook {on:.1f} ms "
               f"(+{on - off:.1f} ms)")
@@ -211,6 +350,8 @@ def main() -> int:
             base, inst = cnn_rate(args.rounds, sock)
             print(f"studies' CNN (simple_cnn, tf.data) samples/s, median of {args.rounds}: without {base:,.0f}, "
                   f"with {inst:,.0f} ({100 * (inst / base - 1):+.1f} %)")
+        if not args.skip_tf:
+            _fit_rows(args.rounds, sock, d)
     finally:
         drain.close()
         import shutil

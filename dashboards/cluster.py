@@ -87,7 +87,7 @@ def build():
         "Training jobs by verdict",
         "How many training jobs each verdict holds now (teye_job_bottleneck): input = waiting for data, "
         "host = kernel launch / Python overhead, communication = gradient exchange, compute = fine, idle = "
-        "GPU idle outside reported phases.",
+        "GPU idle outside reported phases, not_observed = steps only and no GPU samples (no verdict).",
         "short", [target(f"count by (kind) (teye_job_bottleneck{{{JOBS}}} == 1)", "{{kind}}", instant=True)]))
     d = d.with_panel(table(
         "Training jobs",

@@ -19,7 +19,7 @@ JOB_GPUS = f"group by (instance, gpu) (teye_job_gpu_idle_seconds_total{{{JOB_GPU
 INPUT_BOUND_THRESHOLD = "teye:threshold:job_input_bound_ratio"
 
 _VERDICT_COLORS = {"input": "red", "host": "orange", "communication": "purple", "compute": "green",
-                   "idle": "blue"}
+                   "idle": "blue", "not_observed": "text"}
 
 
 def _recommendations() -> str:
@@ -47,7 +47,7 @@ def _annotations(d):
 
 
 def build():
-    d = (dashboard(UID, TITLE, "One training job: its verdict (input, host, communication, compute, idle) with "
+    d = (dashboard(UID, TITLE, "One training job: its verdict (input, host, communication, compute, idle, not_observed) with "
                    "the evidence, and on one time axis the step time by phase next to GPU busy/idle time, the "
                    "idle split by the phase it fell in, and the idle-gap lengths.")
          .with_variable(datasource_variable())
@@ -60,7 +60,8 @@ def build():
     verdict = stat(
         "Verdict", "The agent's current verdict for the job (teye_job_bottleneck): input = waiting for data, "
         "host = kernel launch / Python overhead, communication = gradient exchange, compute = the GPU does "
-        "the work, idle = GPU idle outside the reported phases.",
+        "the work, idle = GPU idle outside the reported phases, not_observed = steps only (input wait not "
+        "observed) and no GPU samples: no verdict can be given.",
         "none", [target(f"teye_job_bottleneck{{{JOB}}} == 1", "{{kind}}", instant=True)],
         w=4, h=5, text_mode="name")
     for kind, color in _VERDICT_COLORS.items():
@@ -69,7 +70,8 @@ def build():
     d = d.with_panel(verdict)
     d = d.with_panel(stat(
         "Input-bound ratio", "Share of step time in data_wait over the agent's sliding window "
-        "(teye_job_input_bound_ratio). Red from the input-bound threshold (20 %).",
+        "(teye_job_input_bound_ratio). Red from the input-bound threshold (20 %). No data for a job that "
+        "reports steps only: its input wait is not observed.",
         "percentunit", [target(f"max(teye_job_input_bound_ratio{{{JOB}}})", instant=True)],
         w=4, h=5, thresholds=[(None, "green"), (0.2, "red")]))
     d = d.with_panel(stat(

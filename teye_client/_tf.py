@@ -1,14 +1,22 @@
-"""TensorFlow: data_wait = time inside next() of a tf.data iterator (eager); steps = calls of the compiled
-function that applies the optimizer (custom loops and Keras Model.fit alike).
+"""TensorFlow: data_wait = time inside next() of a tf.data iterator (eager), or the time Keras' train function
+waits for its batch; steps = calls of the compiled function that applies the optimizer (custom loops and
+Keras Model.fit alike).
 
 - Input waits: ``tf.data``'s ``OwnedIterator.__next__`` is wrapped after a shape check (a plain function
   of ``self``), and times only eager calls: inside a ``tf.function`` it runs once, while tracing.
-  Keras ``Model.fit`` takes its batches inside its compiled train function, where Python cannot time
-  them: a fit job reports steps only, and its verdict's evidence says the input wait was not observed.
+- Keras 3 ``Model.fit`` takes its batches inside its compiled train function (``iterator.get_next()``
+  inside a ``tf.function``), where Python cannot time them.  ``TensorFlowTrainer._make_function`` is
+  wrapped (see :func:`patch_keras_trainer`): for the train step, the function it returns is replaced by
+  one that fetches the batch eagerly from the same iterator (timed: data_wait) and calls Keras' own
+  compiled one-step function on it (``one_step_on_data``, taken from the returned function's closure):
+  the same batches in the same order, the same compiled step.  Where the shapes differ, or for
+  ``steps_per_execution`` > 1 or a distribution strategy, Keras' function is kept as it is (steps only:
+  ``tf-steps``, the reason on stderr with ``TEYE_DEBUG=1``).
 - Steps: Keras 3's ``BaseOptimizer.apply`` marks the ``tf.function`` being traced when it is called (or,
   run eagerly, ends a step itself); each later call of a marked function ends a step when it returns.
   So the step boundary is the train function's call, as Keras' own batch callbacks see it.
 """
+import sys
 import threading
 import time
 
@@ -18,6 +26,7 @@ _ns = time.monotonic_ns
 SOURCE = "tf.data"
 STEPS_ONLY = "tf-steps"
 _tracing = threading.local()  # the outermost tf.function whose call is running in this thread (None: none)
+_active = [None]  # ... in any thread: MirroredStrategy traces replica functions in threads of its own
 
 
 def _plain(fn, argcount):
@@ -67,18 +76,29 @@ def patch_function(module):
         if outer is not None:  # a tf.function called while another one traces: the outer one is the step
             return orig(self, *args, **kwds)
         local.fn = self
+        _active[0] = self
+        t0 = _ns()
         try:
             out = orig(self, *args, **kwds)
         finally:
             local.fn = None
+            if _active[0] is self:
+                _active[0] = None
         if getattr(self, "_teye_step", False):
-            s.step_guarded(_ns())
+            s.step_guarded(_ns(), None, t0)
         return out
 
     cls.__call__ = wrapper_of(__call__, orig)
     if s.step_source is None:
         s.step_source = STEPS_ONLY
     return True
+
+
+def _eager():
+    """Whether TensorFlow executes eagerly here (True where TensorFlow is not loaded: another backend)."""
+    context = sys.modules.get("tensorflow.python.eager.context")
+    eager = getattr(context, "executing_eagerly", None)
+    return eager() if callable(eager) else True
 
 
 def patch_keras_optimizer(module):
@@ -93,6 +113,10 @@ def patch_keras_optimizer(module):
     def apply(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
         fn = getattr(local, "fn", None)
+        if fn is None and not _eager():  # traced in a thread of its own (a MirroredStrategy replica)
+            fn = _active[0]
+            if fn is None:
+                return out  # traced outside any tf.function teye saw: no step to mark
         if fn is not None:
             outer = fn
             try:
@@ -107,3 +131,76 @@ def patch_keras_optimizer(module):
     if s.step_source is None:
         s.step_source = STEPS_ONLY
     return True
+
+
+KERAS = "keras"
+
+
+def _closure(fn):
+    """name -> cell contents of fn's closure (empty when it has none)."""
+    code = getattr(fn, "__code__", None)
+    cells = getattr(fn, "__closure__", None) or ()
+    if code is None or len(code.co_freevars) != len(cells):
+        return {}
+    out = {}
+    for name, cell in zip(code.co_freevars, cells):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            pass
+    return out
+
+
+def patch_keras_trainer(module):
+    """Keras 3 on TensorFlow: time the train function's batch fetch (module docstring)."""
+    cls = getattr(module, "TensorFlowTrainer", None)
+    orig = cls.__dict__.get("_make_function") if isinstance(cls, type) else None
+    tf = getattr(module, "tf", None)
+    get_next = getattr(getattr(getattr(tf, "data", None), "Iterator", None), "get_next", None)
+    if orig is None or not _plain(orig, 2) or get_next is None:
+        debug("Keras TensorFlowTrainer._make_function is not what teye expects: Model.fit reports steps only")
+        return False
+    s = session
+    iterator_types = (tf.data.Iterator,)
+
+    def _make_function(self, step_function):
+        function = orig(self, step_function)
+        if getattr(getattr(step_function, "__func__", step_function), "__name__", None) != "train_step":
+            return function  # evaluate / predict: not training steps
+        why = _why_not_observed(self, function, tf)
+        if why:
+            debug("Model.fit input wait not observed (steps only): " + why)
+            return function
+        one_step = _closure(function)["one_step_on_data"]
+
+        def train_function(iterator):
+            if s.aside or type(iterator).__name__ != "OwnedIterator" or not isinstance(iterator, iterator_types):
+                return function(iterator)  # the job reports itself, or not a plain tf.data iterator: Keras' own
+            t0 = _ns()
+            data = iterator.get_next()     # the batch Keras' function would take: OutOfRangeError at the end
+            t1 = _ns()
+            if s.source != KERAS:
+                s.source = KERAS
+            s.wait(t0, t1, batch_size(data))
+            return one_step(data)
+
+        return wrapper_of(train_function, function)
+
+    cls._make_function = wrapper_of(_make_function, orig)
+    return True
+
+
+def _why_not_observed(model, function, tf):
+    """Why Keras' train function cannot be replaced by a timed fetch + its one-step function ("" if it can)."""
+    if getattr(model, "steps_per_execution", 1) != 1:
+        return "steps_per_execution is %s (one batch per call is what teye times)" % model.steps_per_execution
+    cells = _closure(function)
+    if not callable(cells.get("one_step_on_data")) or not callable(cells.get("multi_step_on_iterator")) or \
+            getattr(getattr(function, "__code__", None), "co_argcount", 0) != 1:
+        return "Keras' train function is not what teye expects (no one_step_on_data in its closure)"
+    try:  # tf: the one Keras' trainer module imported (teye imports no framework)
+        if tf.distribute.has_strategy() or model.distribute_strategy is not tf.distribute.get_strategy():
+            return "a distribution strategy (%s) feeds its replicas" % type(model.distribute_strategy).__name__
+    except Exception as e:  # the strategy cannot be read: stand aside
+        return "the distribution strategy cannot be read (%s)" % type(e).__name__
+    return ""

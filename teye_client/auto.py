@@ -101,16 +101,40 @@ class Session:
         self.leader = None       # the optimizer whose steps are the job's steps (see step())
         self.other = None
         self.disabled = False
+        self.starting = False    # making its own Reporter (see explicit_client)
+        self.aside = False       # the process has its own Reporter: zero-code phases stand aside
+
+    def explicit_client(self, rep):
+        """A Reporter made by the job itself (not by this session): the process is that client's job, so the
+        zero-code session stands aside for good (one training job per process; the explicit client wins).
+        A zero-code reporter already made stops sending (its job expires on the agent)."""
+        if self.starting or self.aside:
+            return
+        self.aside = self.disabled = True
+        mine = self.reporter
+        self.reporter = None
+        del self.waits[:]
+        debug("zero-code phases stand aside in pid %d: the process reports its own phases (job %r)"
+              % (os.getpid(), getattr(rep, "train_job", "?")))
+        if mine is not None:
+            try:
+                mine.close()
+            except Exception as e:  # never into the training loop
+                debug("closing the zero-code reporter: %s: %s" % (type(e).__name__, e))
 
     def reset(self):
         """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent, its
         pending waits to the parent's step); the patches stay, inherited with the modules, and so do the
-        sources they set (the child's waits are observed as the parent's were)."""
-        wait_source, step_source = self.wait_source, self.step_source
+        sources they set (the child's waits are observed as the parent's were).  A process that reports its
+        own phases keeps standing aside in its children (they inherit its Reporter)."""
+        wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
+        self.aside = self.disabled = aside
 
     def wait(self, start_ns, end_ns, samples):
+        if self.aside:
+            return
         if self.source is None:
             self.source = self.wait_source
         w = self.waits
@@ -118,9 +142,11 @@ class Session:
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
 
-    def step(self, end_ns, owner=None):
+    def step(self, end_ns, owner=None, begun_ns=None):
         """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
-        first one's: another one's steps count only once it steps twice without the first in between."""
+        first one's: another one's steps count only once it steps twice without the first in between.
+        ``begun_ns``: when the call that ends the step began, where the instrumentor knows it (the first
+        step of a process starts there, not at its end, when no input wait came before it)."""
         if owner != self.leader:
             if owner is not None:
                 if self.leader is None or self.other == owner:
@@ -141,7 +167,7 @@ class Session:
         waits = self.waits
         start = self.step_start
         if start is None:
-            start = waits[0][0] if waits else end_ns
+            start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
             if rep.source != self.step_source:
@@ -180,16 +206,17 @@ class Session:
             rep._src_due = True
         rep.record_step(phases, start, end_ns, samples)
 
-    def step_guarded(self, end_ns, owner=None):
+    def step_guarded(self, end_ns, owner=None, begun_ns=None):
         """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
         error switches zero-code phases off for the process (one line with TEYE_DEBUG=1)."""
         try:
-            self.step(end_ns, owner)
+            self.step(end_ns, owner, begun_ns)
         except Exception as e:  # never into the training loop
             self.disabled = True
             debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
 
     def _start(self):
+        self.starting = True
         try:
             from .reporter import Reporter
             rep = Reporter(train_job=job_name(), source=self.source or self.step_source)
@@ -197,6 +224,8 @@ class Session:
             self.disabled = True
             debug("zero-code phases off: cannot make the reporter: %s: %s" % (type(e).__name__, e))
             return None
+        finally:
+            self.starting = False
         self.reporter = rep
         debug("zero-code phases: job %r, pid %d, agent socket %s" % (rep.train_job, os.getpid(), rep.socket_path))
         return rep
@@ -281,6 +310,11 @@ def _keras_optimizer(module):
     _tf.patch_keras_optimizer(module)
 
 
+def _keras_trainer(module):
+    from . import _tf
+    _tf.patch_keras_trainer(module)
+
+
 # module -> instrumentor, run right after the module has been executed (the instrumentors import
 # nothing of the framework that the module has not already imported)
 HOOKS = {
@@ -289,6 +323,7 @@ HOOKS = {
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,
+    "keras.src.backend.tensorflow.trainer": _keras_trainer,
 }
 
 

@@ -129,6 +129,11 @@ class Reporter:
         self.dropped = 0            # records dropped (phases + steps)
         self.dropped_messages = 0   # datagrams that could not be sent
         self.last_error = None      # why the last datagram was dropped (an errno name), for debugging
+        # one training job per process: the job's own Reporter wins over zero-code phases (teye_client.auto,
+        # loaded only under `teye run` & co.; looked up, never imported here)
+        auto = sys.modules.get("teye_client.auto")
+        if auto is not None:
+            auto.session.explicit_client(self)
         ref = weakref.ref(self)
         atexit.register(_flush_ref, ref)
         if hasattr(os, "register_at_fork"):

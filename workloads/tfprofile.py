@@ -23,7 +23,7 @@ import os
 import re
 from typing import Any, Dict, Optional
 
-__all__ = ["input_analysis", "parse_conclusion", "says_input_bound", "ProfilerUnavailable"]
+__all__ = ["input_analysis", "parse_conclusion", "says_input_bound", "ProfilerUnavailable", "profile_callback"]
 
 _CONCLUSION = re.compile(r"Your program (?:is )?(HIGHLY|MODERATELY|NOT|COULD|POTENTIALLY)(?: be)? input-bound "
                          r"because (?:only )?([0-9.]+)\s*%")
@@ -84,3 +84,31 @@ def input_analysis(logdir: str) -> Dict[str, Any]:
     out.update(step_ms=num("steptime_ms_average"), all_others_ms=num("other_time_ms_avg"),
                input_ms=num("infeed_time_ms_avg"), hardware=props.get("hardware_type"))
     return out
+
+
+def profile_callback(logdir: str, first: int, last: int):
+    """A Keras callback that traces Model.fit's batches first..last (0-based, of the first epoch) with the
+    TensorFlow profiler into ``logdir``, each batch inside a ``Trace("train", step_num=batch)`` from its
+    batch-begin to its batch-end callback, as the reference loop traces its steps: what
+    :func:`input_analysis` reads."""
+    import keras
+    import tensorflow as tf
+
+    class ProfileBatches(keras.callbacks.Callback):
+        trace = None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == first:
+                tf.profiler.experimental.start(logdir)
+            if first <= batch <= last:
+                self.trace = tf.profiler.experimental.Trace("train", step_num=batch, _r=1)
+                self.trace.__enter__()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.trace is not None:
+                self.trace.__exit__(None, None, None)
+                self.trace = None
+            if batch == last:
+                tf.profiler.experimental.stop()
+
+    return ProfileBatches()

@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "input-pipeline analysis to the results (needs xprof); the warm-up steps are reported to "
                         "teye as job <train-job>-warmup, so teye's verdict covers the profiled steps")
     p.add_argument("--train-job", help="job name for the phase reporter (default: <model>-bs<batch>)")
+    p.add_argument("--no-reporter", action="store_true",
+                   help="send no phases of its own (under `teye run`, zero-code phases then report the loop: "
+                        "a process with its own reporter is that reporter's job alone)")
     p.add_argument("--results", metavar="FILE",
                    help="write a JSON record here when training finishes (multiworker: '{worker}' in the "
                         "name is replaced by the worker index; otherwise non-chief workers add .worker<i>)")
@@ -182,8 +185,9 @@ def tf_config_cluster(env=None) -> Tuple[int, int]:
 
 
 def make_sink(args):
-    """The phase reporter every timed phase is forwarded to (the teye agent, see docs/phases.md)."""
-    return Reporter(train_job=args.train_job)
+    """The phase reporter every timed phase is forwarded to (the teye agent, see docs/phases.md); None
+    with --no-reporter."""
+    return None if getattr(args, "no_reporter", False) else Reporter(train_job=args.train_job)
 
 
 # -- data -------------------------------------------------------------------------------------

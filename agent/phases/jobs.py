@@ -149,7 +149,7 @@ class JobView:
     processes: int                             # distinct pids seen (at most 64)
     phase_seconds: Tuple[Tuple[str, float], ...]
     steps: int
-    samples: int
+    samples: Optional[int]                     # None: a steps-only job that counted none
     step_hist: HistogramValue
     input_bound_ratio: Optional[float]
     gpu_idle_seconds: Tuple[Tuple[str, str, float], ...]   # (gpu, phase, seconds)
@@ -615,11 +615,16 @@ class JobTable:
     def _view(self, job: _Job, now_ns: int) -> JobView:
         ev = self._evidence(job, now_ns)
         # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0
-        ratio = ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
+        steps_only = ev.source in STEPS_ONLY_SOURCES
+        ratio = ev.share("data_wait") if ev.step_time > 0 and not steps_only else None
+        # the four usual phases start at 0 for a job that reports phases (a counter born at 0 loses no
+        # increase); a steps-only job reports none, so its phase counters are absent, as are its samples
+        # while it has counted none (a steps-only source may not know its batch size)
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
-            phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES) if job.phase_s[k] or k < 4),
-            steps=job.steps, samples=job.samples,
+            phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES)
+                                if job.phase_s[k] or (k < 4 and not steps_only)),
+            steps=job.steps, samples=None if steps_only and not job.samples else job.samples,
             step_hist=histogram_value(STEP_BUCKETS, job.hist, job.hist_sum),
             input_bound_ratio=ratio,
             gpu_idle_seconds=tuple((g, PHASES[k], v) for (g, k), v in sorted(job.gpu_idle.items())),

@@ -68,7 +68,9 @@ SOURCES = {
     "torch": "zero-code: torch DataLoader",
     "torch-steps": "zero-code: torch optimizer steps (input wait not observed: no DataLoader)",
     "tf.data": "zero-code: tf.data",
-    "tf-steps": "zero-code: TensorFlow steps (Model.fit, or a loop without tf.data: input wait not observed)",
+    "tf-steps": "zero-code: TensorFlow steps (a loop without tf.data, or a Model.fit teye stands aside from: "
+                "input wait not observed)",
+    "keras": "zero-code: Keras Model.fit (the train function's batch fetch)",
     "other": "other",
 }
 STEPS_ONLY_SOURCES = frozenset({"torch-steps", "tf-steps"})  # phases that cannot show an input wait

@@ -38,7 +38,8 @@ GPU_IDLE_RATIO = metric("teye_job_gpu_idle_ratio", GAUGE,
                         "Share of the job's observed GPU time (during its steps, or its phases when it reports no "
                         "steps) that its GPUs were idle, over the sliding window.", ["train_job"])
 BOTTLENECK = metric("teye_job_bottleneck", GAUGE,
-                    "1 for the job's current verdict (input, host, communication, compute, idle), 0 for the others.",
+                    "1 for the job's current verdict (input, host, communication, compute, idle, not_observed: steps "
+                    "only and no GPU samples, so the bottleneck is not observed), 0 for the others.",
                     ["train_job", "kind"])
 INPUT_CAUSE = metric("teye_job_input_cause", GAUGE,
                      "For a job whose verdict is input: 1 for the cause of its input waits, 0 for the others: "
@@ -52,7 +53,7 @@ INPUT_WAIT_CPU = metric("teye_job_input_wait_cpu_ratio", GAUGE,
                         ["train_job"])
 JOB_INFO = metric("teye_job_info", GAUGE,
                   "Always 1: who runs the job, from kernel credentials (pid is the first sending process), "
-                  "and where its phases come from (source: client, torch, torch-steps, tf.data, tf-steps, other; "
+                  "and where its phases come from (source: client, torch, torch-steps, tf.data, tf-steps, keras, other; "
                   "docs/zero-code.md).",
                   ["train_job", "user", "uid", "pid", "source"])
 JOB_PROCESSES = metric("teye_job_processes", GAUGE, "Distinct processes that sent phases for the job (at most 64).",

@@ -29,7 +29,13 @@ The rules (thresholds from the ``phases`` config section):
 4. The candidate with the largest lost share wins (ties: input, communication, host,
    idle); with no candidate the step is ``compute``-bound: the device does the work,
    and what is left is making that work cheaper.
-5. An ``input`` verdict names its cause from what the sending processes did while they
+5. A job whose input wait is not observed (a steps-only source: ``tf-steps``, ``torch-steps``;
+   see :func:`unobserved_input`) is never judged by rules 2-4, whose "no candidate, so
+   ``compute``" would be a guess: its GPUs' samples decide what can be said.  GPUs idle less
+   than ``gpu_idle_min_ratio`` of its steps: ``compute`` (the GPU is the limit, whatever the
+   input does); idle at least that: ``idle`` (the GPU waits, for a reason the job's phases do
+   not show); no GPU samples: ``not_observed`` (the bottleneck is not observed: no verdict).
+6. An ``input`` verdict names its cause from what the sending processes did while they
    waited (:class:`InputWait`, sampled from /proc by ``agent.phases.procstat``):
    ``host_cpu`` when their threads used at least ``input_cpu_busy_ratio`` CPU seconds per
    second of data_wait (decoding, augmentation, Python), or would have with the time the
@@ -54,7 +60,7 @@ from typing import Dict, Mapping, Optional, Tuple
 
 from .protocol import SOURCES, STEPS_ONLY_SOURCES
 
-KINDS = ("input", "host", "communication", "compute", "idle")
+KINDS = ("input", "host", "communication", "compute", "idle", "not_observed")
 CAUSES = ("storage", "host_cpu", "unknown")   # why an input-bound job waits
 
 RECOMMENDATIONS: Dict[str, str] = {
@@ -87,7 +93,18 @@ RECOMMENDATIONS: Dict[str, str] = {
         "The GPU idles outside the phases the job reports, or the job reports nothing. Look for a stalled "
         "data loader, a hung NFS mount, checkpoints or evaluation that are not instrumented (report them "
         "as 'checkpoint' / 'eval' phases), or a job that finished its steps without exiting."),
+    "not_observed": (
+        "teye cannot say what limits this job: it reports steps only (its input wait is not observed) and the "
+        "agent has no GPU samples for its GPUs. To get a verdict, feed the training loop from a tf.data iterator "
+        "or a torch DataLoader (zero-code phases time their waits), or report phases with teye_client.Reporter "
+        "(data_wait around the batch fetch, compute around the step); run it where the agent samples its GPUs."),
 }
+# the recommendation of a steps-only job whose GPUs wait (rule 5): the phases cannot say for what
+STEPS_ONLY_IDLE = (
+    "The GPU waits for something the job's phases do not show: it reports steps only, so its input wait is not "
+    "observed. The usual cause is the input pipeline (a Python generator, NumPy arrays copied every step, a slow "
+    "map); feed the loop from a tf.data iterator or a torch DataLoader, or report data_wait with "
+    "teye_client.Reporter, and the verdict will name it. " + RECOMMENDATIONS["idle"])
 
 INPUT_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
     "host_cpu": (
@@ -306,6 +323,8 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
            else "no GPU samples for this job")
     tail = f"; {gpu}; {steps} in the last {ev.window_s:.0f} s; phases from {SOURCES.get(ev.source, ev.source)}"
     ordered = tuple((k, round(scores[k], 4)) for k in _ORDER if k in scores)
+    if ev.source in STEPS_ONLY_SOURCES:  # the input wait is not observed: say only what the GPUs show
+        return unobserved_input(ev, th, tail)
     if scores:
         kind = max(_ORDER, key=lambda k: (scores.get(k, -1.0), -_ORDER.index(k)))
         host_notes = "".join(f"; {note}" for topic, note in ev.extra if topic == "host")
@@ -316,8 +335,26 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
                            ordered, cause)
         return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail, RECOMMENDATIONS[kind],
                        ordered)
-    if ev.source in STEPS_ONLY_SOURCES:  # no phases to split the steps by: say so, never guess
-        return Verdict("compute", "steps only: input wait not observed, no phase split" + tail,
-                       RECOMMENDATIONS["compute"], ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
                               f"{_pct(ev.share('data_wait'))}" + tail, RECOMMENDATIONS["compute"], ordered)
+
+
+def unobserved_input(ev: Evidence, th: Thresholds = Thresholds(), tail: str = "") -> Verdict:
+    """Rule 5: what can be said of a job whose input wait is not observed (steps only), never a guess.
+
+    Its steps cannot be split into waiting and working, so only its GPUs' samples during the steps
+    speak: busy all but ``gpu_idle_min_ratio`` of the time, the GPU is the limit (``compute``);
+    idle more, the GPU waits for a reason the phases do not show (``idle``); no samples, nothing
+    can be said (``not_observed``)."""
+    r = ev.gpu_idle_ratio
+    base = "steps only: input wait not observed"
+    if r is None:
+        return Verdict("not_observed", f"{base}, and no GPU samples of the job's GPUs: the bottleneck is not "
+                                       f"observed" + tail, RECOMMENDATIONS["not_observed"])
+    if r < th.gpu_idle_min_ratio:
+        return Verdict("compute", f"{base}; its GPUs are busy {_pct(1 - r)} of step time (idle below "
+                                  f"{_pct(th.gpu_idle_min_ratio)}): the GPU is the limit" + tail,
+                       RECOMMENDATIONS["compute"], (("compute", round(1 - r, 4)),))
+    return Verdict("idle", f"{base}; its GPUs idle {_pct(r)} of step time (at least "
+                           f"{_pct(th.gpu_idle_min_ratio)}), waiting for what the job's phases do not show" + tail,
+                   STEPS_ONLY_IDLE, (("idle", round(r, 4)),))

@@ -215,14 +215,15 @@ def _r(x, nd=6):
 
 
 def _train_job_windows(f: Fetched, name: str) -> Dict[str, Tuple[float, float]]:
-    """instance -> (start, end) of the job's activity there: the span in which its phase counters moved."""
+    """instance -> (start, end) of the job's activity there: the span in which its phase or step counters
+    moved (a job that reports steps only has no phase counters: its steps time it)."""
     out = {}
     for inst, pts in f.jinfo_by.get(name, []):
         if not pts:
             continue
         first = last = None
         for metric, _, _, _, cp in f.job_by.get((inst, name), []):
-            if metric != "teye_job_phase_seconds_total":
+            if metric not in ("teye_job_phase_seconds_total", "teye_job_steps_total"):
                 continue
             a, b = S.first_last_change(cp, f.t0, f.t1)
             if a is not None:
@@ -530,7 +531,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
             "input_bound_ratio": _r(phases.get("data_wait", 0.0) / total) if total else None,
             "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
             "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],
-            "steps": sum(t["steps"] or 0 for t in tj_reports), "samples": sum(t["samples"] or 0 for t in tj_reports),
+            "steps": sum(t["steps"] or 0 for t in tj_reports),
+            "samples": _sum([t["samples"] for t in tj_reports]),   # None: no job counted samples (steps only)
             "step_seconds_p50": main["step_seconds_p50"], "step_seconds_p95": main["step_seconds_p95"],
             "samples_per_second": main["samples_per_second"],
             "train_job_details": [{k: v for k, v in t.items() if not k.startswith("_")} for t in tj_reports],

@@ -42,9 +42,12 @@ def plain_run(args, env=None, timeout=120, **kw) -> subprocess.CompletedProcess:
 class LiveAgent:
     """The agent's phase path (receiver + job table) on a private socket, in this process."""
 
-    def __init__(self, sockdir: str, **cfg):
+    def __init__(self, sockdir: str, record_intervals: int = 0, **cfg):
+        """``record_intervals``: keep that many raw intervals, (train_job, phase or "step", start, end), in
+        ``self.src.table.recorded`` (as `teye profile` does for its timeline)."""
         self.path = os.path.join(sockdir, "phases.sock")
-        self.src = PhaseSource(phases_cfg(**cfg), AgentContext(), socket_path=self.path)
+        self.src = PhaseSource(phases_cfg(**cfg), AgentContext(), socket_path=self.path,
+                               record_intervals=record_intervals)
 
     def jobs(self, settle_s: float = 0.5):
         """The job views once nothing new has arrived for settle_s (the client's last flush is in)."""

@@ -1,12 +1,14 @@
-"""Real TensorFlow under `teye run` with a live agent: the reference workload's own Reporter is the oracle.
+"""Real TensorFlow custom loops under `teye run` with a live agent; the loop's own clock is the oracle.
 
-workloads/train.py reports its phases through its Reporter (job "ref") while zero-code phases report the
-same run (job "zc"): one process, one run, two views of the same steps.  A loop that reads a Python
-generator (naive) and Keras Model.fit take their batches where Python cannot time them: steps only, and
-the evidence says the input wait was not observed (no ratio rather than a guess).
+workloads/train.py runs without its own Reporter (--no-reporter: a process with its own Reporter is that
+reporter's job alone, zero-code phases stand aside) and measures its input wait itself (perf_counter right
+around next(): results["loop_clock"]).  A loop over tf.data is observed; a loop over a Python generator
+(naive) takes its batches where Python cannot time them: steps only, no ratio and no guessed verdict.
+Keras Model.fit: tests/client/test_keras.py.
 """
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -16,27 +18,6 @@ from tests.client.helpers import LiveAgent, base_env, teye_run
 pytest.importorskip("tensorflow", reason="the workloads-cpu extra")
 
 STEPS = 30
-FIT = """
-import time
-import numpy as np
-import tensorflow as tf
-import keras
-
-def slow(x, y):
-    time.sleep(0.004)
-    return x, y
-
-x = np.random.default_rng(0).normal(size=(24 * 16, 8)).astype("float32")
-y = x.sum(axis=1, keepdims=True)
-ds = tf.data.Dataset.from_tensor_slices((x, y)).map(
-    lambda a, b: tf.numpy_function(slow, [a, b], [tf.float32, tf.float32])).map(
-    lambda a, b: (tf.ensure_shape(a, (8,)), tf.ensure_shape(b, (1,)))).batch(16)
-keras.utils.set_random_seed(0)
-model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
-model.compile(optimizer="sgd", loss="mse")
-h = model.fit(ds, epochs=1, verbose=0)
-print("loss %.6f" % h.history["loss"][-1])
-"""
 
 
 @pytest.fixture
@@ -49,32 +30,26 @@ def agent(sockdir):
 def _train(agent, tmp_path, pipeline):
     args = [sys.executable, "-m", "workloads.train", "--model", "simple_cnn", "--batch-size", "16", "--steps",
             str(STEPS), "--warmup-steps", "0", "--pipeline", pipeline, "--io-latency-ms", "2",
-            "--synthetic-samples", "512", "--no-progress", "--train-job", "ref", "--results",
-            str(tmp_path / "r.json")]
-    run = teye_run(args, socket_path=agent.path, job="zc", env=base_env(TEYE_PHASE_SOCKET=agent.path),
-                   timeout=300)
+            "--synthetic-samples", "512", "--no-progress", "--no-reporter", "--results", str(tmp_path / "r.json")]
+    run = teye_run(args, socket_path=agent.path, job="zc", timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    return agent.jobs()
+    jobs = agent.jobs()
+    assert list(jobs) == ["zc"]
+    return jobs["zc"], json.loads((tmp_path / "r.json").read_text())["loop_clock"]
 
 
-def test_tf_data_loop_matches_the_runs_own_reporter(agent, tmp_path):
-    jobs = _train(agent, tmp_path, "tfdata")
-    ref, zc = jobs["ref"], jobs["zc"]
-    assert (ref.source, zc.source) == ("client", "tf.data")
-    assert zc.steps == ref.steps == STEPS and zc.samples == ref.samples
-    assert zc.input_bound_ratio == pytest.approx(ref.input_bound_ratio, abs=0.03)
-    assert zc.verdict.kind == ref.verdict.kind
+def test_tf_data_loop_matches_the_loops_own_clock(agent, tmp_path):
+    zc, loop = _train(agent, tmp_path, "tfdata")
+    assert zc.source == "tf.data" and zc.steps == loop["steps"] == STEPS and zc.samples == 16 * STEPS
+    # the loop's clock spans its steps from the first next(); teye's from the first batch's wait as well
+    assert zc.input_bound_ratio == pytest.approx(loop["input_wait_fraction"], abs=0.03)
+    assert (zc.verdict.kind == "input") is (zc.input_bound_ratio >= 0.2)
     assert "phases from zero-code: tf.data" in zc.verdict.evidence
 
 
 def test_what_python_cannot_time_is_reported_as_not_observed(agent, tmp_path):
-    jobs = _train(agent, tmp_path, "naive")
-    ref, zc = jobs["ref"], jobs["zc"]
-    assert ref.input_bound_ratio > 0.2  # the run was input-bound: a 0 % would be a wrong answer, not a missing one
-    assert (zc.source, zc.steps, zc.input_bound_ratio) == ("tf-steps", STEPS, None)
-    assert "input wait not observed" in zc.verdict.evidence
-    fit = teye_run([sys.executable, "-c", FIT], socket_path=agent.path, job="fit", timeout=300)
-    assert fit.returncode == 0 and fit.stdout.startswith("loss "), fit.stderr[-2000:]
-    j = agent.jobs()["fit"]
-    assert (j.source, j.steps, j.input_bound_ratio) == ("tf-steps", 24, None)  # 24 batches: 24 train-function calls
-    assert "input wait not observed" in j.verdict.evidence
+    zc, loop = _train(agent, tmp_path, "naive")
+    assert loop["input_wait_fraction"] > 0.2  # the run was input-bound: compute would be a wrong answer
+    assert (zc.source, zc.steps, zc.input_bound_ratio, zc.phase_seconds, zc.samples) == \
+        ("tf-steps", STEPS, None, (), None)
+    assert zc.verdict.kind == "not_observed" and "input wait not observed" in zc.verdict.evidence

@@ -397,8 +397,135 @@ def test_a_loop_without_a_dataloader_reports_steps_only(sockdir):
         r = teye_run([PY, "-c", code], socket_path=agent.path, job="manual")
         assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
         j = agent.jobs()["manual"]
-        assert (j.source, j.steps, j.input_bound_ratio, dict(j.phase_seconds).get("data_wait", 0)) == \
-            ("torch-steps", 7, None, 0)
+        # no phase counters, no sample count, no ratio (absent, not 0); no GPU samples: not_observed, never compute
+        assert (j.source, j.steps, j.input_bound_ratio, j.phase_seconds, j.samples, j.verdict.kind) == \
+            ("torch-steps", 7, None, (), None, "not_observed")
         assert "input wait not observed" in j.verdict.evidence
     finally:
         agent.close()
+
+
+# -- one training job per process -------------------------------------------------------------
+OWN = os.path.join(HERE, "own_client.py")
+
+
+@needs_torch
+@pytest.mark.parametrize("late", [False, True])
+def test_a_script_with_its_own_reporter_is_one_job_under_teye_run(sockdir, late):
+    """The explicit client wins: zero-code phases stand aside for that process (TEYE_DEBUG=1 says so), and
+    the agent sees exactly one training job, the script's own, with all its steps.  Made late (after
+    zero-code steps had started), the zero-code reporter stops: its job has only the steps before."""
+    args = [PY, OWN, "5"] + (["late"] if late else [])
+    bare = plain_run(args)
+    agent = LiveAgent(sockdir)
+    try:
+        r = teye_run(args, socket_path=agent.path, env=base_env(TEYE_DEBUG="1"))
+        assert (r.returncode, r.stdout) == (0, bare.stdout)
+        assert "zero-code phases stand aside in pid" in r.stderr and "'own-client'" in r.stderr
+        jobs = agent.jobs()
+        own = jobs.pop("own-client")
+        assert (own.source, own.steps, own.samples) == ("client", 5, 40)
+        if late:  # the 5 zero-code steps before the Reporter existed, and not one after
+            assert {n: (j.source, j.steps) for n, j in jobs.items()} == {"own_client": ("torch", 5)}
+        else:
+            assert jobs == {}
+    finally:
+        agent.close()
+
+
+@needs_torch
+def test_a_script_with_its_own_reporter_is_one_job_under_teye_profile(tmp_path):
+    bare = plain_run([PY, OWN, "6"])
+    r = subprocess.run([PY, "-m", "agent", "profile", "--output", str(tmp_path / "p"), "--", PY, OWN, "6"],
+                       env=base_env(), capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(bare.stdout)
+    summary = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert [(j["train_job"], j["source"], j["steps"], j["samples"]) for j in summary["jobs"]] == \
+        [("own-client", "client", 6, 48)]
+    assert r.stdout.count("\nJob ") == 1
+
+
+# -- Keras Model.fit: the shape check of TensorFlowTrainer._make_function -----------------------
+def _fake_keras_trainer(closure_names, spe=1):
+    """A module shaped like keras.src.backend.tensorflow.trainer: _make_function returns a function whose
+    closure holds closure_names (Keras' holds one_step_on_data and multi_step_on_iterator)."""
+    import types
+    calls = []
+
+    class Iterator:
+        def get_next(self):
+            return "batch"
+
+    strategy = object()
+    tf = types.SimpleNamespace(data=types.SimpleNamespace(Iterator=Iterator),
+                               distribute=types.SimpleNamespace(has_strategy=lambda: False,
+                                                                get_strategy=lambda: strategy))
+
+    def one_step_on_data(data):
+        calls.append(("one_step", data))
+        return {"loss": 1.0}
+
+    def multi_step_on_iterator(iterator):
+        return one_step_on_data(iterator.get_next())
+
+    env = {"one_step_on_data": one_step_on_data, "multi_step_on_iterator": multi_step_on_iterator}
+    src = "def make(%s):\n    def function(iterator):\n        return (%s,)\n    return function\n" % (
+        ", ".join(closure_names), ", ".join(closure_names))
+    ns = {}
+    exec(src, ns)
+
+    class TensorFlowTrainer:
+        steps_per_execution = spe
+        distribute_strategy = strategy
+
+        def _make_function(self, step_function):
+            return ns["make"](*[env.get(n, n) for n in closure_names])
+
+        def train_step(self, data):
+            return data
+
+    return types.SimpleNamespace(TensorFlowTrainer=TensorFlowTrainer, tf=tf), calls
+
+
+@pytest.mark.parametrize("names, spe, why", [
+    (("one_step_on_data", "multi_step_on_iterator", "self"), 1, None),
+    (("multi_step_on_iterator", "self"), 1, "no one_step_on_data in its closure"),
+    (("one_step_on_data", "multi_step_on_iterator", "self"), 8, "steps_per_execution is 8"),
+])
+def test_keras_train_function_of_another_shape_is_left_as_keras_made_it(monkeypatch, capsys, names, spe, why):
+    from teye_client import _tf
+    monkeypatch.setattr(auto, "_DEBUG", True)
+    mod, calls = _fake_keras_trainer(names, spe)
+    assert _tf.patch_keras_trainer(mod) is True
+    model = mod.TensorFlowTrainer()
+    keras_fn = mod.TensorFlowTrainer._make_function.__wrapped__(model, model.train_step)
+    fn = mod.TensorFlowTrainer._make_function(model, model.train_step)
+    err = capsys.readouterr().err
+    if why is None:   # the expected shape: teye's function, Keras' own kept behind it
+        assert getattr(fn, "_teye", False) and fn.__wrapped__.__code__ is keras_fn.__code__ and err == ""
+    else:             # Keras' function itself, and the reason
+        assert not getattr(fn, "_teye", False) and fn.__code__ is keras_fn.__code__
+        assert f"Model.fit input wait not observed (steps only): " in err and why in err
+    # evaluate / predict functions are never replaced
+    test_fn = mod.TensorFlowTrainer._make_function(model, lambda data: data)
+    assert not getattr(test_fn, "_teye", False)
+
+
+@needs_torch
+def test_profile_of_a_steps_only_loop_says_not_observed(tmp_path):
+    """`teye profile` of a loop teye sees steps of only: no data_wait/compute split made up (the step time is
+    untracked), no input-bound line, and the verdict not_observed (no GPU collector), never compute."""
+    code = ("import time, torch\nm = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for i in range(8):\n    time.sleep(0.03)  # its own slow input\n"
+            "    x = torch.ones(8, 4)\n    opt.zero_grad(); m(x).sum().backward(); opt.step()\n")
+    (tmp_path / "teye.yaml").write_text("collectors:\n  gpu: {enabled: false}\n")
+    r = subprocess.run([PY, "-m", "agent", "profile", "--output", str(tmp_path / "p"), "--config",
+                        str(tmp_path / "teye.yaml"), "--", PY, "-c", code],
+                       env=base_env(), capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (job,) = json.loads((tmp_path / "p" / "summary.json").read_text())["jobs"]
+    assert (job["source"], job["steps"], job["samples"], job["input_bound_ratio"]) == ("torch-steps", 8, None, None)
+    assert list(job["step_time_breakdown"]) == ["untracked"] and job["step_time_breakdown"]["untracked"]["share"] == 1
+    assert job["verdict"]["kind"] == "not_observed"
+    assert "verdict: NOT_OBSERVED" in r.stdout and "steps only: the job's input wait is not observed" in r.stdout
+    assert "input-bound:" not in r.stdout

@@ -30,8 +30,9 @@ def _mono(wall_us: int) -> int:
     return wall_us * 1000 - MONO_OFFSET_NS
 
 
-def _run(steps, step_plan, pid):
-    """Simulate `steps` training steps; step_plan(t_us) -> [(phase, start_us, end_us, busy_us_list)]."""
+def _run(steps, step_plan, pid, steps_only=None):
+    """Simulate `steps` training steps; step_plan(t_us) -> [(phase, start_us, end_us, busy_us_list)].
+    ``steps_only``: the job sends its steps and no phases, from that source (its first datagram's src)."""
     busy = []
     plan = []
     t = START_US + 2 * PERIOD_US
@@ -59,7 +60,12 @@ def _run(steps, step_plan, pid):
             table.attribute(ctx.clock())
             next_poll += 1_000_000
         fake.now_us = end
-        msg = encode("sim", [(n, _mono(a), _mono(b)) for n, a, b, _ in phases], [(_mono(t0), _mono(end), 32)])
+        if steps_only:
+            msg = encode("sim", [], [(_mono(t0), _mono(end), 0)])
+            if t0 == plan[0][0]:
+                msg = msg[:-1] + b',"src":"%s"}' % steps_only.encode()
+        else:
+            msg = encode("sim", [(n, _mono(a), _mono(b)) for n, a, b, _ in phases], [(_mono(t0), _mono(end), 32)])
         assert table.handle(msg, pid, 0) == "accepted"
     for _ in range(3):  # the last samples arrive after the last phases
         fake.now_us = next_poll
@@ -90,6 +96,25 @@ def test_idle_during_data_wait_and_half_busy_host_step():
     assert pending == 0 and attributed["late"] == 0 and attributed["complete"] == 20 * 4
     assert job.gpu_idle_ratio == pytest.approx(7.0 / 18.0, rel=0.05)
     assert job.verdict.kind == "input"
+
+
+@pytest.mark.parametrize("source", ["tf-steps", "torch-steps"])
+def test_steps_only_job_is_judged_by_its_gpus_never_by_a_guess(source):
+    """Steps only (the input wait is not observed): the GPU idles 400 ms of each 1 s step (an input wait teye
+    cannot see) -> idle, with the idle share the samples show; the GPU busy through each step -> compute."""
+    def waits(t):
+        return [("compute", t, t + 1_000_000, [(t + 400_000, t + 1_000_000)])]
+
+    def busy(t):
+        return [("compute", t, t + 1_000_000, [(t, t + 1_000_000)])]
+
+    job, _, pending = _run(12, waits, os.getpid(), steps_only=source)
+    assert (job.source, job.steps, job.phase_seconds, job.input_bound_ratio) == (source, 12, (), None)
+    assert pending == 0 and job.gpu_idle_ratio == pytest.approx(0.4, abs=0.02)
+    assert job.verdict.kind == "idle" and "input wait not observed" in job.verdict.evidence
+    job, _, _ = _run(12, busy, os.getpid(), steps_only=source)
+    assert job.gpu_idle_ratio == pytest.approx(0.0, abs=0.02)
+    assert job.verdict.kind == "compute" and "the GPU is the limit" in job.verdict.evidence
 
 
 def test_misaligned_phases_match_the_sample_level_truth():

@@ -66,6 +66,31 @@ def test_source_label_and_evidence(phase_path):
 
 def test_steps_only_sources_never_claim_an_input_share():
     from agent.phases.verdict import Evidence, decide
-    ev = Evidence(window_s=60, phase_seconds={"compute": 9.0}, step_seconds=10.0, steps=10, source="tf-steps")
+    ev = Evidence(window_s=60, phase_seconds={}, step_seconds=10.0, steps=10, source="tf-steps")
     v = decide(ev)
-    assert v.kind == "compute" and "input wait not observed" in v.evidence and "data_wait 0 %" not in v.evidence
+    assert v.kind == "not_observed" and "input wait not observed" in v.evidence and "data_wait" not in v.evidence
+
+
+def test_a_steps_only_job_exports_no_phase_counters_no_samples_and_no_guess():
+    """A steps-only job (tf-steps: a Python generator, Model.fit where it cannot be observed) sends steps and no
+    phases: its phase counters and sample count are absent, not 0; its verdict is not_observed without GPU
+    samples, and a job that reports phases keeps its four usual phase counters from 0."""
+    ctx, clock = ctx_with_clock()
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    t = clock.t - 10 * S
+    for i in range(10):
+        data = encode("gen", [], [(t, t + 80 * MS, 0)])
+        if i == 0:
+            data = _with_src(data, "tf-steps")
+        assert table.handle_batch([(data, 400, 0)]) is None
+        t += 80 * MS
+    table.handle_batch([(encode("phased", [("compute", t - 50 * MS, t)], [(t - 50 * MS, t, 8)]), 401, 0)])
+    m = _exposition(table, clock.t)
+    names = {(n, dict(l).get("train_job")) for n, l in m}
+    assert ("teye_job_steps_total", "gen") in names and _get(m, "teye_job_steps_total", train_job="gen") == 10
+    for absent in ("teye_job_phase_seconds_total", "teye_job_samples_total", "teye_job_input_bound_ratio"):
+        assert (absent, "gen") not in names, absent
+    assert _get(m, "teye_job_phase_seconds_total", train_job="phased", phase="data_wait") == 0
+    assert _get(m, "teye_job_samples_total", train_job="phased") == 8
+    assert _get(m, "teye_job_bottleneck", train_job="gen", kind="not_observed") == 1
+    assert _get(m, "teye_job_bottleneck", train_job="gen", kind="compute") == 0

@@ -108,3 +108,24 @@ def test_input_cause_and_extra_host_evidence():
     host = decide(Evidence(window_s=60.0, phase_seconds={"host": 5.0, "compute": 5.0}, step_seconds=10.0, steps=10,
                            extra=(("host", "memory bandwidth 92 % of peak"),)))
     assert host.kind == "host" and host.cause is None and "memory bandwidth 92 %" in host.evidence
+
+
+def _steps_only(step_idle=None, observed=0.0, source="tf-steps"):
+    return Evidence(window_s=60.0, phase_seconds={}, step_seconds=10.0, steps=100, gpu_observed_seconds=observed,
+                    gpu_step_idle_seconds=step_idle, source=source)
+
+
+@pytest.mark.parametrize("source", ["tf-steps", "torch-steps"])
+def test_input_wait_not_observed_is_never_a_guess(source):
+    """Steps only: no GPU samples -> not_observed; GPUs busy -> compute (the GPU is the limit); GPUs idle at
+    least gpu_idle_min_ratio of the steps -> idle (they wait for what the phases do not show)."""
+    v = decide(_steps_only(source=source))
+    assert v.kind == "not_observed" and v.recommendation == RECOMMENDATIONS["not_observed"]
+    assert "input wait not observed" in v.evidence and "no GPU samples" in v.evidence
+    busy = decide(_steps_only(step_idle=0.5, observed=10.0, source=source))   # idle 5 %
+    assert busy.kind == "compute" and "busy 95 %" in busy.evidence and "input wait not observed" in busy.evidence
+    waits = decide(_steps_only(step_idle=1.0, observed=10.0, source=source))  # idle 10 %: the threshold
+    assert waits.kind == "idle" and "idle 10 %" in waits.evidence and "not observed" in waits.recommendation
+    assert decide(_steps_only(step_idle=8.6, observed=10.0, source=source)).kind == "idle"
+    # the same steps from a source that observes input waits are judged by the phase rules
+    assert decide(_steps_only(step_idle=0.5, observed=10.0, source="client")).kind == "compute"

@@ -56,6 +56,25 @@ LOOP = textwrap.dedent("""
 """)
 
 
+# A steps-only loop: unmodified PyTorch without a DataLoader, its own slow input (50 ms a batch), under the
+# zero-code hook (source torch-steps): the agent sees its steps and nothing of its input wait.
+STEPS_ONLY = textwrap.dedent("""
+    import json, sys, time
+    import torch
+    m = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    n = int(sys.argv[1])
+    t_start = time.time()
+    a = time.perf_counter()
+    for _ in range(n):
+        time.sleep(0.05)     # reading its own batches
+        x = torch.ones(8, 4)
+        opt.zero_grad(); m(x).sum().backward(); opt.step()
+    total = time.perf_counter() - a
+    print(json.dumps({"steps": n, "start": t_start, "end": time.time(), "total": total}))
+""")
+
+
 class Scripted:
     """Target C: Slurm job 4250 on one GPU, 50 % busy; the agent restarts at 5 s (counters from zero)
     and the node does not answer from 8 s to 11 s; the job's process exits at 14 s."""
@@ -154,6 +173,11 @@ def cluster(tmp_path_factory):
         ps = {(node, job): subprocess.Popen([sys.executable, "-c", LOOP, job, *args], stdout=subprocess.PIPE,
                                             env={**env, "TEYE_PHASE_SOCKET": ag.sock, "CUDA_VISIBLE_DEVICES": cvd})
               for node, job, ag, cvd, args in runs}
+        site = os.path.join(REPO, "teye_client", "_site")
+        ps[("a", "steps-only")] = subprocess.Popen(
+            [sys.executable, "-c", STEPS_ONLY, "60"], stdout=subprocess.PIPE,
+            env={**env, "PYTHONPATH": os.pathsep.join([site, REPO]), "TEYE_PHASE_SOCKET": agents[0].sock,
+                 "TEYE_TRAIN_JOB": "steps-only", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
         for k, p in ps.items():
             out, _ = p.communicate(timeout=60)
             assert p.returncode == 0
@@ -443,3 +467,27 @@ def test_training_job_outside_slurm_without_gpus(cluster):
     assert j["steps"] == 100 and j["samples"] == 3200 and j["verdict"] == "compute"
     assert rel(j["samples_per_second"], lp["samples"] / lp["total"])
     assert not any(n.startswith("GPU") or "GPU(s)" in n for n in j["notes"])
+
+
+def test_steps_only_job_is_timed_by_its_steps_and_never_called_compute(cluster):
+    """A loop teye sees steps of only (torch-steps, slow input it cannot observe): its phase counters are
+    absent, so its steps time it; the report says finished (its series outlive it until they expire), run
+    time to a scrape interval of the loop's own clock, its steps and step time, no sample rate (it never
+    counted samples), and no compute verdict: without GPU samples, not_observed."""
+    rc, doc, err = report(cluster, "--train-job", "steps-only")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    lp = cluster["loops"][("a", "steps-only")]
+    step = doc["step_seconds"]
+    assert j["state"] == "finished" and j["conditions"] == [] and j["complete"]
+    assert abs(j["run_seconds"] - (lp["end"] - lp["start"])) <= step + 0.1
+    # (each end: the flush, the sampler and the scrape after it, on the report's grid: as the phased loops)
+    assert abs(j["start"] - lp["start"]) <= 2 * step + 0.5 and abs(j["end"] - lp["end"]) <= 2 * step + 0.5
+    assert j["steps"] == 60 and j["samples"] is None and j["samples_per_second"] is None
+    # the first step's start is unknown to a steps-only source (it counts 0 s): 59 steps' time over 60
+    (tj,) = j["train_job_details"]
+    assert tj["step_seconds_mean"] == pytest.approx(lp["total"] * 59 / 60 / 60, rel=0.05)
+    assert 0.05 <= j["step_seconds_p50"] <= 0.1
+    assert j["phase_seconds"] == {} and j["input_bound_ratio"] is None
+    assert j["verdict"] == "not_observed" and "compute" not in {k for k, v in j["verdict_shares"].items() if v}
+    assert any(n.startswith("Verdict not_observed") for n in j["notes"])
