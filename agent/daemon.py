@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -93,6 +94,11 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
         listener = bind_listener(host, port)
     except OSError as e:
         raise ConfigError(f"cannot listen on {cfg['listen']}: {e.strerror or e}") from None
+    for key, what in (("procfs", "/proc"), ("sysfs", "/sys")):
+        root = cfg[key]
+        if not os.path.isdir(root):  # a container started without the host's filesystem mounted: say it once
+            log.warning("--%s %s does not exist: is the host's %s mounted there? (the DaemonSet mounts it "
+                        "read-only at /host%s); the collectors that read it are down", key, root, what, what)
     try:
         srcs = build_sources(cfg, AgentContext())
     except BaseException:

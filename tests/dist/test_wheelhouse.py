@@ -25,11 +25,6 @@ PRIVATE = ("agent", "exporters", "workloads", "dashboards")
 
 
 @pytest.fixture(scope="module")
-def house(tmp_path_factory):
-    return wh.build(tmp_path_factory.mktemp("dist"))
-
-
-@pytest.fixture(scope="module")
 def venv_bin(house, tmp_path_factory):
     return wh.install(house, tmp_path_factory.mktemp("venv") / "v")
 
