@@ -11,6 +11,7 @@ machine's hard limits, which only CAP_SYS_RESOURCE may raise).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -49,17 +50,35 @@ def run_args():
     return out
 
 
+def source_key(house) -> str:
+    """What the image is made of: the files a wheel is built from, the build scripts and the dependencies'
+    wheels (the teye wheel's own bytes differ from build to build)."""
+    h = hashlib.sha256()
+    names = ["pyproject.toml", "setup.py", "deploy/image/build.sh"]
+    for top in ("teye", "agent", "exporters", "workloads", "dashboards", "teye_client"):
+        for root, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            names += [os.path.relpath(os.path.join(root, f), REPO) for f in sorted(files)
+                      if not f.endswith((".pyc", ".so"))]
+    for name in names:
+        h.update(name.encode() + b"\0")
+        with open(os.path.join(REPO, name), "rb") as fh:
+            h.update(hashlib.sha256(fh.read()).digest())
+    deps = {k: v for k, v in wh.manifest(house)["wheels"].items() if not k.startswith("teye-")}
+    h.update(json.dumps(deps, sort_keys=True).encode())
+    return h.hexdigest()
+
+
 @pytest.fixture(scope="module")
 def image(house, tmp_path_factory):
     _need("podman")
     _need("mmdebstrap")
-    m = wh.manifest(house)
-    key = next(v for k, v in m["wheels"].items() if k.startswith("teye-"))
+    key = source_key(house)
     have = podman("image", "inspect", TAG, "--format", "{{json .Labels}}", check=False)
-    if have.returncode == 0 and (json.loads(have.stdout) or {}).get("teye.wheel.sha256") == key:
+    if have.returncode == 0 and (json.loads(have.stdout) or {}).get("teye.source.sha256") == key:
         return TAG
     out = tmp_path_factory.mktemp("image") / "teye.oci.tar"
-    res = subprocess.run(["bash", BUILD, "--tag", TAG, "--label", f"teye.wheel.sha256={key}", house, str(out)],
+    res = subprocess.run(["bash", BUILD, "--tag", TAG, "--label", f"teye.source.sha256={key}", house, str(out)],
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     probe = podman("run", "--rm", *run_args(), TAG, "--version", check=False)
