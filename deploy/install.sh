@@ -140,6 +140,7 @@ if [ -n "$WHEELHOUSE" ]; then
         || die "$WHEELHOUSE is not a teye wheelhouse (teye-wheelhouse.json missing; build one with ./dev.sh dist)"
     FILES="$WHEELHOUSE/deploy"      # the example config and the unit travel with the wheels
     INSTALL_FROM=(--no-index --find-links "$WHEELHOUSE/wheels" teye)
+    export PIP_CONFIG_FILE=/dev/null   # the wheelhouse alone: no index, find-links or constraints from pip.conf
 else
     [ -f "$SOURCE/pyproject.toml" ] || die "no teye source tree at $SOURCE (pyproject.toml missing); use --source"
     FILES="$SOURCE/deploy"
