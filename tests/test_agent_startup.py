@@ -60,3 +60,21 @@ def test_start_up_line_names_running_down_and_disabled_collectors(tmp_path):
     assert disabled == {"nfsd"} and "nfsd" not in up
     assert "gpu" in down and down["gpu"]                 # no NVIDIA driver here: down, with the reason
     assert {"cpu", "memory"} <= running
+
+
+def test_missing_procfs_and_sysfs_roots_are_named_and_the_agent_stays_up(tmp_path):
+    """An image started without the host's /proc and /sys mounted: one warning per root, collectors down."""
+    log = tmp_path / "agent.log"
+    a = Agent(["--procfs", str(tmp_path / "host" / "proc"), "--sysfs", str(tmp_path / "host" / "sys")],
+              log_path=str(log))
+    try:
+        time.sleep(1.0)
+        v = parse_exposition(a.metrics())
+        assert a.proc.poll() is None
+    finally:
+        a.stop()
+    text = log.read_text()
+    assert f"--procfs {tmp_path}/host/proc does not exist: is the host's /proc mounted there?" in text
+    assert f"--sysfs {tmp_path}/host/sys does not exist: is the host's /sys mounted there?" in text
+    assert v[("teye_collector_up", (("collector", "cpu"),))] == 0
+    assert v[("teye_collector_up", (("collector", "memory"),))] == 0
