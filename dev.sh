@@ -64,6 +64,10 @@ test)
     if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
     make_venv "[dev,workloads-cpu,dashboards,plots,torch]"
     (cd tests/deploy/crd_schemas && npm ci --no-audit --no-fund --silent)
+    # the wheelhouse the tests/dist tests install from (built here, while the network is used anyway)
+    TEYE_WHEELHOUSE="$(cd "$VENV" && pwd)/wheelhouse"
+    deploy/wheelhouse.sh --python "$PY" "$TEYE_WHEELHOUSE" >/dev/null
+    export TEYE_WHEELHOUSE
     export TEYE_REQUIRE_FAST=1  # a C helper that failed to build fails its tests instead of skipping them
     set +e
     "$VENV/bin/python" -m pytest "$@"
