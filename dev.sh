@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up and run teye on a fresh Debian machine.
 #   ./dev.sh agent [teye agent flags...]   create .venv, install teye, run the agent (embedded defaults, :9835)
-#   ./dev.sh test  [pytest args...]        install test tools (Prometheus, promtool, a C compiler), create
-#                                          .venv with every extra, run the whole test suite
+#   ./dev.sh test  [pytest args...]        install test tools (Prometheus, promtool, a C compiler, podman,
+#                                          mmdebstrap, node), create .venv with every extra, run the whole test suite
+#   ./dev.sh dist                          build dist/: the wheelhouse (teye + every dependency as wheels, for
+#                                          this platform and Python) and the OCI image built from it
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,8 +27,16 @@ make_venv() {
             "$PY" -m venv "$VENV"
         fi
     fi
+    # reinstall only when the packaging or the extras changed (an editable install follows the sources)
+    local stamp="$VENV/.teye-installed" want
+    want="$(cat pyproject.toml setup.py | sha256sum | cut -d' ' -f1) $1"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/teye" ]; then
+        return 0
+    fi
     "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install -q -e ".$1"
+    "$VENV/bin/python" -m pip install -q -e ".$1" 2>&1 | grep -v -i "editable" >&2 || true
+    [ -x "$VENV/bin/teye" ] || { echo "dev.sh: installing teye failed" >&2; exit 1; }
+    echo "$want" > "$stamp"
 }
 
 case "${1:-}" in
@@ -41,12 +51,23 @@ test)
     command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
     command -v amtool >/dev/null || need+=(prometheus-alertmanager)
     command -v systemd-analyze >/dev/null || need+=(systemd)
+    # the image test (tests/dist/test_image.py): mmdebstrap builds the root filesystem, podman runs it
+    # (runc: crun refuses hybrid cgroup hosts); node runs the prometheus-operator CRD schemas (test_kubernetes.py)
+    command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+    command -v podman >/dev/null || need+=(podman)
+    command -v runc >/dev/null || need+=(runc)
+    command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
     # the phase path's C helpers (agent/phases/_fast.c): the tests check them against the Python code
     command -v cc >/dev/null && [ -e /usr/include/stdio.h ] || need+=(gcc libc6-dev)
     "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
         || need+=(python3-dev)
     if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
     make_venv "[dev,workloads-cpu,dashboards,plots,torch]"
+    (cd tests/deploy/crd_schemas && npm ci --no-audit --no-fund --silent)
+    # the wheelhouse the tests/dist tests install from (built here, while the network is used anyway)
+    TEYE_WHEELHOUSE="$(cd "$VENV" && pwd)/wheelhouse"
+    deploy/wheelhouse.sh --python "$PY" "$TEYE_WHEELHOUSE" >/dev/null
+    export TEYE_WHEELHOUSE
     export TEYE_REQUIRE_FAST=1  # a C helper that failed to build fails its tests instead of skipping them
     set +e
     "$VENV/bin/python" -m pytest "$@"
@@ -58,8 +79,21 @@ test)
     fi
     exit $rc
     ;;
+dist)
+    # dist/wheelhouse (deploy/install.sh --from dist/wheelhouse installs it on a node with no network),
+    # the same as one .tar.gz, and the OCI image dist/teye-<version>.oci.tar built from it
+    command -v mmdebstrap >/dev/null && command -v podman >/dev/null || apt_install mmdebstrap podman runc
+    command -v cc >/dev/null && [ -e /usr/include/stdio.h ] || apt_install gcc libc6-dev python3-dev
+    rm -rf dist/wheelhouse
+    deploy/wheelhouse.sh --python "$PY" dist/wheelhouse
+    tag=$("$PY" -c 'import json; m = json.load(open("dist/wheelhouse/teye-wheelhouse.json")); print("teye-%s-%s-%s" % (m["teye"], m["python"], m["platform"].replace("-", "_")))')
+    tar -C dist -czf "dist/$tag-wheelhouse.tar.gz" --transform "s|^wheelhouse|$tag|" wheelhouse
+    version=$("$PY" -c 'import json; print(json.load(open("dist/wheelhouse/teye-wheelhouse.json"))["teye"])')
+    as_root deploy/image/build.sh --tag "localhost/teye:$version" dist/wheelhouse "dist/teye-$version.oci.tar"
+    ls -l dist/ >&2
+    ;;
 *)
-    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -1,10 +1,28 @@
-"""The optional C helpers of the phase path; everything else is in pyproject.toml.
+"""Packaging beyond pyproject.toml: where the packages go, and the optional C helpers of the phase path.
 
-``optional=True``: without a C compiler or Python's headers the build goes on without them and
-the agent uses the same code in Python (see agent/phases/fast.py).
+Installed layout (the repository's keeps ``agent/``, ``exporters/``, ``workloads/``, ``dashboards/`` at
+the top): those generic names are installed under ``teye/_lib/``, a directory only the ``teye``
+launcher (teye/__init__.py) puts on ``sys.path``, so an install adds no top-level name a user's
+project could collide with; ``teye`` (the launcher) and ``teye_client`` (imported by users' jobs)
+are the only top-level packages.
+
+``optional=True``: without a C compiler or Python's headers the build goes on without the helpers
+and the agent uses the same code in Python (see agent/phases/fast.py).
 """
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
-setup(ext_modules=[Extension("agent.phases._fast", ["agent/phases/_fast.c", "agent/phases/_fast_table.c"],
-                             depends=["agent/phases/_fast_table.h"], optional=True,
-                             extra_compile_args=["-O2"])])
+PRIVATE = ("agent", "exporters", "workloads", "dashboards")   # = teye.PRIVATE
+LIB = "teye._lib"
+
+private = find_packages(include=[f"{p}{tail}" for p in PRIVATE for tail in ("", ".*")])
+public = find_packages(include=["teye", "teye_client", "teye_client.*"])
+
+setup(
+    packages=public + [f"{LIB}.{p}" for p in private],
+    package_dir={LIB: "."},
+    package_data={f"{LIB}.dashboards": ["json/*.json"],
+                  "teye_client": ["_site/sitecustomize.py"]},  # the directory `teye run` puts first on PYTHONPATH
+    ext_modules=[Extension(f"{LIB}.agent.phases._fast", ["agent/phases/_fast.c", "agent/phases/_fast_table.c"],
+                           depends=["agent/phases/_fast_table.h"], optional=True,
+                           extra_compile_args=["-O2"])],
+)

@@ -29,6 +29,8 @@ def render() -> str:
         "|---|---|---|---|---|---|",
     ]
     specs = {n: s for n, s in registered().items() if not s.source_file.startswith("tests/")}
+    # the process_* families of client_python's process collector (not teye_-prefixed: every exporter's names)
+    specs.update((s.name, s) for s in importlib.import_module("exporters.selfstats").SPECS)
     for name in sorted(specs):
         s = specs[name]
         labels = ", ".join(f"`{l}`" for l in s.labels) or "–"

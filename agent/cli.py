@@ -132,18 +132,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("record", help="record what the GPU backend (or, with --pmu, the PMU source) reads, "
                        "as JSON lines")
-    r.add_argument("--output", required=True, metavar="FILE")
+    r.add_argument("--output", required=True, metavar="FILE", help="trace file to write (JSON lines)")
     r.add_argument("--pmu", action="store_true", help="record raw hardware-counter reads instead of NVML")
-    r.add_argument("--duration", type=float, default=60.0, metavar="SECONDS")
-    r.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
+    r.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to record (default 60)")
+    r.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="time between two reads (default 1)")
     _common_source_flags(r)
     r.set_defaults(func=cmd_record)
 
     pr = sub.add_parser("profile", help="run a command and explain its GPU idle time")
-    pr.add_argument("--output", metavar="DIR", default="teye-profile")
+    pr.add_argument("--output", metavar="DIR", default="teye-profile",
+                    help="where summary.json and the timeline PNG go (default ./teye-profile)")
     _common_source_flags(pr)
     pr.add_argument("--gpu-replay", metavar="FILE", help=argparse.SUPPRESS)
-    pr.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+    pr.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to profile")
     pr.set_defaults(func=_with_config("agent.profile"))
 
     ru = sub.add_parser("run", help="run a command with zero-code phases (PyTorch, TensorFlow): "
@@ -154,16 +157,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "the agent's default locations)")
     ru.add_argument("--print-env", action="store_true", help="print the export lines that turn it on (a Slurm "
                     "TaskProlog's output) instead of running a command")
-    ru.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+    ru.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...",
+                    help="the command to run (its exit status is teye's)")
     ru.set_defaults(func=_lazy("agent.run"))
 
     db = sub.add_parser("dashboards", help="Grafana dashboards")
     dsub = db.add_subparsers(dest="dash_command", metavar="ACTION")
     dsub.required = True
     push = dsub.add_parser("push", help="upload the dashboards through the Grafana HTTP API")
-    push.add_argument("--url", required=True)
-    push.add_argument("--token", required=True)
-    push.add_argument("--folder", default="teye")
+    push.add_argument("--url", required=True, help="Grafana's base URL (https://grafana.example)")
+    tok = push.add_mutually_exclusive_group()
+    tok.add_argument("--token-file", metavar="FILE", help="file holding the service-account token (Editor "
+                     "role); without it and --token, the GRAFANA_TOKEN environment variable")
+    tok.add_argument("--token", help="the token itself (visible in `ps` and shell history: prefer "
+                     "--token-file or GRAFANA_TOKEN)")
+    push.add_argument("--folder", default="teye", help="Grafana folder, created when missing (default teye)")
     push.set_defaults(func=_lazy("dashboards.push"))
 
     from .report.main import add_parser as _add_report   # teye report (issue 23)

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
+import time
 from typing import Any, Dict, Optional
 
 from . import config as config_mod
@@ -38,11 +40,37 @@ def build_sources(cfg: Dict[str, Any], ctx=None) -> Dict[str, tuple]:
             continue
         try:
             src = sources_mod.build(name, cfg, ctx)
-        except SourceUnavailable as e:
-            log.info("collector %s unavailable: %s", name, e)
+        except SourceUnavailable as e:  # said in the start-up line (and by the sampler on its first read)
             src = DownSource(name, str(e))
         out[name] = (src, ccfg["interval_seconds"])
     return out
+
+
+def collectors_line(cfg: Dict[str, Any], snapshot) -> str:
+    """What the start-up line says of the collectors after their first read: which run, which are down and
+    why, which have not finished a read yet, which the configuration disables."""
+    states = list(snapshot.sources.values())
+    running = [st.name for st in states if st.up]
+    down = [f"{st.name} ({st.error})" for st in states if not st.up and st.reads]
+    pending = [st.name for st in states if not st.reads]
+    off = [n for n, c in cfg["collectors"].items() if not c["enabled"]]
+    parts = [f"collectors running: {', '.join(running) or 'none'}"]
+    if down:
+        parts.append(f"down: {'; '.join(down)}")
+    if pending:
+        parts.append(f"first read not finished: {', '.join(pending)}")
+    if off:
+        parts.append(f"disabled in the configuration: {', '.join(off)}")
+    return "; ".join(parts)
+
+
+def first_reads(sampler: Sampler, stop: threading.Event, timeout_s: float) -> None:
+    """Wait until every source has completed one read (or timeout_s, or stop)."""
+    deadline = time.monotonic() + timeout_s
+    while not all(st.reads for st in sampler.snapshot.sources.values()):
+        left = deadline - time.monotonic()
+        if left <= 0 or stop.wait(min(0.05, left)):
+            return
 
 
 def health(sampler: Sampler) -> Optional[str]:
@@ -52,31 +80,41 @@ def health(sampler: Sampler) -> Optional[str]:
 
 def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> int:
     """Run until SIGTERM/SIGINT (or stop_event); returns the exit status."""
-    from exporters.http import Limits, MetricsServer, registry_renderer
+    from exporters.http import Limits, MetricsServer, bind_listener, registry_renderer
     from exporters.webconfig import WebConfig
     from exporters.webstats import WebStats
     from exporters.prometheus import make_registry
+    from exporters.selfstats import ProcessStats, chain
 
     from .context import AgentContext
     web = WebConfig(cfg["web"]["config_file"])  # a bad web config fails before anything is opened
-    srcs = build_sources(cfg, AgentContext())
+    host, port = config_mod.split_hostport(cfg["listen"])
+    # the port first: taken, the agent stops (exit 2) before any source opens a file or binds its socket
+    try:
+        listener = bind_listener(host, port)
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {cfg['listen']}: {e.strerror or e}") from None
+    for key, what in (("procfs", "/proc"), ("sysfs", "/sys")):
+        root = cfg[key]
+        if not os.path.isdir(root):  # a container started without the host's filesystem mounted: say it once
+            log.warning("--%s %s does not exist: is the host's %s mounted there? (the DaemonSet mounts it "
+                        "read-only at /host%s); the collectors that read it are down", key, root, what, what)
+    try:
+        srcs = build_sources(cfg, AgentContext())
+    except BaseException:
+        listener.close()
+        raise
     sampler = Sampler(srcs)
     stats = WebStats()  # the server counts into it, every scrape formats it
-    registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"], extra=stats.state)
-    host, port = config_mod.split_hostport(cfg["listen"])
+    # the agent's own process_* series (client_python's process collector) beside the web server's counters
+    registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"],
+                             extra=chain(stats.state, ProcessStats().state))
     # sources that open descriptors on their first read (perf events) say how many, so the
     # connection budget leaves them room
     later = sum(src.fds_wanted() for src, _ in srcs.values() if hasattr(src, "fds_wanted"))
     limits = dataclasses.replace(Limits.from_config(cfg["web"]), reserved_fds=later)
-    try:
-        server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler), web, limits,
-                               stats)
-    except OSError as e:
-        for src, _ in srcs.values():
-            close = getattr(src, "close", None)
-            if close:
-                close()
-        raise ConfigError(f"cannot listen on {cfg['listen']}: {e.strerror or e}") from None
+    server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler), web, limits,
+                           stats, listener=listener)
     stop = stop_event or threading.Event()
 
     def _on_signal(signum, _frame):
@@ -89,8 +127,10 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     sampler.start()
     server.start()
     h, p = server.address
-    log.info("teye agent listening on %s://%s:%d/metrics (at most %d connections) with collectors: %s",
-             server.scheme, h, p, server.max_connections, ", ".join(srcs))
+    # serving already; the line waits for the first reads so that it can say which collectors are down and why
+    first_reads(sampler, stop, min(10.0, cfg["stale_after_seconds"]))
+    log.info("teye agent listening on %s://%s:%d/metrics (at most %d connections); %s",
+             server.scheme, h, p, server.max_connections, collectors_line(cfg, sampler.snapshot))
     try:
         while not stop.wait(2.0):  # a signal handler sets stop, which wakes this at once
             pass

@@ -1,4 +1,8 @@
-"""`teye dashboards push --url URL --token TOKEN [--folder NAME]`: upload the dashboards to Grafana.
+"""`teye dashboards push --url URL [--token-file FILE | --token TOKEN] [--folder NAME]`: upload the dashboards.
+
+The token (a Grafana service-account token with the Editor role) comes from ``--token-file``, else
+``--token``, else the ``GRAFANA_TOKEN`` environment variable: a file or the environment keeps it out of
+``ps`` and shell history.
 
 Uses grafana-client (the ``dashboards`` extra).  Each dashboard is saved with
 ``overwrite: true`` under its fixed uid (``teye-cluster``, ``teye-node``, ``teye-job``)
@@ -176,11 +180,35 @@ def push(url: str, token: str, folder: str, dashboards: Sequence[dict], out: Opt
     return report
 
 
+ENV_TOKEN = "GRAFANA_TOKEN"
+
+
+def token_from(args, environ=None) -> str:
+    """The token: --token-file (its first line, stripped), --token, or $GRAFANA_TOKEN; PushError(status 2) if
+    none, or the file cannot be read or is empty."""
+    env = os.environ if environ is None else environ
+    path = getattr(args, "token_file", None)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                token = fh.readline().strip()
+        except OSError as e:
+            raise PushError(f"cannot read the token file {path}: {e.strerror or e}", status=2) from None
+        if not token:
+            raise PushError(f"the token file {path} is empty", status=2)
+        return token
+    token = getattr(args, "token", None) or env.get(ENV_TOKEN, "").strip()
+    if not token:
+        raise PushError(f"no Grafana token: pass --token-file FILE or set {ENV_TOKEN}", status=2)
+    return token
+
+
 def main(args) -> int:
-    """Entry point of `teye dashboards push` (args: url, token, folder)."""
+    """Entry point of `teye dashboards push` (args: url, token_file, token, folder)."""
     try:
+        token = token_from(args)
         dashboards = load_dashboards()
-        report = push(args.url, args.token, args.folder, dashboards)
+        report = push(args.url, token, args.folder, dashboards)
     except PushError as e:
         print(f"teye: {e}", file=sys.stderr)
         return e.status

@@ -2,13 +2,16 @@
 # Install the teye agent on a GPU node as a systemd service.
 #
 #   sudo deploy/install.sh               # install or upgrade (idempotent)
+#   sudo DIR/deploy/install.sh --from DIR   # ... from a wheelhouse (./dev.sh dist): no network, no compiler
 #   sudo deploy/install.sh --uninstall   # remove the service, venv and user (keeps /etc/teye)
 #   sudo deploy/install.sh --uninstall --purge   # ... and /etc/teye
 #   deploy/install.sh --dry-run          # print what would be done, change nothing
 #
 # What it does:
 #   1. creates the system user "teye" (no login, no home);
-#   2. creates a Python venv under /opt/teye/venv and installs teye from this repository;
+#   2. creates a Python venv under /opt/teye/venv and installs teye from this repository, or with
+#      --from DIR from a wheelhouse (teye and every dependency as wheels, built by ./dev.sh dist on a
+#      machine with the same platform and Python: checked first, a mismatch changes nothing);
 #   3. writes /etc/teye/teye.yml from deploy/teye.example.yml when absent (an existing
 #      config is never overwritten; the new example goes to teye.yml.example);
 #   4. installs deploy/systemd/teye-agent.service to /etc/systemd/system, then
@@ -24,6 +27,7 @@
 #   --etc DIR         config directory (default /etc/teye)
 #   --unit-dir DIR    systemd unit directory (default /etc/systemd/system)
 #   --source DIR      teye source tree to install (default: this repository)
+#   --from DIR        install from a wheelhouse instead (pip --no-index: no network, no compiler)
 #   --python PY       interpreter for the venv (default python3, >= 3.9)
 #   --system-site-packages   let the venv see the system's Python packages (runtime only:
 #                     teye itself is still built in an isolated environment)
@@ -36,6 +40,7 @@ PREFIX=/opt/teye
 ETC=/etc/teye
 UNIT_DIR=/etc/systemd/system
 SOURCE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WHEELHOUSE=
 PYTHON=python3
 MODE=install
 PURGE=0
@@ -77,6 +82,7 @@ while [ $# -gt 0 ]; do
         --etc) ETC="${2:?--etc needs a directory}"; shift ;;
         --unit-dir) UNIT_DIR="${2:?--unit-dir needs a directory}"; shift ;;
         --source) SOURCE="${2:?--source needs a directory}"; shift ;;
+        --from) WHEELHOUSE="${2:?--from needs a wheelhouse directory}"; shift ;;
         --python) PYTHON="${2:?--python needs an interpreter}"; shift ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
@@ -128,12 +134,63 @@ if [ "$MODE" = uninstall ]; then
 fi
 
 # -------------------------------------------------------------------- install
-[ -f "$SOURCE/pyproject.toml" ] || die "no teye source tree at $SOURCE (pyproject.toml missing); use --source"
+if [ -n "$WHEELHOUSE" ]; then
+    WHEELHOUSE="$(cd "$WHEELHOUSE" 2>/dev/null && pwd)" || die "no wheelhouse directory $WHEELHOUSE"
+    [ -f "$WHEELHOUSE/teye-wheelhouse.json" ] \
+        || die "$WHEELHOUSE is not a teye wheelhouse (teye-wheelhouse.json missing; build one with ./dev.sh dist)"
+    FILES="$WHEELHOUSE/deploy"      # the example config and the unit travel with the wheels
+    INSTALL_FROM=(--no-index --find-links "$WHEELHOUSE/wheels" teye)
+    export PIP_CONFIG_FILE=/dev/null   # the wheelhouse alone: no index, find-links or constraints from pip.conf
+else
+    [ -f "$SOURCE/pyproject.toml" ] || die "no teye source tree at $SOURCE (pyproject.toml missing); use --source"
+    FILES="$SOURCE/deploy"
+    INSTALL_FROM=("$SOURCE")
+fi
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; install Python 3.9 or newer (apt-get install python3 python3-venv)"
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' \
     || die "$PYTHON is older than 3.9"
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null \
     || die "$PYTHON cannot create virtual environments (Debian/Ubuntu: apt-get install python3-venv)"
+
+# A wheelhouse is for one platform and Python: say which and stop before anything is changed.
+if [ -n "$WHEELHOUSE" ]; then
+    "$PYTHON" - "$WHEELHOUSE" <<'PY' || die "refusing $WHEELHOUSE: nothing was changed"
+import hashlib, json, os, platform, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "teye-wheelhouse.json")))
+impl = sys.implementation.name
+here = "%s%d%d" % ({"cpython": "cp"}.get(impl, impl), *sys.version_info[:2])
+libc, ver = platform.libc_ver()
+def vt(v):
+    return tuple(int(x) for x in v.split(".") if x.isdigit())
+problems = []
+if m["python"] != here:
+    problems.append("it was built for %s %s (%s), and %s is %s %d.%d (%s)" % (
+        m["implementation"], m["python_version"], m["python"], sys.executable, impl, sys.version_info[0],
+        sys.version_info[1], here))
+if m["machine"] != platform.machine():
+    problems.append("it was built for %s machines, and this one is %s" % (m["machine"], platform.machine()))
+if m.get("glibc") and (libc != "glibc" or vt(ver) < vt(m["glibc"])):
+    problems.append("it needs glibc %s or newer, and this host has %s" % (m["glibc"], ("glibc " + ver) if libc == "glibc" else "no glibc"))
+for name, digest in sorted(m["wheels"].items()):
+    path = os.path.join(d, "wheels", name)
+    try:
+        with open(path, "rb") as fh:
+            ok = hashlib.sha256(fh.read()).hexdigest() == digest
+    except OSError:
+        problems.append("wheels/%s is missing" % name)
+        continue
+    if not ok:
+        problems.append("wheels/%s is damaged (its sha256 differs from teye-wheelhouse.json)" % name)
+for p in problems:
+    sys.stderr.write("teye-install: error: this wheelhouse does not fit this host: %s\n" % p)
+if problems:
+    sys.stderr.write("teye-install: build a wheelhouse on a machine like this one (./dev.sh dist), or pass "
+                     "--python with the interpreter it was built for\n")
+sys.exit(1 if problems else 0)
+PY
+    say "wheelhouse $WHEELHOUSE fits this host (teye $("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["teye"])' "$WHEELHOUSE/teye-wheelhouse.json"))"
+fi
 
 HAVE_NVIDIA=0
 if [ -e "$NVIDIA_DRIVER_FILE" ]; then
@@ -158,23 +215,43 @@ fi
 # pyproject.toml asks for): never with the build tools of this host's Python, which may lack
 # `wheel` or carry a setuptools too old for the project metadata.
 unset PIP_NO_BUILD_ISOLATION PIP_BUILD_ISOLATION PIP_NO_USE_PEP517 PIP_USE_PEP517
+NEW_VENV=0
 if [ -x "$VENV/bin/python" ]; then
     say "reusing venv $VENV"
 else
     run mkdir -p "$PREFIX"
     run "$PYTHON" -m venv ${VENV_ARGS[@]+"${VENV_ARGS[@]}"} "$VENV"
+    NEW_VENV=1
     say "created venv $VENV"
 fi
-run "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "$SOURCE"
-say "installed teye from $SOURCE into $VENV"
+# a failed install leaves no half-made venv behind (an existing one is upgraded in place by pip)
+undo_venv() {
+    if [ "$NEW_VENV" = 1 ]; then rm -rf "$VENV"; rmdir "$PREFIX" 2>/dev/null || true; fi
+    die "$1"
+}
+if [ -n "$WHEELHOUSE" ] && [ "$DRY_RUN" = 0 ]; then
+    # pip's own platform-tag check, before it installs anything (pip >= 22.2 has --dry-run)
+    if "$VENV/bin/python" -m pip install --help 2>/dev/null | grep -q -- --dry-run; then
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --dry-run --upgrade \
+            "${INSTALL_FROM[@]}" >/dev/null \
+            || undo_venv "pip finds no installable teye in $WHEELHOUSE for this Python and platform; nothing was changed"
+    fi
+fi
+if [ "$DRY_RUN" = 1 ]; then
+    run "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "${INSTALL_FROM[@]}"
+else
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "${INSTALL_FROM[@]}" \
+        || undo_venv "pip could not install teye into $VENV"
+fi
+say "installed teye from ${WHEELHOUSE:-$SOURCE} into $VENV"
 
 # 3. configuration (never overwrite the admin's file)
 run mkdir -p "$ETC"
 if [ -e "$CONFIG" ]; then
-    run install -m 0644 "$SOURCE/deploy/teye.example.yml" "$CONFIG.example"
+    run install -m 0644 "$FILES/teye.example.yml" "$CONFIG.example"
     say "kept existing $CONFIG (the current example is in $CONFIG.example)"
 else
-    run install -m 0644 "$SOURCE/deploy/teye.example.yml" "$CONFIG"
+    run install -m 0644 "$FILES/teye.example.yml" "$CONFIG"
     if [ "$HAVE_NVIDIA" = 0 ]; then
         # collectors.gpu.enabled: true -> false (the two-space indented "gpu:" is under collectors)
         run sed -i -e '/^  gpu:$/,/enabled:/ s/enabled: true/enabled: false/' "$CONFIG"
@@ -184,7 +261,8 @@ fi
 if [ "$DRY_RUN" = 0 ]; then
     "$TEYE_BIN" agent --help >/dev/null || die "the installed teye does not run: $TEYE_BIN"
     # Validate the configuration now rather than at service start.
-    "$VENV/bin/python" -c 'import sys; from agent.config import load; load(sys.argv[1])' "$CONFIG" \
+    # (teye's packages live in the launcher's private directory: teye.isolate() puts it on sys.path)
+    "$VENV/bin/python" -I -c 'import sys, teye; teye.isolate(); from agent.config import load; load(sys.argv[1])' "$CONFIG" \
         || die "$CONFIG is not a valid teye configuration"
 fi
 
@@ -195,7 +273,7 @@ if [ "$DRY_RUN" = 1 ]; then
 else
     tmp="$(mktemp)"
     sed -e "s|^ExecStart=.*|ExecStart=$TEYE_BIN agent --config $CONFIG|" \
-        "$SOURCE/deploy/systemd/teye-agent.service" > "$tmp"
+        "$FILES/systemd/teye-agent.service" > "$tmp"
     if [ -e "$UNIT" ] && cmp -s "$tmp" "$UNIT"; then
         rm -f "$tmp"
         say "$UNIT is up to date"
@@ -212,10 +290,13 @@ SITE="$PREFIX/site"
 if [ "$DRY_RUN" = 1 ]; then
     say "would install $SITE (sitecustomize.py + teye_client) for zero-code phases"
 else
+    # copied from the teye_client just installed (the same files whether from source or a wheelhouse)
+    CLIENT="$("$VENV/bin/python" -I -c 'import os, teye_client; print(os.path.dirname(teye_client.__file__))')" \
+        || die "the installed teye has no teye_client"
     rm -rf "$SITE.new"
     mkdir -p "$SITE.new/teye_client"
-    install -m 0644 "$SOURCE/teye_client/_site/sitecustomize.py" "$SITE.new/sitecustomize.py"
-    for f in "$SOURCE"/teye_client/*.py; do install -m 0644 "$f" "$SITE.new/teye_client/"; done
+    install -m 0644 "$CLIENT/_site/sitecustomize.py" "$SITE.new/sitecustomize.py"
+    for f in "$CLIENT"/*.py; do install -m 0644 "$f" "$SITE.new/teye_client/"; done
     "$VENV/bin/python" -m compileall -q "$SITE.new" >/dev/null || die "cannot byte-compile $SITE.new"
     chmod -R go-w "$SITE.new"
     chmod 0755 "$SITE.new" "$SITE.new/teye_client"

@@ -202,14 +202,30 @@ class _Conn:
             self.sock.close()
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port); OSError (port in use, no such address) with nothing left open."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(min(socket.SOMAXCONN, 1024))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class MetricsServer:
     """Binds at construction (so a port in use or a bad web config fails early), serves after start()."""
 
     def __init__(self, host: str, port: int, render: Render,
                  health: Callable[[], Optional[str]] = lambda: None,
-                 web: Optional[WebConfig] = None, limits: Limits = Limits(), stats: Optional[WebStats] = None):
+                 web: Optional[WebConfig] = None, limits: Limits = Limits(), stats: Optional[WebStats] = None,
+                 listener: Optional[socket.socket] = None):
         """``stats``: where the server counts its requests, timeouts and failures (teye's registry formats
-        it: see :func:`exporters.prometheus.make_registry`); a private one when not given."""
+        it: see :func:`exporters.prometheus.make_registry`); a private one when not given.  ``listener``: a
+        socket :func:`bind_listener` bound earlier (the agent binds its port before it opens anything else)."""
         self._render = render
         self._health = health
         self._web = web or WebConfig(None)
@@ -219,15 +235,7 @@ class MetricsServer:
             log.warning("web.max_connections %d lowered to %d: the fd limit is %d (raise LimitNOFILE)",
                         limits.max_connections, self.max_connections,
                         resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._sock.bind((host, port))
-            self._sock.listen(min(socket.SOMAXCONN, 1024))
-        except OSError:
-            self._sock.close()
-            raise
+        self._sock = listener if listener is not None else bind_listener(host, port)
         self._sock.setblocking(False)
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._on_loop_error)

@@ -106,7 +106,9 @@ def add_parser(sub) -> None:
     r.add_argument("--user", metavar="NAME", help="every job of this user in --since/--until")
     r.add_argument("--since", metavar="TIME", help="start of the search (unix s, ISO time, or 2h/7d ago; default 7d)")
     r.add_argument("--until", metavar="TIME", help="end of the search (default now)")
-    r.add_argument("--format", choices=["text", "json", "markdown", "summary"], default="text")
+    r.add_argument("--format", choices=["text", "json", "markdown", "summary"], default="text",
+                   help="text with bars (default), json (stable keys), markdown, or summary (the epilog's "
+                   "AdminComment)")
     r.add_argument("--max-bytes", type=int, default=1024, metavar="N",
                    help="--format summary: at most N bytes (default 1024; the epilog's AdminComment bound)")
     r.add_argument("--cpus", type=int, metavar="N", help="cores allocated to the job (for CPU efficiency)")

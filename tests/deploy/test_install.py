@@ -40,10 +40,10 @@ def run_install(*args, systemd=False, nvidia=False, probe_dir="/nonexistent-teye
 def source_copy(dest):
     """The installable part of the repository (pip builds in the source tree: keep build/ out of it)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info", ".*")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         if os.path.exists(os.path.join(REPO, name)):
             shutil.copy(os.path.join(REPO, name), dest / name)
-    for name in ("agent", "exporters", "dashboards", "workloads", "deploy", "teye_client"):
+    for name in ("teye", "agent", "exporters", "dashboards", "workloads", "deploy", "teye_client"):
         if os.path.isdir(os.path.join(REPO, name)):
             shutil.copytree(os.path.join(REPO, name), dest / name, ignore=ignore)
     return dest
@@ -139,12 +139,16 @@ def test_editable_install_on_a_fresh_interpreter(fresh, tmp_path):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     assert "project.license" not in out and "SetuptoolsDeprecationWarning" not in out, out[-3000:]
-    where = subprocess.run([fresh, "-c", "import agent, importlib.metadata as m; "
+    # the launcher runs the checkout's own packages (teye.isolate() puts the checkout first)
+    run_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    where = subprocess.run([fresh, "-c", "import teye, importlib.metadata as m; teye.isolate(); import agent; "
                             "print(agent.__file__); print(m.version('teye'))"],
-                           capture_output=True, text=True, cwd=str(tmp_path), env=env)
+                           capture_output=True, text=True, cwd=str(tmp_path), env=run_env)
     assert where.returncode == 0, where.stderr
     file, version = where.stdout.split()
     assert file == str(src / "agent" / "__init__.py") and version == "0.1.0"
+    with open(os.path.join(os.path.dirname(fresh), "teye")) as fh:   # the console script is the launcher
+        assert "from teye import main" in fh.read()
 
 
 def test_installed_unit_verifies_clean(installed):

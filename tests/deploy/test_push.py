@@ -123,3 +123,29 @@ def test_without_the_json_files_the_dashboards_are_generated(tmp_path):
     got = load_dashboards(str(tmp_path))
     assert [d["uid"] for d in got] == UIDS
     assert {d["uid"]: d for d in got} == committed()
+
+
+def test_token_from_a_file_or_the_environment_not_only_the_command_line(tmp_path, monkeypatch, capsys):
+    """--token-file (first line) and $GRAFANA_TOKEN reach Grafana as the bearer token; --token-file wins over
+    the environment; no token at all, an unreadable or empty file: exit 2 with the reason, nothing sent."""
+    f = tmp_path / "token"
+    f.write_text("file-token\n")
+    monkeypatch.setenv("GRAFANA_TOKEN", "env-token")
+    with FakeGrafana(token="file-token") as g:
+        assert teye(["dashboards", "push", "--url", g.url, "--token-file", str(f)]) == 0
+    assert g.requests and all(r["auth"] == "Bearer file-token" for r in g.requests)
+    with FakeGrafana(token="env-token") as g:
+        assert teye(["dashboards", "push", "--url", g.url]) == 0
+    assert g.requests and all(r["auth"] == "Bearer env-token" for r in g.requests)
+    capsys.readouterr()
+    monkeypatch.delenv("GRAFANA_TOKEN")
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with FakeGrafana() as g:
+        assert teye(["dashboards", "push", "--url", g.url]) == 2
+        assert "no Grafana token: pass --token-file FILE or set GRAFANA_TOKEN" in capsys.readouterr().err
+        assert teye(["dashboards", "push", "--url", g.url, "--token-file", str(tmp_path / "nope")]) == 2
+        assert f"cannot read the token file {tmp_path / 'nope'}: No such file or directory" in capsys.readouterr().err
+        assert teye(["dashboards", "push", "--url", g.url, "--token-file", str(empty)]) == 2
+        assert f"the token file {empty} is empty" in capsys.readouterr().err
+    assert g.requests == []

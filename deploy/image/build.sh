@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Build teye's OCI image from Debian packages alone (no registry base image) and a wheelhouse.
+#
+#   deploy/image/build.sh [--suite SUITE] [--mirror URL] [--tag NAME] [--label K=V] WHEELHOUSE OUT.tar
+#
+#   1. mmdebstrap makes the root filesystem: Debian's essential set plus python3 (the suite defaults to this
+#      host's release, so its Python is the one the wheelhouse was built with), documentation,
+#      man pages and locales left out;
+#   2. a venv at /opt/teye/venv gets teye from WHEELHOUSE (pip --no-index: the image build needs the
+#      Debian archive, never PyPI); pip and the wheels are removed afterwards;
+#   3. podman import turns the tarball into an image (entrypoint teye, user 65532, port 9835) and
+#      podman save writes OUT.tar (OCI archive: `podman load -i OUT.tar`, `skopeo copy oci-archive:...`).
+# Needs root (or a user namespace) for mmdebstrap, and podman; all Debian packages
+# (apt-get install mmdebstrap podman).
+set -euo pipefail
+SUITE=$(. /etc/os-release && echo "${VERSION_CODENAME:-stable}")
+MIRROR=
+TAG=localhost/teye:0.1.0
+LABELS=()
+ARGS=()
+die() { printf 'teye-image: error: %s\n' "$*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --suite) SUITE="${2:?}"; shift ;;
+        --mirror) MIRROR="${2:?}"; shift ;;
+        --tag) TAG="${2:?}"; shift ;;
+        --label) LABELS+=(--change "LABEL ${2:?}"); shift ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) die "unknown option $1" ;;
+        *) ARGS+=("$1") ;;
+    esac
+    shift
+done
+[ ${#ARGS[@]} = 2 ] || die "usage: deploy/image/build.sh [--suite SUITE] [--tag NAME] WHEELHOUSE OUT.tar"
+WH="$(cd "${ARGS[0]}" && pwd)" || die "no wheelhouse ${ARGS[0]}"
+OUT="${ARGS[1]}"
+[ -f "$WH/teye-wheelhouse.json" ] || die "$WH is not a teye wheelhouse (build one with ./dev.sh dist)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (apt-get install mmdebstrap)"
+command -v podman >/dev/null || die "podman is not installed (apt-get install podman)"
+
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+# 65532: the agent's user in the image (no name needed; the DaemonSet runs it as this uid)
+mmdebstrap --variant=essential --include=python3,python3-venv --mode=root --format=tar \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --customize-hook="copy-in $WH /tmp" \
+    --customize-hook='chroot "$1" python3 -m venv /opt/teye/venv' \
+    --customize-hook="chroot \"\$1\" env PIP_CONFIG_FILE=/dev/null /opt/teye/venv/bin/pip install --quiet --no-index --no-cache-dir --disable-pip-version-check --find-links /tmp/$(basename "$WH")/wheels teye" \
+    --customize-hook='chroot "$1" /opt/teye/venv/bin/pip uninstall --quiet --yes pip setuptools' \
+    --customize-hook="rm -rf \"\$1/tmp/$(basename "$WH")\" \"\$1\"/var/cache/apt/* \"\$1\"/var/lib/apt/lists/* \"\$1\"/var/log/*" \
+    --customize-hook='mkdir -p "$1/run/teye" "$1/host" && chown 65532:65532 "$1/run/teye"' \
+    --customize-hook='chroot "$1" /opt/teye/venv/bin/python -m compileall -q /opt/teye/venv >/dev/null || true' \
+    "$SUITE" "$TMP/rootfs.tar" ${MIRROR:+"$MIRROR"} >&2
+podman import \
+    --change 'ENTRYPOINT ["/opt/teye/venv/bin/teye"]' \
+    --change 'CMD ["agent", "--listen=0.0.0.0:9835", "--procfs=/host/proc", "--sysfs=/host/sys", "--phase-socket=/run/teye/phases.sock"]' \
+    --change 'USER 65532:65532' \
+    --change 'EXPOSE 9835/tcp' \
+    --change 'ENV PATH=/opt/teye/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'LABEL org.opencontainers.image.title=teye org.opencontainers.image.version=0.1.0 org.opencontainers.image.licenses=Apache-2.0' \
+    ${LABELS[@]+"${LABELS[@]}"} \
+    "$TMP/rootfs.tar" "$TAG" >/dev/null
+rm -f "$OUT"
+podman save --format oci-archive -o "$OUT" "$TAG" >/dev/null
+echo "teye-image: built $TAG ($(du -h "$OUT" | cut -f1) OCI archive at $OUT)"

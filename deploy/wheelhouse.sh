@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build teye's wheelhouse: teye and every runtime dependency as wheels, for this machine's platform
+# and Python, so that nodes install it with no network and no compiler (deploy/install.sh --from DIR).
+#
+#   deploy/wheelhouse.sh [--python PY] OUTDIR
+#
+# OUTDIR gets:
+#   wheels/                  teye-<v>-cpXY-cpXY-linux_<arch>.whl (the phase path's C helpers compiled
+#                            here: the tag names this Python and platform) and one wheel per dependency
+#   teye-wheelhouse.json     what it was built for (Python, machine, glibc) and each wheel's sha256;
+#                            install.sh checks it before touching the node
+#   deploy/                  install.sh, the example config and the systemd unit, so the directory
+#                            alone installs a node
+# Needs PyPI (or a mirror pip is configured for) and a C compiler with Python's headers, here only.
+# OUTDIR is replaced whole, only once everything was built.
+set -euo pipefail
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY=python3
+OUT=
+die() { printf 'teye-wheelhouse: error: %s\n' "$*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --python) PY="${2:?--python needs an interpreter}"; shift ;;
+        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) die "unknown option $1" ;;
+        *) [ -z "$OUT" ] || die "one output directory only"; OUT="$1" ;;
+    esac
+    shift
+done
+[ -n "$OUT" ] || die "no output directory (usage: deploy/wheelhouse.sh [--python PY] OUTDIR)"
+OUT="$(mkdir -p "$(dirname "$OUT")" && cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")"
+
+TMP="$(mktemp -d "${OUT}.tmp.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+# a private build venv: the host interpreter may lack pip, and its packages must not matter
+"$PY" -m venv "$TMP/venv" || die "$PY cannot create a venv (Debian: apt-get install python3-venv)"
+unset PIP_NO_BUILD_ISOLATION PIP_BUILD_ISOLATION PIP_NO_USE_PEP517 PIP_USE_PEP517
+# teye from a clean copy of the tree (pip builds in place: keep build/ out of the checkout)
+mkdir -p "$TMP/src"
+for f in pyproject.toml setup.py README.md; do cp "$SRC/$f" "$TMP/src/"; done
+for d in teye agent exporters workloads dashboards teye_client; do
+    (cd "$SRC" && tar --exclude=__pycache__ --exclude='*.pyc' --exclude='*.so' -cf - "$d") | (cd "$TMP/src" && tar -xf -)
+done
+"$TMP/venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --prefer-binary \
+    --wheel-dir "$TMP/out/wheels" "$TMP/src" || die "pip could not build the wheels (see above)"
+mkdir -p "$TMP/out/deploy/systemd"
+cp "$SRC/deploy/install.sh" "$SRC/deploy/teye.example.yml" "$TMP/out/deploy/"
+cp "$SRC/deploy/systemd/teye-agent.service" "$TMP/out/deploy/systemd/"
+"$TMP/venv/bin/python" - "$TMP/out" <<'PY' || exit 1
+import glob, hashlib, json, os, platform, sys, sysconfig, zipfile
+out = sys.argv[1]
+wheels = sorted(glob.glob(os.path.join(out, "wheels", "*.whl")))
+(teye,) = [w for w in wheels if os.path.basename(w).startswith("teye-")]
+if not any(n.startswith("teye/_lib/agent/phases/_fast.") and n.endswith(".so") for n in zipfile.ZipFile(teye).namelist()):
+    sys.exit("teye-wheelhouse: error: the phase path's C helpers were not built (install gcc, libc6-dev and "
+             "python3-dev): a wheelhouse carries them prebuilt")
+impl = sys.implementation
+libc, ver = platform.libc_ver()
+manifest = {
+    "teye": os.path.basename(teye).split("-")[1],
+    "python": "%s%d%d" % ({"cpython": "cp"}.get(impl.name, impl.name), *sys.version_info[:2]),
+    "python_version": "%d.%d" % sys.version_info[:2],
+    "implementation": impl.name,
+    "machine": platform.machine(),
+    "platform": sysconfig.get_platform(),
+    "glibc": ver if libc == "glibc" else None,
+    "wheels": {os.path.basename(w): hashlib.sha256(open(w, "rb").read()).hexdigest() for w in wheels},
+}
+with open(os.path.join(out, "teye-wheelhouse.json"), "w") as fh:
+    json.dump(manifest, fh, indent=1, sort_keys=True)
+    fh.write("\n")
+print("teye-wheelhouse: %d wheels for %s %s on %s (glibc %s)" % (len(wheels), impl.name, manifest["python_version"],
+                                                                 manifest["machine"], manifest["glibc"]))
+PY
+rm -rf "$OUT"
+mv "$TMP/out" "$OUT"
+echo "teye-wheelhouse: built $OUT"

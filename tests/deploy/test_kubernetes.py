@@ -1,0 +1,183 @@
+"""deploy/kubernetes/ for kube-prometheus-stack: every object valid against its schema (the Kubernetes API's,
+through kubernetes-validate, strict; the prometheus-operator CRDs', compiled in @kubernetes-models/
+prometheus-operator from npm), the PrometheusRules equal to the rule files, the dashboards ConfigMaps equal to
+dashboards/json, and the objects wired to one another (Service -> pods, ServiceMonitor -> Service)."""
+from __future__ import annotations
+
+import copy
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.procs import REPO
+
+K8S = os.path.join(REPO, "deploy", "kubernetes")
+CRD_DIR = os.path.join(REPO, "tests", "deploy", "crd_schemas")
+KUBE_VERSION = "1.30.0"     # the oldest Kubernetes this is checked against (PERFMON needs 1.22+ runtimes)
+
+
+def objects():
+    with open(os.path.join(K8S, "kustomization.yaml"), encoding="utf-8") as fh:
+        resources = yaml.safe_load(fh)["resources"]
+    assert sorted(resources) == sorted(os.path.basename(p) for p in glob.glob(os.path.join(K8S, "*.yaml"))
+                                       if not p.endswith(("kustomization.yaml", "zero-code-pod.yaml")))
+    out = []
+    for name in resources:
+        with open(os.path.join(K8S, name), encoding="utf-8") as fh:
+            out += [d for d in yaml.safe_load_all(fh) if d]
+    return out
+
+
+def by_kind(kind):
+    return [o for o in objects() if o["kind"] == kind]
+
+
+def core_errors(obj) -> list:
+    try:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return [f"{'/'.join(map(str, e.path))}: {e.message}"]
+    return []
+
+
+def crd_errors(objs) -> list:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the CRD schemas are checked with npm's @kubernetes-models "
+                    "(./dev.sh test installs nodejs and runs npm ci in tests/deploy/crd_schemas)")
+    assert os.path.isdir(os.path.join(CRD_DIR, "node_modules", "@kubernetes-models", "prometheus-operator")), \
+        "run: npm ci --prefix tests/deploy/crd_schemas (./dev.sh test does)"
+    res = subprocess.run([node, os.path.join(CRD_DIR, "validate.mjs")], input=json.dumps(objs), capture_output=True,
+                         text=True, timeout=120, cwd=CRD_DIR)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def test_core_objects_are_valid_against_the_kubernetes_schemas():
+    core = [o for o in objects() if not o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert {o["kind"] for o in core} == {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Service"}
+    for o in core:
+        assert core_errors(o) == [], (o["kind"], o["metadata"]["name"])
+
+
+def test_the_core_validator_rejects_a_misspelt_field():
+    """The check above can fail: one typo in the DaemonSet is caught (strict: unknown fields are errors)."""
+    (ds,) = by_kind("DaemonSet")
+    bad = copy.deepcopy(ds)
+    bad["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnlly"] = True
+    assert core_errors(bad)
+    bad = copy.deepcopy(ds)
+    bad["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = {"millicores": 50}
+    assert core_errors(bad)
+
+
+def test_prometheus_operator_objects_are_valid_against_the_crd_schemas():
+    crs = [o for o in objects() if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert {o["kind"] for o in crs} == {"ServiceMonitor", "PrometheusRule"}
+    results = crd_errors(crs)
+    assert [(r["kind"], r["name"]) for r in results] == [(o["kind"], o["metadata"]["name"]) for o in crs]
+    assert [r for r in results if r["errors"]] == []
+    # and the validator can fail: a duration that is not one, a rule without expr
+    (sm,) = by_kind("ServiceMonitor")
+    bad_sm = copy.deepcopy(sm)
+    bad_sm["spec"]["endpoints"][0]["interval"] = "15 seconds"
+    bad_rule = copy.deepcopy(by_kind("PrometheusRule")[0])
+    bad_rule["spec"]["groups"][0]["rules"][0]["for"] = 15
+    results = crd_errors([bad_sm, bad_rule])
+    assert all(r["errors"] for r in results), results
+    assert "/spec/endpoints/0/interval" in results[0]["errors"][0]
+    assert "/spec/groups/0/rules/0/for" in results[1]["errors"][0]
+
+
+def test_prometheus_rules_are_the_rule_files():
+    rules = {o["metadata"]["name"]: o for o in by_kind("PrometheusRule")}
+    files = sorted(glob.glob(os.path.join(REPO, "deploy", "prometheus", "rules", "*.yml")))
+    assert sorted(rules) == [os.path.splitext(os.path.basename(f))[0] for f in files]
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            want = yaml.safe_load(fh)["groups"]
+        obj = rules[os.path.splitext(os.path.basename(f))[0]]
+        assert obj["spec"]["groups"] == want, f
+        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_generated_files_are_up_to_date():
+    spec = importlib.util.spec_from_file_location("k8s_generate", os.path.join(K8S, "generate.py"))
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.main(["--check"]) == 0, "run: python deploy/kubernetes/generate.py"
+
+
+def test_dashboard_configmaps_carry_the_committed_json_for_the_sidecar():
+    cms = [o for o in by_kind("ConfigMap") if o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+    files = sorted(glob.glob(os.path.join(REPO, "dashboards", "json", "*.json")))
+    assert len(cms) == len(files) == 3
+    got = {k: v for cm in cms for k, v in cm["data"].items()}
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            assert got[os.path.basename(f)] == fh.read()
+    for cm in cms:   # each small enough for kubectl apply's last-applied annotation (256 KiB)
+        assert len(json.dumps(cm)) < 256 * 1024
+
+
+def test_alerts_do_not_depend_on_the_scrape_jobs_name():
+    for f in glob.glob(os.path.join(REPO, "deploy", "prometheus", "rules", "*.yml")):
+        with open(f, encoding="utf-8") as fh:
+            for group in yaml.safe_load(fh)["groups"]:
+                for rule in group["rules"]:
+                    assert "job=" not in rule["expr"].replace(" ", ""), (f, rule.get("alert") or rule["record"])
+
+
+def test_service_and_servicemonitor_reach_the_daemonsets_pods():
+    (ds,) = by_kind("DaemonSet")
+    (svc,) = by_kind("Service")
+    (sm,) = by_kind("ServiceMonitor")
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["clusterIP"] == "None"                                 # headless
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    (sp,) = svc["spec"]["ports"]
+    assert ports[sp["targetPort"]] == sp["port"] == 9835
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [svc["metadata"]["namespace"]]
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == [sp["name"]]
+    assert "prometheus.io/scrape" not in json.dumps(ds)                      # the operator ignores them
+
+
+def test_namespace_daemonset_security_and_scheduling():
+    (ns,) = by_kind("Namespace")
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"     # hostPath/hostPID/hostNetwork
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "baseline"
+    (sa,) = by_kind("ServiceAccount")
+    (ds,) = by_kind("DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"] and pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc.get("runAsUser", pod["securityContext"]["runAsUser"]) != 0
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["PERFMON"]}
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for m in c["volumeMounts"]:
+        if "hostPath" in volumes[m["name"]] and m["mountPath"] != "/run/teye":
+            assert m.get("readOnly") is True, m                               # host paths read-only
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+    assert c["resources"]["limits"]["memory"]
+    tol = {(t["key"], t.get("effect")) for t in pod["tolerations"]}
+    assert {("nvidia.com/gpu", "NoSchedule"), ("nvidia.com/gpu", "NoExecute")} <= tol
+    # the one root step: the init container hands the socket directory to the agent's uid, with CHOWN only
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["chown", f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}",
+                               "/run/teye"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert init["image"] == c["image"]

@@ -1,0 +1,173 @@
+"""The wheelhouse (deploy/wheelhouse.sh, ./dev.sh dist) installed with ``pip --no-index`` into a fresh venv, and
+teye's commands run from it inside a user's environment full of packages named like teye's."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import threading
+import urllib.parse
+import zipfile
+
+import pytest
+
+from tests.dist import wheelhouse as wh
+from tests.procs import REPO, free_port, wait_http
+
+pytestmark = pytest.mark.e2e
+PRIVATE = ("agent", "exporters", "workloads", "dashboards")
+
+
+@pytest.fixture(scope="module")
+def venv_bin(house, tmp_path_factory):
+    return wh.install(house, tmp_path_factory.mktemp("venv") / "v")
+
+
+@pytest.fixture
+def user(tmp_path):
+    return wh.user_tree(tmp_path / "project")
+
+
+def site_packages(venv_bin: str) -> str:
+    out = subprocess.run([os.path.join(venv_bin, "python"), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_wheelhouse_holds_teye_for_this_python_and_every_dependency(house):
+    m = wh.manifest(house)
+    files = sorted(os.listdir(os.path.join(house, "wheels")))
+    assert sorted(m["wheels"]) == files
+    for name, digest in m["wheels"].items():
+        with open(os.path.join(house, "wheels", name), "rb") as fh:
+            assert hashlib.sha256(fh.read()).hexdigest() == digest
+    tag = "cp%d%d" % sys.version_info[:2]
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    (teye,) = [f for f in files if f.startswith("teye-")]
+    assert teye == f"teye-0.1.0-{tag}-{tag}-{plat}.whl"            # the tag says: this Python, this platform
+    assert (m["python"], m["machine"]) == (tag, os.uname().machine)
+    names = zipfile.ZipFile(os.path.join(house, "wheels", teye)).namelist()
+    assert any(re.fullmatch(r"teye/_lib/agent/phases/_fast\..*\.so", n) for n in names)   # C helpers prebuilt
+    tops = {n.split("/")[0] for n in names if not n.startswith("teye-0.1.0.dist-info")}
+    assert tops == {"teye", "teye_client"}                          # no generic top-level name
+    # every runtime dependency of pyproject.toml is there as a wheel
+    deps = {"psutil", "nvidia_ml_py", "prometheus_client", "pyyaml", "bcrypt"}
+    assert deps <= {f.split("-")[0].lower() for f in files}
+    for f in ("install.sh", "teye.example.yml", "systemd/teye-agent.service"):
+        assert os.path.isfile(os.path.join(house, "deploy", f)), f
+
+
+def test_install_puts_no_generic_top_level_name_into_the_environment(venv_bin):
+    sp = site_packages(venv_bin)
+    present = set(os.listdir(sp))
+    assert not present & set(PRIVATE), present & set(PRIVATE)
+    assert {"teye", "teye_client"} <= present
+    for name in PRIVATE:
+        res = subprocess.run([os.path.join(venv_bin, "python"), "-I", "-c", f"import {name}"],
+                             capture_output=True, text=True, cwd="/")
+        assert f"No module named '{name}'" in res.stderr
+    (ext,) = glob.glob(os.path.join(sp, "teye", "_lib", "agent", "phases", "_fast*.so"))
+    assert os.path.getsize(ext) > 0
+
+
+def _trap_env(user: str, **extra) -> dict:
+    return wh.clean_env(PYTHONPATH=os.pathsep.join([user, user + "/nonexistent"]), **extra)
+
+
+def test_agent_from_the_wheelhouse_serves_metrics_with_a_hostile_pythonpath(venv_bin, user, tmp_path):
+    port = free_port()
+    log = open(tmp_path / "agent.log", "w")
+    proc = subprocess.Popen([os.path.join(venv_bin, "teye"), "agent", "--listen", f"127.0.0.1:{port}",
+                             "--phase-socket", str(tmp_path / "phases.sock")],
+                            env=_trap_env(user), cwd=user, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        body = wait_http(f"http://127.0.0.1:{port}/metrics", timeout=60, proc=proc)
+    finally:
+        proc.terminate()
+        rc = proc.wait(30)
+        log.close()
+    text = (tmp_path / "agent.log").read_text()
+    assert rc == 0, text
+    assert 'teye_build_info{version="0.1.0"} 1.0' in body
+    # the host's CPUs, counted from /proc/stat independently of the agent
+    with open("/proc/stat") as fh:
+        cpus = {line.split()[0][3:] for line in fh if re.match(r"cpu\d+ ", line)}
+    seen = set(re.findall(r'teye_cpu_seconds_total\{cpu="(\d+)"', body))
+    assert seen == cpus
+    assert "process_resident_memory_bytes" in body
+    assert "imported" not in text, text
+
+
+def _run(venv_bin, args, user, **kw):
+    return subprocess.run([os.path.join(venv_bin, "teye"), *args], capture_output=True, text=True, cwd=user,
+                          timeout=120, **kw)
+
+
+def test_teye_version_and_help_with_a_hostile_pythonpath(venv_bin, user):
+    res = _run(venv_bin, ["--version"], user, env=_trap_env(user))
+    assert (res.returncode, res.stdout, res.stderr) == (0, "teye 0.1.0\n", "")
+    res = _run(venv_bin, ["catalog"], user, env=_trap_env(user))
+    assert res.returncode == 0 and res.stdout == open(os.path.join(REPO, "docs", "metrics.md")).read()
+
+
+def test_teye_run_gives_the_job_the_users_path_and_only_teyes_site_dir(venv_bin, user):
+    """The job imports the *user's* agent (its PYTHONPATH is the user's, with teye's zero-code directory in
+    front) and never sees teye's private directory."""
+    probe = ("import os, sys, json; import agent; "
+             "print(json.dumps({'pp': os.environ['PYTHONPATH'], 'path': sys.path}))")
+    res = _run(venv_bin, ["run", "--job", "j", "--", sys.executable, "-c", probe], user,
+               env=_trap_env(user, USER_JOB="1", TEYE_AUTO="0"))
+    assert res.returncode == 0, res.stderr
+    first, last = res.stdout.strip().splitlines()
+    assert first == f"user agent from {user}/agent/__init__.py"
+    got = json.loads(last)
+    site = os.path.join(site_packages(venv_bin), "teye_client", "_site")
+    assert got["pp"].split(os.pathsep) == [site, user, user + "/nonexistent"]
+    assert not [p for p in got["path"] + [got["pp"]] if "_lib" in p]
+
+
+class _EmptyPrometheus(http.server.BaseHTTPRequestHandler):
+    """A Prometheus that never saw the job: ``time()`` is a scalar, every other query an empty vector."""
+
+    def _answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        asked = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        asked.update(urllib.parse.parse_qs(self.rfile.read(n).decode() if n else ""))
+        if asked.get("query") == ["time()"]:
+            data = {"resultType": "scalar", "result": [1700000000, "1700000000"]}
+        else:
+            data = {"resultType": "vector", "result": []}
+        body = json.dumps({"status": "success", "data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *a):
+        pass
+
+
+def test_teye_report_with_a_hostile_pythonpath_answers_as_from_source(venv_bin, user):
+    """Oracle: the same report run from the source tree in a clean environment."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EmptyPrometheus)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    args = ["report", "--prometheus", url, "--slurm-job", "4242", "--format", "json"]
+    try:
+        got = _run(venv_bin, args, user, env=_trap_env(user))
+        want = subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, timeout=120,
+                              cwd=REPO, env=wh.clean_env(PYTHONPATH=REPO))
+    finally:
+        srv.shutdown()
+    assert "imported" not in got.stderr and "Traceback" not in got.stderr, got.stderr
+    assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr)
+    assert "4242" in got.stdout + got.stderr

@@ -1,0 +1,6 @@
+"""`python -m teye ...`: the same as the `teye` command."""
+import sys
+
+from teye import main
+
+sys.exit(main())
