@@ -6,14 +6,18 @@ it fixture trees); :class:`InputProbe` samples the processes of live jobs every
 ``phases.input_sample_interval_seconds`` in its own thread and keeps a short ring of
 cumulative readings per pid.  The analysis (``agent.phases.cause``) only reads those rings.
 
-Per sample, all cumulative:
+Per sample, all cumulative, of the sending process *and its descendants* (the input pipeline is
+often not in the sender: PyTorch DataLoader workers, multiprocessing pools, a decoder subprocess):
 
-* CPU: ``utime + stime`` of ``/proc/<pid>/stat`` (the whole process, every thread), seconds;
+* CPU: ``utime + stime`` of ``/proc/<pid>/stat`` (the whole process, every thread), plus
+  ``cutime + cstime`` (children it has reaped), plus ``utime + stime + cutime + cstime`` of each
+  live descendant, seconds;
 * run delay: the second field of ``/proc/<pid>/schedstat``, seconds the main thread was
   runnable but waited for a CPU (a starved decoder in the training thread); ``None``
   without schedstats;
-* reads: ``read_bytes`` of ``/proc/<pid>/io`` (bytes fetched from storage); ``None`` when
-  the file is not readable (another user's process without CAP_SYS_PTRACE, hardened kernels);
+* reads: ``read_bytes`` of ``/proc/<pid>/io`` (bytes fetched from storage), plus each live
+  descendant's; ``None`` when the sender's file is not readable (another user's process without
+  CAP_SYS_PTRACE, hardened kernels);
 * pressure stall: ``total=`` of the ``some`` line of the process's cgroup ``io.pressure`` and
   ``cpu.pressure`` (cgroup v2, from ``/proc/<pid>/cgroup``), else ``/proc/pressure/io`` for I/O;
   ``None`` where the kernel has no PSI.
@@ -22,6 +26,14 @@ A pid the kernel handed us is checked against the sender: the process under ``/p
 must belong to the sender's uid (otherwise the sender lives in another pid namespace than
 our /proc, or the pid was reused), and its start time must not change (the process exited
 and the pid was reused).  Each such problem is a reason, never an exception into the agent.
+
+Descendants are found through ``/proc/<pid>/task/<tid>/children`` (every thread's children,
+recursively, at most ``MAX_DESCENDANTS``), looked up again at most once a second
+(``DESCENDANTS_EVERY_NS``), not at every sample; a kernel without that file
+(CONFIG_PROC_CHILDREN) leaves the sender alone.  Why the process tree and not the job's cgroup:
+a Slurm job's or pod's cgroup holds every rank of a data-parallel job on the node, and each
+rank's wait is judged by its own input pipeline (its DataLoader workers are its children); the
+job's cgroup still gives the I/O and CPU pressure (cgroup v2), as before.
 """
 from __future__ import annotations
 
@@ -30,7 +42,7 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ParseError
 from ..gpu.procinfo import parse_status_uid
@@ -43,14 +55,16 @@ RING = 1200            # samples kept per pid (60 s at the default 50 ms)
 MAX_PIDS = 64          # processes sampled at once (the most recently active)
 _RETRACK_NS = 10**8    # a sender's last_ns (for IDLE_S) is refreshed at most this often
 IDLE_S = 30.0          # a pid whose job sent no data_wait this long is no longer sampled
+MAX_DESCENDANTS = 256  # descendants of one sender whose CPU and reads count with its own
+DESCENDANTS_EVERY_NS = 10**9   # how often a sender's descendants are looked up again
 
 
 class ProcSample(NamedTuple):
     """Cumulative figures of one process at ``t_ns`` (CLOCK_MONOTONIC)."""
 
     t_ns: int
-    cpu_s: float                   # utime + stime, all threads
-    read_bytes: Optional[int]      # None: /proc/<pid>/io unreadable
+    cpu_s: float                   # utime + stime, all threads, with its reaped children and live descendants
+    read_bytes: Optional[int]      # with its live descendants'; None: the sender's /proc/<pid>/io unreadable
     io_stall_s: Optional[float]    # PSI io "some" total (cgroup, else system); None: no PSI
     cpu_stall_s: Optional[float]   # PSI cpu "some" total of the cgroup; None: no cgroup PSI
     run_delay_s: Optional[float] = None  # main thread's time runnable but not running; None: no schedstat
@@ -119,6 +133,41 @@ class ProcReader:
             return None
         return None
 
+    def descendants(self, pid: int, limit: int = MAX_DESCENDANTS) -> List[int]:
+        """The live descendants of ``pid`` (children of every thread, recursively), at most ``limit``;
+        [] where the kernel has no ``task/<tid>/children`` file or the process is gone."""
+        out: List[int] = []
+        seen = {pid}
+        todo = [pid]
+        while todo and len(out) < limit:
+            p = todo.pop()
+            task = self._p(p, "task")
+            try:
+                tids = os.listdir(task)
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(os.path.join(task, tid, "children"), encoding="ascii") as fh:
+                        kids = [int(k) for k in fh.read().split()]
+                except (OSError, ValueError):
+                    continue
+                for k in kids:
+                    if k not in seen and len(out) < limit:
+                        seen.add(k)
+                        out.append(k)
+                        todo.append(k)
+        return out
+
+    def _descendant(self, pid: int) -> Tuple[float, Optional[int]]:
+        """(CPU seconds with its reaped children, read_bytes or None) of one descendant; (0, None) when gone."""
+        try:
+            f = self._stat(pid)
+            cpu = (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / self.tck
+        except (Gone, ValueError):
+            return 0.0, None
+        return cpu, self.read_bytes(pid)[0]
+
     def read_bytes(self, pid: int) -> Tuple[Optional[int], str]:
         """(read_bytes, problem): None and the reason when /proc/<pid>/io cannot be read."""
         path = self._p(pid, "io")
@@ -137,9 +186,11 @@ class ProcReader:
         return None, f"{path} has no read_bytes line"
 
     def sample(self, pid: int, now_ns: int, cgroup: Optional[str],
-               psi: Optional[Dict[str, Optional[float]]] = None) -> Tuple[ProcSample, str, int]:
-        """One reading of ``pid`` (Gone when it cannot be read at all), the I/O problem if any, and
-        the process's start time (ticks since boot: another value means another process).
+               psi: Optional[Dict[str, Optional[float]]] = None,
+               descendants: Sequence[int] = ()) -> Tuple[ProcSample, str, int]:
+        """One reading of ``pid`` with its ``descendants`` (Gone when ``pid`` cannot be read at all), the
+        I/O problem if any, and the process's start time (ticks since boot: another value means another
+        process).
 
         ``psi`` caches pressure files for one sampling cycle (processes of a job share a cgroup)."""
         psi = {} if psi is None else psi
@@ -151,11 +202,16 @@ class ProcReader:
 
         f = self._stat(pid)
         try:
-            cpu = (int(f[11]) + int(f[12])) / self.tck
+            cpu = (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / self.tck
             start = int(f[19])
         except ValueError:
             raise Gone(f"{self._p(pid, 'stat')}: utime/stime are not numbers") from None
         rb, problem = self.read_bytes(pid)
+        for d in descendants:
+            d_cpu, d_rb = self._descendant(d)
+            cpu += d_cpu
+            if rb is not None and d_rb is not None:
+                rb += d_rb
         io = pressure(os.path.join(cgroup, "io.pressure")) if cgroup else None
         if io is None:
             io = pressure(os.path.join(self.procfs, "pressure", "io"))
@@ -172,7 +228,7 @@ class ProcReader:
 
 
 class _Tracked:
-    __slots__ = ("uid", "start", "cgroup", "ring", "problem", "last_ns", "gone")
+    __slots__ = ("uid", "start", "cgroup", "ring", "problem", "last_ns", "gone", "kids", "kids_ns")
 
     def __init__(self, uid: int, now_ns: int):
         self.uid = uid
@@ -182,6 +238,8 @@ class _Tracked:
         self.problem = ""
         self.last_ns = now_ns
         self.gone = False
+        self.kids: List[int] = []       # live descendants (see ProcReader.descendants)
+        self.kids_ns: Optional[int] = None
 
 
 class InputProbe:
@@ -250,7 +308,9 @@ class InputProbe:
                                    f"is uid {t.uid}: the sender lives in another pid namespace than this /proc "
                                    f"(or the pid was reused)")
                     t.cgroup = self.reader.cgroup(pid)
-                smp, problem, start = self.reader.sample(pid, now, t.cgroup, psi)
+                if t.kids_ns is None or now - t.kids_ns >= DESCENDANTS_EVERY_NS:
+                    t.kids, t.kids_ns = self.reader.descendants(pid), now
+                smp, problem, start = self.reader.sample(pid, now, t.cgroup, psi, t.kids)
                 if start != t.start:
                     raise Gone(f"pid {pid} exited (its pid now belongs to a newer process)")
             except Gone as e:

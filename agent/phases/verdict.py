@@ -41,11 +41,13 @@ The rules (thresholds from the ``phases`` config section):
    second of data_wait (decoding, augmentation, Python), or would have with the time the
    main thread sat runnable on a run queue (schedstat: a starved decoder), or when the
    job's cgroup was stalled on CPU for at least ``input_cpu_stall_ratio`` of it
-   (cpu.pressure); ``storage``
-   when they waited with little CPU while /proc/<pid>/io was readable (reads, a slow file
-   system, a remote store); ``unknown``, with the reason, when the waits could not be
-   measured (the process exited, lives in another pid namespace, /proc/<pid>/io is not
-   readable).  The recommendation is the cause's.
+   (cpu.pressure); the sending processes' figures include their descendants (DataLoader
+   workers).  ``storage`` when they waited with little CPU *and* storage evidence: reads of
+   at least ``STORAGE_READ_MIN_BPS`` per second of wait or I/O pressure for at least
+   ``STORAGE_STALL_MIN`` of it (a slow file system, NFS); ``unknown``, with the reason, when
+   they waited with idle CPUs and no storage I/O (a sleep, a lock, a remote service) or when
+   the waits could not be measured (the process exited, lives in another pid namespace,
+   /proc/<pid>/io is not readable).  The recommendation is the cause's.
 
 Shares are computed, never clipped: the evidence holds the phase time *inside* the
 steps and the GPU idle time inside the steps, so no share can exceed 1, and
@@ -169,6 +171,12 @@ class InputWait:
         return self.cpu_s / self.wait_s if self.wait_s > 0 else None
 
 
+# Storage evidence: an input wait is called ``storage`` only when its processes read at least this much per
+# second of wait, or stalled on I/O (PSI "some") at least this share of it; little CPU alone is no evidence.
+STORAGE_READ_MIN_BPS = 1e6
+STORAGE_STALL_MIN = 0.05
+
+
 def input_cause(w: Optional[InputWait], th: "Thresholds" = None) -> Tuple[str, str]:
     """(cause, evidence in words) of an input-bound job's waits: one of CAUSES."""
     th = th or Thresholds()
@@ -196,10 +204,16 @@ def input_cause(w: Optional[InputWait], th: "Thresholds" = None) -> Tuple[str, s
                             f"waits ({measured})")
     if cpu_stall is not None and cpu_stall >= th.input_cpu_stall:
         return "host_cpu", f"cause host_cpu: the job's threads wait for a CPU while it waits ({measured})"
-    if w.read_bytes is None:
+    read_rate = w.read_bytes / w.wait_s if w.read_bytes is not None else None
+    io_stall = w.io_stall_s / w.wait_s if w.io_stall_s is not None else None
+    if (read_rate is not None and read_rate >= STORAGE_READ_MIN_BPS) or (
+            io_stall is not None and io_stall >= STORAGE_STALL_MIN):
+        return "storage", f"cause storage: the job waits with little CPU while it reads or stalls on I/O ({measured})"
+    if w.read_bytes is None and io_stall is None:
         return "unknown", (f"cause unknown: little CPU while waiting ({measured}) but the reads cannot be "
                            f"seen: {w.problem or '/proc/<pid>/io is not readable'}")
-    return "storage", f"cause storage: the job waits with little CPU ({measured})"
+    return "unknown", (f"cause unknown: the job waits with idle CPUs and no storage I/O ({measured}): sleeping, "
+                       f"a lock, a remote service or another process it waits for")
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,89 @@ def test_compute_bound_job_has_no_cause(tmp_path):
     assert not any(name == "teye_job_input_cause" for name, _ in points)
 
 
+class FakeProcWithWorker(FakeProc):
+    """The sender and one DataLoader-style worker (its child, in task/<pid>/children): the rates go to the
+    worker, the sender itself only waits (0.02 core) and reads nothing."""
+
+    WORKER = 4343
+
+    def __init__(self, root, **kw):
+        super().__init__(root, **kw)
+        self.wdir = os.path.join(self.proc, str(self.WORKER))
+        os.makedirs(self.wdir)
+        os.makedirs(os.path.join(self.dir, "task", str(PID)))
+        os.makedirs(os.path.join(self.wdir, "task", str(self.WORKER)))
+        self._write(os.path.join("task", str(PID), "children"), f"{self.WORKER} \n")
+        self._write(os.path.join("task", str(self.WORKER), "children"), "", self.wdir)
+        self.own = 0.0
+        self.flush()
+
+    def advance(self, seconds, cpu_rate, read_rate=0.0, io_stall=0.0, cpu_stall=0.0, run_delay=0.0):
+        self.own = getattr(self, "own", 0.0) + seconds * 0.02
+        super().advance(seconds, cpu_rate, read_rate, io_stall, cpu_stall, run_delay)
+
+    def flush(self):
+        if not hasattr(self, "wdir"):
+            return super().flush()
+        worker, self.cpu, self.read = (self.cpu, self.read), self.own, 0.0
+        super().flush()                       # the sender: its own 0.02 core, no reads
+        self.cpu, self.read = worker
+        ticks = int(self.cpu * TCK)           # the worker: utime, stime (and cutime, cstime 0)
+        fields = ["S", str(PID)] + ["0"] * 9 + [str(ticks), "0", "0", "0"] + ["0"] * 4 + ["888"] + ["0"] * 20
+        self._write("stat", f"{self.WORKER} (pt_data_worker) " + " ".join(fields) + "\n", self.wdir)
+        self._write("io", f"rchar: {int(self.read)}\nwchar: 0\nsyscr: 1\nsyscw: 0\nread_bytes: {int(self.read)}\n"
+                          f"write_bytes: 0\ncancelled_write_bytes: 0\n", self.wdir)
+
+
+def test_host_cpu_when_a_dataloader_worker_is_busy_while_the_sender_waits(tmp_path):
+    """The sender sleeps in next() while its worker process decodes (one core, no I/O): host_cpu, from the
+    worker's CPU; the sender's own 0.02 core alone would say nothing of the kind."""
+    fake = FakeProcWithWorker(str(tmp_path))
+    view = run_job(fake, wait_rates=(1.0, 0.0, 0.0, 0.0), compute_rates=(0.0, 0.0, 0.0, 0.0))
+    assert view.verdict.kind == "input" and view.verdict.cause == "host_cpu", view.verdict.evidence
+    assert view.input_wait_cpu_ratio == pytest.approx(1.02, abs=0.1)   # the worker's core + the sender's 0.02
+
+
+def test_worker_reads_count_as_the_senders(tmp_path):
+    """A worker reading 5 MB/s from a slow file system with little CPU: storage, the reads are the worker's."""
+    fake = FakeProcWithWorker(str(tmp_path))
+    view = run_job(fake, wait_rates=(0.05, 5e6, 0.0, 0.0), compute_rates=(0.0, 0.0, 0.0, 0.0))
+    assert view.verdict.cause == "storage", view.verdict.evidence
+    w = view.evidence.input_wait
+    assert w.read_bytes / w.wait_s == pytest.approx(5e6, rel=0.05)
+
+
+def test_a_wait_with_idle_cpus_and_no_io_is_unknown_not_storage(tmp_path):
+    """A sleep in __getitem__ (or a lock, a remote service): little CPU, no reads, no I/O pressure. Nothing
+    says storage, so the cause is unknown with that reason (it was called storage)."""
+    fake = FakeProc(str(tmp_path))
+    view = run_job(fake, wait_rates=(0.01, 0.0, 0.0, 0.0), compute_rates=(1.0, 0.0, 0.0, 0.0))
+    _unknown(view, "idle CPUs and no storage I/O")
+    assert "read 0.0 MB/s" in view.verdict.evidence and "I/O pressure 0 %" in view.verdict.evidence
+
+
+def test_io_pressure_without_reads_is_storage(tmp_path):
+    """Reads the task counters cannot see (an NFS client's page cache misses are paid in I/O stall): storage."""
+    fake = FakeProc(str(tmp_path))
+    view = run_job(fake, wait_rates=(0.01, 0.0, 0.6, 0.0), compute_rates=(1.0, 0.0, 0.0, 0.0))
+    w = view.evidence.input_wait
+    assert view.verdict.cause == "storage", view.verdict.evidence
+    assert w.read_bytes == 0 and w.io_stall_s / w.wait_s == pytest.approx(0.6, abs=0.03)
+
+
+def test_descendants_are_bounded_and_found_recursively(tmp_path):
+    proc = tmp_path / "proc"
+    for pid, kids in ((1, "2 3"), (2, "4"), (3, ""), (4, "")):
+        (proc / str(pid) / "task" / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "task" / str(pid) / "children").write_text(kids + " \n")
+    (proc / "1" / "task" / "9").mkdir()                       # a second thread of pid 1 with its own child
+    (proc / "1" / "task" / "9" / "children").write_text("5\n")
+    r = ProcReader(str(proc), str(tmp_path / "sys"), clk_tck=TCK)
+    assert sorted(r.descendants(1)) == [2, 3, 4, 5]
+    assert len(r.descendants(1, limit=2)) == 2
+    assert r.descendants(77) == []                            # gone, or a kernel without the children file
+
+
 # -- bad input: the cause is unknown with the reason, the rest of the verdict stands ----------------
 def _unknown(view, reason):
     v = view.verdict
