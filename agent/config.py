@@ -95,6 +95,8 @@ COLLECTORS = {
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
+    "jobs": (5.0, "per-job CPU, memory, I/O and pressure from the Slurm job and Kubernetes pod cgroups "
+                  "(<cgroupfs>)"),
     "gpu": (1.0, "NVIDIA GPUs (NVML)"),
     "pmu": (5.0, "host hardware counters (perf events: CPI, FLOPS, memory and PCIe bandwidth)"),
     "phases": (1.0, "training-job phases (phase socket)"),
@@ -104,6 +106,8 @@ SCHEMA: Dict[str, Any] = {
     "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
     "procfs": Field(STR, "/proc", "Root of the proc filesystem (as node_exporter's --path.procfs)."),
     "sysfs": Field(STR, "/sys", "Root of the sys filesystem (as node_exporter's --path.sysfs)."),
+    "cgroupfs": Field(STR, "/sys/fs/cgroup", "Root of the cgroup tree (v1 controller hierarchies or the v2 "
+                      "unified hierarchy), as cAdvisor's and cgroup_exporter's cgroup root."),
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),
     "stale_after_seconds": Field(FLOAT, 10.0, "A read still running after this long marks its collector down "
                                  "(a hung NFS mount never hangs a scrape).", _positive),
@@ -153,6 +157,13 @@ SCHEMA: Dict[str, Any] = {
                                         _non_negative, max=3600),
         "reprobe_seconds": Field(FLOAT, 10.0, "A lost GPU, or NVML when it is unavailable, is probed again after "
                                  "this many seconds.", _positive),
+    },
+    "jobs": {
+        "max_jobs": Field(INT, 512, "Most job cgroups (Slurm jobs and pods) read per interval: the newest Slurm "
+                          "jobs first; more are counted in teye_jobs_cgroups{state=\"over_limit\"}.", _positive,
+                          max=100000),
+        "pod_log_dir": Field(STR, "/var/log/pods", "The kubelet's pod log directory (<namespace>_<pod>_<uid>): "
+                             "names the pods found in the cgroup tree; unset: pods by uid only.", nullable=True),
     },
     "pmu": {
         "replay": Field(STR, None, "Serve a recorded PMU trace (teye record --pmu) instead of live perf events.",
