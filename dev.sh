@@ -46,7 +46,7 @@ test)
     "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
         || need+=(python3-dev)
     if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
-    make_venv "[dev,workloads-cpu,dashboards,plots,torch]"
+    make_venv "[dev,workloads-cpu,dashboards,plots,torch,kubernetes]"
     export TEYE_REQUIRE_FAST=1  # a C helper that failed to build fails its tests instead of skipping them
     set +e
     "$VENV/bin/python" -m pytest "$@"

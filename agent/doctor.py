@@ -191,6 +191,30 @@ def _group(gid: int) -> str:
         return str(gid)
 
 
+def _gpu_uuids(loader: Callable[[], object]) -> dict:
+    """UUID -> GPU label ('0', '2/1') of this node's GPUs and MIG instances; empty without NVML."""
+    try:
+        b = NvmlBackend(loader())
+        b.init()
+    except SourceUnavailable:
+        return {}
+    out = {}
+    try:
+        for i in range(b.device_count()):
+            try:
+                h = b.handle_by_index(i)
+                out[b.uuid(h) or f"?{i}"] = str(i)
+                for gi, mh in b.mig_devices(h):
+                    out[b.uuid(mh) or f"?{i}/{gi}"] = f"{i}/{gi}"
+            except GpuLost:
+                continue
+    except SourceUnavailable:
+        pass
+    finally:
+        b.shutdown()
+    return out
+
+
 def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/dev",
            euid: Optional[int] = None) -> List[str]:
     euid = os.geteuid() if euid is None else euid
@@ -202,6 +226,8 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     lines.extend(pmu_lines(cfg["sysfs"], cfg["procfs"]))
     from .sources.cgroups import doctor_lines as job_cgroup_lines
     lines.extend(job_cgroup_lines(cfg["cgroupfs"], cfg["jobs"]["pod_log_dir"], cfg["jobs"]["max_jobs"]))
+    from .sources.allocation import doctor_lines as allocation_lines
+    lines.extend(allocation_lines(cfg, _gpu_uuids(loader)))
     lines.append(phase_path_line())
     return lines
 

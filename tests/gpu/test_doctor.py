@@ -67,8 +67,10 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert lines[12].startswith("jobs (cgroups): cgroup v2 (unified) at ")   # then the job cgroups found
     assert lines[13].startswith("jobs (cgroups): 2 pods under kubepods.slice (systemd driver)")
     assert lines[14].startswith("jobs (cgroups): job(s) deadbeef-3333-4444-5555-666677778888: cpuset.cpus.effective")
-    assert lines[15].startswith("phase path: C helpers (receive, decode, job table) ")
-    assert len(lines) == 16  # one line each
+    assert lines[15].startswith("gpu allocation (Slurm): /run/teye/gpu-jobs does not exist")
+    assert lines[16].startswith("gpu allocation (Kubernetes): off: ")   # no kubelet here (or no grpcio)
+    assert lines[17].startswith("phase path: C helpers (receive, decode, job table) ")
+    assert len(lines) == 18  # one line each
     fake.gpus[2].lost = False
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)
     assert "MIG on (2 instances: 2/1, 2/5)" in lines[3]
