@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.procs import Agent, Prometheus
+from tests.procs import REPO, Agent, Prometheus
 
 pytestmark = pytest.mark.e2e
 
@@ -29,9 +29,9 @@ dirs, burn, out = sys.argv[1].split(":"), float(sys.argv[2]), sys.argv[3]
 for d in dirs:
     with open(os.path.join(d, "cgroup.procs"), "w") as fh:
         fh.write(str(os.getpid()))
+r0 = resource.getrusage(resource.RUSAGE_SELF)      # from here on, the cgroup counts this process
 buf = bytearray(64 << 20)                          # charged to the job's memory cgroup: touch every page
 buf[::4096] = b"\x01" * len(buf[::4096])
-r0 = resource.getrusage(resource.RUSAGE_SELF)      # from here on, the cgroup counts this process
 t0 = time.process_time()                           # burn CPU seconds, not wall seconds (the machine is shared)
 x = 0
 while burn and time.process_time() - t0 < burn:
@@ -131,6 +131,23 @@ def test_two_jobs_cpu_seconds_match_their_processes_getrusage(tmp_path):
         mem = {int(r["metric"]["slurm_job"]): float(r["value"][1])
                for r in prom.query(f'teye_slurm_job_memory_used_bytes{{slurm_job=~"{base}|{base + 1}"}}')}
         assert set(mem) == {base, base + 1} and all(v >= 64 << 20 for v in mem.values()), mem   # 64 MiB each
+        # teye report: each job its own CPU efficiency, from its own cgroup; the node-wide figure is another
+        p = subprocess.run([sys.executable, "-m", "agent", "report", "--prometheus", prom.url, "--format", "json",
+                            "--slurm-job", str(base), "--slurm-job", str(base + 1), "--cpus", "2", "--since", "10m"],
+                           capture_output=True, text=True, timeout=60, cwd=REPO)
+        doc = json.loads(p.stdout)
+        jobs = {int(j["slurm_job"]): j for j in doc["jobs"]}
+        assert set(jobs) == {base, base + 1}, p.stderr
+        for jid, j in jobs.items():
+            own = usage[jid]["user"] + usage[jid]["system"]
+            assert j["cpu"]["source"] == "job_cgroup" and j["cpu"]["allocated_cores"] == 2
+            assert j["cpu"]["job_seconds"] == pytest.approx(own, rel=0.05, abs=0.02)
+            expected = own / (2 * (j["run_seconds"] + doc["step_seconds"]))     # CPU s / (cores x run time)
+            assert j["cpu"]["efficiency"] == pytest.approx(expected, rel=0.05, abs=0.005), (jid, j["cpu"])
+            assert j["cpu"]["node_busy_seconds"] > j["cpu"]["job_seconds"] + 0.05 or jid == base   # the whole node
+        assert jobs[base]["cpu"]["efficiency"] > 0.1 > jobs[base + 1]["cpu"]["efficiency"]
+        assert all(n.startswith("CPU cores mostly idle") and "whole-node" not in n
+                   for n in jobs[base + 1]["notes"] if "CPU" in n)
         anon = {int(r["metric"]["slurm_job"]): float(r["value"][1])
                 for r in prom.query(f'teye_slurm_job_memory_anon_bytes{{slurm_job=~"{base}|{base + 1}"}}')}
         assert all(v >= 64 << 20 for v in anon.values()) and len(anon) == 2, anon
