@@ -152,38 +152,34 @@ class PodDevice:
     device_id: str
 
 
-def decode_list_response(data: bytes) -> Tuple[PodDevice, ...]:
-    """Every (namespace, pod, container, resource, device id) of a v1 ListPodResourcesResponse."""
-    what = "ListPodResourcesResponse"
-    out = []
-    s = lambda b: bytes(b).decode("utf-8", "replace")  # noqa: E731
-    for num, pod in _Wire.fields(data, what):
-        if num != 1 or not isinstance(pod, bytes):
+def _message(buf: bytes, what: str, strings: Dict[int, str], repeated: Dict[int, str]) -> Dict[str, object]:
+    """One message's fields: the string fields by name ('' when absent), the repeated ones as lists of bytes."""
+    out: Dict[str, object] = {n: "" for n in strings.values()}
+    out.update({n: [] for n in repeated.values()})
+    for num, val in _Wire.fields(buf, what):
+        if not isinstance(val, bytes):
             continue
-        name = ns = ""
-        containers = []
-        for pn, pv in _Wire.fields(pod, what + ".PodResources"):
-            if pn == 1:
-                name = s(pv)
-            elif pn == 2:
-                ns = s(pv)
-            elif pn == 3:
-                containers.append(pv)
-        for c in containers:
-            cname, devices = "", []
-            for cn, cv in _Wire.fields(c, what + ".ContainerResources"):
-                if cn == 1:
-                    cname = s(cv)
-                elif cn == 2:
-                    devices.append(cv)
-            for d in devices:
-                res, ids = "", []
-                for dn, dv in _Wire.fields(d, what + ".ContainerDevices"):
-                    if dn == 1:
-                        res = s(dv)
-                    elif dn == 2:
-                        ids.append(s(dv))
-                out += [PodDevice(ns, name, cname, res, i) for i in ids]
+        if num in strings:
+            out[strings[num]] = val.decode("utf-8", "replace")
+        elif num in repeated:
+            out[repeated[num]].append(val)
+    return out
+
+
+def decode_list_response(data: bytes) -> Tuple[PodDevice, ...]:
+    """Every (namespace, pod, container, resource, device id) of a v1 ListPodResourcesResponse
+    (pod_resources = 1; PodResources: name 1, namespace 2, containers 3; ContainerResources: name 1,
+    devices 2; ContainerDevices: resource_name 1, device_ids 2)."""
+    w = "ListPodResourcesResponse"
+    out = []
+    for pod_b in _message(data, w, {}, {1: "pods"})["pods"]:
+        pod = _message(pod_b, w + ".PodResources", {1: "name", 2: "namespace"}, {3: "containers"})
+        for c_b in pod["containers"]:
+            c = _message(c_b, w + ".ContainerResources", {1: "name"}, {2: "devices"})
+            for d_b in c["devices"]:
+                d = _message(d_b, w + ".ContainerDevices", {1: "resource"}, {2: "ids"})
+                out += [PodDevice(pod["namespace"], pod["name"], c["name"], d["resource"],
+                                  i.decode("utf-8", "replace")) for i in d["ids"]]
     return tuple(out)
 
 
