@@ -225,7 +225,8 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     lines.append(device_line(dev_root))
     lines.extend(pmu_lines(cfg["sysfs"], cfg["procfs"]))
     from .sources.cgroups import doctor_lines as job_cgroup_lines
-    lines.extend(job_cgroup_lines(cfg["cgroupfs"], cfg["jobs"]["pod_log_dir"], cfg["jobs"]["max_jobs"]))
+    lines.extend(job_cgroup_lines(cfg["cgroupfs"], cfg["jobs"]["pod_log_dir"], cfg["jobs"]["max_jobs"],
+                                  cfg["procfs"]))
     from .sources.allocation import doctor_lines as allocation_lines
     lines.extend(allocation_lines(cfg, _gpu_uuids(loader)))
     lines.append(phase_path_line())

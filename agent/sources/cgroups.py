@@ -567,8 +567,29 @@ def from_config(cfg, ctx=None) -> JobsSource:
     return JobsSource(cfg["cgroupfs"], cfg["jobs"]["pod_log_dir"], cfg["jobs"]["max_jobs"])
 
 
-def doctor_lines(cgroupfs: str, pod_log_dir: Optional[str] = None, max_jobs: int = 512) -> List[str]:
-    """``teye doctor``'s lines: the layout found, where jobs are looked for, and why one is not seen."""
+def jobs_with_processes(procfs: str, most: int = 100000) -> Dict[Tuple[str, str], int]:
+    """(kind, id) -> one pid, for every Slurm job and pod that ``<procfs>/<pid>/cgroup`` names."""
+    from ..gpu.procinfo import parse_cgroup
+    out: Dict[Tuple[str, str], int] = {}
+    try:
+        pids = [n for n in os.listdir(procfs) if n.isdigit()][:most]
+    except OSError:
+        return out
+    for pid in pids:
+        text = _read_or_none(os.path.join(procfs, pid, "cgroup"))
+        if text:
+            job, pod = parse_cgroup(text)
+            if job:
+                out.setdefault((SLURM, job), int(pid))
+            if pod:
+                out.setdefault((POD, pod), int(pid))
+    return out
+
+
+def doctor_lines(cgroupfs: str, pod_log_dir: Optional[str] = None, max_jobs: int = 512,
+                 procfs: Optional[str] = None) -> List[str]:
+    """``teye doctor``'s lines: the layout found, where jobs are looked for, and why one is not seen
+    (with ``procfs``: jobs whose processes name a cgroup this tree does not have)."""
     try:
         reading = JobsSource(cgroupfs, pod_log_dir, max_jobs).collect()
     except SourceUnavailable as e:
@@ -607,4 +628,14 @@ def doctor_lines(cgroupfs: str, pod_log_dir: Optional[str] = None, max_jobs: int
     for files, ids in sorted(absent.items())[:5]:
         lines.append(f"jobs (cgroups): job(s) {', '.join(sorted(ids)[:5])}: {', '.join(files)} absent (controller "
                      f"not enabled for the job, or the kernel lacks it): those figures are left out")
+    if procfs:
+        read = {(u.job.kind, u.job.id) for u in reading.jobs}
+        unseen = sorted((k, pid) for k, pid in jobs_with_processes(procfs).items() if k not in read)
+        for (kind, jid), pid in unseen[:5]:
+            what = f"Slurm job {jid}" if kind == SLURM else f"pod {jid}"
+            lines.append(f"jobs (cgroups): {what} has processes ({procfs}/{pid}/cgroup names it) but no cgroup read "
+                         f"under {cgroupfs}: is --cgroupfs the host's cgroup tree (in a container, mount it), and "
+                         f"was it skipped above (not a number, beyond jobs.max_jobs)?")
+        if len(unseen) > 5:
+            lines.append(f"jobs (cgroups): {len(unseen) - 5} more job(s) with processes and no cgroup read")
     return lines

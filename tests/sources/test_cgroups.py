@@ -250,3 +250,17 @@ def test_agent_cli_flag_reaches_the_collector():
     assert cfg["cgroupfs"] == "/x/cg"
     src = __import__("agent.sources", fromlist=["build"]).build("jobs", cfg)
     assert src.cgroupfs == "/x/cg" and src.max_jobs == cfg["jobs"]["max_jobs"]
+
+
+def test_doctor_names_a_job_whose_processes_have_no_cgroup_in_the_tree(tmp_path):
+    procfs = tmp_path / "proc"
+    for pid, path in ((4242, "/slurm/uid_1000/job_1001/step_0/task_0"),          # read: not named
+                      (777, "/system.slice/slurmstepd.scope/job_31337/step_0/user/task_0"),   # no such cgroup
+                      (1, "/init.scope")):
+        (procfs / str(pid)).mkdir(parents=True)
+        (procfs / str(pid) / "cgroup").write_text(f"0::{path}\n")
+    lines = doctor_lines(os.path.join(TREES, "v1_slurm"), procfs=str(procfs))
+    unseen = [ln for ln in lines if "has processes" in ln]
+    assert unseen == [f"jobs (cgroups): Slurm job 31337 has processes ({procfs}/777/cgroup names it) but no cgroup "
+                      f"read under {os.path.join(TREES, 'v1_slurm')}: is --cgroupfs the host's cgroup tree (in a "
+                      f"container, mount it), and was it skipped above (not a number, beyond jobs.max_jobs)?"]
