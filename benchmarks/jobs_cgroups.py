@@ -16,6 +16,18 @@ number of jobs.  Trees:
 
 Peer in the same run: teye's node-wide ``cpu`` collector (/proc/stat of this machine) per read.
 Series per job are counted from the reading's points.
+
+Figures (2-core Debian VM shared with four other developers, --reads 40, CPU µs per read / per job):
+
+    kernel v1, 8 jobs          1,836 / 229   8 series per job (no limit, cpuset or blkio I/O set on these)
+    kernel v1, 200 jobs       42,987 / 215
+    files v1, 8 / 200 jobs     1,119 / 140   26,585 / 133   9 series per job
+    files v2, 8 / 200 jobs     1,379 / 172   33,030 / 165   16 series per job (with PSI)
+    8 jobs + 20,000 stale    166,289         about 8 µs per stale directory
+    peer: cpu collector            32 per read
+
+So about 0.2 ms of CPU per job per read, every 5 s by default: 200 jobs cost 43 ms per 5 s (under 1 % of
+one core), linear in the jobs; stale directories about 8 µs each.
 """
 from __future__ import annotations
 
