@@ -491,8 +491,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
                 old = gpu_windows.get((g["node"], g["gpu"]))
                 gpu_windows[(g["node"], g["gpu"])] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
     cg_windows = cg_windows or {}
-    starts = [a for a, _ in gpu_windows.values()] + [t["start"] for t in tj_reports] + [a for a, _ in cg_windows.values()]
-    ends = [b for _, b in gpu_windows.values()] + [t["end"] for t in tj_reports] + [b for _, b in cg_windows.values()]
+    spans = list(gpu_windows.values()) + [(t["start"], t["end"]) for t in tj_reports] + list(cg_windows.values())
+    starts, ends = [a for a, _ in spans], [b for _, b in spans]
     start, end = min(starts), max(ends)
     nodes = sorted({i for i, _ in gpu_windows} | {n for t in tj_reports for n in t["nodes"]} | set(cg_windows))
     gpus = [_gpu_numbers(f, i, g, a, b) for (i, g), (a, b) in sorted(gpu_windows.items())]

@@ -425,8 +425,8 @@ def doctor_lines(cfg, gpu_labels: Optional[Dict[str, str]] = None, grpc_mod=None
         else:
             src = AllocationSource(a["slurm_mapping_dir"], cfg["cgroupfs"], None, lambda: gpu_labels or {})
             r = src.collect()
-            lines.append(f"gpu allocation (Slurm): {a['slurm_mapping_dir']}: "
-                         + (", ".join(f"GPU {x.gpu} -> job {x.slurm_job}" for x in r.allocations) or "no GPU allocated"))
+            held = ", ".join(f"GPU {x.gpu} -> job {x.slurm_job}" for x in r.allocations)
+            lines.append(f"gpu allocation (Slurm): {a['slurm_mapping_dir']}: " + (held or "no GPU allocated"))
             lines += [f"gpu allocation (Slurm): not exported: {p}" for p in r.problems]
     if a["kubelet_socket"]:
         try:

@@ -138,8 +138,8 @@ def _messages():
                 f.type_name = tname
     R, O = F.LABEL_REPEATED, F.LABEL_OPTIONAL
     msg("ContainerDevices", ("resource_name", 1, F.TYPE_STRING, O, ""), ("device_ids", 2, F.TYPE_STRING, R, ""))
-    msg("ContainerResources", ("name", 1, F.TYPE_STRING, O, ""), ("devices", 2, F.TYPE_MESSAGE, R, ".v1.ContainerDevices"),
-        ("cpu_ids", 3, F.TYPE_INT64, R, ""))
+    msg("ContainerResources", ("name", 1, F.TYPE_STRING, O, ""),
+        ("devices", 2, F.TYPE_MESSAGE, R, ".v1.ContainerDevices"), ("cpu_ids", 3, F.TYPE_INT64, R, ""))
     msg("PodResources", ("name", 1, F.TYPE_STRING, O, ""), ("namespace", 2, F.TYPE_STRING, O, ""),
         ("containers", 3, F.TYPE_MESSAGE, R, ".v1.ContainerResources"))
     msg("ListPodResourcesResponse", ("pod_resources", 1, F.TYPE_MESSAGE, R, ".v1.PodResources"))
@@ -213,8 +213,9 @@ def test_kubelet_pods_with_gpus_and_mig_through_the_fake_server():
         src = AllocationSource(None, None, poller, lambda: dict(UUIDS))
         r = src.collect()
         got = reading_series(r)
-        info = lambda gpu, ns, pod, c: ("teye_gpu_allocation_info", (("container", c), ("gpu", gpu),  # noqa: E731
-                                                                     ("namespace", ns), ("pod", pod), ("slurm_job", "")))
+        def info(gpu, ns, pod, c):
+            return ("teye_gpu_allocation_info",
+                    (("container", c), ("gpu", gpu), ("namespace", ns), ("pod", pod), ("slurm_job", "")))
         assert got == {info("1", "ml", "trainer-0", "main"): 1.0, info("2", "ml", "trainer-0", "main"): 1.0,
                        info("3/1", "ml", "mig-1", "work"): 1.0, ("teye_kubelet_pod_resources_up", ()): 1.0}
         assert any("ghost/c: device GPU-99999999" in p for p in r.problems)   # not a GPU of this node
