@@ -264,3 +264,30 @@ def test_doctor_names_a_job_whose_processes_have_no_cgroup_in_the_tree(tmp_path)
     assert unseen == [f"jobs (cgroups): Slurm job 31337 has processes ({procfs}/777/cgroup names it) but no cgroup "
                       f"read under {os.path.join(TREES, 'v1_slurm')}: is --cgroupfs the host's cgroup tree (in a "
                       f"container, mount it), and was it skipped above (not a number, beyond jobs.max_jobs)?"]
+
+
+def test_v1_cpu_time_is_the_exact_total_split_like_getrusage(tmp_path):
+    """cpuacct.usage is exact; usage_user/usage_sys (tick-based on recent kernels) only give the proportion.
+    Each mode stays a counter even when the proportion moves the other way."""
+    root = copy_tree(tmp_path, "v1_slurm")
+    acct = os.path.join(root, "cpuacct", "slurm", "uid_1000", "job_1001")
+
+    def write(usage, user, sys_):
+        for name, v in (("cpuacct.usage", usage), ("cpuacct.usage_user", user), ("cpuacct.usage_sys", sys_)):
+            with open(os.path.join(acct, name), "w") as fh:
+                fh.write(f"{v}\n")
+    src = JobsSource(root)
+    key = lambda mode: ("teye_slurm_job_cpu_seconds_total", (("mode", mode), ("slurm_job", "1001")))  # noqa: E731
+    write(40 * 10**9, 3 * 10**9, 1 * 10**9)          # ticks saw a tenth of the time, 3:1
+    got = reading_series(src.collect())
+    assert (got[key("user")], got[key("system")]) == (30.0, 10.0)
+    write(44 * 10**9, 3 * 10**9, 3 * 10**9)          # +4 s, and the ticks now say 1:1 overall
+    got = reading_series(src.collect())
+    # 1:1 of 44 would take user back to 22: user stays at 30, the 4 new seconds go to system, the sum stays exact
+    assert (got[key("user")], got[key("system")]) == (30.0, 14.0)
+    write(44 * 10**9, 3 * 10**9, 3 * 10**9)          # no time passed: nothing moves
+    got = reading_series(src.collect())
+    assert (got[key("user")], got[key("system")]) == (30.0, 14.0)
+    shutil.rmtree(os.path.join(root, "cpuacct", "slurm", "uid_1000", "job_1001"))
+    src.collect()
+    assert ("slurm", "1001") not in src._cputime      # forgotten with the job

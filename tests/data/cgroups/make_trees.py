@@ -35,8 +35,9 @@ def v1_job(root, rel, usage_user=None, usage_sys=None, stat=None, cpuset=None, q
         w(root, f"{a}/cpuacct.usage_user", f"{usage_user}\n")
         w(root, f"{a}/cpuacct.usage_sys", f"{usage_sys}\n")
         w(root, f"{a}/cpuacct.usage", f"{usage_user + usage_sys}\n")
-    if stat is not None:
+    if stat is not None:   # an older kernel: no usage_user/usage_sys; the exact total is in cpuacct.usage
         w(root, f"{a}/cpuacct.stat", f"user {stat[0]}\nsystem {stat[1]}\n")
+        w(root, f"{a}/cpuacct.usage", f"{(stat[0] + stat[1]) * 10**7}\n")   # USER_HZ 100: 10 ms a tick
     w(root, f"cpu/{rel}/cpu.cfs_quota_us", f"{quota}\n")
     w(root, f"cpu/{rel}/cpu.cfs_period_us", f"{period}\n")
     if cpuset:
