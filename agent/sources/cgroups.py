@@ -78,8 +78,10 @@ def _families(prefix: str, what: str, idl: str):
     L = [idl]
     return {
         "cpu": metric(f"{prefix}_cpu_seconds_total", COUNTER,
-                      f"CPU seconds used by the {what}'s processes, by mode (user, system), from its cgroup "
-                      "(v1 cpuacct.usage_user/usage_sys, v2 cpu.stat user_usec/system_usec).", L + ["mode"]),
+                      f"CPU seconds used by the {what}'s processes, by mode (user, system), from its cgroup: "
+                      "v2 cpu.stat user_usec/system_usec; v1 the exact cpuacct.usage split in the proportion of "
+                      "cpuacct.usage_user:usage_sys (tick-based), each mode monotonic, as getrusage does.",
+                      L + ["mode"]),
         "cpus": metric(f"{prefix}_cpus", GAUGE,
                        f"CPUs the {what} may use: the smaller of its cpuset's size and its CPU quota "
                        "(quota/period); absent when neither limits it.", L),
