@@ -99,6 +99,7 @@ def test_two_jobs_cpu_seconds_match_their_processes_getrusage(tmp_path):
                        "  pmu:\n    enabled: false\n")
         agent = Agent(["--config", str(cfg), "--cgroupfs", CGROUPFS])
         prom = Prometheus(str(tmp_path), [f"127.0.0.1:{agent.port}"])
+        prom.wait_for('up{job="teye"} == 1')      # Prometheus scrapes the agent before the jobs start
         outs = {}
         for job, burn in ((burner, BURN_S), (idler, 0.0)):
             out = str(tmp_path / f"rusage-{job.job_id}.json")
@@ -114,6 +115,9 @@ def test_two_jobs_cpu_seconds_match_their_processes_getrusage(tmp_path):
             time.sleep(0.2)
         assert len(usage) == 2, "the job processes did not report their rusage"
         time.sleep(2.5)    # the agent reads every 0.5 s, Prometheus scrapes every 1 s: both saw the final counters
+        # a run time of several scrapes, so that the report's efficiency has a window to speak of
+        prom.wait_for(f'count_over_time(teye_slurm_job_cpu_seconds_total{{slurm_job="{base + 1}",mode="user"}}[1m])'
+                      f' >= 6', timeout=30)
         got = {}
         for r in prom.query(f'teye_slurm_job_cpu_seconds_total{{slurm_job=~"{base}|{base + 1}"}}'):
             got[(int(r["metric"]["slurm_job"]), r["metric"]["mode"])] = float(r["value"][1])
