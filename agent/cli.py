@@ -20,13 +20,15 @@ def _common_source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML config file (every key has a default)")
     p.add_argument("--procfs", metavar="PATH", help="root of /proc (default /proc)")
     p.add_argument("--sysfs", metavar="PATH", help="root of /sys (default /sys)")
+    p.add_argument("--cgroupfs", metavar="PATH", help="root of the cgroup tree (default /sys/fs/cgroup)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="log level (default info)")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     """CLI flags as a nested config dict (only flags that were given)."""
     o: dict = {}
-    for flag, key in (("listen", "listen"), ("procfs", "procfs"), ("sysfs", "sysfs"), ("log_level", "log_level")):
+    for flag, key in (("listen", "listen"), ("procfs", "procfs"), ("sysfs", "sysfs"), ("cgroupfs", "cgroupfs"),
+                      ("log_level", "log_level")):
         v = getattr(args, flag, None)
         if v is not None:
             o[key] = v

@@ -95,6 +95,10 @@ COLLECTORS = {
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
+    "allocation": (5.0, "GPU allocation to Slurm jobs (prolog mapping directory) and Kubernetes pods (kubelet "
+                        "pod-resources)"),
+    "jobs": (5.0, "per-job CPU, memory, I/O and pressure from the Slurm job and Kubernetes pod cgroups "
+                  "(<cgroupfs>)"),
     "gpu": (1.0, "NVIDIA GPUs (NVML)"),
     "pmu": (5.0, "host hardware counters (perf events: CPI, FLOPS, memory and PCIe bandwidth)"),
     "phases": (1.0, "training-job phases (phase socket)"),
@@ -104,6 +108,8 @@ SCHEMA: Dict[str, Any] = {
     "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
     "procfs": Field(STR, "/proc", "Root of the proc filesystem (as node_exporter's --path.procfs)."),
     "sysfs": Field(STR, "/sys", "Root of the sys filesystem (as node_exporter's --path.sysfs)."),
+    "cgroupfs": Field(STR, "/sys/fs/cgroup", "Root of the cgroup tree (v1 controller hierarchies or the v2 "
+                      "unified hierarchy), as cAdvisor's and cgroup_exporter's cgroup root."),
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),
     "stale_after_seconds": Field(FLOAT, 10.0, "A read still running after this long marks its collector down "
                                  "(a hung NFS mount never hangs a scrape).", _positive),
@@ -153,6 +159,25 @@ SCHEMA: Dict[str, Any] = {
                                         _non_negative, max=3600),
         "reprobe_seconds": Field(FLOAT, 10.0, "A lost GPU, or NVML when it is unavailable, is probed again after "
                                  "this many seconds.", _positive),
+    },
+    "jobs": {
+        "max_jobs": Field(INT, 512, "Most job cgroups (Slurm jobs and pods) read per interval: the newest Slurm "
+                          "jobs first; more are counted in teye_jobs_cgroups{state=\"over_limit\"}.", _positive,
+                          max=100000),
+        "pod_log_dir": Field(STR, "/var/log/pods", "The kubelet's pod log directory (<namespace>_<pod>_<uid>): "
+                             "names the pods found in the cgroup tree; unset: pods by uid only.", nullable=True),
+    },
+    "allocation": {
+        "slurm_mapping_dir": Field(STR, "/run/teye/gpu-jobs", "Directory of per-GPU files naming the Slurm job "
+                                   "each GPU is allocated to, written by deploy/slurm/teye-gpu-prolog.sh (the format "
+                                   "of dcgm-exporter's --hpc-job-mapping-dir); unset: off.", nullable=True),
+        "kubelet_socket": Field(STR, "/var/lib/kubelet/pod-resources/kubelet.sock", "The kubelet's pod-resources "
+                                "gRPC socket (needs grpcio: pip install 'teye[kubernetes]'); unset: off.",
+                                nullable=True),
+        "kubelet_refresh_seconds": Field(FLOAT, 10.0, "Seconds between two List calls to the kubelet (from a "
+                                         "background thread: a scrape never waits for it).", _positive, max=3600),
+        "kubelet_timeout_seconds": Field(FLOAT, 2.0, "A List call that takes longer is abandoned and "
+                                         "teye_kubelet_pod_resources_up is 0.", _positive, max=60),
     },
     "pmu": {
         "replay": Field(STR, None, "Serve a recorded PMU trace (teye record --pmu) instead of live perf events.",

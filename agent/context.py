@@ -78,6 +78,9 @@ class AgentContext:
     timeline: UtilTimeline = field(default_factory=UtilTimeline)
     # pid -> GPU labels it holds (updated by the GPU source each poll)
     gpu_pids: Dict[int, FrozenSet[str]] = field(default_factory=dict)
+    # GPU (and MIG instance) UUID -> its label ('0', '2/1'), replaced whole by the GPU source each poll;
+    # empty while no GPU source answers
+    gpu_labels: Dict[str, str] = field(default_factory=dict)
     # (topic, note) pairs that host collectors offer as evidence to the verdicts (the pmu source:
     # CPI, GFLOP/s, memory and PCIe bandwidth over its last poll); replaced whole by one writer
     host_notes: Tuple[Tuple[str, str], ...] = ()

@@ -4,7 +4,8 @@ Covers NVML (library, driver, CUDA, each GPU: GPM, MIG, utilization ring, ECC, X
 InfiniBand devices (<sysfs>/class/infiniband), NFS mounts (<procfs>/self/mountinfo and
 mountstats), perf events (<procfs>/sys/kernel/perf_event_paranoid), the permissions of
 /dev/nvidia*, then one line per hardware-counter group (core cycles/instructions, floating point,
-memory and PCIe bandwidth: supported, or why not), and whether the phase path runs its compiled
+memory and PCIe bandwidth: supported, or why not), the cgroup layout the jobs collector found
+(agent/sources/cgroups.py: v1, v2 or hybrid, Slurm and Kubernetes, and why a job is not seen), and whether the phase path runs its compiled
 helpers (agent/phases/fast.py).  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
 with the GPU source off (teye_collector_up{collector="gpu"} = 0).
 """
@@ -190,6 +191,30 @@ def _group(gid: int) -> str:
         return str(gid)
 
 
+def _gpu_uuids(loader: Callable[[], object]) -> dict:
+    """UUID -> GPU label ('0', '2/1') of this node's GPUs and MIG instances; empty without NVML."""
+    try:
+        b = NvmlBackend(loader())
+        b.init()
+    except SourceUnavailable:
+        return {}
+    out = {}
+    try:
+        for i in range(b.device_count()):
+            try:
+                h = b.handle_by_index(i)
+                out[b.uuid(h) or f"?{i}"] = str(i)
+                for gi, mh in b.mig_devices(h):
+                    out[b.uuid(mh) or f"?{i}/{gi}"] = f"{i}/{gi}"
+            except GpuLost:
+                continue
+    except SourceUnavailable:
+        pass
+    finally:
+        b.shutdown()
+    return out
+
+
 def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/dev",
            euid: Optional[int] = None) -> List[str]:
     euid = os.geteuid() if euid is None else euid
@@ -199,6 +224,11 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     lines.append(perf_line(cfg["procfs"], euid))
     lines.append(device_line(dev_root))
     lines.extend(pmu_lines(cfg["sysfs"], cfg["procfs"]))
+    from .sources.cgroups import doctor_lines as job_cgroup_lines
+    lines.extend(job_cgroup_lines(cfg["cgroupfs"], cfg["jobs"]["pod_log_dir"], cfg["jobs"]["max_jobs"],
+                                  cfg["procfs"]))
+    from .sources.allocation import doctor_lines as allocation_lines
+    lines.extend(allocation_lines(cfg, _gpu_uuids(loader)))
     lines.append(phase_path_line())
     return lines
 

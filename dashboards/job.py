@@ -126,6 +126,38 @@ def build():
                 f"{RATE}) and on (instance, gpu) {JOB_GPUS})", "{{le}}", fmt="heatmap")],
         y_unit="s", cell_unit="short", w=24, h=8))
 
+    d = d.with_row(row("Given against used: the Slurm jobs' cgroups on these nodes"))
+    node = 'instance=~"$node"'
+    d = d.with_panel(timeseries(
+        "CPU used vs allocated", "Cores each Slurm job on the job's nodes uses (rate of its cgroup's CPU seconds, "
+        "user + system: teye_slurm_job_cpu_seconds_total) against the cores it may use (its cpuset or CPU quota: "
+        "teye_slurm_job_cpus). A job far below its allocation asked for too many cores.",
+        "short",
+        [target(f"sum by (instance, slurm_job) (rate(teye_slurm_job_cpu_seconds_total{{{node}}}{RATE}))",
+                "{{slurm_job}} used"),
+         target(f"max by (instance, slurm_job) (teye_slurm_job_cpus{{{node}}})", "{{slurm_job}} allocated")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Memory used vs limit", "Memory charged to each Slurm job's cgroup (teye_slurm_job_memory_used_bytes, "
+        "page cache included), its page cache (teye_slurm_job_memory_cache_bytes) and its limit "
+        "(teye_slurm_job_memory_limit_bytes): the job is killed when used reaches the limit and no cache is left "
+        "to drop.",
+        "bytes",
+        [target(f"max by (instance, slurm_job) (teye_slurm_job_memory_used_bytes{{{node}}})", "{{slurm_job}} used"),
+         target(f"max by (instance, slurm_job) (teye_slurm_job_memory_cache_bytes{{{node}}})",
+                "{{slurm_job}} page cache"),
+         target(f"max by (instance, slurm_job) (teye_slurm_job_memory_limit_bytes{{{node}}})",
+                "{{slurm_job}} limit")],
+        min=0))
+    d = d.with_panel(timeseries(
+        "Allocated GPUs: busy share", "Busy share over 5 minutes of every GPU a scheduler allocated on these nodes "
+        "(the Slurm prolog's mapping, the kubelet's pod-resources: teye:gpu_scheduler_allocation_utilization:"
+        "ratio5m), whether or not a process holds it: a GPU flat at 0 was allocated and never used.",
+        "percentunit",
+        [target(f"teye:gpu_scheduler_allocation_utilization:ratio5m{{{node}}}",
+                "{{slurm_job}}{{pod}} GPU {{gpu}}")],
+        min=0, max=1))
+
     d = d.with_row(row("Throughput"))
     d = d.with_panel(timeseries(
         "Samples per second", "Training samples per second reported by the job, per node.",

@@ -13,10 +13,11 @@ from agent.daemon import build_sources
 from agent.sampler import Sampler
 from agent.sources.network import NetworkSource
 from exporters.render import Exposition
-from tests.conftest import PROCFS, SYSFS, parse_exposition
+from tests.conftest import DATA, PROCFS, SYSFS, parse_exposition
 from tests.gpu.conftest import TRACE_8GPU
 from tests.test_render import NET_PROCFS, Fixed, jobs_reading
 
+CGROUPS = os.path.join(DATA, "cgroups", "v2_slurm")   # two Slurm jobs, one with every file (PSI too)
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "operations.md")
 
 # Every label teye exports and what bounds its values (the table in docs/operations.md).
@@ -24,7 +25,7 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "hca_type", "mountpoint", "export", "protocol", "transport", "event", "operation", "procedure",
                   "error", "resource", "kind", "window", "gpu", "uuid", "name", "pci_bus_id", "driver_version",
                   "reason", "type", "cause", "xid", "pid", "user", "slurm_job", "pod_uid", "train_job", "uid", "phase",
-                  "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source")
+                  "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "namespace", "pod", "qos", "container")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
@@ -41,7 +42,8 @@ def node(n_jobs: int):
     """Fixture node + 8-GPU replay on a clock that advances 1 s per reading, n_jobs jobs; read twice."""
     t = itertools.count(10**12, 10**9)
     ctx = AgentContext(clock=lambda: next(t))
-    cfg = config_mod.load(None, {"procfs": PROCFS, "sysfs": SYSFS, "gpu": {"replay": TRACE_8GPU}})
+    cfg = config_mod.load(None, {"procfs": PROCFS, "sysfs": SYSFS, "gpu": {"replay": TRACE_8GPU},
+                                 "cgroupfs": CGROUPS})
     cfg["collectors"]["phases"]["enabled"] = False
     srcs = build_sources(cfg, ctx)
     srcs["network"] = (NetworkSource(NET_PROCFS), 1.0)
@@ -92,6 +94,9 @@ def test_series_per_node_follow_the_documented_budget(n_jobs):
     assert ports and len(ib) <= 25 * len(ports) + len(hcas)
     assert len(per_prefix(series, "teye_memory_")) <= 14
     assert len(per_prefix(series, "teye_pressure_")) <= 24
+    cg = per_prefix(series, "teye_slurm_job_") + per_prefix(series, "teye_pod_") + per_prefix(series, "teye_jobs_")
+    k = len({lb["slurm_job"] for _, lb in per_prefix(series, "teye_slurm_job_")})
+    assert k == 2 and len(cg) <= 5 + 16 * k and len(per_prefix(series, "teye_slurm_job_")) > 16  # 16 + partial one
 
     labels = {k for _, lb in series for k, _ in lb}
     assert labels <= set(BOUNDED_LABELS), f"label(s) without a documented bound: {labels - set(BOUNDED_LABELS)}"
@@ -103,7 +108,7 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
     section = doc[doc.index("## Series budget per node"):]
     for label in BOUNDED_LABELS:
         assert f"`{label}`" in section, label
-    for formula in ("7 + 10·N", "G·(44 + B)", "18 + 33·J", "1 + 4·C"):
+    for formula in ("7 + 10·N", "G·(44 + B)", "18 + 33·J", "1 + 4·C", "5 + 16·K"):
         assert formula in section, formula
 
 

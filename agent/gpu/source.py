@@ -411,6 +411,8 @@ class GpuSource:
             self._retry_at_ns = now + self.reprobe_ns
             raise
         self._publish_pids(procs)
+        # every GPU and MIG instance by UUID -> its label: the allocation source names the kubelet's devices
+        self.ctx.gpu_labels = {dev.uuid: dev.label for d in self.devices for dev in [d] + d.children if dev.uuid}
         return GpuReading(tuple(stats), tuple(procs))
 
     def _reprobe_due(self, d: _Device, now: int) -> bool:

@@ -90,6 +90,8 @@ class Fetched:
     step: float
     grid: List[float]
     procs: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)   # (inst,gpu,slurm)
+    alloc: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)   # (inst,gpu,slurm)
+    jobcg: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)   # (q,inst,slurm)
     proc_user: Dict[Tuple[str, str, str], str] = field(default_factory=dict)
     jinfo: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (inst, train_job)
     jinfo_user: Dict[Tuple[str, str], str] = field(default_factory=dict)
@@ -125,9 +127,14 @@ def _fetch_identity(prom: Prometheus, req: Request, since: float, until: float):
         sel.append(f'user={_lbl([req.user])},slurm_job!=""')
     slurm = []
     if sel:
-        slurm = prom.query_range(f"max by (instance, gpu, slurm_job, user) "
-                                 f"(count_over_time(teye_gpu_process_info{{{','.join(sel)}}}[{_dur(s1)}]))",
-                                 since, until, s1)
+        q = (f"max by (instance, gpu, slurm_job, user) "
+             f"(count_over_time(teye_gpu_process_info{{{','.join(sel)}}}[{_dur(s1)}]))")
+        if req.slurm_jobs:   # also the GPUs allocated to it (prolog), and a job with no GPU at all (its cgroup)
+            jsel = f"slurm_job=~{_lbl(req.slurm_jobs)}"
+            q += (f" or max by (instance, gpu, slurm_job) (count_over_time(teye_gpu_allocation_info{{{jsel}}}"
+                  f"[{_dur(s1)}])) or max by (instance, slurm_job) (count_over_time("
+                  f'teye_slurm_job_cpu_seconds_total{{{jsel},mode="user"}}[{_dur(s1)}]))')
+        slurm = prom.query_range(q, since, until, s1)
     train = []
     if req.train_jobs or req.user:
         tsel = f"train_job=~{_lbl(req.train_jobs)}" if req.train_jobs else f"user={_lbl([req.user])}"
@@ -147,8 +154,14 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
         t += step
     f = Fetched(t0, t1, step, grid)
     rng = lambda q: prom.query_range(q, t0, t1, step)  # noqa: E731
-    for m, pts in rng(f"max by (instance, gpu, slurm_job, user) (teye_gpu_process_info{{{n}}})"):
+    # the GPUs each Slurm job's processes held, and (src="alloc") those the prolog says it was allocated
+    for m, pts in rng(f"max by (instance, gpu, slurm_job, user) (teye_gpu_process_info{{{n}}}) or label_replace("
+                      f'max by (instance, gpu, slurm_job) (teye_gpu_allocation_info{{{n},slurm_job!=""}}), '
+                      f'"src", "alloc", "", "")'):
         k = _key(m, "instance", "gpu", "slurm_job")
+        if m.get("src") == "alloc":
+            f.alloc[k] = pts
+            continue
         f.procs[k] = pts
         f.proc_user[k] = m.get("user", "")
     for m, pts in rng(f"max by (instance, train_job, user) (teye_job_info{{{n}}})"):
@@ -176,9 +189,20 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
         ("instructions", f"sum by (instance) (teye_cpu_instructions_total{{{n}}})"),
         ("dram_bytes", f'sum by (instance) ({{__name__=~"teye_memory_(read|written|transferred)_bytes_total",'
                        f'{n}}})'),
+        # each Slurm job's own cgroup (the jobs collector)
+        ("job_cpu", f"sum by (instance, slurm_job) (teye_slurm_job_cpu_seconds_total{{{n}}})"),
+        ("job_cpus", f"max by (instance, slurm_job) (teye_slurm_job_cpus{{{n}}})"),
+        ("job_mem_peak", f"max by (instance, slurm_job) (max_over_time(teye_slurm_job_memory_peak_bytes{{{n}}}"
+                         f"[{_dur(step)}]))"),
+        ("job_mem_limit", f"max by (instance, slurm_job) (teye_slurm_job_memory_limit_bytes{{{n}}})"),
+        ("job_read", f"sum by (instance, slurm_job) (teye_slurm_job_read_bytes_total{{{n}}})"),
+        ("job_written", f"sum by (instance, slurm_job) (teye_slurm_job_written_bytes_total{{{n}}})"),
     ))
     for m, pts in rng(host):
-        f.host[_key(m, "q", "instance")] = pts
+        if m.get("q", "").startswith("job_"):
+            f.jobcg[_key(m, "q", "instance", "slurm_job")] = pts
+        else:
+            f.host[_key(m, "q", "instance")] = pts
     for m, pts in rng(f"max by (instance) (up{{{n}}})"):
         f.up[m.get("instance", "")] = pts
     return f
@@ -373,6 +397,29 @@ def _host_numbers(f: Fetched, inst: str, a: float, b: float) -> dict:
             "_resets": h["cpu_busy"].resets}
 
 
+def _job_cgroup_numbers(f: Fetched, inst: str, sj: str, a: float, b: float) -> Optional[dict]:
+    """The Slurm job's own CPU, memory and I/O on one node, from its cgroup (the jobs collector); None when
+    the agent there did not see the job's cgroup."""
+    if ("job_cpu", inst, sj) not in f.jobcg:
+        return None
+    lo = a - f.step
+    accs = {}
+    for q in ("job_cpu", "job_read", "job_written"):
+        acc = _Acc()
+        pts = f.jobcg.get((q, inst, sj))
+        if pts:
+            acc.add(pts, lo, b)    # the job's counters start at zero with its cgroup
+        accs[q] = acc
+
+    def most(q):
+        vals = [v for _, v in S.window(f.jobcg.get((q, inst, sj), []), a, b)]
+        return max(vals) if vals else None
+    return {"node": inst, "cpu_seconds": _r(accs["job_cpu"].value, 3), "cpus": most("job_cpus"),
+            "memory_peak_bytes": most("job_mem_peak"), "memory_limit_bytes": most("job_mem_limit"),
+            "read_bytes": accs["job_read"].value, "written_bytes": accs["job_written"].value,
+            "_resets": sum(x.resets for x in accs.values())}
+
+
 def _vanished(f: Fetched, inst: str, a: float, b: float) -> List[Tuple[float, float]]:
     pts = f.up.get(inst, [])
     have = [t for t, v in pts if v >= 1]
@@ -389,23 +436,27 @@ def _notes(job: dict, req: Request) -> List[str]:
                      f"(or check that the code runs on the GPU: device placement, CUDA_VISIBLE_DEVICES).")
     elif len(gpus) > 1 and len(busy) == 1:
         g = busy[0]
-        notes.append(f"Only one GPU of {len(gpus)} did work (GPU {g['gpu']} on {g['node']}): the code does not use "
-                     f"the others (data or model parallelism), so request 1 GPU or make it multi-GPU.")
+        idle = f"{len(never)} of {len(gpus)} allocated GPUs never busy: " if never else ""
+        notes.append(f"{idle}Only one GPU of {len(gpus)} did work (GPU {g['gpu']} on {g['node']}): the code does "
+                     f"not use the others (data or model parallelism), so request 1 GPU or make it multi-GPU.")
     elif never:
         names = ", ".join(f"{g['node']}/GPU {g['gpu']}" for g in never)
-        notes.append(f"{len(never)} of {len(gpus)} allocated GPUs were never busy ({names}).")
+        notes.append(f"{len(never)} of {len(gpus)} allocated GPUs never busy ({names}).")
     r = job.get("gpu_busy_ratio")
     if r is not None and busy and r < 0.5:
         notes.append(f"GPU busy {100 * r:.0f} % of the job's time: the GPUs wait more than they work "
                      f"(see the verdict and idle time by phase below).")
     cpu = job.get("cpu") or {}
+    whole = " (whole-node figure: no cgroup of the job was seen, so other jobs on its nodes count too)"
     if cpu.get("efficiency") is not None and cpu["efficiency"] < 0.5 and (cpu.get("allocated_cores") or 0) > 1:
-        notes.append(f"CPU cores mostly idle: {100 * cpu['efficiency']:.0f} % of {cpu['allocated_cores']} allocated "
-                     f"cores used; request fewer (or use them for the input pipeline).")
+        notes.append(f"CPU cores mostly idle: {100 * cpu['efficiency']:.0f} % of {cpu['allocated_cores']:g} allocated "
+                     f"cores used; request fewer (or use them for the input pipeline)."
+                     + (whole if cpu.get("source") == "node" else ""))
     mem = job.get("memory") or {}
     if mem.get("requested_bytes") and mem.get("peak_bytes") and mem["peak_bytes"] < 0.25 * mem["requested_bytes"]:
         notes.append(f"Memory requested far above use: peak {mem['peak_bytes'] / 2**30:.1f} GiB of "
-                     f"{mem['requested_bytes'] / 2**30:.1f} GiB requested; ask for less so more jobs fit.")
+                     f"{mem['requested_bytes'] / 2**30:.1f} GiB requested; ask for less so more jobs fit."
+                     + (whole if mem.get("source") == "node" else ""))
     if job.get("verdict"):
         kind = job["verdict"]
         text = (INPUT_CAUSE_RECOMMENDATIONS.get(job.get("input_cause") or "unknown")
@@ -428,7 +479,8 @@ def _grafana(req: Request, job: dict) -> Optional[str]:
 
 
 def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: List[str],
-              gpu_windows: Dict[Tuple[str, str], Tuple[float, float]], user: str, until_given: bool) -> dict:
+              gpu_windows: Dict[Tuple[str, str], Tuple[float, float]], user: str, until_given: bool,
+              cg_windows: Optional[Dict[str, Tuple[float, float]]] = None) -> dict:
     conds: List[Condition] = []
     windows = {tj: _train_job_windows(f, tj) for tj in tjs}
     windows = {tj: w for tj, w in windows.items() if w}
@@ -439,10 +491,11 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
                 a, b = tr["start"], tr["end"]
                 old = gpu_windows.get((g["node"], g["gpu"]))
                 gpu_windows[(g["node"], g["gpu"])] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
-    starts = [a for a, _ in gpu_windows.values()] + [t["start"] for t in tj_reports]
-    ends = [b for _, b in gpu_windows.values()] + [t["end"] for t in tj_reports]
+    cg_windows = cg_windows or {}
+    spans = list(gpu_windows.values()) + [(t["start"], t["end"]) for t in tj_reports] + list(cg_windows.values())
+    starts, ends = [a for a, _ in spans], [b for _, b in spans]
     start, end = min(starts), max(ends)
-    nodes = sorted({i for i, _ in gpu_windows} | {n for t in tj_reports for n in t["nodes"]})
+    nodes = sorted({i for i, _ in gpu_windows} | {n for t in tj_reports for n in t["nodes"]} | set(cg_windows))
     gpus = [_gpu_numbers(f, i, g, a, b) for (i, g), (a, b) in sorted(gpu_windows.items())]
     running = bool(f.grid) and end >= f.grid[-1] - 0.5 * f.step
     state = "running" if running else "finished"
@@ -462,7 +515,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         steps = [p for t in tj_reports for p in t["per_node"] if p["node"] == inst and p["step_seconds_p50"]]
         entry["step_seconds_p50"] = max([p["step_seconds_p50"] for p in steps]) if steps else None
         mine = [(a, b) for (i, _), (a, b) in gpu_windows.items() if i == inst] + \
-            [(p["start"], p["end"]) for t in tj_reports for p in t["per_node"] if p["node"] == inst]
+            [(p["start"], p["end"]) for t in tj_reports for p in t["per_node"] if p["node"] == inst] + \
+            [w for i, w in cg_windows.items() if i == inst]
         gone = _vanished(f, inst, min(a for a, _ in mine), max(b for _, b in mine)) if mine else []
         entry["missing_seconds"] = round(sum(y - x for x, y in gone), 3)
         per_node.append(entry)
@@ -483,8 +537,15 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         else:
             cands = [p for p in per_node if p["gpu_busy_ratio"] is not None]
             slowest = min(cands, key=lambda p: p["gpu_busy_ratio"])["node"] if cands else None
+    cg = {}
+    for inst in nodes if slurm else ():
+        x = _job_cgroup_numbers(f, inst, slurm, start, end)
+        if x is not None:
+            cg[inst] = x
+            per_node[nodes.index(inst)]["job_cpu_seconds"] = x["cpu_seconds"]
+            per_node[nodes.index(inst)]["job_memory_peak_bytes"] = x["memory_peak_bytes"]
     resets = sum(g["_resets"] for g in gpus) + sum(t["_resets"] for t in tj_reports) + \
-        sum(h["_resets"] for h in hosts.values())
+        sum(h["_resets"] for h in hosts.values()) + sum(x["_resets"] for x in cg.values())
     if resets:
         conds.append(Condition(EXIT_COUNTER_RESET, "counter_reset",
                                f"{resets} counter reset(s) during the job (an agent restarted): increases are summed "
@@ -549,17 +610,33 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
                                                             "omitted"))
     cpu_busy = sum(h["cpu_busy_seconds"] or 0 for h in hosts.values())
     node_cpus = sum(h["cpus"] or 0 for h in hosts.values())
-    alloc = req.cpus
     span = run + f.step    # CPU time is differenced from the scrape before the start, as every counter
+    # the job's own cgroup where its nodes' agents saw it; the whole nodes' counters otherwise (marked so)
+    job_cpu = _sum([x["cpu_seconds"] for x in cg.values()])
+    cg_cpus = _sum([x["cpus"] for x in cg.values()])
+    alloc = req.cpus or (cg_cpus if cg else None)
+    used = job_cpu if cg else cpu_busy
     job["cpu"] = {"allocated_cores": alloc, "node_cpus": node_cpus or None,
+                  "source": "job_cgroup" if cg else "node",
+                  "job_seconds": job_cpu, "cgroup_cpus": cg_cpus,
                   "node_busy_seconds": _r(cpu_busy, 3),
-                  "efficiency": _r(cpu_busy / (alloc * span), 4) if alloc and span > 0 else None,
+                  "efficiency": _r(used / (alloc * span), 4) if alloc and span > 0 and used is not None else None,
                   "node_busy_ratio": _r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0 else None,
                   "cycles_per_instruction": _r(_mean([h["cycles_per_instruction"] for h in hosts.values()]), 4),
                   "memory_bandwidth_bytes_per_second": _r(_sum([h["memory_bandwidth_bytes_per_second"]
                                                                for h in hosts.values()]), 1)}
-    mem_peak = _sum([h["memory_peak_bytes"] for h in hosts.values()])
-    job["memory"] = {"peak_bytes": mem_peak, "requested_bytes": req.mem_bytes}
+    if cg:
+        job["memory"] = {"peak_bytes": _sum([x["memory_peak_bytes"] for x in cg.values()]), "source": "job_cgroup",
+                         "requested_bytes": req.mem_bytes or _sum([x["memory_limit_bytes"] for x in cg.values()]),
+                         "limit_bytes": _sum([x["memory_limit_bytes"] for x in cg.values()]),
+                         "node_peak_bytes": _sum([h["memory_peak_bytes"] for h in hosts.values()])}
+        job["io"] = {"read_bytes": _sum([x["read_bytes"] for x in cg.values()]),
+                     "written_bytes": _sum([x["written_bytes"] for x in cg.values()]), "source": "job_cgroup"}
+    else:
+        mem_peak = _sum([h["memory_peak_bytes"] for h in hosts.values()])
+        job["memory"] = {"peak_bytes": mem_peak, "requested_bytes": req.mem_bytes, "source": "node",
+                         "limit_bytes": None, "node_peak_bytes": mem_peak}
+        job["io"] = None
     job["notes"] = _notes(job, req)
     job["grafana_url"] = _grafana(req, job)
     conds.sort(key=lambda c: c.code)
@@ -652,19 +729,26 @@ def build(prom: Prometheus, req: Request) -> dict:
         # Slurm jobs: the GPUs their processes held, when
         slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]] = defaultdict(dict)
         slurm_user: Dict[str, str] = {}
-        for (inst, gpu, sj), pts in f.procs.items():
+        for (inst, gpu, sj), pts in list(f.procs.items()) + list(f.alloc.items()):
             if not sj or not pts:
                 continue
-            slurm_gpus[sj][(inst, gpu)] = S.present(pts)
-            slurm_user.setdefault(sj, f.proc_user.get((inst, gpu, sj), ""))
+            a, b = S.present(pts)    # held by a process, or allocated (prolog) with or without one
+            old = slurm_gpus[sj].get((inst, gpu))
+            slurm_gpus[sj][(inst, gpu)] = (min(a, old[0]), max(b, old[1])) if old else (a, b)
+            if f.proc_user.get((inst, gpu, sj)):
+                slurm_user.setdefault(sj, f.proc_user[(inst, gpu, sj)])
+        slurm_cg: Dict[str, Dict[str, Tuple[float, float]]] = defaultdict(dict)   # jobs seen by their cgroup
+        for (q, inst, sj), pts in f.jobcg.items():
+            if q == "job_cpu" and sj and pts:
+                slurm_cg[sj][inst] = S.present(pts)
         wanted = list(req.slurm_jobs) if req.slurm_jobs else (sorted(found_slurm) if req.user else [])
         links = _link(f, {sj: slurm_gpus[sj] for sj in wanted if sj in slurm_gpus})
         until_given = req.until is not None
         for sj in wanted:
-            if sj not in slurm_gpus:
+            if sj not in slurm_gpus and sj not in slurm_cg:
                 continue
-            doc["jobs"].append(_assemble(f, req, now, sj, links.get(sj, []), dict(slurm_gpus[sj]),
-                                         slurm_user.get(sj, ""), until_given))
+            doc["jobs"].append(_assemble(f, req, now, sj, links.get(sj, []), dict(slurm_gpus.get(sj, {})),
+                                         slurm_user.get(sj, ""), until_given, dict(slurm_cg.get(sj, {}))))
         linked = {tj for v in links.values() for tj in v}
         all_links = _link(f, slurm_gpus) if (req.train_jobs or req.user) else {}
         tj_wanted = list(req.train_jobs) if req.train_jobs else \
@@ -676,7 +760,7 @@ def build(prom: Prometheus, req: Request) -> dict:
             # the Slurm job it ran in, if any: its GPUs' holder
             owner = next((sj for sj in sorted(all_links) if tj in all_links[sj]), None)
             rep = _assemble(f, req, now, owner, [tj], dict(slurm_gpus[owner]) if owner else {},
-                            users[0] if users else "", until_given)
+                            users[0] if users else "", until_given, dict(slurm_cg.get(owner, {})) if owner else {})
             rep["train_jobs"] = sorted(set(rep["train_jobs"]) | {tj}) if rep["train_jobs"] else [tj]
             doc["jobs"].append(rep)
         doc["step_seconds"] = step

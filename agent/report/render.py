@@ -97,8 +97,10 @@ def _job_lines(j: dict, md: bool) -> List[str]:
                  + ("" if j["samples_per_second"] is None else f", {j['samples_per_second']:.1f} samples/s"))
     cpu, mem = j["cpu"], j["memory"]
     L += ["", "### Host" if md else "Host"]
+    where = {"job_cgroup": "the job's cgroup", "node": "whole nodes: no job cgroup seen"}
     if cpu["efficiency"] is not None:
-        L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']} allocated cores")
+        L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']:g} allocated cores "
+                 f"({where.get(cpu.get('source'), 'whole nodes')})")
     L.append(f"{code}  node CPU busy    {_bar(cpu['node_busy_ratio'])}  of {int(cpu['node_cpus'] or 0) or 'n/a'} CPUs "
              f"(whole nodes)")
     extra = []
@@ -108,7 +110,11 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         extra.append(f"memory bandwidth {_bytes(cpu['memory_bandwidth_bytes_per_second'])}/s")
     L.append(f"Host memory peak: {_bytes(mem['peak_bytes'])}"
              + (f" of {_bytes(mem['requested_bytes'])} requested" if mem["requested_bytes"] else "")
+             + f" ({where.get(mem.get('source'), 'whole nodes')})"
              + ("; " + ", ".join(extra) if extra else ""))
+    io = j.get("io")
+    if io:
+        L.append(f"I/O (the job's cgroup): read {_bytes(io['read_bytes'])}, written {_bytes(io['written_bytes'])}")
     if j["notes"]:
         L += ["", "### Notes" if md else "Notes"]
         for n in j["notes"]:

@@ -7,7 +7,7 @@ import os
 import yaml
 
 from agent.cli import build_parser
-from agent.config import load
+from agent.config import defaults, load
 from tests.procs import REPO
 
 DEPLOY = os.path.join(REPO, "deploy")
@@ -32,6 +32,13 @@ def test_daemonset_hands_host_proc_and_sys_to_the_agent():
     assert by_path[args.procfs]["hostPath"]["path"] == "/proc" and args.procfs == "/host/proc"
     assert by_path[args.sysfs]["hostPath"]["path"] == "/sys" and args.sysfs == "/host/sys"
     assert mounts["proc"]["readOnly"] is True and mounts["sys"]["readOnly"] is True
+    # the pods' cgroups under the host's /sys; the kubelet's pod-resources socket and pod log dirs where the
+    # agent's defaults look for them
+    assert args.cgroupfs == "/host/sys/fs/cgroup" and args.cgroupfs.startswith(args.sysfs + "/")
+    cfg = defaults()
+    for key, host in (("kubelet_socket", "/var/lib/kubelet/pod-resources"), ("pod_log_dir", "/var/log/pods")):
+        default = cfg["allocation"].get(key) or cfg["jobs"].get(key)
+        assert by_path[os.path.dirname(default) if key == "kubelet_socket" else default]["hostPath"]["path"] == host
     # the phase socket sits in a hostPath directory training pods can mount too
     assert os.path.dirname(args.phase_socket) == "/run/teye"
     assert by_path["/run/teye"]["hostPath"] == {"path": "/run/teye", "type": "DirectoryOrCreate"}

@@ -29,7 +29,7 @@ import pytest
 
 from dashboards.common import iter_panels
 from dashboards.push import load_dashboards
-from tests.conftest import PROCFS, SYSFS, parse_exposition
+from tests.conftest import DATA, PROCFS, SYSFS, parse_exposition
 from tests.deploy.rulefiles import RULE_FILES, load_rules
 from tests.procs import REPO, Agent, Prometheus
 
@@ -113,7 +113,14 @@ def relax_thresholds(expr: str) -> str:
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     sock = str(tmp / "phases.sock")
-    agent = Agent(["--gpu-replay", TRACE, "--procfs", PROCFS, "--sysfs", SYSFS, "--phase-socket", sock],
+    # the job cgroups of a captured tree, and GPU 0 allocated to its job 2001 (as a Slurm prolog writes it)
+    mapdir = tmp / "gpu-jobs"
+    mapdir.mkdir()
+    (mapdir / "0").write_text("2001\n")
+    conf = tmp / "teye.yml"
+    conf.write_text(f"allocation:\n  slurm_mapping_dir: {mapdir}\n  kubelet_socket: null\n")
+    agent = Agent(["--config", str(conf), "--gpu-replay", TRACE, "--procfs", PROCFS, "--sysfs", SYSFS,
+                   "--cgroupfs", os.path.join(DATA, "cgroups", "v2_slurm"), "--phase-socket", sock],
                   log_path=str(tmp / "agent.log"))
     procs = []
     try:

@@ -8,7 +8,7 @@ import sys
 
 from agent.config import defaults
 from agent.doctor import device_line, nfs_line, perf_line, report
-from tests.conftest import PROCFS, SYSFS
+from tests.conftest import DATA, PROCFS, SYSFS
 from tests.gpu.fake_pynvml import FakeGpu, FakeNvml
 from tests.procs import REPO
 
@@ -47,6 +47,7 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
         os.chmod(dev / name, mode)
     cfg = defaults()
     cfg["procfs"], cfg["sysfs"] = PROCFS, SYSFS
+    cfg["cgroupfs"] = os.path.join(DATA, "cgroups", "v2_kube")
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)
     assert lines[0] == "nvml: ok: driver 550.54.15, NVML 12.550.54.15, CUDA 12.4, 3 GPU(s)"
     assert lines[1].startswith("gpu 0: NVIDIA H100 80GB HBM3 (GPU-00000000-aaaa-bbbb-cccc-000000000000, "
@@ -63,8 +64,13 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert [line.split(":")[0] for line in lines[8:12]] == [  # then one line per hardware-counter group
         "pmu core cycles/instructions", "pmu floating point", "pmu memory bandwidth", "pmu PCIe bandwidth"]
     assert all("not supported: no hardware PMU" in line for line in lines[8:12])
-    assert lines[12].startswith("phase path: C helpers (receive, decode, job table) ")
-    assert len(lines) == 13  # one line each
+    assert lines[12].startswith("jobs (cgroups): cgroup v2 (unified) at ")   # then the job cgroups found
+    assert lines[13].startswith("jobs (cgroups): 2 pods under kubepods.slice (systemd driver)")
+    assert lines[14].startswith("jobs (cgroups): job(s) deadbeef-3333-4444-5555-666677778888: cpuset.cpus.effective")
+    assert lines[15].startswith("gpu allocation (Slurm): /run/teye/gpu-jobs does not exist")
+    assert lines[16].startswith("gpu allocation (Kubernetes): off: ")   # no kubelet here (or no grpcio)
+    assert lines[17].startswith("phase path: C helpers (receive, decode, job table) ")
+    assert len(lines) == 18  # one line each
     fake.gpus[2].lost = False
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)
     assert "MIG on (2 instances: 2/1, 2/5)" in lines[3]

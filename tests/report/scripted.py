@@ -33,12 +33,12 @@ def _timeline(share: float, seconds: int) -> Timeline:
     return Timeline(out)
 
 
-def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from=0) -> str:
+def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from=0, busy=BUSY, pids=PIDS) -> str:
     """The trace; the processes start after ``proc_from`` s (one number, or one per GPU) and exit (the Slurm
-    jobs end) after ``proc_seconds``."""
-    starts = proc_from if isinstance(proc_from, (tuple, list)) else (proc_from,) * len(BUSY)
+    jobs end) after ``proc_seconds``.  ``busy``: each GPU's share; ``pids``: the process on each GPU (None: none)."""
+    starts = proc_from if isinstance(proc_from, (tuple, list)) else (proc_from,) * len(busy)
     gpus = []
-    for i, share in enumerate(BUSY):
+    for i, share in enumerate(busy):
         g = FakeGpu(i, timeline=_timeline(share, seconds), period_us=PERIOD_US,
                     ring_start_us=START_US - 100 * PERIOD_US)
         g.ecc, g.remapped, g.energy_mj = (0, 0), (0, 0, 0, 0), 1_000_000_000
@@ -52,12 +52,12 @@ def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from=
         src = GpuSource(lambda: rec, procfs=os.path.join(os.path.dirname(path), "no-such-procfs"), ctx=ctx,
                         events=False, wall_ns=lambda: fake.now_us * 1000)
         for t in [k * S for k in range(seconds)] + [seconds * S]:
-            for g, share in zip(fake.gpus, BUSY):
+            for g, share in zip(fake.gpus, busy):
                 g.energy_mj += int(g.power_mw * (t - (fake.now_us - START_US)) / S)
                 g.util_gpu = int(round(100 * share))
                 g.power_mw = int(70_000 + 580_000 * share)
-                alive = starts[g.index] * S <= t < proc_seconds * S
-                g.processes = [(PIDS[g.index], PROC_MEM)] if alive else []
+                alive = starts[g.index] * S <= t < proc_seconds * S and pids[g.index] is not None
+                g.processes = [(pids[g.index], PROC_MEM)] if alive else []
                 g.memory_used = 2 * GiB + (PROC_MEM if alive else 0)
             fake.now_us = START_US + t
             src.collect()

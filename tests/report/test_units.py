@@ -99,15 +99,21 @@ def test_jobstats_style_notes():
     n = _notes(_job([0.0, 0.001]), Request())
     assert len(n) == 1 and n[0].startswith("The job was allocated 2 GPU(s) and none of them was ever busy")
     n = _notes(_job([0.9, 0.0, 0.0, 0.0]), Request())
-    assert n[0].startswith("Only one GPU of 4 did work (GPU 0 on n1)")
+    assert n[0].startswith("3 of 4 allocated GPUs never busy: Only one GPU of 4 did work (GPU 0 on n1)")
     n = _notes(_job([0.9, 0.8, 0.0]), Request())
-    assert n == ["1 of 3 allocated GPUs were never busy (n1/GPU 2)."]
+    assert n == ["1 of 3 allocated GPUs never busy (n1/GPU 2)."]
     n = _notes(_job([0.3]), Request())
     assert n == ["GPU busy 30 % of the job's time: the GPUs wait more than they work (see the verdict and idle "
                  "time by phase below)."]
     n = _notes(_job([0.9], cpus=16, eff=0.1, peak=2 * 2**30, req=64 * 2**30), Request())
     assert n[0].startswith("CPU cores mostly idle: 10 % of 16 allocated cores used")
     assert n[1].startswith("Memory requested far above use: peak 2.0 GiB of 64.0 GiB requested")
+    assert "whole-node" not in n[0] + n[1]           # the job's own cgroup figures (or, here, unmarked)
+    whole = _job([0.9], cpus=16, eff=0.1, peak=2 * 2**30, req=64 * 2**30)
+    whole["cpu"]["source"] = whole["memory"]["source"] = "node"
+    n = _notes(whole, Request())
+    assert n[0].endswith("(whole-node figure: no cgroup of the job was seen, so other jobs on its nodes count too)")
+    assert n[1].endswith("(whole-node figure: no cgroup of the job was seen, so other jobs on its nodes count too)")
     assert _notes(_job([0.9], cpus=1, eff=0.1, peak=30 * 2**30, req=64 * 2**30), Request()) == []
     n = _notes(_job([0.9], verdict="input", cause="storage"), Request())
     assert n[0].startswith("Verdict input (cause storage): The input pipeline waits for storage")
