@@ -24,7 +24,7 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "hca_type", "mountpoint", "export", "protocol", "transport", "event", "operation", "procedure",
                   "error", "resource", "kind", "window", "gpu", "uuid", "name", "pci_bus_id", "driver_version",
                   "reason", "type", "cause", "xid", "pid", "user", "slurm_job", "pod_uid", "train_job", "uid", "phase",
-                  "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source")
+                  "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "rank")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:

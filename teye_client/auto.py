@@ -194,7 +194,8 @@ class Session:
             debug("zero-code phases off: cannot make the reporter: %s: %s" % (type(e).__name__, e))
             return None
         self.reporter = rep
-        debug("zero-code phases: job %r, pid %d, agent socket %s" % (rep.train_job, os.getpid(), rep.socket_path))
+        debug("zero-code phases: job %r, pid %d, agent socket %s, rank: %s" % (
+            rep.train_job, os.getpid(), rep.socket_path, rep.rank_why))
         return rep
 
 

@@ -32,9 +32,10 @@ from typing import Callable, Deque, Dict, FrozenSet, List, Mapping, Optional, Tu
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
-from . import attribution, cause
+from . import attribution, cause, ranks
 from . import fast as _speed
-from .protocol import ACCEPTED, PHASES, RESULTS, STEPS_ONLY_SOURCES, Limits, Message, Rejected, decode, source_of
+from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEPS_ONLY_SOURCES, Identity, Limits, Message, Rejected,
+                       decode, identity_of)
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
@@ -158,6 +159,9 @@ class JobView:
     client_dropped: int
     verdict: Verdict
     evidence: Evidence
+    ranks: Tuple["RankView", ...] = ()         # the job's ranks on this node (processes that sent one), by rank
+    critical_rank: Optional[int] = None        # the rank whose verdict is the job's (agent.phases.ranks)
+    world_size: Optional[int] = None           # ranks in the job, as its launcher says (None: not said)
 
     @property
     def source(self) -> str:
@@ -171,9 +175,40 @@ class JobView:
         return None if w is None else w.cpu_ratio
 
 
+@dataclass(frozen=True)
+class RankView:
+    """One rank of a job on this node, as exported."""
+
+    rank: int
+    pid: int
+    phase_seconds: Tuple[Tuple[str, float], ...]   # cumulative, as reported
+    steps: int
+    step_seconds: float                            # cumulative wall time of its steps
+    input_bound_ratio: Optional[float]             # data_wait share of its step time over the window
+    gpus: Tuple[str, ...] = ()
+
+
+class _Rank:
+    """What one rank (a sending process that said its rank) did: totals and a window, in Python only
+    (its datagrams take the Python path, see JobTable.handle_batch)."""
+
+    __slots__ = ("rank", "pid", "phase_s", "steps", "step_s", "ring", "gpus", "last_ns")
+
+    def __init__(self, rank: int, pid: int, window_ns: int, now_ns: int):
+        self.rank = rank
+        self.pid = pid
+        self.phase_s = [0.0] * NP
+        self.steps = 0
+        self.step_s = 0.0
+        self.ring = _Ring(window_ns)
+        self.gpus: Tuple[str, ...] = ()
+        self.last_ns = now_ns
+
+
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source")
+                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
+                 "ranks", "rank_steps", "world", "ranks_full")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -195,6 +230,10 @@ class _Job:
         self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
         self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
         self.source = "client"                    # where its phases come from (protocol.SOURCES)
+        self.ranks: Dict[int, _Rank] = {}         # pid -> its rank's sums (processes that said their rank)
+        self.rank_steps = 0                       # the most steps one rank made: the global steps counted
+        self.world: Optional[int] = None          # ranks in the job, as the launcher says
+        self.ranks_full = False                   # a rank came beyond MAX_PIDS: not tracked per rank
 
 
 class JobTable:
@@ -230,6 +269,9 @@ class JobTable:
         self._per_uid: Dict[int, int] = {}
         self._users: Dict[int, str] = {}
         self._known_gpus: FrozenSet[str] = frozenset()
+        # pids of processes that said their rank: their datagrams take the Python path (handle_batch),
+        # which keeps per-rank sums; the compiled helpers keep only the job's
+        self.rank_pids: set = set()
         self._lock = threading.Lock()
         self._rlog = RateLimitedLog(log)
 
@@ -250,18 +292,17 @@ class JobTable:
             self.count(r.reason)
             self._rlog.warning(f"reject:{r.reason}", "phase message from pid %d uid %d rejected: %s", pid, uid, r)
             return r.reason
+        ident = identity_of(data)
         with self._lock:
-            if _fast_apply is not None:
+            if _fast_apply is not None and ident.rank is None and pid not in self.rank_pids:
                 result = _fast_apply(self, msg, pid, uid, now)
             else:
-                result = self._apply(msg, pid, uid, now)
+                result = self._apply(msg, pid, uid, now, ident)
             self.results[result] += 1
-            if result == ACCEPTED:
-                src = source_of(data)
-                if src is not None:
-                    job = self._jobs.get((uid, msg.job))
-                    if job is not None:
-                        job.source = src
+            if result == ACCEPTED and ident.src is not None:
+                job = self._jobs.get((uid, msg.job))
+                if job is not None:
+                    job.source = ident.src
         if result != ACCEPTED:
             self._rlog.warning(f"reject:{result}", "phase message from pid %d uid %d for job %r rejected: %s "
                                "(%d jobs live, limit %d, %d per user)", pid, uid, msg.job, result,
@@ -272,6 +313,23 @@ class JobTable:
         """handle() for each (data, pid, uid) of one receive.  With the C helpers, the usual valid
         datagram is decoded, applied and counted in C; the rest (no credentials, what the C decoder
         declines, what the table does not accept) goes through handle(), in the order received."""
+        ranked = self.rank_pids
+        if ranked and _fast_handle is not None:
+            # a ranked process's datagrams go to handle() (the Python path keeps per-rank sums), in order
+            i, n = 0, len(batch)
+            while i < n:
+                j = i
+                while j < n and batch[j][1] not in ranked:
+                    j += 1
+                if j > i:
+                    self._handle_run(batch[i:j] if i or j < n else batch)
+                if j < n:
+                    self.handle(*batch[j])
+                i = j + 1
+            return
+        self._handle_run(batch)
+
+    def _handle_run(self, batch: list) -> None:
         i, n = 0, len(batch)
         while i < n:
             if _fast_handle is not None:
@@ -284,8 +342,38 @@ class JobTable:
 
     def compiled_receive(self):
         """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
-        table, for the Receiver; None without the compiled helpers."""
+        table, for the Receiver; None without the compiled helpers.  The Receiver uses it only while
+        ``python_receive()`` is False."""
         return None if _fast_serve is None else functools.partial(_fast_serve, self)
+
+    def python_receive(self) -> bool:
+        """Whether a ranked process is live: its datagrams must reach handle_batch (the C loop would
+        apply them to the job's sums only)."""
+        return bool(self.rank_pids)
+
+    def _rank(self, job: _Job, pid: int, ident: Identity, now_ns: int) -> Optional[_Rank]:
+        """The rank state of pid, made when it first says its rank (bounded by MAX_PIDS per job); a new
+        pid with a known rank (a restarted rank) replaces the old one: one series per rank."""
+        rk = job.ranks.get(pid)
+        if ident.world is not None:
+            job.world = ident.world
+        if rk is not None:
+            if rk.rank == ident.rank:
+                return rk
+            del job.ranks[pid]  # the process now says another rank: start it again
+        for other, r in list(job.ranks.items()):
+            if r.rank == ident.rank:
+                del job.ranks[other]
+                self.rank_pids.discard(other)
+        if len(job.ranks) >= MAX_PIDS:
+            if not job.ranks_full:
+                log.warning("job %s: more than %d ranks on this node; rank %d (pid %d) and later ones are not "
+                            "judged per rank", job.label, MAX_PIDS, ident.rank, pid)
+            job.ranks_full = True
+            return None
+        rk = job.ranks[pid] = _Rank(ident.rank, pid, self.window_ns, now_ns)
+        self.rank_pids.add(pid)
+        return rk
 
     def _user(self, uid: int) -> str:
         name = self._users.get(uid)
@@ -317,7 +405,7 @@ class JobTable:
         self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
         return job
 
-    def _apply(self, msg: Message, pid: int, uid: int, now: int) -> str:
+    def _apply(self, msg: Message, pid: int, uid: int, now: int, ident: Identity = NO_IDENTITY) -> str:
         key = (uid, msg.job)
         job = self._jobs.get(key)
         if job is None:
@@ -336,6 +424,15 @@ class JobTable:
         gpus = ()
         if (msg.phases or msg.steps) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
+        rk = None
+        if ident.rank is not None and known:
+            rk = self._rank(job, pid, ident, now)
+        elif job.ranks:
+            rk = job.ranks.get(pid)
+        if rk is not None:
+            rk.last_ns = now
+            if gpus:
+                rk.gpus = gpus
         ring = job.ring
         rec = self.recorded
         waited = False
@@ -361,6 +458,11 @@ class JobTable:
             slot = cur_slot if e // width >= cur else ring.slot(e, now)
             if slot is not None:
                 ring.phase[slot][i] += e - s
+            if rk is not None:
+                rk.phase_s[i] += (e - s) / 1e9
+                rslot = rk.ring.slot(e, now)
+                if rslot is not None:
+                    rk.ring.phase[rslot][i] += e - s
             if gpus:
                 self._queue(job, attribution.Pending((i, e), s, e, gpus))
             if rec is not None:
@@ -372,10 +474,24 @@ class JobTable:
             if inside is None:
                 pieces = self._close_step(opened, s, e) if opened else {}
                 inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
-            job.steps += 1
             job.samples += samples
-            job.hist_sum += d
-            job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
+            if rk is not None:
+                # one global step per step of the ranks: counted when the first rank completes it
+                rk.steps += 1
+                rk.step_s += d
+                rslot = rk.ring.slot(e, now)
+                if rslot is not None:
+                    rk.ring.step_ns[rslot] += e - s
+                    rk.ring.steps[rslot] += 1
+                    rrow = rk.ring.in_step[rslot]
+                    for i, ns in inside:
+                        rrow[i] += ns
+            if rk is None or rk.steps > job.rank_steps:
+                if rk is not None:
+                    job.rank_steps = rk.steps
+                job.steps += 1
+                job.hist_sum += d
+                job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
             slot = cur_slot if e // width >= cur else ring.slot(e, now)
             if slot is not None:
                 ring.step_ns[slot] += e - s
@@ -472,6 +588,7 @@ class JobTable:
 
     def _drop(self, key) -> None:
         job = self._jobs.pop(key)
+        self.rank_pids.difference_update(job.ranks)
         self._labels.pop(job.label, None)
         n = self._per_uid.get(job.uid, 1) - 1
         if n > 0:
@@ -538,15 +655,55 @@ class JobTable:
             slot = job.ring.slot(e, now_ns)
             if slot is not None:
                 job.ring.wait[slot].add(e - s, u)
+            rk = job.ranks.get(pid) if job.ranks else None
+            if rk is not None:
+                rslot = rk.ring.slot(e, now_ns)
+                if rslot is not None:
+                    rk.ring.wait[rslot].add(e - s, u)
             job.wait_problem = problem
 
     def views(self, now_ns: int):
         """Expire silent jobs, then return (JobViews, message counts, attribution counts, pending)."""
         with self._lock:
             self._expire(now_ns)
+            self._expire_ranks(now_ns)
             views = tuple(self._view(j, now_ns) for j in self._jobs.values())
             pending = sum(len(j.pending) for j in self._jobs.values())
             return views, tuple(self.results.items()), tuple(self.attributed.items()), pending
+
+    def _expire_ranks(self, now_ns: int) -> None:
+        """Forget ranks silent for job_expiry_seconds (a rank that died: its series disappear)."""
+        for job in self._jobs.values():
+            if job.ranks:
+                for pid in [p for p, r in job.ranks.items() if now_ns - r.last_ns >= self.expiry_ns]:
+                    del job.ranks[pid]
+                    self.rank_pids.discard(pid)
+
+    def _rank_evidence(self, job: _Job, rk: _Rank, now_ns: int) -> Evidence:
+        """One rank's evidence over the window: its phase times and input waits (no GPU figures: those
+        are the job's, see agent.phases.ranks)."""
+        ring = rk.ring
+        in_step = [0] * NP
+        phase = [0] * NP
+        step_ns = steps = 0
+        waits = []
+        for i in ring.live(now_ns):
+            for k in range(NP):
+                in_step[k] += ring.in_step[i][k]
+                phase[k] += ring.phase[i][k]
+            step_ns += ring.step_ns[i]
+            steps += ring.steps[i]
+            if ring.wait[i].n:
+                waits.append(ring.wait[i])
+        times = in_step if step_ns > 0 else phase
+        return Evidence(
+            window_s=min(self.window_ns, max(0, now_ns - job.created_ns)) / 1e9,
+            phase_seconds={p: times[k] / 1e9 for k, p in enumerate(PHASES) if times[k]},
+            step_seconds=step_ns / 1e9, steps=steps,
+            silent_s=max(0.0, (now_ns - rk.last_ns) / 1e9),
+            input_wait=self._input_wait(job, waits),
+            extra=self.extra_evidence() if self.extra_evidence is not None else (),
+            source=job.source)
 
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
@@ -613,9 +770,30 @@ class JobTable:
             problem=job.wait_problem)
 
     def _view(self, job: _Job, now_ns: int) -> JobView:
-        ev = self._evidence(job, now_ns)
-        # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0
-        ratio = ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
+        ev = job_ev = self._evidence(job, now_ns)
+        verdict = None
+        rank_views = ()
+        critical = None
+        if job.ranks:
+            # the job's verdict is its critical rank's (agent.phases.ranks); a single process is its own
+            # rank, with the job's GPU figures
+            evs = {pid: job_ev if len(job.pids) == 1 else self._rank_evidence(job, rk, now_ns)
+                   for pid, rk in job.ranks.items()}
+            crit = ranks.judge([ranks.RankEvidence(rk.rank, pid, rk.gpus, evs[pid]) for pid, rk in job.ranks.items()],
+                               self.thresholds)
+            if crit is not None:
+                critical = crit.rank.rank
+                verdict = crit.verdict
+                ev = crit.rank.evidence
+            rank_views = tuple(sorted((RankView(
+                rank=rk.rank, pid=pid,
+                phase_seconds=tuple((p, rk.phase_s[k]) for k, p in enumerate(PHASES) if rk.phase_s[k] or k < 4),
+                steps=rk.steps, step_seconds=rk.step_s,
+                input_bound_ratio=_input_ratio(evs[pid]), gpus=rk.gpus) for pid, rk in job.ranks.items()),
+                key=lambda r: r.rank))
+        if verdict is None:
+            verdict = decide(ev, self.thresholds)
+        ratio = _input_ratio(ev)
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES) if job.phase_s[k] or k < 4),
@@ -623,12 +801,21 @@ class JobTable:
             step_hist=histogram_value(STEP_BUCKETS, job.hist, job.hist_sum),
             input_bound_ratio=ratio,
             gpu_idle_seconds=tuple((g, PHASES[k], v) for (g, k), v in sorted(job.gpu_idle.items())),
-            gpu_idle_ratio=ev.gpu_idle_ratio,
+            gpu_idle_ratio=job_ev.gpu_idle_ratio,
             last_message_age_s=ev.silent_s,
             client_dropped=sum(job.pids.values()),
-            verdict=decide(ev, self.thresholds),
+            verdict=verdict,
             evidence=ev,
+            ranks=rank_views,
+            critical_rank=critical,
+            world_size=job.world,
         )
+
+
+def _input_ratio(ev: Evidence) -> Optional[float]:
+    """The data_wait share of step time; None without step time or from a steps-only source (which cannot
+    see input waits: absent, not 0)."""
+    return ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
 
 
 if _speed.module is not None:
