@@ -53,6 +53,7 @@ WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
 DATA_WAIT = 0                   # PHASES.index("data_wait")
 RING_SLOTS = 30
 MAX_PIDS = 64
+MAX_UNTRACKED = 4 * MAX_PIDS    # ranks beyond MAX_PIDS whose steps are kept out of the job's global steps
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 
@@ -208,7 +209,7 @@ class _Rank:
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
                  "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
-                 "ranks", "rank_steps", "world", "ranks_full")
+                 "ranks", "rank_steps", "world", "untracked")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -233,7 +234,7 @@ class _Job:
         self.ranks: Dict[int, _Rank] = {}         # pid -> its rank's sums (processes that said their rank)
         self.rank_steps = 0                       # the most steps one rank made: the global steps counted
         self.world: Optional[int] = None          # ranks in the job, as the launcher says
-        self.ranks_full = False                   # a rank came beyond MAX_PIDS: not tracked per rank
+        self.untracked: set = set()               # pids of ranks beyond MAX_PIDS: not judged, their steps not counted
 
 
 class JobTable:
@@ -313,27 +314,19 @@ class JobTable:
         """handle() for each (data, pid, uid) of one receive.  With the C helpers, the usual valid
         datagram is decoded, applied and counted in C; the rest (no credentials, what the C decoder
         declines, what the table does not accept) goes through handle(), in the order received."""
-        ranked = self.rank_pids
-        if ranked and _fast_handle is not None:
-            # a ranked process's datagrams go to handle() (the Python path keeps per-rank sums), in order
-            i, n = 0, len(batch)
-            while i < n:
-                j = i
-                while j < n and batch[j][1] not in ranked:
-                    j += 1
-                if j > i:
-                    self._handle_run(batch[i:j] if i or j < n else batch)
-                if j < n:
-                    self.handle(*batch[j])
-                i = j + 1
-            return
-        self._handle_run(batch)
-
-    def _handle_run(self, batch: list) -> None:
         i, n = 0, len(batch)
         while i < n:
             if _fast_handle is not None:
-                i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
+                ranked = self.rank_pids
+                if not ranked:
+                    i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
+                else:
+                    # a ranked process's datagrams go to handle(): the Python path keeps per-rank sums
+                    j = i
+                    while j < n and batch[j][1] not in ranked:
+                        j += 1
+                    if j > i:
+                        i += _fast_handle(self, batch[i:j], 0)
                 if i >= n:
                     break
             data, pid, uid = batch[i]
@@ -366,10 +359,12 @@ class JobTable:
                 del job.ranks[other]
                 self.rank_pids.discard(other)
         if len(job.ranks) >= MAX_PIDS:
-            if not job.ranks_full:
+            if not job.untracked:
                 log.warning("job %s: more than %d ranks on this node; rank %d (pid %d) and later ones are not "
                             "judged per rank", job.label, MAX_PIDS, ident.rank, pid)
-            job.ranks_full = True
+            if len(job.untracked) < MAX_UNTRACKED:
+                job.untracked.add(pid)
+                self.rank_pids.add(pid)
             return None
         rk = job.ranks[pid] = _Rank(ident.rank, pid, self.window_ns, now_ns)
         self.rank_pids.add(pid)
@@ -425,7 +420,7 @@ class JobTable:
         if (msg.phases or msg.steps) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
         rk = None
-        if ident.rank is not None and known:
+        if ident.rank is not None:
             rk = self._rank(job, pid, ident, now)
         elif job.ranks:
             rk = job.ranks.get(pid)
@@ -486,7 +481,7 @@ class JobTable:
                     rrow = rk.ring.in_step[rslot]
                     for i, ns in inside:
                         rrow[i] += ns
-            if rk is None or rk.steps > job.rank_steps:
+            if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
                 if rk is not None:
                     job.rank_steps = rk.steps
                 job.steps += 1
@@ -589,6 +584,7 @@ class JobTable:
     def _drop(self, key) -> None:
         job = self._jobs.pop(key)
         self.rank_pids.difference_update(job.ranks)
+        self.rank_pids.difference_update(job.untracked)
         self._labels.pop(job.label, None)
         n = self._per_uid.get(job.uid, 1) - 1
         if n > 0:
@@ -780,7 +776,7 @@ class JobTable:
             evs = {pid: job_ev if len(job.pids) == 1 else self._rank_evidence(job, rk, now_ns)
                    for pid, rk in job.ranks.items()}
             crit = ranks.judge([ranks.RankEvidence(rk.rank, pid, rk.gpus, evs[pid]) for pid, rk in job.ranks.items()],
-                               self.thresholds)
+                               self.thresholds, untracked=len(job.untracked))
             if crit is not None:
                 critical = crit.rank.rank
                 verdict = crit.verdict

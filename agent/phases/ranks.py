@@ -93,8 +93,9 @@ def describe(r: RankEvidence) -> str:
     return f"rank {r.rank} (pid {r.pid}{gpu})"
 
 
-def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds()) -> Optional[Critical]:
-    """The job's verdict from its critical rank (None: no rank sets the pace; judge the job's sums)."""
+def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds(), untracked: int = 0) -> Optional[Critical]:
+    """The job's verdict from its critical rank (None: no rank sets the pace; judge the job's sums);
+    ``untracked``: ranks on this node beyond the per-job process limit, named in the evidence."""
     chosen = choose(ranks, th)
     if chosen is None:
         return None
@@ -117,4 +118,6 @@ def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds()) -> Optio
     else:
         lead = (f"no rank waits on its own input or host work (the most: {describe(crit)}, "
                 f"{100 * own_wait(ev):.0f} % of its step); {len(waiting) + 1} ranks on this node")
+    if untracked:
+        lead += f" ({untracked} more ranks on this node beyond the limit of {len(ranks)} per job are not judged)"
     return Critical(crit, dataclasses.replace(v, evidence=f"{lead}; {v.evidence}"), waiting)
