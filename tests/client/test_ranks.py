@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, base_env, teye_run
+from tests.client.helpers import HERE, LiveAgent, base_env, plain_run, teye_run
 from tests.procs import free_port
 
 pytestmark = [pytest.mark.e2e,
@@ -58,3 +58,23 @@ def test_no_slow_rank_is_compute(sockdir):
     assert j.verdict.kind == "compute" and j.steps == 30
     assert j.verdict.evidence.startswith("no rank waits on its own input or host work")
     assert j.input_bound_ratio == pytest.approx(max(o["wait_s"] / o["step_s"] for o in own.values()), abs=0.05)
+
+
+def test_collectives_called_from_python_are_communication_and_change_nothing(sockdir):
+    """An explicit dist.all_reduce loop where rank 1 does more work: the others wait in all_reduce, and
+    teye says so per rank, within 5 points of each rank's own clock; the losses are those of the job
+    run without teye."""
+    j, own = run_ddp(sockdir, 4, 30, slow=1, slow_ms=30, mode="allreduce")
+    for r in j.ranks:
+        comm = dict(r.phase_seconds)["communication"] / r.step_seconds
+        assert comm == pytest.approx(own[r.rank]["comm_s"] / own[r.rank]["step_s"], abs=0.05), r.rank
+    assert all(own[r]["comm_s"] / own[r]["step_s"] > 0.6 for r in (0, 2, 3))
+    assert j.critical_rank == 1
+    assert "rank 1 (pid" in j.verdict.evidence and "ranks 0, 2, 3 wait for it in their collectives" in \
+        j.verdict.evidence
+    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
+                      str(free_port()), SCRIPT, "30", "1", "30", "allreduce"], env=base_env(OMP_NUM_THREADS="1"),
+                     timeout=300)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
+        {r: o["loss"] for r, o in own.items()}

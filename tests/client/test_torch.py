@@ -46,3 +46,31 @@ def test_unmodified_script_reports_its_own_split(agent, kind, workers, verdict):
     losses = [line for line in run.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == STEPS and losses == [line for line in bare.stdout.splitlines() if line.startswith("step ")]
     assert "teye" not in run.stderr
+
+
+def test_collectives_that_are_not_plain_functions_are_left_alone():
+    """patch_collectives checks each name first; the wrappers pass results and exceptions through."""
+    import types
+    from teye_client import _torch
+    from teye_client.auto import session
+
+    def all_reduce(t, op=None, group=None, async_op=False):
+        if t is None:
+            raise ValueError("no tensor")
+        return ("reduced", t, op)
+
+    class Work:
+        def wait(self, timeout=None):
+            return True
+
+    mod = types.ModuleType("fake_c10d")
+    mod.all_reduce, mod.broadcast, mod.Work = all_reduce, len, Work  # broadcast: a builtin, not expected
+    session.reset()
+    assert _torch.patch_collectives(mod) == ["all_reduce", "Work.wait"]
+    assert mod.broadcast is len and mod.all_reduce.__wrapped__ is all_reduce
+    assert mod.all_reduce(3, op="sum") == ("reduced", 3, "sum") and Work().wait() is True
+    with pytest.raises(ValueError, match="no tensor"):
+        mod.all_reduce(None)
+    assert len(session.comms) == 4 and session.in_comm == 0
+    assert _torch.patch_collectives(mod) == []  # never wrapped twice
+    session.reset()
