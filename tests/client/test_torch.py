@@ -71,6 +71,6 @@ def test_collectives_that_are_not_plain_functions_are_left_alone():
     assert mod.all_reduce(3, op="sum") == ("reduced", 3, "sum") and Work().wait() is True
     with pytest.raises(ValueError, match="no tensor"):
         mod.all_reduce(None)
-    assert len(session.comms) == 4 and session.in_comm == 0
+    assert len(session.comms) == 3 and session.in_comm == 0  # the exception's call is timed too
     assert _torch.patch_collectives(mod) == []  # never wrapped twice
     session.reset()
