@@ -224,3 +224,33 @@ def test_host_wait_and_stalled_ranks():
     assert ranks.judge([R(0, ev(step=0.0))]) is None
     assert ranks.ranges([0, 1, 2, 5, 7, 8]) == "0–2, 5, 7, 8"
     assert ranks.choose([R(0, ev(wait=1)), R(1, ev(wait=1))], Thresholds())[0].rank == 0  # ties: the lowest
+
+
+def test_without_launcher_variables_the_rank_comes_from_torch_distributed_once_initialised(listener, monkeypatch):
+    """A process group made by the script itself (init_process_group with explicit rank and world size): the
+    reporter finds it at its next flush, never importing torch itself."""
+    import sys
+    import types
+    path, sock = listener
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    dist = types.ModuleType("torch.distributed")
+    state = {"init": False}
+    dist.is_available = lambda: True
+    dist.is_initialized = lambda: state["init"]
+    dist.get_rank = lambda: 6
+    dist.get_world_size = lambda: 8
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    r = rep_mod.Reporter("ddp", path, flush_ms=0)
+    r.step(8, 1000, 2000)
+    assert "rank" not in json.loads(sock.recv(65536))   # not initialised yet: no rank
+    state["init"] = True
+    r.step(8, 2000, 3000)
+    first = json.loads(sock.recv(65536))
+    r.step(8, 3000, 4000)
+    assert (first["rank"], first["world"], r.rank_why) == (6, 8, "torch.distributed.get_rank()")
+    assert "rank" not in json.loads(sock.recv(65536))   # once
+    dist.get_rank = lambda: (_ for _ in ()).throw(RuntimeError("torn down"))
+    other = rep_mod.Reporter("ddp", path, flush_ms=0)
+    other.step(8, 1000, 2000)
+    assert "rank" not in json.loads(sock.recv(65536)) and other.rank is None  # an error: no rank, never raised
