@@ -775,8 +775,10 @@ class JobTable:
             # rank, with the job's GPU figures
             evs = {pid: job_ev if len(job.pids) == 1 else self._rank_evidence(job, rk, now_ns)
                    for pid, rk in job.ranks.items()}
-            crit = ranks.judge([ranks.RankEvidence(rk.rank, pid, rk.gpus, evs[pid]) for pid, rk in job.ranks.items()],
-                               self.thresholds, untracked=len(job.untracked))
+            notes = self.ctx.gpu_notes
+            crit = ranks.judge([ranks.RankEvidence(rk.rank, pid, rk.gpus, evs[pid],
+                                                   "; ".join(f"GPU {g}: {notes[g]}" for g in rk.gpus if g in notes))
+                                for pid, rk in job.ranks.items()], self.thresholds, untracked=len(job.untracked))
             if crit is not None:
                 critical = crit.rank.rank
                 verdict = crit.verdict

@@ -254,3 +254,16 @@ def test_without_launcher_variables_the_rank_comes_from_torch_distributed_once_i
     other = rep_mod.Reporter("ddp", path, flush_ms=0)
     other.step(8, 1000, 2000)
     assert "rank" not in json.loads(sock.recv(65536)) and other.rank is None  # an error: no rank, never raised
+
+
+def test_the_critical_ranks_slowed_gpu_is_named():
+    """Its GPU (from NVML's process list) and what slows it (the GPU source's notes) are in the evidence."""
+    t, _ = table()
+    t.ctx.gpu_pids = {100 + r: frozenset({str(r)}) for r in range(4)}
+    t.ctx.gpu_notes = {"1": "clocks held down by hw_thermal, SM clock 1005 MHz"}
+    t._known_gpus = frozenset({"0", "1", "2", "3"})
+    for r in range(4):
+        send_steps(t, "ddp", 100 + r, r, 20, 60 if r == 1 else 2)
+    j = view(t)["ddp"]
+    assert j.verdict.evidence.startswith("rank 1 (pid 101, GPU 1) waits 60 % of its step on input; ranks 0, 2, 3 "
+                                         "wait for it; its GPU 1: clocks held down by hw_thermal, SM clock 1005 MHz")
