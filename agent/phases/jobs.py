@@ -13,6 +13,12 @@ intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the 
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are live;
 a job silent for ``job_expiry_seconds`` expires and its series disappear.
 
+A process that says its rank in a data-parallel job (protocol ``rank``, once per connection) gets
+per-rank sums beside the job's (``_Rank``: totals and a window, at most MAX_PIDS per job); its
+datagrams all take the Python path (``handle_batch``: the compiled helpers keep only the job's sums),
+the job counts global steps (a step counts when its first rank makes it), and the job's verdict is
+its critical rank's (``agent.phases.ranks``).
+
 Shares of step time are computed from the phase time *inside* the reported steps
 (each phase's intervals clipped to the step of the same process and merged), in integer
 nanoseconds, and GPU idle shares from the GPU idle time inside steps: a share can never
