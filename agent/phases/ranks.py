@@ -18,7 +18,8 @@ protocol, docs/phases.md) is judged by its **critical rank**:
    it and the ranks that wait for it.  A waiting rank's verdict is never the job's: its ``compute``
    holds the wait for the straggler.
 
-Each rank's evidence has phase times only: the GPU idle time is the job's on this node, summed over
+Where the critical rank's GPU is slowed (clocks held down by power or heat, XID errors: the GPU
+source's ``AgentContext.gpu_notes``), the evidence says so.  Each rank's evidence has phase times only: the GPU idle time is the job's on this node, summed over
 its GPUs, and a waiting rank's GPU idles in the collective, which would read as host time.  This
 module is pure: the job table keeps the per-rank sums (``agent.phases.jobs``).
 """
@@ -37,6 +38,7 @@ class RankEvidence(NamedTuple):
     pid: int
     gpus: Tuple[str, ...]
     evidence: Evidence
+    gpu_note: str = ""        # what slows its GPUs now (clock events, XID: AgentContext.gpu_notes)
 
 
 class Critical(NamedTuple):
@@ -118,6 +120,8 @@ def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds(), untracke
     else:
         lead = (f"no rank waits on its own input or host work (the most: {describe(crit)}, "
                 f"{100 * own_wait(ev):.0f} % of its step); {len(waiting) + 1} ranks on this node")
+    if crit.gpu_note:
+        lead += f"; its {crit.gpu_note}"
     if untracked:
         lead += f" ({untracked} more ranks on this node beyond the limit of {len(ranks)} per job are not judged)"
     return Critical(crit, dataclasses.replace(v, evidence=f"{lead}; {v.evidence}"), waiting)
