@@ -166,12 +166,12 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
     for m, pts in rng(f"max by (instance, gpu) (max_over_time(teye_gpu_memory_used_bytes{{{n}}}[{_dur(step)}]))"):
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
-                "|step_seconds_sum|processes)"
+                "|step_seconds_sum|processes|rank_phase_seconds_total|rank_step_seconds_total)"
     for m, pts in rng(f'{{__name__=~"{job_names}",{n}}}'):
-        f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
-    for m, pts in rng(f'{{__name__=~"teye_job_rank_(phase_seconds_total|step_seconds_total)",'
-                      f'phase=~"|data_wait|host",{n}}}'):
-        f.rank[_key(m, "__name__", "instance", "train_job", "rank", "phase")] = pts
+        if "rank" in m:   # a rank of a data-parallel job (the same query: the number of queries stays fixed)
+            f.rank[_key(m, "__name__", "instance", "train_job", "rank", "phase")] = pts
+        else:
+            f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
     for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause)",{n}}} == 1'):
         f.verdict[_key(m, "__name__", "instance", "train_job", "kind" if "kind" in m else "cause")] = pts
     host = " or ".join(f'label_replace({e}, "q", "{q}", "", "")' for q, e in (
@@ -359,11 +359,12 @@ def _straggler(f: Fetched, name: str, windows: Dict[str, Tuple[float, float]], l
     sums: Dict[Tuple[str, str], List[float]] = {}
     for inst, (a, b) in windows.items():
         for metric, rank, phase, pts in f.rank_by.get((inst, name), []):
-            v, _ = S.increase(pts, a - f.step, b)
+            k = 0 if metric == "teye_job_rank_step_seconds_total" else 1 if phase == "data_wait" else \
+                2 if phase == "host" else None
+            v, _ = S.increase(pts, a - f.step, b) if k is not None else (None, 0)
             if v is None:
                 continue
-            acc = sums.setdefault((inst, rank), [0.0, 0.0, 0.0])
-            acc[0 if metric == "teye_job_rank_step_seconds_total" else 1 if phase == "data_wait" else 2] += v
+            sums.setdefault((inst, rank), [0.0, 0.0, 0.0])[k] += v
     cands = [(inst, rank, st, dw, host) for (inst, rank), (st, dw, host) in sums.items() if st > 0]
     if len(cands) < 2:
         return None

@@ -85,6 +85,7 @@ def test_the_report_and_the_rules_name_the_straggler_its_node_and_share(two_node
     assert st["cause"] in ("storage", "host_cpu", "unknown")
     assert job["input_bound_ratio"] == st["input_bound_ratio"] and job["verdict"] == "input"
     assert job["steps"] == STEPS  # global steps: each node counts them once, the job made STEPS
+    assert doc["queries"] <= 12   # the rank series come in the job query: the number of queries stays fixed
 
     for fmt, line in (("text", "Straggler: rank 3 on "), ("markdown", "Straggler: rank 3 on ")):
         out = subprocess.run([sys.executable, "-m", "agent", "report", "--prometheus", two_nodes["prom"].url,
