@@ -2,6 +2,7 @@
 
     python benchmarks/ranks.py matrix [--ranks 2,4,8] [--steps 60] [--slow-ms 20]
     python benchmarks/ranks.py cost [--ranks 8] [--rounds 15]
+    python benchmarks/ranks.py live [--ranks 8] [--seconds 8] [--rounds 3]
 
 matrix: a real DDP job (gloo, CPU; tests/client/torch_ddp_ranks.py) under `torchrun` and `teye run`
         for each rank count, with the last rank's Dataset sleeping --slow-ms per batch, and with no slow
@@ -14,6 +15,9 @@ cost:   the job table's CPU per step for one job whose R processes send zero-cod
         Python path, per-rank sums) against the same processes without a rank (the compiled helpers);
         then the cost of one collection (views(): per-rank evidence and the critical rank) with and
         without ranks.  The receive itself (recvmmsg) is the same for both and not counted.
+live:   a real `teye agent` and R processes reporting 10 ms steps through teye_client.Reporter, with and
+        without ranks, alternating --rounds times: the agent's CPU (utime + stime from /proc, the whole
+        agent: receive, table, collection, its other threads) per step sent.
 """
 from __future__ import annotations
 
@@ -127,6 +131,72 @@ def cost(ranks: int, rounds: int) -> int:
     return 0
 
 
+SENDER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from teye_client import Reporter
+rank = int(sys.argv[2])
+rep = Reporter(train_job="ddp", rank=rank if rank >= 0 else None, world_size=int(sys.argv[3]) if rank >= 0 else None)
+deadline = time.monotonic() + float(sys.argv[4])
+n = 0
+while time.monotonic() < deadline:
+    with rep.phase("data_wait"):
+        time.sleep(0.002)
+    with rep.phase("compute"):
+        time.sleep(0.008)
+    rep.step(samples=32)
+    n += 1
+rep.close()
+print(n)
+"""
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def live(ranks: int, seconds: float, rounds: int) -> int:
+    """A real `teye agent` and R sender processes (teye_client.Reporter, 10 ms steps, its usual 100 ms
+    batching), with and without ranks, alternating: the agent's CPU (utime+stime) per step sent."""
+    import subprocess
+    from tests.procs import REPO, Agent
+    tmp = tempfile.mkdtemp(prefix="teye-ranks-live-")
+    conf = os.path.join(tmp, "teye.yaml")
+    with open(conf, "w") as fh:
+        fh.write("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in
+                                            ("gpu", "disk", "network", "infiniband", "nfs", "nfsd", "pressure", "pmu")))
+    res = {False: [], True: []}
+    for _ in range(rounds):
+        for with_rank in (False, True):
+            sock = os.path.join(tmp, "p.sock")
+            ag = Agent(["--config", conf, "--phase-socket", sock])
+            try:
+                time.sleep(1.0)
+                c0 = _cpu_s(ag.proc.pid)
+                env = {**os.environ, "TEYE_PHASE_SOCKET": sock}
+                ps = [subprocess.Popen([sys.executable, "-c", SENDER, REPO, str(r if with_rank else -1), str(ranks),
+                                        str(seconds)], env=env, stdout=subprocess.PIPE, text=True)
+                      for r in range(ranks)]
+                steps = sum(int(p.communicate(timeout=seconds + 60)[0]) for p in ps)
+                time.sleep(0.5)   # the last flushes
+                cpu = _cpu_s(ag.proc.pid) - c0
+                body = ag.metrics()
+            finally:
+                ag.stop()
+            ranked = body.count("teye_job_rank_steps_total{")
+            assert ranked == (ranks if with_rank else 0), ranked
+            res[with_rank].append((cpu, steps))
+    for with_rank in (False, True):
+        per = statistics.median(c / n * 1e6 for c, n in res[with_rank])
+        share = statistics.median(c / (seconds + 1.5) for c, _ in res[with_rank])
+        print(f"  {'with' if with_rank else 'without'} ranks: agent CPU {per:6.1f} us per step sent "
+              f"({statistics.median(n for _, n in res[with_rank]) / seconds:.0f} steps/s from {ranks} processes; "
+              f"{100 * share:.1f} % of a core, idle collectors included)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -137,7 +207,13 @@ def main(argv=None) -> int:
     c = sub.add_parser("cost")
     c.add_argument("--ranks", type=int, default=8)
     c.add_argument("--rounds", type=int, default=15)
+    lv = sub.add_parser("live")
+    lv.add_argument("--ranks", type=int, default=8)
+    lv.add_argument("--seconds", type=float, default=8.0)
+    lv.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
+    if args.what == "live":
+        return live(args.ranks, args.seconds, args.rounds)
     if args.what == "matrix":
         return matrix([int(x) for x in args.ranks.split(",")], args.steps, args.slow_ms)
     return cost(args.ranks, args.rounds)
