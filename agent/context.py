@@ -84,3 +84,6 @@ class AgentContext:
     # (topic, note) pairs that host collectors offer as evidence to the verdicts (the pmu source:
     # CPI, GFLOP/s, memory and PCIe bandwidth over its last poll); replaced whole by one writer
     host_notes: Tuple[Tuple[str, str], ...] = ()
+    # GPU label -> what slows that GPU now (clock events that hold its clocks down, XID errors, lost), from
+    # the GPU source each poll; cited for a data-parallel job's critical rank; replaced whole by one writer
+    gpu_notes: Dict[str, str] = field(default_factory=dict)

@@ -3,11 +3,13 @@
     python benchmarks/fleet.py [--nodes 10,100,1000] [--seconds 255] [--repeats 5] [--compare-rules GIT_REF]
     python benchmarks/fleet.py --nodes 1000 --ib-history-hours 24    # the port-down alert's day of history
     python benchmarks/fleet.py --nodes 1000 --gpu-history-hours 1.5  # the fleet GPU-hours rule's hour
+    python benchmarks/fleet.py --nodes 1000 --ranks-per-node 8       # a data-parallel job of 8 ranks per node
 
 1. Capture: one real `teye agent` replays the synthetic 8-GPU trace
    (tests/data/gpu/synthetic-8gpu.jsonl), reads the node_exporter fixture trees for the host
    (CPU, memory, disks, InfiniBand, NFS) and receives phases from three small training jobs
-   (workloads.phases.Reporter: GPUs 0-3, 4-5 and 7).  /metrics is read twice, 10 s apart:
+   (workloads.phases.Reporter: GPUs 0-3, 4-5 and 7), and with --ranks-per-node K a fourth job,
+   "ddp", of K processes that say their rank (0..K-1), one per GPU.  /metrics is read twice, 10 s apart:
    the first reading gives every series' value, the difference its rate.
 2. Fleet: N nodes are served from this one process, each as its own scrape target
    (/node/<i> on one port; Prometheus gives each target its own instance label, gpu-node-<i>).
@@ -78,7 +80,8 @@ WORKLOAD = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[2])
     from workloads.phases import Reporter
-    rep = Reporter(train_job=sys.argv[1])
+    rep = Reporter(train_job=sys.argv[1], rank=int(sys.argv[3]) if len(sys.argv) > 3 else None,
+                   world_size=int(sys.argv[4]) if len(sys.argv) > 4 else None)
     while True:
         with rep.phase("data_wait"):
             time.sleep(0.02)
@@ -92,8 +95,9 @@ GPU_RE = re.compile(r'\bgpu="([^"]*)"')
 
 # ------------------------------------------------------------------- capture
 
-def capture(procfs: str, sysfs: str) -> Tuple[str, str, float]:
-    """Two /metrics readings of a real agent, 10 s apart, with three jobs reporting phases."""
+def capture(procfs: str, sysfs: str, ranks: int = 0) -> Tuple[str, str, float]:
+    """Two /metrics readings of a real agent, 10 s apart, with three jobs reporting phases (and the ranks of
+    a data-parallel one)."""
     tmp = tempfile.mkdtemp(prefix="teye-fleet-capture-")
     sock = os.path.join(tmp, "phases.sock")
     agent = Agent(["--gpu-replay", TRACE, "--procfs", procfs, "--sysfs", sysfs, "--phase-socket", sock])
@@ -102,6 +106,10 @@ def capture(procfs: str, sysfs: str) -> Tuple[str, str, float]:
         for name, devices in JOBS:
             env = {**os.environ, "TEYE_PHASE_SOCKET": sock, "CUDA_VISIBLE_DEVICES": devices}
             senders.append(subprocess.Popen([sys.executable, "-c", WORKLOAD, name, REPO], env=env))
+        for r in range(ranks):
+            env = {**os.environ, "TEYE_PHASE_SOCKET": sock, "CUDA_VISIBLE_DEVICES": str(r % 8)}
+            senders.append(subprocess.Popen([sys.executable, "-c", WORKLOAD, "ddp", REPO, str(r), str(ranks)],
+                                            env=env))
         time.sleep(8)
         t0, first = time.monotonic(), agent.metrics()
         time.sleep(10)
@@ -703,6 +711,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compare-rules", metavar="GIT_REF",
                     help="also time the rule groups of deploy/prometheus/rules at this git revision on the same "
                          "idle server (their expressions as queries, in alternation with the current ones)")
+    ap.add_argument("--ranks-per-node", type=int, default=0,
+                    help="a data-parallel job of this many ranks on every node (its teye_job_rank_* series)")
     ap.add_argument("--json", metavar="FILE", help="also write the raw results there (after each N)")
     ap.add_argument("--procfs", default=os.path.join(FIXTURES, "proc"))
     ap.add_argument("--sysfs", default=os.path.join(FIXTURES, "sys"))
@@ -718,7 +728,7 @@ def main(argv=None) -> int:
     if args.seconds < 240 and not args.ib_history_hours:
         print("--seconds must be >= 240 (TeyeAgentDown needs 2 minutes of failed scrapes)", file=sys.stderr)
         return 2
-    first, second, dt = capture(args.procfs, args.sysfs)
+    first, second, dt = capture(args.procfs, args.sysfs, args.ranks_per_node)
     headers, lines = template(first, second, dt)
     print(f"captured {len(lines)} series from the replay agent ({sum(l.counter for l in lines)} counters), "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", flush=True)

@@ -7,7 +7,7 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 from agent.phases.verdict import KINDS, RECOMMENDATIONS
 
 from .common import (DS, GRAFANA_DS, JOB, dashboard, datasource_variable, gpu_variable, heatmap, job_node_variable,
-                     job_train_job_variable, row, stat, target, text, timeseries)
+                     job_train_job_variable, row, stat, table, target, text, timeseries)
 
 UID = "teye-job"
 TITLE = "teye / Training job"
@@ -157,6 +157,26 @@ def build():
         [target(f"teye:gpu_scheduler_allocation_utilization:ratio5m{{{node}}}",
                 "{{slurm_job}}{{pod}} GPU {{gpu}}")],
         min=0, max=1))
+    d = d.with_row(row("Ranks (data-parallel jobs)"))
+    d = d.with_panel(stat(
+        "Critical rank", "The rank that holds the job back over all its nodes: the largest share of its step "
+        "spent waiting on its own input and host work over 5 minutes (teye:job_critical_rank:own_wait_ratio5m, "
+        "docs/phases.md); empty for a job whose processes do not say their rank.",
+        "percentunit", [target('teye:job_critical_rank:own_wait_ratio5m{train_job="$train_job"}',
+                               "rank {{rank}} on {{instance}}", instant=True)],
+        w=6, h=8, thresholds=[(None, "green"), (0.2, "red")]))
+    ranks = table(
+        "Ranks × phases", "Each rank's share of its step time in each phase over 5 minutes "
+        "(teye_job_rank_phase_seconds_total / teye_job_rank_step_seconds_total), over all nodes: the straggler "
+        "waits on its own input; the ranks waiting for it show compute (DDP waits inside backward()) or "
+        "communication (collectives called from Python).",
+        "percentunit",
+        [target(f"sum by (rank, phase) (rate(teye_job_rank_phase_seconds_total{{{JOB}}}[5m]))"
+                f" / on (rank) group_left () sum by (rank) (rate(teye_job_rank_step_seconds_total{{{JOB}}}[5m]))",
+                instant=True, fmt="table")],
+        w=18, h=8)
+    d = d.with_panel(ranks.with_transformation(dash_m.DataTransformerConfig(
+        id_val="groupingToMatrix", options={"columnField": "phase", "rowField": "rank", "valueField": "Value"})))
 
     d = d.with_row(row("Throughput"))
     d = d.with_panel(timeseries(

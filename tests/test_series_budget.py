@@ -25,7 +25,8 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "hca_type", "mountpoint", "export", "protocol", "transport", "event", "operation", "procedure",
                   "error", "resource", "kind", "window", "gpu", "uuid", "name", "pci_bus_id", "driver_version",
                   "reason", "type", "cause", "xid", "pid", "user", "slurm_job", "pod_uid", "train_job", "uid", "phase",
-                  "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "namespace", "pod", "qos", "container")
+                  "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "namespace", "pod", "qos",
+                  "container", "rank")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
@@ -125,3 +126,30 @@ def test_jobs_scale_linearly_and_nothing_else_moves():
     assert sum(moved.values()) == (33 + 3) * 10  # the test jobs are input-bound: 3 cause series each
     # and the series of everything but the jobs are the same series, label for label
     assert {k for k in zero if not k[0].startswith("teye_job_")} == {k for k in ten if not k[0].startswith("teye_job_")}
+
+
+def test_ranks_of_a_data_parallel_job_follow_the_documented_budget():
+    """docs/operations.md: 2 + 7 per rank (4 phases, step seconds, steps, input-bound ratio), labels bounded."""
+    from agent.phases.jobs import JobTable
+    from agent.phases.protocol import encode
+    from agent.phases.source import PhasesReading
+    from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
+    now = 1000 * S
+    ctx, _ = ctx_with_clock(now)
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    plain = JobTable(phases_cfg(), ctx, own_uid=0)
+    for r in range(4):
+        t = now - 2 * S
+        for k in range(5):
+            a, b = t + 30 * MS, t + 100 * MS
+            for tbl, rank in ((table, r if k == 0 else None), (plain, None)):
+                tbl.handle(encode("ddp", [("data_wait", t, a), ("compute", a, b)], [(t, b, 64)], rank=rank,
+                                  world=8 if rank is not None else None), 4000 + r, 0)
+            t = b
+    ranked = collections.Counter(p.spec.name for p in PhasesReading(*table.views(now)).points())
+    unranked = collections.Counter(p.spec.name for p in PhasesReading(*plain.views(now)).points())
+    extra = ranked - unranked
+    assert sum(extra.values()) == 2 + 7 * 4, extra
+    assert extra["teye_job_rank_phase_seconds_total"] == 4 * 4
+    labels = {k for p in PhasesReading(*table.views(now)).points() for k in p.spec.labels}
+    assert labels <= set(BOUNDED_LABELS)

@@ -7,6 +7,11 @@
   which its subclasses (single-process, multi-worker) do not override.  Otherwise teye stands aside
   (steps only; one stderr line with TEYE_DEBUG=1).
 - DataLoader worker processes only run the dataset: they never step, so they never report.
+- Communication: the collectives a job calls from Python (``COLLECTIVES`` of
+  ``torch.distributed.distributed_c10d``, and ``Work.wait()`` on their async handles) are timed as
+  ``communication``, after checking that each is a plain Python function (else that one is left
+  alone).  The wrappers pass arguments, results and exceptions through unchanged.  What DDP does
+  inside ``backward()`` runs in C++ and stays ``compute``.
 """
 import time
 
@@ -15,6 +20,7 @@ from .auto import batch_size, debug, session, wrapper_of
 _ns = time.monotonic_ns
 SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
+COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier")
 
 
 
@@ -64,3 +70,44 @@ def patch_optimizer(module):
 
     register(_teye_step)
     return True
+
+
+def _timed(orig):
+    """orig, its time recorded as communication (a collective inside another is timed once)."""
+    s = session
+
+    def collective(*args, **kwargs):
+        if s.in_comm:
+            return orig(*args, **kwargs)
+        s.in_comm += 1
+        t0 = _ns()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            s.in_comm -= 1
+            s.comm(t0, _ns())
+
+    return wrapper_of(collective, orig)
+
+
+def patch_collectives(module):
+    """Time the collectives a job calls from Python, and Work.wait(), as communication."""
+    done = []
+    for name in COLLECTIVES:
+        orig = module.__dict__.get(name)
+        if type(orig) is not type(patch_collectives) or getattr(orig, "_teye", False):
+            debug("torch.distributed.%s is not the function teye expects: not timed" % name)
+            continue
+        setattr(module, name, _timed(orig))
+        done.append(name)
+    work = module.__dict__.get("Work")
+    wait = getattr(work, "wait", None)
+    if work is None or not callable(wait) or getattr(wait, "_teye", False):
+        debug("torch.distributed Work.wait is not what teye expects: not timed")
+    else:
+        try:
+            work.wait = _timed(wait)
+            done.append("Work.wait")
+        except (AttributeError, TypeError) as e:
+            debug("torch.distributed Work.wait cannot be wrapped (%s): not timed" % e)
+    return done

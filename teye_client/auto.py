@@ -17,6 +17,7 @@ import sys
 _DEBUG = os.environ.get("TEYE_DEBUG") == "1"
 _C = '"compute"'    # phase names as the reporter's flat buffers hold them (JSON-quoted)
 _W = '"data_wait"'
+_M = '"communication"'
 _installed = None
 
 
@@ -93,6 +94,8 @@ class Session:
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples] since the last step
+        self.comms = []          # [start_ns, end_ns] in collectives called from Python since the last step
+        self.in_comm = 0         # collectives in progress (one inside another is timed once)
         self.step_start = None   # the previous step's end
         self.reporter = None
         self.wait_source = None  # what can observe input waits (set by the instrumentors when they patch)
@@ -114,6 +117,7 @@ class Session:
         mine = self.reporter
         self.reporter = None
         del self.waits[:]
+        del self.comms[:]
         debug("zero-code phases stand aside in pid %d: the process reports its own phases (job %r)"
               % (os.getpid(), getattr(rep, "train_job", "?")))
         if mine is not None:
@@ -142,6 +146,12 @@ class Session:
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
 
+    def comm(self, start_ns, end_ns):
+        c = self.comms
+        c.append((start_ns, end_ns, -1))
+        if len(c) > self.MAX_WAITS:
+            del c[:self.MAX_WAITS // 2]
+
     def step(self, end_ns, owner=None, begun_ns=None):
         """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
         first one's: another one's steps count only once it steps twice without the first in between.
@@ -169,13 +179,19 @@ class Session:
         if start is None:
             start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
+        comms = self.comms
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
             if rep.source != self.step_source:
                 rep.source = self.step_source
                 rep._src_due = True
             rep.record_step((), start, end_ns, 0)
+            del comms[:]
             return
-        if len(waits) == 1 and waits[0][0] >= start and waits[0][1] <= end_ns:  # the usual step: one batch
+        if comms:  # waits and collectives in time order (a collective's samples are -1)
+            waits = sorted(waits + comms)
+            self.waits.clear()
+            del comms[:]
+        if len(waits) == 1 and waits[0][2] >= 0 and waits[0][0] >= start and waits[0][1] <= end_ns:  # one batch
             a, b, samples = waits[0]
             waits.clear()
             if a > start:
@@ -195,8 +211,11 @@ class Session:
                     phases += (_C, t, a)
                 if b > end_ns:
                     b = end_ns
-                phases += (_W, a, b)
-                samples += n
+                if n < 0:
+                    phases += (_M, a, b)
+                else:
+                    phases += (_W, a, b)
+                    samples += n
                 t = b
             if end_ns > t:
                 phases += (_C, t, end_ns)
@@ -227,7 +246,8 @@ class Session:
         finally:
             self.starting = False
         self.reporter = rep
-        debug("zero-code phases: job %r, pid %d, agent socket %s" % (rep.train_job, os.getpid(), rep.socket_path))
+        debug("zero-code phases: job %r, pid %d, agent socket %s, rank: %s" % (
+            rep.train_job, os.getpid(), rep.socket_path, rep.rank_why))
         return rep
 
 
@@ -295,6 +315,11 @@ def _torch_optimizer(module):
     _torch.patch_optimizer(module)
 
 
+def _torch_distributed(module):
+    from . import _torch
+    _torch.patch_collectives(module)
+
+
 def _tf_iterator(module):
     from . import _tf
     _tf.patch_iterator(module)
@@ -320,6 +345,7 @@ def _keras_trainer(module):
 HOOKS = {
     "torch.utils.data.dataloader": _torch_dataloader,
     "torch.optim.optimizer": _torch_optimizer,
+    "torch.distributed.distributed_c10d": _torch_distributed,
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,

@@ -66,6 +66,56 @@ def default_socket_path() -> str:
     return cands[0]
 
 
+# Where a launcher says which rank a process is: (rank variable, size variable), first match wins.
+RANK_ENV = (("RANK", "WORLD_SIZE"),                               # torchrun, torch.distributed.launch
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),     # mpirun (Open MPI), horovodrun
+            ("SLURM_PROCID", "SLURM_NTASKS"))                     # srun
+MAX_RANK = 1 << 20
+
+
+def rank_from_env(environ=None):
+    """(rank, world, why): the process's rank in a data-parallel job from its launcher's variables
+    (RANK_ENV), world None where the size is not set; rank None (and why, in words) where there is none
+    or it makes no sense.  A job of one rank has none: it is not a data-parallel job."""
+    env = os.environ if environ is None else environ
+    for rank_var, size_var in RANK_ENV:
+        raw = env.get(rank_var)
+        if raw is None:
+            if env.get(size_var) is not None and rank_var == "RANK":
+                return None, None, "WORLD_SIZE is set without RANK: no rank"
+            continue
+        try:
+            rank = int(raw.strip())
+        except ValueError:
+            return None, None, "%s=%r is not an integer: no rank" % (rank_var, raw[:40])
+        world = None
+        raw_w = env.get(size_var)
+        if raw_w is not None:
+            try:
+                world = int(raw_w.strip())
+            except ValueError:
+                return None, None, "%s=%r is not an integer: no rank" % (size_var, raw_w[:40])
+        if not 0 <= rank < MAX_RANK or (world is not None and not rank < world <= MAX_RANK):
+            return None, None, "%s=%s, %s=%s: not a rank of the job: no rank" % (rank_var, raw, size_var, raw_w)
+        if world == 1:
+            return None, None, "%s=1: one rank, not a data-parallel job" % size_var
+        return rank, world, "%s=%d" % (rank_var, rank) + ("" if world is None else ", %s=%d" % (size_var, world))
+    return None, None, "no launcher rank variable set"
+
+
+def rank_from_torch():
+    """(rank, world) from torch.distributed once the job has initialised its process group, else None.
+    Never imports torch: a process that has not imported it has no process group."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        rank, world = int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # noqa: BLE001 (a half-torn-down group, an unusual build: no rank, never an error in the job)
+        return None
+    return (rank, world) if 0 <= rank < world <= MAX_RANK and world > 1 else None
+
+
 def _job_name(name) -> str:
     """A valid protocol job name from anything (never raises)."""
     if not name:
@@ -97,9 +147,12 @@ class Reporter:
     """Buffers phase and step records and sends them to the teye agent; never blocks, never raises."""
 
     def __init__(self, train_job: str = None, socket_path: str = None, *, flush_ms: float = 100.0,
-                 max_batch: int = 512, source: str = None, max_delay_s: float = None):
+                 max_batch: int = 512, source: str = None, max_delay_s: float = None, rank: int = None,
+                 world_size: int = None):
         """``source`` (optional): where the phases come from, sent once per connection (``src``);
-        ``max_delay_s``: the former name of ``flush_ms`` (in seconds), still accepted."""
+        ``rank``/``world_size``: the process's rank in a data-parallel job and the ranks in it (default:
+        from the launcher's variables, RANK_ENV, else torch.distributed once initialised), sent once per
+        connection; ``max_delay_s``: the former name of ``flush_ms`` (in seconds), still accepted."""
         self.train_job = _job_name(train_job)
         self._explicit = socket_path or None
         self.socket_path = socket_path or default_socket_path()
@@ -111,6 +164,22 @@ class Reporter:
         self._max_items = 3 * self.max_batch  # the buffers are flat: 3 items per record
         self.source = source
         self._src_due = source is not None  # send src in the next datagram (the first after each connect)
+        self.rank = self.world_size = None
+        self.rank_why = ""          # where the rank came from, or why there is none
+        if rank is not None:
+            try:
+                r, w = int(rank), (None if world_size is None else int(world_size))
+                ok = 0 <= r < MAX_RANK and (w is None or r < w <= MAX_RANK)
+            except (TypeError, ValueError, OverflowError):
+                ok = False
+            if ok:
+                self.rank, self.world_size, self.rank_why = r, w, "given"
+            else:
+                self.rank_why = "rank=%r, world_size=%r: not a rank of the job: no rank" % (rank, world_size)
+        else:
+            self.rank, self.world_size, self.rank_why = rank_from_env()
+        self._ask_torch = self.rank is None and rank is None  # look for a process group at each flush until one
+        self._src_due = source is not None or self.rank is not None
         self._cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         self._phases = []           # flat: JSON-quoted name, start_ns, end_ns, ... (no tuple per record)
         self._steps = []            # flat: start_ns, end_ns, samples, ...
@@ -262,10 +331,13 @@ class Reporter:
                 return
             self._phases, self._steps = [], []
             dropped = self.dropped
+            if self._ask_torch:
+                self._rank_from_torch()
             src = self.source if self._src_due else None
+            ident = self._ident() if self._src_due else None
         n = (len(phases) + len(steps)) // 3
         try:
-            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src)
+            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident)
         except (TypeError, ValueError):
             self._count_drop(n, "encode")
             return
@@ -283,9 +355,10 @@ class Reporter:
                         sock.close()
                         raise
                     self._sock = sock
-                    if self.source is not None and src is None:  # a new connection: maybe a new agent
-                        src = self.source
-                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src)
+                    if ident is None and (self.source is not None or self.rank is not None):
+                        # a new connection: maybe a new agent, that has to learn who we are
+                        src, ident = self.source, self._ident()
+                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident)
                 sock.send(data)
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 stale, self._sock = self._sock, None
@@ -300,9 +373,23 @@ class Reporter:
             else:
                 self.sent += 1
                 self.sent_records += n
-                if src is not None:
+                if src is not None or ident is not None:
                     self._src_due = False
             return
+
+    def _ident(self):
+        """The rank part of the datagram that says who we are (None: no rank)."""
+        if self.rank is None:
+            return None
+        return ',"rank":%d' % self.rank + ("" if self.world_size is None else ',"world":%d' % self.world_size)
+
+    def _rank_from_torch(self) -> None:
+        got = rank_from_torch()
+        if got is not None:
+            self.rank, self.world_size = got
+            self.rank_why = "torch.distributed.get_rank()"
+            self._ask_torch = False
+            self._src_due = True  # say it in the next datagram
 
     def _maybe_resolve(self) -> None:
         """No agent at the path: look for it again now and then (it may start later)."""
@@ -317,7 +404,7 @@ class Reporter:
         self.dropped += records
         self.dropped_messages += messages
         self.last_error = why
-        if messages and self.source is not None:
+        if messages and (self.source is not None or self.rank is not None):
             self._src_due = True  # the agent may not have seen it (or restarted): say it again
 
     def close(self) -> None:
@@ -384,7 +471,7 @@ def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> byte
     return _encode_flat(job, flat_ph, flat_st, cvd, dropped, src)
 
 
-def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None) -> bytes:
+def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None, ident: str = None) -> bytes:
     """The datagram from the reporter's flat buffers, with one %-format per list (no object per record)."""
     n_ph = len(phases) // 3
     n_st = len(steps) // 3
@@ -399,6 +486,8 @@ def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: st
         out.append(',"dropped":%d' % dropped)
     if src is not None:
         out.append(',"src":' + _json_str(src))
+    if ident is not None:
+        out.append(ident)
     out.append("}")
     return "".join(out).encode()
 

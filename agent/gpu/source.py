@@ -413,6 +413,7 @@ class GpuSource:
         self._publish_pids(procs)
         # every GPU and MIG instance by UUID -> its label: the allocation source names the kubelet's devices
         self.ctx.gpu_labels = {dev.uuid: dev.label for d in self.devices for dev in [d] + d.children if dev.uuid}
+        self.ctx.gpu_notes = gpu_notes(stats)
         return GpuReading(tuple(stats), tuple(procs))
 
     def _reprobe_due(self, d: _Device, now: int) -> bool:
@@ -528,6 +529,28 @@ class GpuSource:
             if pid not in held:
                 del self._owners[pid]  # exited (or no longer on a GPU): forget; a reused pid is looked up again
         self.ctx.gpu_pids = {pid: frozenset(gpus) for pid, gpus in held.items()}
+
+
+# Clock events that slow a busy GPU (the others: idle, a setting, or a boost group's sync)
+SLOWING_EVENTS = ("power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+
+
+def gpu_notes(stats) -> Dict[str, str]:
+    """GPU label -> what slows it now, in words, for the GPUs where something does (AgentContext.gpu_notes)."""
+    out = {}
+    for g in stats:
+        bits = []
+        if not g.up:
+            bits.append("not answering (lost)")
+        held = [r for r, active in g.clock_events if active and r in SLOWING_EVENTS]
+        if held:
+            clock = f", SM clock {g.sm_clock_hz / 1e6:.0f} MHz" if g.sm_clock_hz else ""
+            bits.append(f"clocks held down by {', '.join(held)}{clock}")
+        if g.xid:
+            bits.append("XID " + ", ".join(f"{x} ({n}x)" for x, n in g.xid) + " since the agent started")
+        if bits:
+            out[g.gpu] = "; ".join(bits)
+    return out
 
 
 def from_config(cfg, ctx=None) -> GpuSource:

@@ -13,6 +13,12 @@ intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the 
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are live;
 a job silent for ``job_expiry_seconds`` expires and its series disappear.
 
+A process that says its rank in a data-parallel job (protocol ``rank``, once per connection) gets
+per-rank sums beside the job's (``_Rank``: totals and a window, at most MAX_PIDS per job); its
+datagrams all take the Python path (``handle_batch``: the compiled helpers keep only the job's sums),
+the job counts global steps (a step counts when its first rank makes it), and the job's verdict is
+its critical rank's (``agent.phases.ranks``).
+
 Shares of step time are computed from the phase time *inside* the reported steps
 (each phase's intervals clipped to the step of the same process and merged), in integer
 nanoseconds, and GPU idle shares from the GPU idle time inside steps: a share can never
@@ -32,9 +38,10 @@ from typing import Callable, Deque, Dict, FrozenSet, List, Mapping, Optional, Tu
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
-from . import attribution, cause
+from . import attribution, cause, ranks
 from . import fast as _speed
-from .protocol import ACCEPTED, PHASES, RESULTS, STEPS_ONLY_SOURCES, Limits, Message, Rejected, decode, source_of
+from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEPS_ONLY_SOURCES, Identity, Limits, Message, Rejected,
+                       decode, identity_of)
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
@@ -52,6 +59,7 @@ WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
 DATA_WAIT = 0                   # PHASES.index("data_wait")
 RING_SLOTS = 30
 MAX_PIDS = 64
+MAX_UNTRACKED = 4 * MAX_PIDS    # ranks beyond MAX_PIDS whose steps are kept out of the job's global steps
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 
@@ -158,6 +166,9 @@ class JobView:
     client_dropped: int
     verdict: Verdict
     evidence: Evidence
+    ranks: Tuple["RankView", ...] = ()         # the job's ranks on this node (processes that sent one), by rank
+    critical_rank: Optional[int] = None        # the rank whose verdict is the job's (agent.phases.ranks)
+    world_size: Optional[int] = None           # ranks in the job, as its launcher says (None: not said)
 
     @property
     def source(self) -> str:
@@ -171,9 +182,40 @@ class JobView:
         return None if w is None else w.cpu_ratio
 
 
+@dataclass(frozen=True)
+class RankView:
+    """One rank of a job on this node, as exported."""
+
+    rank: int
+    pid: int
+    phase_seconds: Tuple[Tuple[str, float], ...]   # cumulative, as reported
+    steps: int
+    step_seconds: float                            # cumulative wall time of its steps
+    input_bound_ratio: Optional[float]             # data_wait share of its step time over the window
+    gpus: Tuple[str, ...] = ()
+
+
+class _Rank:
+    """What one rank (a sending process that said its rank) did: totals and a window, in Python only
+    (its datagrams take the Python path, see JobTable.handle_batch)."""
+
+    __slots__ = ("rank", "pid", "phase_s", "steps", "step_s", "ring", "gpus", "last_ns")
+
+    def __init__(self, rank: int, pid: int, window_ns: int, now_ns: int):
+        self.rank = rank
+        self.pid = pid
+        self.phase_s = [0.0] * NP
+        self.steps = 0
+        self.step_s = 0.0
+        self.ring = _Ring(window_ns)
+        self.gpus: Tuple[str, ...] = ()
+        self.last_ns = now_ns
+
+
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source")
+                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
+                 "ranks", "rank_steps", "world", "untracked")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -195,6 +237,10 @@ class _Job:
         self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
         self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
         self.source = "client"                    # where its phases come from (protocol.SOURCES)
+        self.ranks: Dict[int, _Rank] = {}         # pid -> its rank's sums (processes that said their rank)
+        self.rank_steps = 0                       # the most steps one rank made: the global steps counted
+        self.world: Optional[int] = None          # ranks in the job, as the launcher says
+        self.untracked: set = set()               # pids of ranks beyond MAX_PIDS: not judged, their steps not counted
 
 
 class JobTable:
@@ -230,6 +276,9 @@ class JobTable:
         self._per_uid: Dict[int, int] = {}
         self._users: Dict[int, str] = {}
         self._known_gpus: FrozenSet[str] = frozenset()
+        # pids of processes that said their rank: their datagrams take the Python path (handle_batch),
+        # which keeps per-rank sums; the compiled helpers keep only the job's
+        self.rank_pids: set = set()
         self._lock = threading.Lock()
         self._rlog = RateLimitedLog(log)
 
@@ -250,18 +299,17 @@ class JobTable:
             self.count(r.reason)
             self._rlog.warning(f"reject:{r.reason}", "phase message from pid %d uid %d rejected: %s", pid, uid, r)
             return r.reason
+        ident = identity_of(data)
         with self._lock:
-            if _fast_apply is not None:
+            if _fast_apply is not None and ident.rank is None and pid not in self.rank_pids:
                 result = _fast_apply(self, msg, pid, uid, now)
             else:
-                result = self._apply(msg, pid, uid, now)
+                result = self._apply(msg, pid, uid, now, ident)
             self.results[result] += 1
-            if result == ACCEPTED:
-                src = source_of(data)
-                if src is not None:
-                    job = self._jobs.get((uid, msg.job))
-                    if job is not None:
-                        job.source = src
+            if result == ACCEPTED and ident.src is not None:
+                job = self._jobs.get((uid, msg.job))
+                if job is not None:
+                    job.source = ident.src
         if result != ACCEPTED:
             self._rlog.warning(f"reject:{result}", "phase message from pid %d uid %d for job %r rejected: %s "
                                "(%d jobs live, limit %d, %d per user)", pid, uid, msg.job, result,
@@ -275,7 +323,16 @@ class JobTable:
         i, n = 0, len(batch)
         while i < n:
             if _fast_handle is not None:
-                i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
+                ranked = self.rank_pids
+                if not ranked:
+                    i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
+                else:
+                    # a ranked process's datagrams go to handle(): the Python path keeps per-rank sums
+                    j = i
+                    while j < n and batch[j][1] not in ranked:
+                        j += 1
+                    if j > i:
+                        i += _fast_handle(self, batch[i:j], 0)
                 if i >= n:
                     break
             data, pid, uid = batch[i]
@@ -284,8 +341,40 @@ class JobTable:
 
     def compiled_receive(self):
         """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
-        table, for the Receiver; None without the compiled helpers."""
+        table, for the Receiver; None without the compiled helpers.  The Receiver uses it only while
+        ``python_receive()`` is False."""
         return None if _fast_serve is None else functools.partial(_fast_serve, self)
+
+    def python_receive(self) -> bool:
+        """Whether a ranked process is live: its datagrams must reach handle_batch (the C loop would
+        apply them to the job's sums only)."""
+        return bool(self.rank_pids)
+
+    def _rank(self, job: _Job, pid: int, ident: Identity, now_ns: int) -> Optional[_Rank]:
+        """The rank state of pid, made when it first says its rank (bounded by MAX_PIDS per job); a new
+        pid with a known rank (a restarted rank) replaces the old one: one series per rank."""
+        rk = job.ranks.get(pid)
+        if ident.world is not None:
+            job.world = ident.world
+        if rk is not None:
+            if rk.rank == ident.rank:
+                return rk
+            del job.ranks[pid]  # the process now says another rank: start it again
+        for other, r in list(job.ranks.items()):
+            if r.rank == ident.rank:
+                del job.ranks[other]
+                self.rank_pids.discard(other)
+        if len(job.ranks) >= MAX_PIDS:
+            if not job.untracked:
+                log.warning("job %s: more than %d ranks on this node; rank %d (pid %d) and later ones are not "
+                            "judged per rank", job.label, MAX_PIDS, ident.rank, pid)
+            if len(job.untracked) < MAX_UNTRACKED:
+                job.untracked.add(pid)
+                self.rank_pids.add(pid)
+            return None
+        rk = job.ranks[pid] = _Rank(ident.rank, pid, self.window_ns, now_ns)
+        self.rank_pids.add(pid)
+        return rk
 
     def _user(self, uid: int) -> str:
         name = self._users.get(uid)
@@ -317,7 +406,7 @@ class JobTable:
         self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
         return job
 
-    def _apply(self, msg: Message, pid: int, uid: int, now: int) -> str:
+    def _apply(self, msg: Message, pid: int, uid: int, now: int, ident: Identity = NO_IDENTITY) -> str:
         key = (uid, msg.job)
         job = self._jobs.get(key)
         if job is None:
@@ -336,6 +425,15 @@ class JobTable:
         gpus = ()
         if (msg.phases or msg.steps) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
+        rk = None
+        if ident.rank is not None:
+            rk = self._rank(job, pid, ident, now)
+        elif job.ranks:
+            rk = job.ranks.get(pid)
+        if rk is not None:
+            rk.last_ns = now
+            if gpus:
+                rk.gpus = gpus
         ring = job.ring
         rec = self.recorded
         waited = False
@@ -361,6 +459,11 @@ class JobTable:
             slot = cur_slot if e // width >= cur else ring.slot(e, now)
             if slot is not None:
                 ring.phase[slot][i] += e - s
+            if rk is not None:
+                rk.phase_s[i] += (e - s) / 1e9
+                rslot = rk.ring.slot(e, now)
+                if rslot is not None:
+                    rk.ring.phase[rslot][i] += e - s
             if gpus:
                 self._queue(job, attribution.Pending((i, e), s, e, gpus))
             if rec is not None:
@@ -372,10 +475,24 @@ class JobTable:
             if inside is None:
                 pieces = self._close_step(opened, s, e) if opened else {}
                 inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
-            job.steps += 1
             job.samples += samples
-            job.hist_sum += d
-            job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
+            if rk is not None:
+                # one global step per step of the ranks: counted when the first rank completes it
+                rk.steps += 1
+                rk.step_s += d
+                rslot = rk.ring.slot(e, now)
+                if rslot is not None:
+                    rk.ring.step_ns[rslot] += e - s
+                    rk.ring.steps[rslot] += 1
+                    rrow = rk.ring.in_step[rslot]
+                    for i, ns in inside:
+                        rrow[i] += ns
+            if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
+                if rk is not None:
+                    job.rank_steps = rk.steps
+                job.steps += 1
+                job.hist_sum += d
+                job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
             slot = cur_slot if e // width >= cur else ring.slot(e, now)
             if slot is not None:
                 ring.step_ns[slot] += e - s
@@ -472,6 +589,8 @@ class JobTable:
 
     def _drop(self, key) -> None:
         job = self._jobs.pop(key)
+        self.rank_pids.difference_update(job.ranks)
+        self.rank_pids.difference_update(job.untracked)
         self._labels.pop(job.label, None)
         n = self._per_uid.get(job.uid, 1) - 1
         if n > 0:
@@ -538,15 +657,55 @@ class JobTable:
             slot = job.ring.slot(e, now_ns)
             if slot is not None:
                 job.ring.wait[slot].add(e - s, u)
+            rk = job.ranks.get(pid) if job.ranks else None
+            if rk is not None:
+                rslot = rk.ring.slot(e, now_ns)
+                if rslot is not None:
+                    rk.ring.wait[rslot].add(e - s, u)
             job.wait_problem = problem
 
     def views(self, now_ns: int):
         """Expire silent jobs, then return (JobViews, message counts, attribution counts, pending)."""
         with self._lock:
             self._expire(now_ns)
+            self._expire_ranks(now_ns)
             views = tuple(self._view(j, now_ns) for j in self._jobs.values())
             pending = sum(len(j.pending) for j in self._jobs.values())
             return views, tuple(self.results.items()), tuple(self.attributed.items()), pending
+
+    def _expire_ranks(self, now_ns: int) -> None:
+        """Forget ranks silent for job_expiry_seconds (a rank that died: its series disappear)."""
+        for job in self._jobs.values():
+            if job.ranks:
+                for pid in [p for p, r in job.ranks.items() if now_ns - r.last_ns >= self.expiry_ns]:
+                    del job.ranks[pid]
+                    self.rank_pids.discard(pid)
+
+    def _rank_evidence(self, job: _Job, rk: _Rank, now_ns: int) -> Evidence:
+        """One rank's evidence over the window: its phase times and input waits (no GPU figures: those
+        are the job's, see agent.phases.ranks)."""
+        ring = rk.ring
+        in_step = [0] * NP
+        phase = [0] * NP
+        step_ns = steps = 0
+        waits = []
+        for i in ring.live(now_ns):
+            for k in range(NP):
+                in_step[k] += ring.in_step[i][k]
+                phase[k] += ring.phase[i][k]
+            step_ns += ring.step_ns[i]
+            steps += ring.steps[i]
+            if ring.wait[i].n:
+                waits.append(ring.wait[i])
+        times = in_step if step_ns > 0 else phase
+        return Evidence(
+            window_s=min(self.window_ns, max(0, now_ns - job.created_ns)) / 1e9,
+            phase_seconds={p: times[k] / 1e9 for k, p in enumerate(PHASES) if times[k]},
+            step_seconds=step_ns / 1e9, steps=steps,
+            silent_s=max(0.0, (now_ns - rk.last_ns) / 1e9),
+            input_wait=self._input_wait(job, waits),
+            extra=self.extra_evidence() if self.extra_evidence is not None else (),
+            source=job.source)
 
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
@@ -613,13 +772,38 @@ class JobTable:
             problem=job.wait_problem)
 
     def _view(self, job: _Job, now_ns: int) -> JobView:
-        ev = self._evidence(job, now_ns)
-        # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0
-        steps_only = ev.source in STEPS_ONLY_SOURCES
-        ratio = ev.share("data_wait") if ev.step_time > 0 and not steps_only else None
+        ev = job_ev = self._evidence(job, now_ns)
+        # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0 (_input_ratio);
         # the four usual phases start at 0 for a job that reports phases (a counter born at 0 loses no
         # increase); a steps-only job reports none, so its phase counters are absent, as are its samples
         # while it has counted none (a steps-only source may not know its batch size)
+        steps_only = job_ev.source in STEPS_ONLY_SOURCES
+        verdict = None
+        rank_views = ()
+        critical = None
+        if job.ranks:
+            # the job's verdict is its critical rank's (agent.phases.ranks); a single process is its own
+            # rank, with the job's GPU figures
+            evs = {pid: job_ev if len(job.pids) == 1 else self._rank_evidence(job, rk, now_ns)
+                   for pid, rk in job.ranks.items()}
+            notes = self.ctx.gpu_notes
+            crit = ranks.judge([ranks.RankEvidence(rk.rank, pid, rk.gpus, evs[pid],
+                                                   "; ".join(f"GPU {g}: {notes[g]}" for g in rk.gpus if g in notes))
+                                for pid, rk in job.ranks.items()], self.thresholds, untracked=len(job.untracked))
+            if crit is not None:
+                critical = crit.rank.rank
+                verdict = crit.verdict
+                ev = crit.rank.evidence
+            rank_views = tuple(sorted((RankView(
+                rank=rk.rank, pid=pid,
+                phase_seconds=tuple((p, rk.phase_s[k]) for k, p in enumerate(PHASES)
+                                    if rk.phase_s[k] or (k < 4 and not steps_only)),
+                steps=rk.steps, step_seconds=rk.step_s,
+                input_bound_ratio=_input_ratio(evs[pid]), gpus=rk.gpus) for pid, rk in job.ranks.items()),
+                key=lambda r: r.rank))
+        if verdict is None:
+            verdict = decide(ev, self.thresholds)
+        ratio = _input_ratio(ev)
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES)
@@ -628,12 +812,21 @@ class JobTable:
             step_hist=histogram_value(STEP_BUCKETS, job.hist, job.hist_sum),
             input_bound_ratio=ratio,
             gpu_idle_seconds=tuple((g, PHASES[k], v) for (g, k), v in sorted(job.gpu_idle.items())),
-            gpu_idle_ratio=ev.gpu_idle_ratio,
+            gpu_idle_ratio=job_ev.gpu_idle_ratio,
             last_message_age_s=ev.silent_s,
             client_dropped=sum(job.pids.values()),
-            verdict=decide(ev, self.thresholds),
+            verdict=verdict,
             evidence=ev,
+            ranks=rank_views,
+            critical_rank=critical,
+            world_size=job.world,
         )
+
+
+def _input_ratio(ev: Evidence) -> Optional[float]:
+    """The data_wait share of step time; None without step time or from a steps-only source (which cannot
+    see input waits: absent, not 0)."""
+    return ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
 
 
 if _speed.module is not None:

@@ -77,18 +77,51 @@ STEPS_ONLY_SOURCES = frozenset({"torch-steps", "tf-steps"})  # phases that canno
 MAX_SOURCE_CHARS = 32
 
 
-def source_of(data: bytes) -> Optional[str]:
-    """The "src" of an accepted datagram (None: it has none), one of SOURCES.  Called only for the few
-    datagrams that carry one (the C decoder declines them: an unknown key), so a second parse is cheap."""
-    if b'"src"' not in data:
-        return None
+# The sender's rank in a data-parallel job: the optional "rank" (0 .. world-1) and "world" (ranks in the
+# job) of a message, sent once per connection like "src" (the C decoder declines them: the few datagrams
+# that carry them go down the Python path).  The agent keeps the rank per sending pid (docs/phases.md).
+MAX_RANK = 1 << 20          # ranks in one job, at most (the largest jobs run tens of thousands)
+
+
+class Identity(NamedTuple):
+    """What a datagram says about its sender once per connection (absent fields: None)."""
+
+    src: Optional[str] = None     # one of SOURCES
+    rank: Optional[int] = None    # 0 .. world-1
+    world: Optional[int] = None   # ranks in the job (None: not sent)
+
+
+NO_IDENTITY = Identity()
+
+
+def identity_of(data: bytes) -> Identity:
+    """The "src", "rank" and "world" of an accepted datagram (decode_python has checked them).  Called
+    for every datagram the Python path accepts, so the usual one (none of the three keys) costs three
+    byte searches; the few that carry one are parsed a second time."""
+    if b'"src"' not in data and b'"rank"' not in data:
+        return NO_IDENTITY
     try:
-        src = json.loads(data).get("src")
-    except (ValueError, AttributeError):
-        return None
-    if type(src) is not str:
-        return None
-    return src if src in SOURCES else "other"
+        obj = json.loads(data)
+    except ValueError:
+        return NO_IDENTITY
+    if type(obj) is not dict:
+        return NO_IDENTITY
+    src = obj.get("src")
+    if type(src) is str:
+        src = src if src in SOURCES else "other"
+    else:
+        src = None
+    rank, world = obj.get("rank"), obj.get("world")
+    if not (_is_int(rank) and 0 <= rank < MAX_RANK):
+        rank = world = None
+    elif not (_is_int(world) and rank < world <= MAX_RANK):
+        world = None
+    return Identity(src, rank, world)
+
+
+def source_of(data: bytes) -> Optional[str]:
+    """The "src" of an accepted datagram (None: it has none), one of SOURCES."""
+    return identity_of(data).src if b'"src"' in data else None
 
 
 class Rejected(ValueError):
@@ -275,14 +308,30 @@ def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Messag
         if len(src) > MAX_SOURCE_CHARS:
             raise Rejected("too_large", f"'src' is {len(src)} characters (limit {MAX_SOURCE_CHARS})")
 
+    rank = obj.get("rank")
+    world = obj.get("world")
+    if rank is not None or world is not None:
+        if rank is None:
+            raise Rejected("missing_field", "'world' without 'rank': send both (or neither)")
+        if not _is_int(rank) or (world is not None and not _is_int(world)):
+            raise Rejected("wrong_type", "'rank' and 'world' must be integers (the sender's rank, ranks in the job)")
+        if not 0 <= rank < MAX_RANK:
+            raise Rejected("bad_value", f"'rank' {rank} outside 0..{MAX_RANK - 1}")
+        if world is not None and not rank < world <= MAX_RANK:
+            raise Rejected("bad_value", f"'world' {world} must exceed 'rank' {rank} (at most {MAX_RANK})")
+
     return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped))
 
 
-def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0) -> bytes:
+def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None, world=None) -> bytes:
     """The datagram for a message (used by tests and the reference client's docs)."""
     obj = {"v": VERSION, "job": job, "phases": [list(p) for p in phases], "steps": [list(s) for s in steps]}
     if cvd is not None:
         obj["cvd"] = cvd
     if dropped:
         obj["dropped"] = dropped
+    if rank is not None:
+        obj["rank"] = rank
+    if world is not None:
+        obj["world"] = world
     return json.dumps(obj, separators=(",", ":")).encode()

@@ -176,15 +176,16 @@ class Receiver:
 
     ``serve(fd, bufsize, budget, counts, linger_us) -> (handled, rest, error)``, when given
     (``_fast.serve`` bound to the job table), receives and handles in C and leaves ``rest`` to
-    ``handle_batch``."""
+    ``handle_batch``; never while ``serve_unless()`` is True (the owner needs every datagram)."""
 
     def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int,
-                 serve=None):
+                 serve=None, serve_unless=None):
         self.sock = sock
         self.path = path
         self._ident = ident
         self._handle_batch = handle_batch
         self._serve = serve
+        self._serve_unless = serve_unless      # () -> True while datagrams must all reach handle_batch
         self._bufsize = max_bytes + 1          # one byte more, so an oversized datagram is seen as such
         self._per_slice = max(1, int(max_rate * _SLICE_S))
         self._stop = threading.Event()
@@ -230,7 +231,7 @@ class Receiver:
         in_slice = 0
         while not self._stop.is_set():
             try:
-                if self._serve is not None:
+                if self._serve is not None and not (self._serve_unless is not None and self._serve_unless()):
                     n, batch, error = self._serve(self._fd, self._bufsize, self._per_slice - in_slice, self._counts,
                                                    self.linger_us)
                     if error is not None:

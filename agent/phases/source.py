@@ -24,7 +24,9 @@ PHASE_SECONDS = metric("teye_job_phase_seconds_total", COUNTER,
                        "Seconds the training job spent in each phase (data_wait, compute, host, communication, "
                        "checkpoint, eval, other), as reported by the job over the phase socket.",
                        ["train_job", "phase"])
-STEPS = metric("teye_job_steps_total", COUNTER, "Training steps the job reported.", ["train_job"])
+STEPS = metric("teye_job_steps_total", COUNTER,
+               "Training steps the job reported: global steps for a data-parallel job (a step of all its ranks "
+               "counts once, when its first rank on this node completes it).", ["train_job"])
 SAMPLES = metric("teye_job_samples_total", COUNTER, "Training samples the job reported (sum of step batch sizes).",
                  ["train_job"])
 INPUT_BOUND = metric("teye_job_input_bound_ratio", GAUGE,
@@ -58,13 +60,33 @@ JOB_INFO = metric("teye_job_info", GAUGE,
                   ["train_job", "user", "uid", "pid", "source"])
 JOB_PROCESSES = metric("teye_job_processes", GAUGE, "Distinct processes that sent phases for the job (at most 64).",
                        ["train_job"])
-STEP_SECONDS = metric("teye_job_step_seconds", HISTOGRAM, "Wall time of the job's training steps.", ["train_job"],
+STEP_SECONDS = metric("teye_job_step_seconds", HISTOGRAM,
+                      "Wall time of the job's training steps (global steps, as teye_job_steps_total).", ["train_job"],
                       buckets=STEP_BUCKETS)
 LAST_AGE = metric("teye_job_last_message_age_seconds", GAUGE, "Seconds since the job's last phase message.",
                   ["train_job"])
 CLIENT_DROPPED = metric("teye_job_client_dropped_total", COUNTER,
                         "Phase and step records the job's clients dropped (no agent, full socket buffer), "
                         "as they report it.", ["train_job"])
+RANK_PHASE_SECONDS = metric("teye_job_rank_phase_seconds_total", COUNTER,
+                            "Seconds each rank of a data-parallel job on this node spent in each phase, as reported "
+                            "(ranks: the processes that said theirs, at most 64 per job; docs/phases.md).",
+                            ["train_job", "rank", "phase"])
+RANK_STEP_SECONDS = metric("teye_job_rank_step_seconds_total", COUNTER,
+                           "Wall time of each rank's training steps (the denominator of its phase shares).",
+                           ["train_job", "rank"])
+RANK_STEPS = metric("teye_job_rank_steps_total", COUNTER, "Training steps each rank of the job reported.",
+                    ["train_job", "rank"])
+RANK_INPUT_BOUND = metric("teye_job_rank_input_bound_ratio", GAUGE,
+                          "Share of each rank's step time spent in data_wait over the sliding window "
+                          "(phases.window_seconds).", ["train_job", "rank"])
+CRITICAL_RANK = metric("teye_job_critical_rank", GAUGE,
+                       "The rank of the job on this node whose verdict is the job's: the one whose own input or "
+                       "host wait holds the others back (docs/phases.md). Absent for jobs without ranks.",
+                       ["train_job"])
+WORLD_SIZE = metric("teye_job_world_size", GAUGE,
+                    "Ranks in the data-parallel job, as its launcher says (WORLD_SIZE, SLURM_NTASKS ...), over all "
+                    "nodes. Absent where no rank said it.", ["train_job"])
 MESSAGES = metric("teye_phase_messages_total", COUNTER,
                   "Phase datagrams received, by result: accepted, or the reason they were rejected.", ["result"])
 ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
@@ -117,6 +139,17 @@ class PhasesReading:
             yield point(INPUT_WAIT_CPU, j.input_wait_cpu_ratio, name)
             yield point(LAST_AGE, j.last_message_age_s, name)
             yield point(CLIENT_DROPPED, j.client_dropped, name)
+            for r in j.ranks:
+                rank = str(r.rank)
+                for phase, sec in r.phase_seconds:
+                    yield point(RANK_PHASE_SECONDS, sec, name, rank, phase)
+                yield point(RANK_STEP_SECONDS, r.step_seconds, name, rank)
+                yield point(RANK_STEPS, r.steps, name, rank)
+                yield point(RANK_INPUT_BOUND, r.input_bound_ratio, name, rank)
+            if j.critical_rank is not None:
+                yield point(CRITICAL_RANK, j.critical_rank, name)
+            if j.world_size is not None:
+                yield point(WORLD_SIZE, j.world_size, name)
 
 
 class PhaseSource:
@@ -135,7 +168,8 @@ class PhaseSource:
         sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
         self.path = path
         self.receiver = Receiver(sock, path, ident, self.table.handle_batch, phases_cfg["max_message_bytes"],
-                                 phases_cfg["max_messages_per_second"], serve=self.table.compiled_receive())
+                                 phases_cfg["max_messages_per_second"], serve=self.table.compiled_receive(),
+                                 serve_unless=self.table.python_receive)
         self.receiver.start()
         if self.probe is not None:
             self.probe.start()

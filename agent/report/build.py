@@ -99,6 +99,7 @@ class Fetched:
     gmem: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)
     job: Dict[Tuple[str, str, str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
     verdict: Dict[Tuple[str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
+    rank: Dict[Tuple[str, str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
     host: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (q, inst)
     up: Dict[str, List[Tuple[float, float]]] = field(default_factory=dict)
     skew: Dict[str, Tuple[float, float]] = field(default_factory=dict)
@@ -106,8 +107,11 @@ class Fetched:
     job_by: Dict[Tuple[str, str], list] = field(default_factory=dict)       # (inst, tj) -> [(metric, phase, gpu, le, pts)]
     verdict_by: Dict[Tuple[str, str], list] = field(default_factory=dict)   # (inst, tj) -> [(metric, what, pts)]
     jinfo_by: Dict[str, list] = field(default_factory=dict)                 # tj -> [(inst, pts)]
+    rank_by: Dict[Tuple[str, str], list] = field(default_factory=dict)      # (inst, tj) -> [(metric, rank, phase, pts)]
 
     def index(self) -> None:
+        for (metric, inst, tj, rank, phase), pts in self.rank.items():
+            self.rank_by.setdefault((inst, tj), []).append((metric, rank, phase, pts))
         for (metric, inst, tj, phase, gpu, le), pts in self.job.items():
             self.job_by.setdefault((inst, tj), []).append((metric, phase, gpu, le, pts))
         for (metric, inst, tj, what), pts in self.verdict.items():
@@ -175,9 +179,12 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
     for m, pts in rng(f"max by (instance, gpu) (max_over_time(teye_gpu_memory_used_bytes{{{n}}}[{_dur(step)}]))"):
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
-                "|step_seconds_sum|processes)"
+                "|step_seconds_sum|processes|rank_phase_seconds_total|rank_step_seconds_total)"
     for m, pts in rng(f'{{__name__=~"{job_names}",{n}}}'):
-        f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
+        if "rank" in m:   # a rank of a data-parallel job (the same query: the number of queries stays fixed)
+            f.rank[_key(m, "__name__", "instance", "train_job", "rank", "phase")] = pts
+        else:
+            f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
     for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause)",{n}}} == 1'):
         f.verdict[_key(m, "__name__", "instance", "train_job", "kind" if "kind" in m else "cause")] = pts
     host = " or ".join(f'label_replace({e}, "q", "{q}", "", "")' for q, e in (
@@ -312,7 +319,7 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
     votes: Dict[str, int] = defaultdict(int)
     causes: Dict[str, int] = defaultdict(int)
     last_kind: Dict[str, Tuple[float, str]] = {}
-    last_cause: Tuple[float, Optional[str]] = (-1.0, None)
+    last_cause: Dict[str, Tuple[float, str]] = {}
     for inst, metric, what, pts in ((i, m, w, p) for i in windows for m, w, p in f.verdict_by.get((i, name), [])):
         a, b = windows[inst]
         for t, _ in S.window(pts, a, b):
@@ -322,8 +329,8 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
                     last_kind[inst] = (t, what)
             else:
                 causes[what] += 1
-                if t >= last_cause[0]:
-                    last_cause = (t, what)
+                if t >= last_cause.get(inst, (-1.0, ""))[0]:
+                    last_cause[inst] = (t, what)
     n_votes = sum(votes.values())
     shares = {k: round(votes.get(k, 0) / n_votes, 4) for k in KINDS} if n_votes else {}
     last = None
@@ -337,6 +344,17 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         rates = [p["samples_per_second"] for p in per_node.values() if p["samples_per_second"] is not None]
         thr = sum(rates) if rates else None
     resets = sum(a.resets for a in list(phase_s.values()) + list(idle_s.values()) + [steps, samples])
+    ratio = _r(_ratio(phases.get("data_wait", 0.0), total)) if total else None
+    straggler = _straggler(f, name, windows, last_kind, last_cause)
+    if straggler is not None:
+        # a data-parallel job: its pace, verdict and cause are its critical rank's, over all its nodes; each
+        # node counts the job's global steps, so the job made as many as its busiest node counted
+        ratio = straggler["input_bound_ratio"]
+        last = last_kind[straggler["node"]][1] if straggler["node"] in last_kind else last
+        cause = straggler["cause"] if last == "input" else cause
+        n_steps = [p["steps"] for p in per_node.values() if p["steps"] is not None]
+        if n_steps:
+            steps.total = max(n_steps)
     return {
         "train_job": name,
         "nodes": sorted(windows),
@@ -344,7 +362,8 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         "start": min(a for a, _ in windows.values()), "end": max(b for _, b in windows.values()),
         "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
         "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
-        "input_bound_ratio": _r(_ratio(phases.get("data_wait", 0.0), total)) if total else None,
+        "input_bound_ratio": ratio,
+        "straggler": straggler,
         "steps": steps.value, "samples": samples.value,
         "step_seconds_p50": _r(S.bucket_quantile(0.5, hist)), "step_seconds_p95": _r(S.bucket_quantile(0.95, hist)),
         "step_seconds_mean": _r(_ratio(step_sum.value, steps.value)),
@@ -355,6 +374,30 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         "per_node": [per_node[i] for i in sorted(per_node)],
         "_resets": resets,
     }
+
+
+def _straggler(f: Fetched, name: str, windows: Dict[str, Tuple[float, float]], last_kind, last_cause) -> Optional[dict]:
+    """The critical rank of a data-parallel job over all its nodes (docs/phases.md): of the ranks that made
+    steps, the one whose own input and host wait is the largest share of its step time (ties: the lowest
+    rank); None for a job without at least two such ranks.  Its cause is its node's: each node's verdict
+    is that of its own critical rank."""
+    sums: Dict[Tuple[str, str], List[float]] = {}
+    for inst, (a, b) in windows.items():
+        for metric, rank, phase, pts in f.rank_by.get((inst, name), []):
+            k = 0 if metric == "teye_job_rank_step_seconds_total" else 1 if phase == "data_wait" else \
+                2 if phase == "host" else None
+            v, _ = S.increase(pts, a - f.step, b) if k is not None else (None, 0)
+            if v is None:
+                continue
+            sums.setdefault((inst, rank), [0.0, 0.0, 0.0])[k] += v
+    cands = [(inst, rank, st, dw, host) for (inst, rank), (st, dw, host) in sums.items() if st > 0]
+    if len(cands) < 2:
+        return None
+    inst, rank, st, dw, host = max(cands, key=lambda c: ((c[3] + c[4]) / c[2], -int(c[1]) if c[1].isdigit() else 0))
+    kind = last_kind.get(inst, (0, None))[1]
+    cause = last_cause.get(inst, (0, None))[1] if kind == "input" else ("host" if kind == "host" else None)
+    return {"rank": int(rank) if rank.isdigit() else rank, "node": inst, "input_bound_ratio": _r(dw / st),
+            "own_wait_ratio": _r((dw + host) / st), "cause": cause, "verdict": kind, "ranks": len(cands)}
 
 
 def _gpu_numbers(f: Fetched, inst: str, gpu: str, a: float, b: float) -> dict:
@@ -586,10 +629,14 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         total = sum(phases.values())
         nv = sum(votes.values())
         main = max(tj_reports, key=lambda t: t["steps"] or 0)
+        stragglers = [t["straggler"] for t in tj_reports if t["straggler"]]
+        straggler = max(stragglers, key=lambda s: s["own_wait_ratio"]) if stragglers else None
         job.update({
             "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
             "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
-            "input_bound_ratio": _r(phases.get("data_wait", 0.0) / total) if total else None,
+            "input_bound_ratio": (straggler["input_bound_ratio"] if straggler is not None
+                                  else _r(phases.get("data_wait", 0.0) / total) if total else None),
+            "straggler": straggler,
             "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
             "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],
             "steps": sum(t["steps"] or 0 for t in tj_reports),
@@ -601,6 +648,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         })
     else:
         job.update({"phase_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
+                    "straggler": None,
                     "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
                     "steps": None, "samples": None, "step_seconds_p50": None, "step_seconds_p95": None,
                     "samples_per_second": None, "train_job_details": [],

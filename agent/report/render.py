@@ -93,6 +93,12 @@ def _job_lines(j: dict, md: bool) -> List[str]:
                            if v > 0)
         cause = f" (cause {j['input_cause']})" if j["verdict"] == "input" and j["input_cause"] else ""
         L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}")
+        st = j.get("straggler")
+        if st:
+            why = f", cause {st['cause']}" if st["cause"] else ""
+            L.append(f"Straggler: rank {st['rank']} on {st['node']} waits {_pct(st['own_wait_ratio'])} of its step on "
+                     f"its own input and host work (input {_pct(st['input_bound_ratio'])}{why}); the job's other "
+                     f"{st['ranks'] - 1} ranks wait for it")
         L.append(f"Steps: {j['steps']:.0f}, step time p50 {_ms(j['step_seconds_p50'])}, p95 {_ms(j['step_seconds_p95'])}"
                  + ("" if j["samples_per_second"] is None else f", {j['samples_per_second']:.1f} samples/s"))
     cpu, mem = j["cpu"], j["memory"]

@@ -69,3 +69,29 @@ def test_several_batches_per_optimizer_step(agent, args):
     phases = dict(j.phase_seconds)
     assert phases["data_wait"] == pytest.approx(own["wait_s"], rel=0.05, abs=0.005)
     assert phases["data_wait"] + phases["compute"] == pytest.approx(own["total_s"], rel=0.05)
+def test_collectives_that_are_not_plain_functions_are_left_alone():
+    """patch_collectives checks each name first; the wrappers pass results and exceptions through."""
+    import types
+    from teye_client import _torch
+    from teye_client.auto import session
+
+    def all_reduce(t, op=None, group=None, async_op=False):
+        if t is None:
+            raise ValueError("no tensor")
+        return ("reduced", t, op)
+
+    class Work:
+        def wait(self, timeout=None):
+            return True
+
+    mod = types.ModuleType("fake_c10d")
+    mod.all_reduce, mod.broadcast, mod.Work = all_reduce, len, Work  # broadcast: a builtin, not expected
+    session.reset()
+    assert _torch.patch_collectives(mod) == ["all_reduce", "Work.wait"]
+    assert mod.broadcast is len and mod.all_reduce.__wrapped__ is all_reduce
+    assert mod.all_reduce(3, op="sum") == ("reduced", 3, "sum") and Work().wait() is True
+    with pytest.raises(ValueError, match="no tensor"):
+        mod.all_reduce(None)
+    assert len(session.comms) == 3 and session.in_comm == 0  # the exception's call is timed too
+    assert _torch.patch_collectives(mod) == []  # never wrapped twice
+    session.reset()

@@ -381,7 +381,9 @@ def test_ddp_ranks_report_under_one_job_with_their_own_pids(sockdir):
         jobs = agent.jobs()
         assert list(jobs) == ["torch_ddp"]  # the script's name, one job for both ranks (torchrun itself sends nothing)
         j = jobs["torch_ddp"]
-        assert (j.processes, j.steps, j.samples, j.source) == (2, 10, 80, "torch")
+        # 5 global steps (each rank's fifth step is the job's fifth), the samples of both ranks (issue 30)
+        assert (j.processes, j.steps, j.samples, j.source) == (2, 5, 80, "torch")
+        assert sorted((r.rank, r.steps) for r in j.ranks) == [(0, 5), (1, 5)] and j.world_size == 2
     finally:
         agent.close()
 

@@ -1,4 +1,6 @@
 """An unmodified DDP script (gloo, CPU) for `torchrun --nproc_per_node 2`: each rank trains STEPS steps."""
+import atexit
+import os
 import sys
 
 import torch
@@ -22,4 +24,8 @@ for i, (x, y) in enumerate(loader):
     opt.step()
 sys.stdout.write("rank %d loss %.6f\n" % (dist.get_rank(), loss.item()))  # one write: ranks' lines stay whole
 sys.stdout.flush()
-dist.destroy_process_group()
+dist.barrier()
+# gloo on CPU sometimes aborts ("terminate called without an active exception") while the interpreter
+# tears its process group down, with or without teye: run the exit handlers, then leave without teardown
+atexit._run_exitfuncs()
+os._exit(0)

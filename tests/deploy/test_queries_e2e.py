@@ -44,7 +44,7 @@ WORKLOAD = textwrap.dedent(f"""
     import sys, time
     sys.path.insert(0, {REPO!r})
     from workloads.phases import Reporter
-    rep = Reporter(train_job={TRAIN_JOB!r})
+    rep = Reporter(train_job={TRAIN_JOB!r}, rank=0, world_size=2)  # rank 0 of a data-parallel job: the rank panels
     deadline = time.monotonic() + float(sys.argv[1])
     while time.monotonic() < deadline:
         with rep.phase("data_wait"):

@@ -421,3 +421,13 @@ def test_gauges_are_read_every_gauge_interval_and_idle_gaps_every_poll():
     fake.advance(1.0)                       # 5 s: read again
     assert src.collect().gpu("0").power_watts == pytest.approx(100.0)
     assert all(fake.calls[c] > first[c] for c in gauge_calls)
+
+
+def test_what_slows_each_gpu_is_published_for_the_verdicts():
+    """ctx.gpu_notes: the clock events that hold a GPU's clocks down (not gpu_idle), its XIDs; cited for the
+    critical rank of a data-parallel job (agent/phases/ranks.py)."""
+    fake = _fake(2)
+    fake.gpus[1].clock_events = 0x1   # gpu_idle only: nothing slows it
+    src = make_source(fake)
+    src.collect()
+    assert src.ctx.gpu_notes == {"0": "clocks held down by power_cap, SM clock 1980 MHz"}

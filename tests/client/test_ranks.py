@@ -1,0 +1,80 @@
+"""Data-parallel jobs (issue 30): real PyTorch DDP (gloo, CPU) under torchrun, 4 ranks on this node.
+
+The oracle is each rank's own wall-clock timing, printed by the script (tests/client/torch_ddp_ranks.py):
+the time it spent in next() of its DataLoader (and in its all_reduce calls) over the time of its steps."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from tests.client.helpers import HERE, LiveAgent, base_env, plain_run, teye_run
+from tests.procs import free_port
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"),
+                                 reason="the torch extra (./dev.sh test installs it)")]
+SCRIPT = os.path.join(HERE, "torch_ddp_ranks.py")
+
+
+def run_ddp(sockdir, nproc, steps, slow, slow_ms, mode="ddp"):
+    agent = LiveAgent(sockdir)
+    try:
+        r = teye_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+                      "--master_port", str(free_port()), SCRIPT, str(steps), str(slow), str(slow_ms), mode],
+                     socket_path=agent.path, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        own = {o["rank"]: o for o in map(json.loads, r.stdout.splitlines())}
+        assert sorted(own) == list(range(nproc))
+        jobs = agent.jobs()
+    finally:
+        agent.close()
+    assert list(jobs) == ["torch_ddp_ranks"]
+    return jobs["torch_ddp_ranks"], own
+
+
+def test_one_slow_rank_is_the_jobs_verdict_and_is_named(sockdir):
+    j, own = run_ddp(sockdir, 4, 40, slow=3, slow_ms=20)
+    truth = own[3]["wait_s"] / own[3]["step_s"]  # the slow rank's own wait share, by its own clock
+    assert truth > 0.5 and all(own[r]["wait_s"] / own[r]["step_s"] < 0.1 for r in (0, 1, 2))
+    assert j.input_bound_ratio == pytest.approx(truth, abs=0.05)
+    assert (j.verdict.kind, j.critical_rank, j.world_size) == ("input", 3, 4)
+    pid3 = next(r.pid for r in j.ranks if r.rank == 3)
+    assert j.verdict.evidence.startswith(f"rank 3 (pid {pid3}) waits {100 * j.input_bound_ratio:.0f} % of its step "
+                                         "on input; ranks 0–2 wait for it")
+    # every rank's own share, within 5 points of its own clock
+    assert {r.rank: round(r.input_bound_ratio, 2) for r in j.ranks} == \
+        pytest.approx({r: own[r]["wait_s"] / own[r]["step_s"] for r in own}, abs=0.05)
+    # global steps counted once; samples stay the sum over the ranks
+    assert (j.steps, j.step_hist.count, j.samples, j.processes) == (40, 40, 4 * 40 * 4, 4)
+    assert [r.steps for r in j.ranks] == [40] * 4
+
+
+def test_no_slow_rank_is_compute(sockdir):
+    j, own = run_ddp(sockdir, 4, 30, slow=-1, slow_ms=0)
+    assert all(o["wait_s"] / o["step_s"] < 0.15 for o in own.values())
+    assert j.verdict.kind == "compute" and j.steps == 30
+    assert j.verdict.evidence.startswith("no rank waits on its own input or host work")
+    assert j.input_bound_ratio == pytest.approx(max(o["wait_s"] / o["step_s"] for o in own.values()), abs=0.05)
+
+
+def test_collectives_called_from_python_are_communication_and_change_nothing(sockdir):
+    """An explicit dist.all_reduce loop where rank 1 does more work: the others wait in all_reduce, and
+    teye says so per rank, within 5 points of each rank's own clock; the losses are those of the job
+    run without teye."""
+    j, own = run_ddp(sockdir, 4, 30, slow=1, slow_ms=30, mode="allreduce")
+    for r in j.ranks:
+        comm = dict(r.phase_seconds)["communication"] / r.step_seconds
+        assert comm == pytest.approx(own[r.rank]["comm_s"] / own[r.rank]["step_s"], abs=0.05), r.rank
+    assert all(own[r]["comm_s"] / own[r]["step_s"] > 0.6 for r in (0, 2, 3))
+    assert j.critical_rank == 1
+    assert "rank 1 (pid" in j.verdict.evidence and "ranks 0, 2, 3 wait for it in their collectives" in \
+        j.verdict.evidence
+    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
+                      str(free_port()), SCRIPT, "30", "1", "30", "allreduce"], env=base_env(OMP_NUM_THREADS="1"),
+                     timeout=300)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
+        {r: o["loss"] for r, o in own.items()}

@@ -1,0 +1,81 @@
+"""An unmodified data-parallel script (gloo, CPU) for `torchrun`: STEPS steps, one slow rank or none.
+
+    torch_ddp_ranks.py STEPS SLOW_RANK SLOW_MS MODE
+      SLOW_RANK -1: no slow rank
+      MODE ddp:       DistributedDataParallel; the slow rank's Dataset sleeps SLOW_MS per batch (its input)
+      MODE allreduce: gradients averaged by an explicit dist.all_reduce per parameter; the slow rank
+                      sleeps SLOW_MS in its step (its compute), so the others wait in all_reduce
+
+Each rank prints one JSON line with its own wall-clock timing (the test's oracle, never teye's): the
+time it spent in next() of its DataLoader, in all_reduce, and between its optimizer steps.
+"""
+import atexit
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+STEPS, SLOW, SLOW_MS, MODE = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+BATCH = 4
+dist.init_process_group("gloo")
+RANK = dist.get_rank()
+slow = RANK == SLOW
+
+
+class Data(Dataset):
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(4096, 16, generator=g), torch.randn(4096, 1, generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        if slow and MODE == "ddp":
+            time.sleep(SLOW_MS / 1000 / BATCH)  # a slow read, per sample
+        return self.x[i], self.y[i]
+
+
+data = Data()
+loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+model = DistributedDataParallel(net) if MODE == "ddp" else net
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+wait = comm = 0.0
+it = iter(loader)
+t_start = None
+for i in range(STEPS):
+    t0 = time.monotonic()
+    x, y = next(it)
+    t1 = time.monotonic()
+    if t_start is None:
+        t_start = t0  # teye's first step starts at the first wait too
+    wait += t1 - t0
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    if MODE == "allreduce":
+        if slow:
+            time.sleep(SLOW_MS / 1000)  # more work on this rank
+        c0 = time.monotonic()
+        for p in net.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+        comm += time.monotonic() - c0
+    opt.step()
+t_end = time.monotonic()
+out = {"rank": RANK, "wait_s": wait, "comm_s": comm, "step_s": t_end - t_start, "steps": STEPS,
+       "loss": round(loss.item(), 6)}
+sys.stdout.write(json.dumps(out) + "\n")  # one write: ranks' lines stay whole
+sys.stdout.flush()
+dist.barrier()
+# gloo on CPU sometimes aborts ("terminate called without an active exception") while the interpreter
+# tears its process group down, with or without teye: run the exit handlers, then leave without teardown
+atexit._run_exitfuncs()
+os._exit(0)
