@@ -25,10 +25,10 @@ import keras
 
 variant, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 prof = sys.argv[4:7]
-BATCH = 16
+BATCH = 64
 keras.utils.set_random_seed(0)
 rng = np.random.RandomState(0)
-x = rng.rand(BATCH * steps, 16, 16, 3).astype("float32")
+x = rng.rand(BATCH * steps, 32, 32, 3).astype("float32")
 y = rng.randint(0, 4, size=(BATCH * steps,)).astype("int32")
 
 
@@ -62,8 +62,8 @@ class Custom(keras.Sequential):
 
 
 def build():
-    layers = [keras.Input((16, 16, 3)), keras.layers.Conv2D(16, 3, activation="relu"),
-              keras.layers.Conv2D(16, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
+    layers = [keras.Input((32, 32, 3)), keras.layers.Conv2D(32, 3, activation="relu"),
+              keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
               keras.layers.Dense(4)]
     m = (Custom if variant == "custom" else keras.Sequential)(layers)
     m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -3,9 +3,12 @@
 Unmodified fit scripts (tests/client/keras_fit.py) with a slow and a fast tf.data map: teye's data_wait
 share over the profiled batches against the TensorFlow profiler's input-pipeline analysis of the same
 batches (xprof, headless, as workloads/tfprofile.py reads it: the oracle), the verdicts input / compute,
-and the losses fit computed, identical with and without teye.  Then the bad inputs of issue 28: each
-observed, or steps only with the reason (TEYE_DEBUG=1) and no guessed verdict, the job's losses, output
-and exit status unchanged.  Small on purpose (16 batches of a 2-layer CNN): TensorFlow on 2 cores is slow.
+and the losses fit computed, equal with and without teye to float32 rounding (rel 1e-6: the batch enters
+the compiled step as an argument, so TensorFlow may order a reduction differently).  Then the bad inputs
+of issue 28: each observed, or steps only with the reason (TEYE_DEBUG=1) and no guessed verdict, the
+job's losses, output and exit status unchanged.  Small on purpose: 16 batches of 64 through a 2-layer CNN,
+steps of about 10 ms (with 1 ms steps, the fixed cost of an eager fetch, 0.1-0.2 ms of Python and op
+dispatch that the profiler does not count as input, was 10 points of the share on a loaded 2-core machine).
 """
 from __future__ import annotations
 
@@ -70,8 +73,8 @@ def test_fit_input_wait_against_the_tf_profiler(sockdir, tmp_path, bare, variant
         share = _share_over(list(agent.src.table.recorded), variant, FIRST, LAST)
     finally:
         agent.close()
-    assert losses == bare["losses"] and r.stdout == bare["stdout"]     # same batches, same math
-    assert (j.source, j.steps, j.samples) == ("keras", STEPS, 16 * STEPS)
+    assert losses == pytest.approx(bare["losses"], rel=1e-6) and r.stdout == bare["stdout"]  # same batches, math
+    assert (j.source, j.steps, j.samples) == ("keras", STEPS, 64 * STEPS)
     assert dict(j.phase_seconds)["data_wait"] > 0 and j.input_bound_ratio is not None
     prof = input_analysis(str(tb))
     assert abs(share - prof["percent"] / 100) <= 0.05, (share, prof)
@@ -100,7 +103,7 @@ def test_fit_bad_inputs_are_observed_or_steps_only_with_the_reason(sockdir, tmp_
     else:
         assert losses == pytest.approx(bare["losses"], rel=1e-6)
     if observed is True:
-        assert (j.source, j.steps, j.samples) == ("keras", STEPS, 16 * STEPS)
+        assert (j.source, j.steps, j.samples) == ("keras", STEPS, 64 * STEPS)
         assert j.input_bound_ratio is not None and j.verdict.kind in ("compute", "input")
         assert "Model.fit input wait not observed" not in r.stderr
     else:  # steps only, the reason on stderr (TEYE_DEBUG=1), no guessed verdict (no GPU samples here)
