@@ -92,7 +92,8 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         shares = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(j["verdict_shares"].items(), key=lambda kv: -kv[1])
                            if v > 0)
         cause = f" (cause {j['input_cause']})" if j["verdict"] == "input" and j["input_cause"] else ""
-        L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}")
+        L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}"
+                 + (f"; phases from {j['source_text']}" if j.get("source_text") else ""))
         L.append(f"Steps: {j['steps']:.0f}, step time p50 {_ms(j['step_seconds_p50'])}, p95 {_ms(j['step_seconds_p95'])}"
                  + ("" if j["samples_per_second"] is None else f", {j['samples_per_second']:.1f} samples/s"))
     cpu, mem = j["cpu"], j["memory"]

@@ -254,7 +254,11 @@ def test_input_bound_two_node_job_and_compute_bound_job(cluster):
     # verdict over the job's life, its cause, notes
     assert j["verdict"] == "input" and j["verdict_shares"]["input"] >= 0.8
     assert j["input_cause"] in ("storage", "unknown")   # sleeping in data_wait: little CPU (procfs is a fixture)
-    assert any(n.startswith("Verdict input") for n in j["notes"])
+    # a Reporter that did not say which framework it runs: the neutral advice of verdict.recommendation
+    assert j["source"] == "client"
+    from agent.phases.verdict import recommendation
+    assert f"Verdict input (cause {j['input_cause']}): {recommendation('input', j['input_cause'], 'client')}" \
+        in j["notes"]
     assert any(n.startswith("GPU busy 30 %") for n in j["notes"])
     # PromQL truth over the report's own window (from one step before the start to the end)
     energy = gaps_n = 0.0
@@ -323,7 +327,7 @@ def test_text_and_markdown_show_bars_nodes_and_notes(cluster):
     assert rc == 0
     assert "Slurm job 4242" in out and a in out and b in out and "<- slowest" in out
     assert "[" + "|" * 12 + " " * 28 + "]   30 %" in out          # 30 % of a 40-character bar
-    assert "Verdict: input" in out
+    assert "Verdict: input" in out and "; phases from client" in out
     rc, md, _ = report(cluster, "--train-job", "in-4242", fmt="markdown")
     assert rc == 0 and md.startswith("# teye job report") and "## Slurm job 4242" in md and "### Notes" in md
 
@@ -490,4 +494,7 @@ def test_steps_only_job_is_timed_by_its_steps_and_never_called_compute(cluster):
     assert 0.05 <= j["step_seconds_p50"] <= 0.1
     assert j["phase_seconds"] == {} and j["input_bound_ratio"] is None
     assert j["verdict"] == "not_observed" and "compute" not in {k for k, v in j["verdict_shares"].items() if v}
-    assert any(n.startswith("Verdict not_observed") for n in j["notes"])
+    # its advice speaks its own framework (zero-code torch-steps): feed the loop from a DataLoader, not tf.data
+    assert j["source"] == "torch-steps" and j["source_text"].startswith("zero-code: torch optimizer steps")
+    (note,) = [n for n in j["notes"] if n.startswith("Verdict not_observed")]
+    assert "DataLoader" in note and "tf.data" not in note, note
