@@ -350,7 +350,8 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         "gpus": [{"node": i, "gpu": g} for i, g in sorted(gpus)],
         "start": min(a for a, _ in windows.values()), "end": max(b for _, b in windows.values()),
         "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
-        "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
+        # null without GPU samples (no teye_job_gpu_idle_seconds_total series): no GPU, no GPU figures
+        "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())} if gpus else None,
         "input_bound_ratio": _r(_ratio(phases.get("data_wait", 0.0), total)) if total else None,
         "steps": steps.value, "samples": samples.value,
         "step_seconds_p50": _r(S.bucket_quantile(0.5, hist)), "step_seconds_p95": _r(S.bucket_quantile(0.95, hist)),
@@ -587,7 +588,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         for t in tj_reports:
             for p, v in t["phase_seconds"].items():
                 phases[p] += v or 0
-            for p, v in t["gpu_idle_seconds_by_phase"].items():
+            for p, v in (t["gpu_idle_seconds_by_phase"] or {}).items():
                 idle[p] += v or 0
             for k, s in t["verdict_shares"].items():
                 votes[k] += s * (t["steps"] or 1)
@@ -596,7 +597,9 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         main = max(tj_reports, key=lambda t: t["steps"] or 0)
         job.update({
             "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
-            "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
+            "gpu_idle_seconds_by_phase": ({p: _r(v) for p, v in sorted(idle.items())}
+                                          if any(t["gpu_idle_seconds_by_phase"] is not None for t in tj_reports)
+                                          else None),
             "input_bound_ratio": _r(phases.get("data_wait", 0.0) / total) if total else None,
             "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
             "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],

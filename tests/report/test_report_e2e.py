@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -328,6 +329,7 @@ def test_text_and_markdown_show_bars_nodes_and_notes(cluster):
     assert "Slurm job 4242" in out and a in out and b in out and "<- slowest" in out
     assert "[" + "|" * 12 + " " * 28 + "]   30 %" in out          # 30 % of a 40-character bar
     assert "Verdict: input" in out and "; phases from client" in out
+    assert "GPU idle n/a" not in out and re.search(r"data_wait .* s, GPU idle \d+\.\d s", out), out
     rc, md, _ = report(cluster, "--train-job", "in-4242", fmt="markdown")
     assert rc == 0 and md.startswith("# teye job report") and "## Slurm job 4242" in md and "### Notes" in md
 
@@ -471,6 +473,15 @@ def test_training_job_outside_slurm_without_gpus(cluster):
     assert j["steps"] == 100 and j["samples"] == 3200 and j["verdict"] == "compute"
     assert rel(j["samples_per_second"], lp["samples"] / lp["total"])
     assert not any(n.startswith("GPU") or "GPU(s)" in n for n in j["notes"])
+    # no GPU samples, no GPU figures (issue 29 item 7): null in JSON, n/a in text and Markdown, never "0.0 s"
+    assert j["gpu_idle_seconds_by_phase"] is None and j["phase_seconds"]["compute"] > 0
+    assert j["train_job_details"][0]["gpu_idle_seconds_by_phase"] is None
+    for fmt in ("text", "markdown"):
+        rc, out, err = report(cluster, "--train-job", "cpu-only", fmt=fmt)
+        assert rc == 0, err
+        lines = [x for x in out.splitlines() if x.strip().startswith(("compute ", "data_wait "))]
+        assert len(lines) == 2 and all(x.endswith(" s, GPU idle n/a") for x in lines), out
+        assert "GPU idle 0.0" not in out, out
 
 
 def test_steps_only_job_is_timed_by_its_steps_and_never_called_compute(cluster):
