@@ -158,6 +158,7 @@ class JobView:
     client_dropped: int
     verdict: Verdict
     evidence: Evidence
+    shed: int = 0                              # its datagrams the receiver discarded (over its share of the budget)
 
     @property
     def source(self) -> str:
@@ -173,7 +174,8 @@ class JobView:
 
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source")
+                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
+                 "shed")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -195,6 +197,7 @@ class _Job:
         self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
         self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
         self.source = "client"                    # where its phases come from (protocol.SOURCES)
+        self.shed = 0                             # datagrams the receiver discarded over its share (fair budget)
 
 
 class JobTable:
@@ -281,6 +284,20 @@ class JobTable:
             data, pid, uid = batch[i]
             self.handle(data, pid, uid)
             i += 1
+
+    def shed(self, counts: Mapping[Tuple[int, int], int]) -> None:
+        """Charge datagrams the receiver discarded unread, {(uid, pid): n}, to the job of that sender (the
+        live job of that uid the pid sent for), and count them all as ``shed``."""
+        with self._lock:
+            for (uid, pid), n in counts.items():
+                self.results["shed"] += n
+                for job in self._jobs.values():
+                    if job.uid == uid and pid in job.pids:
+                        job.shed += n
+                        break
+                else:
+                    self._rlog.warning("shed", "phase socket: %d datagrams of pid %d uid %d (no live job) shed "
+                                       "over the rate budget", n, pid, uid)
 
     def compiled_receive(self):
         """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
@@ -633,6 +650,7 @@ class JobTable:
             client_dropped=sum(job.pids.values()),
             verdict=decide(ev, self.thresholds),
             evidence=ev,
+            shed=job.shed,
         )
 
 

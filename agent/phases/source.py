@@ -65,6 +65,10 @@ LAST_AGE = metric("teye_job_last_message_age_seconds", GAUGE, "Seconds since the
 CLIENT_DROPPED = metric("teye_job_client_dropped_total", COUNTER,
                         "Phase and step records the job's clients dropped (no agent, full socket buffer), "
                         "as they report it.", ["train_job"])
+SHED = metric("teye_job_shed_messages_total", COUNTER,
+              "Datagrams of the job the agent discarded unread: the receiver's rate budget "
+              "(phases.max_messages_per_second) was spent and the sending process or uid was over its share, "
+              "so other jobs keep theirs.", ["train_job"])
 MESSAGES = metric("teye_phase_messages_total", COUNTER,
                   "Phase datagrams received, by result: accepted, or the reason they were rejected.", ["result"])
 ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
@@ -117,6 +121,7 @@ class PhasesReading:
             yield point(INPUT_WAIT_CPU, j.input_wait_cpu_ratio, name)
             yield point(LAST_AGE, j.last_message_age_s, name)
             yield point(CLIENT_DROPPED, j.client_dropped, name)
+            yield point(SHED, j.shed, name)
 
 
 class PhaseSource:
@@ -135,7 +140,8 @@ class PhaseSource:
         sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
         self.path = path
         self.receiver = Receiver(sock, path, ident, self.table.handle_batch, phases_cfg["max_message_bytes"],
-                                 phases_cfg["max_messages_per_second"], serve=self.table.compiled_receive())
+                                 phases_cfg["max_messages_per_second"], serve=self.table.compiled_receive(),
+                                 shed=self.table.shed)
         self.receiver.start()
         if self.probe is not None:
             self.probe.start()
