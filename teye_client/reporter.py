@@ -257,8 +257,19 @@ class Reporter:
         """Send what is buffered now (one datagram)."""
         # One flush at a time: the exit's flush waits for the thread's send in progress, which would
         # otherwise die with the interpreter, its records taken from the buffer and never sent.
-        with self._flush_lock:
-            self._flush(_may_wait)
+        if _may_wait:
+            with self._flush_lock:
+                self._flush(True)
+            return
+        # The training loop's flush never waits for the lock: the thread may be waiting for room in a
+        # full agent queue (up to FULL_WAIT_NS); it sends these records next.
+        if not self._flush_lock.acquire(blocking=False):
+            self._wake.set()
+            return
+        try:
+            self._flush(False)
+        finally:
+            self._flush_lock.release()
 
     def _flush(self, may_wait: bool = False) -> None:
         with self._lock:

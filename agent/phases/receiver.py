@@ -62,6 +62,7 @@ LINGER_US = 200                         # the compiled loop's pause on a busy so
 # slice, and each uid this share; the rest of a heavy sender's datagrams is discarded (Receiver._shed_until).
 SHED_PID_SHARE = 0.125
 SHED_UID_SHARE = 0.5
+SHED_DUTY = 0.5                         # ... for at most this share of the slice's time left, then pause
 SHED_MIN = 4                            # ... and at least this many (a client's flush, close and retry)
 _QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
 _QLEN_DEFAULT = 10                      # the kernel's own default, where the sysctl cannot be read
@@ -201,6 +202,7 @@ class Receiver:
         self._thread = threading.Thread(target=self._run, name="teye-phase-receiver", daemon=True)
         self._counts = [0, 0]                  # [datagrams, receives]; serve() adds to them as it receives
         self.linger_us = linger_us(max_rate, queue_length())
+        self.paused_s = 0.0
         self.shedding_s = 0.0                  # time spent over budget, shedding heavy senders
         self._shed = shed                      # shed({(uid, pid): datagrams}): charge discarded datagrams
         self._fd = sock.fileno()
@@ -273,9 +275,13 @@ class Receiver:
             in_slice += n + len(batch)
             if in_slice >= self._per_slice:
                 now = time.monotonic()
-                if now < slice_end:  # over budget: shed the heavy senders' datagrams until the slice ends
-                    self._shed_until(slice_end, receive)
-                    now = max(slice_end, time.monotonic())
+                if now < slice_end:  # over budget: shed the heavy senders' datagrams for part of the slice
+                    self._shed_until(now + SHED_DUTY * (slice_end - now), receive)
+                    now = time.monotonic()
+                    if now < slice_end:   # then pause: a flood costs the agent at most SHED_DUTY of a core
+                        self.paused_s += slice_end - now
+                        self._stop.wait(slice_end - now)
+                        now = slice_end
                 slice_end = now + _SLICE_S
                 in_slice = 0
 
