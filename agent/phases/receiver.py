@@ -16,8 +16,8 @@ reports itself down with the reason and the rest of the agent runs.
 The receive loop never blocks the sampler: it holds the job table's lock only to apply
 one validated message, and it spends at most ``phases.max_messages_per_second`` handling
 datagrams.  Past that budget it does not pause (the kernel's queue is shared by every sender:
-full, it refuses everyone's datagrams): for the rest of the 10 ms slice it keeps the queue
-drained, hands on each process's and uid's datagrams up to their share of a slice's budget and
+full, it refuses everyone's datagrams): for half the rest of the 10 ms slice (``SHED_DUTY``) it
+keeps the queue drained, then pauses; draining, it hands on each process's and uid's datagrams up to their share of a slice's budget and
 discards the rest unread, charging them to the sender's job (``JobTable.shed``): one job's
 flood never makes another lose records (``_shed_until``).  It blocks
 in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  Where
