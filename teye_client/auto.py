@@ -105,6 +105,7 @@ class Session:
         self.starting = False    # making its own Reporter (see explicit_client)
         self.aside = False       # the process has its own Reporter: zero-code phases stand aside
         self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
+        self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -143,6 +144,12 @@ class Session:
             self.source = self.wait_source
         w = self.waits
         w.append((start_ns, end_ns, samples, loader))
+        if loader is not None and not self.exit_hook and self.train_keys and loader not in self.train_keys:
+            # a loader that has not trained yet, after training began (an evaluation): its waits may be the
+            # last (a final test pass), reported as eval at exit; registered after the reporter's exit flush,
+            # so it runs first.  Only then: a job that never evaluates keeps its exit as it was.
+            self.exit_hook = True
+            atexit.register(self._finish_guarded)
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
 
@@ -276,7 +283,6 @@ class Session:
         finally:
             self.starting = False
         self.reporter = rep
-        atexit.register(self._finish_guarded)   # after the reporter's own: atexit runs it first
         debug("zero-code phases: job %r, pid %d, agent socket %s" % (rep.train_job, os.getpid(), rep.socket_path))
         return rep
 
