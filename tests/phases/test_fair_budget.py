@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -60,13 +61,32 @@ VICTIM = textwrap.dedent("""
 """)
 
 
-def test_a_flood_does_not_make_another_job_lose_records(sockdir):
+NOBODY = 65534
+
+
+def _as_nobody():
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+@pytest.mark.parametrize("flooder", ["same-uid", "other-uid"])
+def test_a_flood_does_not_make_another_job_lose_records(sockdir, flooder):
+    """The flooder runs under the victim's uid (one process against another), or under another uid (where
+    the test runs as root: a second user's job); either way the victim loses nothing."""
+    if flooder == "other-uid" and os.geteuid() != 0:
+        pytest.skip("needs root to run the flooder as another uid")
     # a budget of 4,000 datagrams a second: the flood (one Python process) sends 25-100 times that
     agent = LiveAgent(sockdir, max_messages_per_second=4000)
     env = {**os.environ, "PYTHONPATH": REPO}
+    other = flooder == "other-uid"
+    if other:
+        os.chmod(sockdir, 0o755)   # the socket itself is 0666: another user may send
     try:
-        flood = subprocess.Popen([sys.executable, "-c", FLOODER, agent.path, "4"], stdout=subprocess.PIPE,
-                                 text=True, env=env)
+        # (the flooder is standard library only: another user runs it with the system's Python, which it may
+        # execute where this test's virtualenv is private)
+        py = shutil.which("python3", path="/usr/bin:/bin") if other else sys.executable
+        flood = subprocess.Popen([py, "-c", FLOODER, agent.path, "4"], stdout=subprocess.PIPE, text=True,
+                                 env=env, preexec_fn=_as_nobody if other else None, cwd="/" if other else None)
         assert flood.stdout.readline().strip() == "ready"
         victim = subprocess.run([sys.executable, "-c", VICTIM, agent.path, "400"], capture_output=True,
                                 text=True, env=env, timeout=60)
@@ -75,6 +95,9 @@ def test_a_flood_does_not_make_another_job_lose_records(sockdir):
         v = json.loads(victim.stdout.strip().splitlines()[-1])
         f = json.loads(out.strip().splitlines()[-1])
         jobs = agent.jobs()
+        fname = "nobody/flood" if other else "flood"   # another uid's job is labelled with its user
+        if other and fname not in jobs:
+            fname = f"uid{NOBODY}/flood"
         print("flood", f, "victim", v, {k: (j.steps, j.client_dropped, getattr(j, "shed", None))
                                          for k, j in jobs.items()})
         assert f["sent"] > 4 * 4 * 4000, f       # the flood exceeded the budget many times over
@@ -85,10 +108,11 @@ def test_a_flood_does_not_make_another_job_lose_records(sockdir):
         # what the receiver discarded is charged to the flooder: with what it handled, every datagram the
         # flooder got into the socket (the kernel's count is the flooder's "sent")
         results = dict(agent.src.collect(force=True).results)
-        assert jobs["flood"].shed > 0 and jobs["flood"].shed == results["shed"]
-        assert jobs["flood"].steps + jobs["flood"].shed == f["sent"], (jobs["flood"].steps, f)
+        assert jobs[fname].shed > 0 and jobs[fname].shed == results["shed"]
+        assert jobs[fname].steps + jobs[fname].shed == f["sent"], (jobs[fname].steps, f)
         points = {(p.spec.name, p.labels): p.value for p in agent.src.collect(force=True).points()}
-        assert points[("teye_job_shed_messages_total", ("flood",))] == f["sent"] - jobs["flood"].steps
+        assert points[("teye_job_shed_messages_total", (fname,))] == f["sent"] - jobs[fname].steps
+        assert jobs[fname].uid == (NOBODY if other else os.getuid())
         assert points[("teye_job_shed_messages_total", ("victim",))] == 0
     finally:
         agent.close()
