@@ -62,7 +62,7 @@ test)
     "$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
         || need+=(python3-dev)
     if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
-    make_venv "[dev,workloads-cpu,dashboards,plots,torch,kubernetes]"
+    make_venv "[dev,workloads-cpu,dashboards,plots,torch,frameworks,kubernetes]"
     (cd tests/deploy/crd_schemas && npm ci --no-audit --no-fund --silent)
     # the wheelhouse the tests/dist tests install from (built here, while the network is used anyway)
     TEYE_WHEELHOUSE="$(cd "$VENV" && pwd)/wheelhouse"

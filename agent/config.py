@@ -203,8 +203,9 @@ SCHEMA: Dict[str, Any] = {
                                                     for u in v) else "must be a list of uids (integers >= 0)"),
         "max_message_bytes": Field(INT, 65536, "Largest accepted datagram; larger ones count as too_large.", _positive),
         "max_records_per_message": Field(INT, 1024, "Most phase + step records in one datagram.", _positive),
-        "max_messages_per_second": Field(INT, 20000, "Receiver CPU budget: beyond this rate the receiver pauses, the "
-                                         "kernel queue fills and clients drop (and count) messages.", _positive),
+        "max_messages_per_second": Field(INT, 20000, "Receiver budget: beyond this rate per 10 ms slice the receiver "
+                                         "handles only each sender's fair share and discards (and charges) the "
+                                         "rest of a flooding process's or uid's datagrams (docs/phases.md).", _positive),
         "max_pending_intervals": Field(INT, 4096, "Per job: phase intervals kept waiting for the GPU samples that "
                                        "cover them.", _positive),
         "attribution_max_delay_seconds": Field(FLOAT, 30.0, "A phase interval waits at most this long for GPU "

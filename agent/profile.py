@@ -189,7 +189,8 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
         "step_time_breakdown": breakdown,
         "input_bound_ratio": None if j.input_bound_ratio is None else round(j.input_bound_ratio, 4),
         "gpu_idle_ratio": None if j.gpu_idle_ratio is None else round(j.gpu_idle_ratio, 4),
-        "gpu_idle_seconds_by_phase": {k: round(v, 6) for k, v in sorted(idle_by_phase.items())},
+        "gpu_idle_seconds_by_phase": ({k: round(v, 6) for k, v in sorted(idle_by_phase.items())}
+                                      if j.gpu_idle_ratio is not None else None),   # null: no GPU samples
         "client_dropped_records": j.client_dropped,
         "input_wait": _input_wait_summary(ev.input_wait),
         "verdict": {"kind": j.verdict.kind, "cause": j.verdict.cause, "evidence": j.verdict.evidence,
@@ -250,6 +251,8 @@ def render_overview(summary: Dict[str, Any]) -> str:
         if j["gpu_idle_ratio"] is not None:
             by = ", ".join(f"{k} {v:.2f} s" for k, v in j["gpu_idle_seconds_by_phase"].items())
             lines.append(f"  GPU idle {100 * j['gpu_idle_ratio']:.0f} % of the job's step time; idle by phase: {by}")
+        else:
+            lines.append("  GPU idle: n/a (no GPU samples for this job)")
         v = j["verdict"]
         w = j.get("input_wait")
         if w and w["cpu_ratio"] is not None:

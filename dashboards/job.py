@@ -24,7 +24,8 @@ _VERDICT_COLORS = {"input": "red", "host": "orange", "communication": "purple", 
 
 def _recommendations() -> str:
     lines = ["What each verdict means and what to do about it (the agent's rules are in "
-             "`agent/phases/verdict.py`; the same advice is printed by `teye profile`).", ""]
+             "`agent/phases/verdict.py`; `teye profile` and `teye report` give the same advice in the job's own "
+             "framework, PyTorch or TensorFlow, when zero-code instrumentation names it).", ""]
     for kind in KINDS:
         lines.append(f"* **{kind}**: {RECOMMENDATIONS[kind]}")
     return "\n".join(lines) + "\n"

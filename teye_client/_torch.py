@@ -12,7 +12,10 @@
   ``communication``, after checking that each is a plain Python function (else that one is left
   alone).  The wrappers pass arguments, results and exceptions through unchanged.  What DDP does
   inside ``backward()`` runs in C++ and stays ``compute``.
+- Evaluation: each iterator's waits carry its number; waits of iterators whose batches no optimizer
+  step follows (validation, test, probes) are the ``eval`` phase, not training (Session._evaluation).
 """
+import itertools
 import time
 
 from .auto import batch_size, debug, session, wrapper_of
@@ -21,6 +24,7 @@ _ns = time.monotonic_ns
 SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier")
+_loaders = itertools.count(1)
 
 
 
@@ -43,12 +47,17 @@ def patch_dataloader(module):
 
     def __next__(self):
         t0 = _ns()
+        # which iterator: a number of its own (an id() is reused once it is freed), so that the waits of
+        # a loader no optimizer step follows (evaluation) are told from training's (Session._evaluation)
+        k = getattr(self, "_teye_loader", None)
+        if k is None:
+            k = self._teye_loader = next(_loaders)
         try:
             batch = orig(self)
         except StopIteration:
-            s.wait(t0, _ns(), 0)  # the wait for the end of the epoch is a wait too
+            s.wait(t0, _ns(), 0, k)  # the wait for the end of the epoch is a wait too
             raise
-        s.wait(t0, _ns(), batch_size(batch))
+        s.wait(t0, _ns(), batch_size(batch), k)
         return batch
 
     base.__next__ = wrapper_of(__next__, orig)

@@ -11,6 +11,7 @@ The instrumentors feed a per-process ``Session``: the intervals spent waiting fo
 flush thread) at the first step, so a process that never trains opens no socket and starts
 no thread.  Standard library only, Python 3.8+.
 """
+import atexit
 import os
 import sys
 
@@ -93,8 +94,8 @@ class Session:
     MAX_WAITS = 4096
 
     def __init__(self):
-        self.waits = []          # [start_ns, end_ns, samples] since the last step
-        self.comms = []          # [start_ns, end_ns] in collectives called from Python since the last step
+        self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
+        self.comms = []          # [start_ns, end_ns, -1, None] in collectives called from Python since the last step
         self.in_comm = 0         # collectives in progress (one inside another is timed once)
         self.step_start = None   # the previous step's end
         self.reporter = None
@@ -106,6 +107,8 @@ class Session:
         self.disabled = False
         self.starting = False    # making its own Reporter (see explicit_client)
         self.aside = False       # the process has its own Reporter: zero-code phases stand aside
+        self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
+        self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -136,19 +139,27 @@ class Session:
         self.wait_source, self.step_source = wait_source, step_source
         self.aside = self.disabled = aside
 
-    def wait(self, start_ns, end_ns, samples):
+    def wait(self, start_ns, end_ns, samples, loader=None):
+        """An input wait; ``loader``: which iterator it came from, where the instrumentor tells (see
+        _evaluation: waits of a loader whose batches no step follows are evaluation, not training)."""
         if self.aside:
             return
         if self.source is None:
             self.source = self.wait_source
         w = self.waits
-        w.append((start_ns, end_ns, samples))
+        w.append((start_ns, end_ns, samples, loader))
+        if loader is not None and not self.exit_hook and self.train_keys and loader not in self.train_keys:
+            # a loader that has not trained yet, after training began (an evaluation): its waits may be the
+            # last (a final test pass), reported as eval at exit; registered after the reporter's exit flush,
+            # so it runs first.  Only then: a job that never evaluates keeps its exit as it was.
+            self.exit_hook = True
+            atexit.register(self._finish_guarded)
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
 
     def comm(self, start_ns, end_ns):
         c = self.comms
-        c.append((start_ns, end_ns, -1))
+        c.append((start_ns, end_ns, -1, None))
         if len(c) > self.MAX_WAITS:
             del c[:self.MAX_WAITS // 2]
 
@@ -180,6 +191,8 @@ class Session:
             start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
         comms = self.comms
+        if waits and waits[-1][3] is not None:
+            start = self._evaluation(waits, start, rep)
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
             if rep.source != self.step_source:
                 rep.source = self.step_source
@@ -188,11 +201,11 @@ class Session:
             del comms[:]
             return
         if comms:  # waits and collectives in time order (a collective's samples are -1)
-            waits = sorted(waits + comms)
+            waits = sorted(waits + comms, key=lambda w: (w[0], w[1]))
             self.waits.clear()
             del comms[:]
         if len(waits) == 1 and waits[0][2] >= 0 and waits[0][0] >= start and waits[0][1] <= end_ns:  # one batch
-            a, b, samples = waits[0]
+            a, b, samples, _ = waits[0]
             waits.clear()
             if a > start:
                 phases = (_C, start, a, _W, a, b, _C, b, end_ns)
@@ -202,7 +215,7 @@ class Session:
             phases = []
             t = start
             samples = 0
-            for a, b, n in waits:
+            for a, b, n, _ in waits:
                 if b <= t or a >= end_ns:
                     continue
                 if a < t:
@@ -225,6 +238,43 @@ class Session:
             rep._src_due = True
         rep.record_step(phases, start, end_ns, samples)
 
+    def _evaluation(self, waits, start, rep):
+        """Evaluation apart from training.  The batch a step consumed is the last wait's: its loader trains.
+        Waits since the previous step from loaders that never preceded a step (a validation or test loop
+        under model.eval() / torch.no_grad(), a probe like next(iter(loader))) are evaluation: from the
+        first of them to the training wait that follows the last of them is reported as the ``eval``
+        phase, and the step starts there (its time, samples and histogram count training only).  Returns
+        the step's start; removes the evaluation's waits."""
+        keys = self.train_keys
+        train = waits[-1][3]
+        if train not in keys:
+            keys.append(train)
+            if len(keys) > 4:   # this epoch's iterator and the last few (an epoch's end wait comes late)
+                del keys[0]
+        first = last = -1
+        for i, w in enumerate(waits):
+            if w[3] not in keys:
+                last = i
+                if first < 0:
+                    first = i
+        if first < 0:
+            return start
+        a, b = max(waits[first][0], start), waits[last + 1][0]
+        if b > a:
+            rep.record_phase("eval", a, b)
+        del waits[:last + 1]
+        return max(start, b)
+
+    def finish(self):
+        """At exit: waits no step followed (a final test loop) are evaluation; report them as ``eval``."""
+        waits, rep = self.waits, self.reporter
+        if self.disabled or rep is None or not waits or waits[-1][3] is None:
+            return
+        ev = [w for w in waits if w[3] not in self.train_keys]
+        if ev:
+            rep.record_phase("eval", max(ev[0][0], self.step_start or 0), ev[-1][1])
+        del waits[:]
+
     def step_guarded(self, end_ns, owner=None, begun_ns=None):
         """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
         error switches zero-code phases off for the process (one line with TEYE_DEBUG=1)."""
@@ -233,6 +283,12 @@ class Session:
         except Exception as e:  # never into the training loop
             self.disabled = True
             debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+
+    def _finish_guarded(self):
+        try:
+            self.finish()
+        except Exception as e:  # never into the job's exit
+            debug("zero-code phases: the final evaluation: %s: %s" % (type(e).__name__, e))
 
     def _start(self):
         self.starting = True

@@ -19,7 +19,10 @@ has to wait.
 The reporter never blocks and never raises into the training loop: with no agent, a bad
 path, a full socket buffer or bad arguments it drops the records and counts them
 (``dropped``, ``dropped_messages``), and the count travels with the next datagram that gets
-through.  Exceptions raised inside ``with rep.phase(...)`` propagate unchanged (the phase is
+through.  A full queue (another job floods the agent) is not a loss where it can wait without
+blocking the loop: the background flush thread, ``close()`` and the exit flush wait up to
+``FULL_WAIT_NS`` (200 ms) for room, and records the loop's own flush could not send go back into
+the buffer for the thread to send.  Exceptions raised inside ``with rep.phase(...)`` propagate unchanged (the phase is
 still recorded).  A forked child starts with an empty buffer and no socket or thread.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import select
 import socket
 import sys
 import tempfile
@@ -41,6 +45,7 @@ PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval")
 VERSION = 1
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 _RESOLVE_EVERY_NS = 5 * 10**9
+FULL_WAIT_NS = 200 * 10**6   # off the training thread, how long a datagram waits for room in a full agent queue
 _monotonic_ns = time.monotonic_ns
 QUOTED = {p: _json_str(p) for p in PHASES}  # phase name -> its JSON string
 
@@ -317,14 +322,25 @@ class Reporter:
             return self._oldest_ns + self._flush_ns - _monotonic_ns()
 
     # -- sending -----------------------------------------------------------------------------
-    def flush(self) -> None:
+    def flush(self, _may_wait: bool = False) -> None:
         """Send what is buffered now (one datagram)."""
         # One flush at a time: the exit's flush waits for the thread's send in progress, which would
         # otherwise die with the interpreter, its records taken from the buffer and never sent.
-        with self._flush_lock:
-            self._flush()
+        if _may_wait:
+            with self._flush_lock:
+                self._flush(True)
+            return
+        # The training loop's flush never waits for the lock: the thread may be waiting for room in a
+        # full agent queue (up to FULL_WAIT_NS); it sends these records next.
+        if not self._flush_lock.acquire(blocking=False):
+            self._wake.set()
+            return
+        try:
+            self._flush(False)
+        finally:
+            self._flush_lock.release()
 
-    def _flush(self) -> None:
+    def _flush(self, may_wait: bool = False) -> None:
         with self._lock:
             phases, steps = self._phases, self._steps
             if not phases and not steps:
@@ -359,7 +375,7 @@ class Reporter:
                         # a new connection: maybe a new agent, that has to learn who we are
                         src, ident = self.source, self._ident()
                         data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident)
-                sock.send(data)
+                _send(sock, data, may_wait)
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 stale, self._sock = self._sock, None
                 if stale is not None:
@@ -369,6 +385,8 @@ class Reporter:
                 self._count_drop(n, type(e).__name__, messages=1)
                 self._maybe_resolve()
             except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
+                if isinstance(e, BlockingIOError) and not may_wait and self._requeue(phases, steps):
+                    return   # the training loop's own flush never waits: the flush thread retries, waiting
                 self._count_drop(n, type(e).__name__, messages=1)
             else:
                 self.sent += 1
@@ -391,6 +409,21 @@ class Reporter:
             self._ask_torch = False
             self._src_due = True  # say it in the next datagram
 
+    def _requeue(self, phases: list, steps: list) -> bool:
+        """Put records the agent's full queue refused back in front of the buffer, for the flush thread to
+        send (it may wait for room); False (the caller drops them) where the buffer would exceed two batches."""
+        with self._lock:
+            if len(phases) + len(steps) + len(self._phases) + len(self._steps) > 2 * self._max_items:
+                return False
+            self._phases = phases + self._phases
+            self._steps = steps + self._steps
+            self._oldest_ns = _monotonic_ns()   # due again in flush_ms: the thread's turn, not the loop's
+        if self._thread is None:
+            self._start_thread()
+        else:
+            self._wake.set()
+        return True
+
     def _maybe_resolve(self) -> None:
         """No agent at the path: look for it again now and then (it may start later)."""
         if self._explicit:
@@ -409,7 +442,7 @@ class Reporter:
 
     def close(self) -> None:
         """Send what is buffered and release the socket (the reporter stays usable: it reopens)."""
-        self.flush()
+        self.flush(True)
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
@@ -455,8 +488,31 @@ def _flusher(ref, wake) -> None:
             del rep
             time.sleep(wait / 1e9)
             continue
-        rep.flush()
+        rep.flush(True)   # off the training thread: may wait for room in a full agent queue
         del rep
+
+
+def _send(sock, data: bytes, may_wait: bool) -> None:
+    """sock.send(data); where ``may_wait`` (the flush thread, close, exit: never the training loop's own
+    flush) and the agent's queue is full (another job floods it), wait up to FULL_WAIT_S for room and
+    retry; BlockingIOError when there was none."""
+    try:
+        sock.send(data)
+        return
+    except BlockingIOError:
+        if not may_wait:
+            raise
+    deadline = _monotonic_ns() + FULL_WAIT_NS
+    while True:
+        left = deadline - _monotonic_ns()
+        if left <= 0:
+            raise BlockingIOError("the agent's queue stayed full")
+        select.select((), (sock,), (), left / 1e9)   # writable: the agent's queue has room
+        try:
+            sock.send(data)
+            return
+        except BlockingIOError:
+            continue
 
 
 def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> bytes:

@@ -169,6 +169,7 @@ class JobView:
     ranks: Tuple["RankView", ...] = ()         # the job's ranks on this node (processes that sent one), by rank
     critical_rank: Optional[int] = None        # the rank whose verdict is the job's (agent.phases.ranks)
     world_size: Optional[int] = None           # ranks in the job, as its launcher says (None: not said)
+    shed: int = 0                              # its datagrams the receiver discarded (over its share of the budget)
 
     @property
     def source(self) -> str:
@@ -215,7 +216,7 @@ class _Rank:
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
                  "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
-                 "ranks", "rank_steps", "world", "untracked")
+                 "ranks", "rank_steps", "world", "untracked", "shed")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -241,6 +242,7 @@ class _Job:
         self.rank_steps = 0                       # the most steps one rank made: the global steps counted
         self.world: Optional[int] = None          # ranks in the job, as the launcher says
         self.untracked: set = set()               # pids of ranks beyond MAX_PIDS: not judged, their steps not counted
+        self.shed = 0                             # datagrams the receiver discarded over its share (fair budget)
 
 
 class JobTable:
@@ -338,6 +340,20 @@ class JobTable:
             data, pid, uid = batch[i]
             self.handle(data, pid, uid)
             i += 1
+
+    def shed(self, counts: Mapping[Tuple[int, int], int]) -> None:
+        """Charge datagrams the receiver discarded unread, {(uid, pid): n}, to the job of that sender (the
+        live job of that uid the pid sent for), and count them all as ``shed``."""
+        with self._lock:
+            for (uid, pid), n in counts.items():
+                self.results["shed"] += n
+                for job in self._jobs.values():
+                    if job.uid == uid and pid in job.pids:
+                        job.shed += n
+                        break
+                else:
+                    self._rlog.warning("shed", "phase socket: %d datagrams of pid %d uid %d (no live job) shed "
+                                       "over the rate budget", n, pid, uid)
 
     def compiled_receive(self):
         """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
@@ -820,6 +836,7 @@ class JobTable:
             ranks=rank_views,
             critical_rank=critical,
             world_size=job.world,
+            shed=job.shed,
         )
 
 

@@ -50,6 +50,7 @@ REASONS = (
     "bad_value",        # negative samples / dropped counts, or absurd values
     "no_credentials",   # the kernel attached no SCM_CREDENTIALS (should not happen with SO_PASSCRED)
     "job_limit",        # a new job while phases.max_jobs (or max_jobs_per_user) jobs are live
+    "shed",             # discarded unread: the receiver's budget was spent and its sender over its share
 )
 RESULTS = (ACCEPTED,) + REASONS
 

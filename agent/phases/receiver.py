@@ -14,8 +14,12 @@ configured path that is a ConfigError (exit 2), for the default path the phase c
 reports itself down with the reason and the rest of the agent runs.
 
 The receive loop never blocks the sampler: it holds the job table's lock only to apply
-one validated message, and it spends at most ``phases.max_messages_per_second``; past
-that it pauses, the kernel queue fills and clients drop (and count) messages.  It blocks
+one validated message, and it spends at most ``phases.max_messages_per_second`` handling
+datagrams.  Past that budget it does not pause (the kernel's queue is shared by every sender:
+full, it refuses everyone's datagrams): for half the rest of the 10 ms slice (``SHED_DUTY``) it
+keeps the queue drained, then pauses; draining, it hands on each process's and uid's datagrams up to their share of a slice's budget and
+discards the rest unread, charging them to the sender's job (``JobTable.shed``): one job's
+flood never makes another lose records (``_shed_until``).  It blocks
 in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  Where
 the compiled helpers are built (``agent/phases/fast.py``) and the owner passes ``serve``, the
 thread stays in C between datagrams: ``_fast.serve`` receives (``recvmmsg``), decodes, applies
@@ -37,7 +41,7 @@ import struct
 import tempfile
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import ConfigError, SourceUnavailable
 from ..logutil import RateLimitedLog
@@ -54,6 +58,12 @@ _MAX_PATH = 107                         # sun_path is 108 bytes including the NU
 _SLICE_S = 0.01                         # rate budget granularity
 BATCH = 32                              # datagrams per compiled receive call, at most
 LINGER_US = 200                         # the compiled loop's pause on a busy socket, at most (see linger_us())
+# Once a slice's budget is spent, each process may have this share of a slice's budget handled more in that
+# slice, and each uid this share; the rest of a heavy sender's datagrams is discarded (Receiver._shed_until).
+SHED_PID_SHARE = 0.125
+SHED_UID_SHARE = 0.5
+SHED_DUTY = 0.5                         # ... for at most this share of the slice's time left, then pause
+SHED_MIN = 4                            # ... and at least this many (a client's flush, close and retry)
 _QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
 _QLEN_DEFAULT = 10                      # the kernel's own default, where the sysctl cannot be read
 
@@ -179,7 +189,7 @@ class Receiver:
     ``handle_batch``; never while ``serve_unless()`` is True (the owner needs every datagram)."""
 
     def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int,
-                 serve=None, serve_unless=None):
+                 serve=None, serve_unless=None, shed=None):
         self.sock = sock
         self.path = path
         self._ident = ident
@@ -194,6 +204,8 @@ class Receiver:
         self._counts = [0, 0]                  # [datagrams, receives]; serve() adds to them as it receives
         self.linger_us = linger_us(max_rate, queue_length())
         self.paused_s = 0.0
+        self.shedding_s = 0.0                  # time spent over budget, shedding heavy senders
+        self._shed = shed                      # shed({(uid, pid): datagrams}): charge discarded datagrams
         self._fd = sock.fileno()
         self._recv_batch = None if _speed.module is None else _speed.module.recv_batch
 
@@ -264,12 +276,61 @@ class Receiver:
             in_slice += n + len(batch)
             if in_slice >= self._per_slice:
                 now = time.monotonic()
-                if now < slice_end:  # over budget: let the kernel queue (and the clients) absorb it
-                    self.paused_s += slice_end - now
-                    self._stop.wait(slice_end - now)
-                    now = slice_end
+                if now < slice_end:  # over budget: shed the heavy senders' datagrams for part of the slice
+                    self._shed_until(now + SHED_DUTY * (slice_end - now), receive)
+                    now = time.monotonic()
+                    if now < slice_end:   # then pause: a flood costs the agent at most SHED_DUTY of a core
+                        self.paused_s += slice_end - now
+                        self._stop.wait(slice_end - now)
+                        now = slice_end
                 slice_end = now + _SLICE_S
                 in_slice = 0
+
+    def _shed_until(self, end: float, receive) -> None:
+        """The rest of a slice whose budget is spent: keep the queue drained so that no other sender finds it
+        full, hand on (to ``handle_batch``) the datagrams of senders within their share of a slice's budget
+        (``SHED_PID_SHARE`` per process, ``SHED_UID_SHARE`` per uid), and discard the others unread,
+        counted by (uid, pid) for ``shed`` (the job table charges them to the sender's job)."""
+        per_pid: Dict[int, int] = {}
+        per_uid: Dict[int, int] = {}
+        pid_cap = max(SHED_MIN, int(self._per_slice * SHED_PID_SHARE))
+        uid_cap = max(4 * SHED_MIN, int(self._per_slice * SHED_UID_SHARE))
+        start = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                batch = receive()
+            except (socket.timeout, InterruptedError):
+                continue
+            except OSError:
+                break   # the main loop reports it
+            self._counts[0] += len(batch)
+            self._counts[1] += 1
+            if self._stop.is_set():
+                break   # close()'s wake-up
+            late = time.monotonic() >= end   # it came after the slice (a quiet socket): the next slice's
+            keep = []
+            shed: Dict[Tuple[int, int], int] = {}
+            for item in batch:
+                pid, uid = item[1], item[2]
+                if pid is None or late:   # no credentials (counted as such by handle()), or not this slice's
+                    keep.append(item)
+                    continue
+                np_, nu = per_pid.get(pid, 0) + 1, per_uid.get(uid, 0) + 1
+                if np_ > pid_cap or nu > uid_cap:
+                    shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
+                else:
+                    per_pid[pid], per_uid[uid] = np_, nu
+                    keep.append(item)
+            try:
+                if keep:
+                    self._handle_batch(keep)
+                if shed and self._shed is not None:   # charged once per receive, before the next may block
+                    self._shed(shed)
+            except Exception as e:  # as in _run: a bug must not stop the receiver
+                self._failed(e)
+            if late or time.monotonic() >= end:
+                break
+        self.shedding_s += time.monotonic() - start
 
     def _failed(self, error: BaseException) -> None:
         self._rlog.error("handle", "phase socket %s: handling a datagram failed (dropped): %r", self.path, error,

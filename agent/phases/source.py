@@ -87,6 +87,10 @@ CRITICAL_RANK = metric("teye_job_critical_rank", GAUGE,
 WORLD_SIZE = metric("teye_job_world_size", GAUGE,
                     "Ranks in the data-parallel job, as its launcher says (WORLD_SIZE, SLURM_NTASKS ...), over all "
                     "nodes. Absent where no rank said it.", ["train_job"])
+SHED = metric("teye_job_shed_messages_total", COUNTER,
+              "Datagrams of the job the agent discarded unread: the receiver's rate budget "
+              "(phases.max_messages_per_second) was spent and the sending process or uid was over its share, "
+              "so other jobs keep theirs.", ["train_job"])
 MESSAGES = metric("teye_phase_messages_total", COUNTER,
                   "Phase datagrams received, by result: accepted, or the reason they were rejected.", ["result"])
 ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
@@ -150,6 +154,7 @@ class PhasesReading:
                 yield point(CRITICAL_RANK, j.critical_rank, name)
             if j.world_size is not None:
                 yield point(WORLD_SIZE, j.world_size, name)
+            yield point(SHED, j.shed, name)
 
 
 class PhaseSource:
@@ -169,7 +174,7 @@ class PhaseSource:
         self.path = path
         self.receiver = Receiver(sock, path, ident, self.table.handle_batch, phases_cfg["max_message_bytes"],
                                  phases_cfg["max_messages_per_second"], serve=self.table.compiled_receive(),
-                                 serve_unless=self.table.python_receive)
+                                 serve_unless=self.table.python_receive, shed=self.table.shed)
         self.receiver.start()
         if self.probe is not None:
             self.probe.start()

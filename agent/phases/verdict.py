@@ -48,6 +48,11 @@ The rules (thresholds from the ``phases`` config section):
    they waited with idle CPUs and no storage I/O (a sleep, a lock, a remote service) or when
    the waits could not be measured (the process exited, lives in another pid namespace,
    /proc/<pid>/io is not readable).  The recommendation is the cause's.
+7. Every recommendation speaks the job's own framework (:func:`recommendation`): PyTorch advice
+   (DataLoader num_workers, pin_memory, persistent_workers, prefetch_factor, decode, storage layout;
+   torch.compile, autocast, DDP buckets) for the torch sources, tf.data / Keras advice for
+   ``tf.data``, ``tf-steps`` and ``keras``, and neutral advice naming both for a client that did not
+   say which framework it runs.
 
 Shares are computed, never clipped: the evidence holds the phase time *inside* the
 steps and the GPU idle time inside the steps, so no share can exceed 1, and
@@ -67,19 +72,20 @@ CAUSES = ("storage", "host_cpu", "unknown")   # why an input-bound job waits
 
 RECOMMENDATIONS: Dict[str, str] = {
     "input": (
-        "The training loop waits for its input. Prepare the next batch while the current step trains: "
-        "build the pipeline with tf.data, parallelize map (num_parallel_calls=tf.data.AUTOTUNE), end it with "
-        "prefetch(tf.data.AUTOTUNE), cache() decoded data that fits in memory, shard early on several GPUs "
-        "(shard the file list, not the records), avoid from_generator / py_function in the hot path, and "
-        "consider NVIDIA DALI when CPU cycles run short (PyTorch: DataLoader num_workers, pin_memory, "
-        "prefetch_factor). Check storage: local disk and NFS read throughput (teye_disk_*, teye_nfs_*). "
-        "In the FaceNet case a tf.data pipeline took GPU utilization from 60 % to 90 % and steps 17-135 % faster."),
+        "The training loop waits for its input. Prepare the next batch while the current step trains: load and "
+        "decode in parallel (several workers or threads: tf.data map(num_parallel_calls=AUTOTUNE), a PyTorch "
+        "DataLoader's num_workers), prefetch a few batches ahead, cache decoded data that fits in memory, shard "
+        "early on several GPUs (shard the file list, not the records), keep per-sample Python out of the hot path, "
+        "and consider NVIDIA DALI when CPU cycles run short. Check storage: local disk and NFS read throughput "
+        "(teye_disk_*, teye_nfs_*). In the FaceNet case an overlapped input pipeline took GPU utilization from "
+        "60 % to 90 % and steps 17-135 % faster."),
     "host": (
-        "The GPU waits for the host: kernel launches and Python work between ops. Set "
-        "TF_GPU_THREAD_MODE=gpu_private (TF_GPU_THREAD_COUNT=1..2) so input preprocessing cannot steal the "
-        "threads that launch GPU kernels; compile the step with tf.function(jit_compile=True) (XLA) to fuse "
-        "small kernels; raise the batch size to amortize launch overhead; run fewer Python callbacks and "
-        "compute metrics every few steps instead of every step."),
+        "The GPU waits for the host: kernel launches and Python work between ops. Keep input preprocessing off "
+        "the threads that launch GPU kernels (TensorFlow: TF_GPU_THREAD_MODE=gpu_private; PyTorch: fewer "
+        "DataLoader workers than cores), compile the step so that small kernels are fused and launched "
+        "together (XLA, torch.compile, CUDA graphs), raise the batch size to amortize launch overhead, avoid "
+        "reading values back to the host every step, run fewer Python callbacks and compute metrics every few "
+        "steps instead of every step."),
     "communication": (
         "Time goes to exchanging gradients. Fuse gradients into fewer, larger all-reduce messages (Horovod "
         "tensor fusion), all-reduce in half precision (fp16 compression), use a ring all-reduce instead of "
@@ -88,8 +94,8 @@ RECOMMENDATIONS: Dict[str, str] = {
         "teye_network_*)."),
     "compute": (
         "The step is compute-bound: the device does the work and the input keeps up. Make the work cheaper: "
-        "mixed precision (float16 / bfloat16 on Tensor Cores), channels_last (NHWC) layout, XLA "
-        "(jit_compile=True), the largest batch that fits in memory (re-tune the learning rate), no bias "
+        "mixed precision (float16 / bfloat16 on Tensor Cores), channels-last (NHWC) layout, a compiler that fuses "
+        "kernels (XLA, torch.compile), the largest batch that fits in memory (re-tune the learning rate), no bias "
         "before batch normalization; then scale out to more GPUs."),
     "idle": (
         "The GPU idles outside the phases the job reports, or the job reports nothing. Look for a stalled "
@@ -111,20 +117,153 @@ STEPS_ONLY_IDLE = (
 INPUT_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
     "host_cpu": (
         "The input pipeline is limited by host CPU work (decoding, augmentation, Python) in the training "
-        "process. Parallelize it: tf.data map(num_parallel_calls=tf.data.AUTOTUNE) instead of a Python "
-        "generator, vectorize the decode (batch first, then map a batched decode), cache() decoded samples "
-        "that fit in memory so decoding runs once, move augmentation to the GPU or to NVIDIA DALI, and keep "
-        "py_function / from_generator out of the hot path (PyTorch: more DataLoader workers). If the host is "
-        "saturated, give input threads their own cores (TF_GPU_THREAD_MODE=gpu_private keeps them off the "
-        "kernel-launch threads)."),
+        "process and its workers. Parallelize it (tf.data map(num_parallel_calls=AUTOTUNE), more DataLoader "
+        "workers), vectorize the decode (batch first, then decode the batch), cache decoded samples that fit in "
+        "memory so decoding runs once, and move augmentation to the GPU or to NVIDIA DALI. If the host is "
+        "saturated, give input threads their own cores, away from the threads that launch GPU kernels."),
     "storage": (
-        "The input pipeline waits for storage with little CPU work: overlap and widen the reads. End the "
-        "pipeline with prefetch(tf.data.AUTOTUNE), read many files at once (interleave(num_parallel_calls="
-        "AUTOTUNE), TFRecord shards rather than small files), stage the data set on local NVMe or in memory "
-        "(cache() to a local file), shard the file list across workers, and check the file system: local disk "
-        "and NFS throughput and latency (teye_disk_*, teye_nfs_*)."),
+        "The input pipeline waits for storage with little CPU work: overlap and widen the reads: prefetch "
+        "ahead, read many files at once (several readers or workers), pack small files into large shards read "
+        "sequentially, stage the data set on local NVMe or in memory, shard the file list across workers, and "
+        "check the file system: local disk and NFS throughput and latency (teye_disk_*, teye_nfs_*)."),
     "unknown": RECOMMENDATIONS["input"],
 }
+
+# The same advice in the job's own framework: the source (protocol.SOURCES) names it when teye's zero-code
+# instrumentation produced the phases; a client that did not say (``client``, ``other``) gets the neutral
+# texts above.  Keys: a kind of KINDS, a cause of CAUSES (an input verdict), or "steps_only_idle".
+FRAMEWORKS = ("torch", "tensorflow", "neutral")
+_FRAMEWORK_OF = {"torch": "torch", "torch-steps": "torch", "tf.data": "tensorflow", "tf-steps": "tensorflow",
+                 "keras": "tensorflow"}
+_TORCH_STORAGE_LAYOUT = (
+    "store the data set as large shards read sequentially (WebDataset tar shards, LMDB, memory-mapped NumPy "
+    "arrays) rather than one small file per sample, stage it on local NVMe or in memory, and let a "
+    "DistributedSampler give each rank its own part")
+FRAMEWORK_RECOMMENDATIONS: Dict[str, Dict[str, str]] = {
+    "torch": {
+        "unknown": (
+            "The training loop waits for its DataLoader. Load the next batches while the current step trains: "
+            "DataLoader(num_workers=N) with N up to the CPU cores per GPU (each worker is a process), "
+            "pin_memory=True with .to(device, non_blocking=True), persistent_workers=True so that workers are "
+            "not restarted every epoch, prefetch_factor=2..4 batches per worker. Make __getitem__ cheap: decode "
+            "faster (torchvision.io.decode_jpeg, on the GPU with device='cuda'; Pillow-SIMD; NVIDIA DALI), "
+            "cache decoded samples that fit in memory, batch the transforms in collate_fn or on the GPU; "
+            + _TORCH_STORAGE_LAYOUT + ". Check storage: local disk and NFS read throughput (teye_disk_*, "
+            "teye_nfs_*)."),
+        "host_cpu": (
+            "The DataLoader is limited by CPU work (decoding, augmentation, collate, Python) in the training "
+            "process and its workers. Raise DataLoader num_workers up to the CPU cores per GPU "
+            "(persistent_workers=True, prefetch_factor=2..4), never num_workers=0 in training; decode faster "
+            "(torchvision.io.decode_jpeg on the GPU, Pillow-SIMD, NVIDIA DALI); run augmentation on batched "
+            "tensors on the GPU (torchvision.transforms.v2) instead of per sample in __getitem__; cache decoded "
+            "samples that fit in memory; keep torch.set_num_threads small in the workers. If the host is "
+            "saturated, ask for more CPU cores per GPU."),
+        "storage": (
+            "The DataLoader waits for storage with little CPU work: keep more reads in flight and make them "
+            "larger. Raise num_workers and prefetch_factor (each worker reads its own batches), "
+            "persistent_workers=True, pin_memory=True; " + _TORCH_STORAGE_LAYOUT + "; check the file system: "
+            "local disk and NFS throughput and latency (teye_disk_*, teye_nfs_*)."),
+        "host": (
+            "The GPU waits for the host: kernel launches and Python work between ops. Compile the model "
+            "(torch.compile; mode='reduce-overhead' uses CUDA graphs) so that small kernels are fused and launched "
+            "together, raise the batch size to amortize launch overhead, avoid host syncs every step (.item(), "
+            ".cpu(), printing a loss tensor), log metrics every few steps, and keep DataLoader workers off the "
+            "cores of the training process (fewer workers, or torch.set_num_threads)."),
+        "compute": (
+            "The step is compute-bound: the device does the work and the DataLoader keeps up. Make the work "
+            "cheaper: automatic mixed precision (torch.autocast with bfloat16, or float16 with a GradScaler), "
+            "TF32 matmuls (torch.set_float32_matmul_precision('high')), channels_last memory format for "
+            "convolutions, torch.compile, the largest batch that fits in memory (re-tune the learning rate), no "
+            "bias before batch normalization; then scale out with DistributedDataParallel."),
+        "communication": (
+            "Time goes to exchanging gradients. With DistributedDataParallel: larger gradient buckets "
+            "(bucket_cap_mb), a compression hook (fp16_compress_hook / bf16_compress_hook), no_sync() during "
+            "gradient accumulation, the NCCL backend, and check the interconnect (NVLink within a node; "
+            "InfiniBand rather than 25 Gb/s Ethernet between nodes: teye_infiniband_*, teye_network_*)."),
+        "not_observed": (
+            "teye cannot say what limits this job: its optimizer steps are timed, but it does not draw its "
+            "batches from a torch DataLoader, so its input wait is not observed, and the agent has no GPU samples "
+            "for its GPUs. To get a verdict, feed the training loop from a torch.utils.data.DataLoader (zero-code "
+            "phases time its waits) or report phases with teye_client.Reporter; run it where the agent samples "
+            "its GPUs."),
+        "steps_only_idle": (
+            "The GPU waits for something the job's phases do not show: it reports optimizer steps only, so its "
+            "input wait is not observed. The usual cause is the input (a Python generator, tensors built or "
+            "copied every step, a slow transform); feed the loop from a torch DataLoader with num_workers, or "
+            "report data_wait with teye_client.Reporter, and the verdict will name it. " + RECOMMENDATIONS["idle"]),
+    },
+    "tensorflow": {
+        "unknown": (
+            "The training loop waits for its tf.data input. Prepare the next batch while the current step trains: "
+            "parallelize map (num_parallel_calls=tf.data.AUTOTUNE), end the pipeline with "
+            "prefetch(tf.data.AUTOTUNE), cache() decoded data that fits in memory, shard early on several GPUs "
+            "(shard the file list, not the records), avoid from_generator / py_function in the hot path, and "
+            "consider NVIDIA DALI when CPU cycles run short. Check storage: local disk and NFS read throughput "
+            "(teye_disk_*, teye_nfs_*). In the FaceNet case a tf.data pipeline took GPU utilization from 60 % to "
+            "90 % and steps 17-135 % faster."),
+        "host_cpu": (
+            "The tf.data pipeline is limited by host CPU work (decoding, augmentation, Python). Parallelize it: "
+            "map(num_parallel_calls=tf.data.AUTOTUNE) instead of a Python generator, vectorize the decode (batch "
+            "first, then map a batched decode), cache() decoded samples that fit in memory so decoding runs once, "
+            "move augmentation to the GPU (Keras preprocessing layers in the model) or to NVIDIA DALI, and keep "
+            "py_function / from_generator out of the hot path. If the host is saturated, give input threads their "
+            "own cores (TF_GPU_THREAD_MODE=gpu_private keeps them off the kernel-launch threads)."),
+        "storage": (
+            "The tf.data pipeline waits for storage with little CPU work: overlap and widen the reads. End the "
+            "pipeline with prefetch(tf.data.AUTOTUNE), read many files at once (interleave(num_parallel_calls="
+            "tf.data.AUTOTUNE), TFRecord shards rather than small files), stage the data set on local NVMe or in "
+            "memory (cache() to a local file), shard the file list across workers, and check the file system: "
+            "local disk and NFS throughput and latency (teye_disk_*, teye_nfs_*)."),
+        "host": (
+            "The GPU waits for the host: kernel launches and Python work between ops. Set "
+            "TF_GPU_THREAD_MODE=gpu_private (TF_GPU_THREAD_COUNT=1..2) so input preprocessing cannot steal the "
+            "threads that launch GPU kernels; compile the step with tf.function(jit_compile=True) (XLA) to fuse "
+            "small kernels; raise the batch size to amortize launch overhead (Keras: steps_per_execution); run "
+            "fewer Python callbacks and compute metrics every few steps instead of every step."),
+        "compute": (
+            "The step is compute-bound: the device does the work and the input keeps up. Make the work cheaper: "
+            "mixed precision (keras.mixed_precision.set_global_policy('mixed_float16' or 'mixed_bfloat16') on "
+            "Tensor Cores), channels_last (NHWC) layout, XLA (jit_compile=True), the largest batch that fits in "
+            "memory (re-tune the learning rate), no bias before batch normalization; then scale out with a "
+            "tf.distribute strategy."),
+        "communication": (
+            "Time goes to exchanging gradients. With tf.distribute: the NCCL all-reduce "
+            "(CommunicationImplementation.NCCL), gradient packing into fewer, larger messages "
+            "(experimental_communication_options / bytes_per_pack), fp16 all-reduce, and check the interconnect "
+            "(NVLink within a node; InfiniBand rather than 25 Gb/s Ethernet between nodes: teye_infiniband_*, "
+            "teye_network_*)."),
+        "not_observed": (
+            "teye cannot say what limits this job: it reports TensorFlow steps only (a loop without tf.data, or a "
+            "Model.fit teye stands aside from), so its input wait is not observed, and the agent has no GPU "
+            "samples for its GPUs. To get a verdict, feed the training loop from a tf.data iterator (zero-code "
+            "phases time its GetNext) or report phases with teye_client.Reporter; run it where the agent "
+            "samples its GPUs."),
+        "steps_only_idle": (
+            "The GPU waits for something the job's phases do not show: it reports TensorFlow steps only, so its "
+            "input wait is not observed. The usual cause is the input (a Python generator, NumPy arrays copied "
+            "every step, a py_function); feed the loop from a tf.data pipeline with prefetch, or report data_wait "
+            "with teye_client.Reporter, and the verdict will name it. " + RECOMMENDATIONS["idle"]),
+    },
+}
+
+
+def framework_of(source: str) -> str:
+    """Whose advice a job gets: ``torch``, ``tensorflow``, or ``neutral`` (a client that did not say)."""
+    return _FRAMEWORK_OF.get(source, "neutral")
+
+
+def recommendation(kind: str, cause: Optional[str] = None, source: str = "client") -> str:
+    """The advice for a verdict of ``kind`` (with its input ``cause``) in the framework of ``source``."""
+    key = (cause or "unknown") if kind == "input" else kind
+    own = FRAMEWORK_RECOMMENDATIONS.get(framework_of(source), {}).get(key)
+    if own:
+        return own
+    if kind == "input":
+        return INPUT_CAUSE_RECOMMENDATIONS.get(key, RECOMMENDATIONS["input"])
+    if key == "steps_only_idle":
+        return STEPS_ONLY_IDLE
+    return RECOMMENDATIONS.get(kind, "")
+
 
 # Which reported phases each kind of lost time comes from.
 _PHASES_OF = {"input": ("data_wait",), "communication": ("communication",), "host": ("host",)}
@@ -304,7 +443,7 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
     if ev.silent_s >= th.stall_seconds or ev.step_time <= 0:
         why = (f"no phase or step reported for {ev.silent_s:.0f} s" if ev.silent_s >= th.stall_seconds
                else f"no phase or step time in the last {ev.window_s:.0f} s")
-        return Verdict("idle", why, RECOMMENDATIONS["idle"])
+        return Verdict("idle", why, recommendation("idle", source=ev.source))
 
     idle_ratio = ev.gpu_idle_ratio
     gpu_rules = idle_ratio is not None and idle_ratio >= th.gpu_idle_min_ratio and ev.gpu_idle_total > 0
@@ -345,12 +484,13 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
         if kind == "input":
             cause, why = input_cause(ev.input_wait, th)
             cited = host_notes if cause == "host_cpu" else ""
-            return Verdict(kind, f"{notes[kind]}; {why}{cited}{tail}", INPUT_CAUSE_RECOMMENDATIONS[cause],
+            return Verdict(kind, f"{notes[kind]}; {why}{cited}{tail}", recommendation(kind, cause, ev.source),
                            ordered, cause)
-        return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail, RECOMMENDATIONS[kind],
-                       ordered)
+        return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail,
+                       recommendation(kind, source=ev.source), ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
-                              f"{_pct(ev.share('data_wait'))}" + tail, RECOMMENDATIONS["compute"], ordered)
+                              f"{_pct(ev.share('data_wait'))}" + tail, recommendation("compute", source=ev.source),
+                   ordered)
 
 
 def unobserved_input(ev: Evidence, th: Thresholds = Thresholds(), tail: str = "") -> Verdict:
@@ -364,11 +504,11 @@ def unobserved_input(ev: Evidence, th: Thresholds = Thresholds(), tail: str = ""
     base = "steps only: input wait not observed"
     if r is None:
         return Verdict("not_observed", f"{base}, and no GPU samples of the job's GPUs: the bottleneck is not "
-                                       f"observed" + tail, RECOMMENDATIONS["not_observed"])
+                                       f"observed" + tail, recommendation("not_observed", source=ev.source))
     if r < th.gpu_idle_min_ratio:
         return Verdict("compute", f"{base}; its GPUs are busy {_pct(1 - r)} of step time (idle below "
                                   f"{_pct(th.gpu_idle_min_ratio)}): the GPU is the limit" + tail,
-                       RECOMMENDATIONS["compute"], (("compute", round(1 - r, 4)),))
+                       recommendation("compute", source=ev.source), (("compute", round(1 - r, 4)),))
     return Verdict("idle", f"{base}; its GPUs idle {_pct(r)} of step time (at least "
                            f"{_pct(th.gpu_idle_min_ratio)}), waiting for what the job's phases do not show" + tail,
-                   STEPS_ONLY_IDLE, (("idle", round(r, 4)),))
+                   recommendation("steps_only_idle", source=ev.source), (("idle", round(r, 4)),))

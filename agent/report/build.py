@@ -23,7 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..phases.verdict import CAUSES, INPUT_CAUSE_RECOMMENDATIONS, KINDS, RECOMMENDATIONS
+from ..phases.protocol import SOURCES
+from ..phases.verdict import CAUSES, KINDS, recommendation
 from . import series as S
 from .prom import Prometheus
 
@@ -95,6 +96,7 @@ class Fetched:
     proc_user: Dict[Tuple[str, str, str], str] = field(default_factory=dict)
     jinfo: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (inst, train_job)
     jinfo_user: Dict[Tuple[str, str], str] = field(default_factory=dict)
+    jinfo_source: Dict[Tuple[str, str], Tuple[float, str]] = field(default_factory=dict)  # (last seen, source)
     gpu: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)     # (name,inst,gpu)
     gmem: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)
     job: Dict[Tuple[str, str, str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
@@ -168,10 +170,13 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
             continue
         f.procs[k] = pts
         f.proc_user[k] = m.get("user", "")
-    for m, pts in rng(f"max by (instance, train_job, user) (teye_job_info{{{n}}})"):
+    for m, pts in rng(f"max by (instance, train_job, user, source) (teye_job_info{{{n}}})"):
         k = _key(m, "instance", "train_job")
-        f.jinfo[k] = pts
+        # one series per source the job's phases came from (a job that switches sources has two)
+        f.jinfo[k] = sorted(dict(f.jinfo.get(k, []) + list(pts)).items()) if k in f.jinfo else pts
         f.jinfo_user[k] = m.get("user", "")
+        if pts and pts[-1][0] >= f.jinfo_source.get(k, (-1.0, ""))[0]:
+            f.jinfo_source[k] = (pts[-1][0], m.get("source") or "client")
     gpu_names = "teye_gpu_(busy_seconds_total|sampled_seconds_total|energy_joules_total|idle_gap_seconds_count" \
                 "|idle_gap_seconds_sum)"
     for m, pts in rng(f'{{__name__=~"{gpu_names}",{n}}}'):
@@ -339,6 +344,8 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         last = max(sorted(set(kinds)), key=kinds.count)
     n_causes = sum(causes.values())
     cause = max(sorted(causes), key=lambda c: causes[c]) if causes else None
+    seen = [f.jinfo_source[(i, name)] for i in windows if (i, name) in f.jinfo_source]
+    source = max(seen)[1] if seen else "client"   # where its phases came from last: whose advice it gets
     thr = None
     if per_node:
         rates = [p["samples_per_second"] for p in per_node.values() if p["samples_per_second"] is not None]
@@ -361,7 +368,8 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         "gpus": [{"node": i, "gpu": g} for i, g in sorted(gpus)],
         "start": min(a for a, _ in windows.values()), "end": max(b for _, b in windows.values()),
         "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
-        "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
+        # null without GPU samples (no teye_job_gpu_idle_seconds_total series): no GPU, no GPU figures
+        "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())} if gpus else None,
         "input_bound_ratio": ratio,
         "straggler": straggler,
         "steps": steps.value, "samples": samples.value,
@@ -371,6 +379,7 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         "verdict": last, "verdict_shares": shares,
         "input_cause": cause,
         "input_cause_shares": {c: round(causes.get(c, 0) / n_causes, 4) for c in CAUSES} if n_causes else {},
+        "source": source, "source_text": SOURCES.get(source, source),
         "per_node": [per_node[i] for i in sorted(per_node)],
         "_resets": resets,
     }
@@ -502,8 +511,8 @@ def _notes(job: dict, req: Request) -> List[str]:
                      + (whole if mem.get("source") == "node" else ""))
     if job.get("verdict"):
         kind = job["verdict"]
-        text = (INPUT_CAUSE_RECOMMENDATIONS.get(job.get("input_cause") or "unknown")
-                if kind == "input" else RECOMMENDATIONS.get(kind, ""))
+        # the advice in the job's own framework (verdict.recommendation), as `teye profile` gives it
+        text = recommendation(kind, job.get("input_cause") if kind == "input" else None, job.get("source") or "client")
         notes.append(f"Verdict {kind}" + (f" (cause {job['input_cause']})" if kind == "input" and
                                           job.get("input_cause") else "") + f": {text}")
     return notes
@@ -622,7 +631,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         for t in tj_reports:
             for p, v in t["phase_seconds"].items():
                 phases[p] += v or 0
-            for p, v in t["gpu_idle_seconds_by_phase"].items():
+            for p, v in (t["gpu_idle_seconds_by_phase"] or {}).items():
                 idle[p] += v or 0
             for k, s in t["verdict_shares"].items():
                 votes[k] += s * (t["steps"] or 1)
@@ -633,12 +642,15 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         straggler = max(stragglers, key=lambda s: s["own_wait_ratio"]) if stragglers else None
         job.update({
             "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
-            "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())},
+            "gpu_idle_seconds_by_phase": ({p: _r(v) for p, v in sorted(idle.items())}
+                                          if any(t["gpu_idle_seconds_by_phase"] is not None for t in tj_reports)
+                                          else None),
             "input_bound_ratio": (straggler["input_bound_ratio"] if straggler is not None
                                   else _r(phases.get("data_wait", 0.0) / total) if total else None),
             "straggler": straggler,
             "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
             "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],
+            "source": main["source"], "source_text": main["source_text"],
             "steps": sum(t["steps"] or 0 for t in tj_reports),
             "samples": _sum([t["samples"] for t in tj_reports]),   # None: no job counted samples (steps only)
             "step_seconds_p50": main["step_seconds_p50"], "step_seconds_p95": main["step_seconds_p95"],
@@ -650,6 +662,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         job.update({"phase_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
                     "straggler": None,
                     "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
+                    "source": None, "source_text": None,
                     "steps": None, "samples": None, "step_seconds_p50": None, "step_seconds_p95": None,
                     "samples_per_second": None, "train_job_details": [],
                     "phases_omitted": "no training job reported phases on this job's GPUs (not instrumented: "

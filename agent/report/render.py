@@ -83,16 +83,18 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         L.append(f"  omitted: {j['phases_omitted']}")
     else:
         total = sum(v or 0 for v in j["phase_seconds"].values()) or 1.0
-        idle = j["gpu_idle_seconds_by_phase"] or {}
+        idle = j["gpu_idle_seconds_by_phase"]   # None: no GPU samples of the job, so no GPU figures
         for p, v in j["phase_seconds"].items():
-            if not v and not idle.get(p):
+            if not v and not (idle or {}).get(p):
                 continue   # phases the job never entered
-            L.append(f"{code}  {p:15}  {_bar((v or 0) / total)}  {v:.1f} s, GPU idle {idle.get(p, 0.0):.1f} s")
+            gi = "n/a" if idle is None else f"{idle.get(p, 0.0):.1f} s"
+            L.append(f"{code}  {p:15}  {_bar((v or 0) / total)}  {v:.1f} s, GPU idle {gi}")
         L.append(f"Input-bound share: {_pct(j['input_bound_ratio'])}")
         shares = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(j["verdict_shares"].items(), key=lambda kv: -kv[1])
                            if v > 0)
         cause = f" (cause {j['input_cause']})" if j["verdict"] == "input" and j["input_cause"] else ""
-        L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}")
+        L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}"
+                 + (f"; phases from {j['source_text']}" if j.get("source_text") else ""))
         st = j.get("straggler")
         if st:
             why = f", cause {st['cause']}" if st["cause"] else ""

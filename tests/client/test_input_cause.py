@@ -46,6 +46,10 @@ def test_the_input_cause_comes_from_the_whole_input_pipeline(agent, datafile, mo
     v = j.verdict
     assert v.kind == "input" and v.cause == cause, v.evidence
     assert says in v.evidence, v.evidence
+    # zero-code phases from a torch DataLoader: the advice is PyTorch's (issue 29, item 4), not tf.data's
+    assert j.evidence.source == "torch" and "phases from zero-code: torch DataLoader" in v.evidence
+    assert "DataLoader" in v.recommendation and "num_workers" in v.recommendation, v.recommendation
+    assert "tf.data" not in v.recommendation and "AUTOTUNE" not in v.recommendation, v.recommendation
     w = j.evidence.input_wait
     if mode == "burn":   # about one core (the worker) per second of wait, not the waiting process's few %
         assert w.cpu_ratio > 0.5, v.evidence

@@ -66,6 +66,9 @@ def test_input_bound_command(tmp_path):
     assert job["step_time_breakdown"]["data_wait"]["ms_per_step"] == pytest.approx(30, rel=0.3)
     assert summary["gpus"] == [] and summary["gpu_note"] == "gpu collector disabled in the configuration"
     assert "devices: none" in p.stdout and "verdict: INPUT" in p.stdout and "input-bound:" in p.stdout
+    # no GPU samples, no GPU figures: null in JSON, n/a in text (never "idle by phase: data_wait 0.00 s")
+    assert job["gpu_idle_ratio"] is None and job["gpu_idle_seconds_by_phase"] is None
+    assert "GPU idle: n/a (no GPU samples for this job)" in p.stdout and "idle by phase" not in p.stdout
     if importlib.util.find_spec("matplotlib"):
         png = (out / "timeline.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from agent.phases.verdict import KINDS, RECOMMENDATIONS, Evidence, Thresholds, decide
+from agent.phases.verdict import KINDS, RECOMMENDATIONS, Evidence, Thresholds, decide, recommendation
 from tests.phases.helpers import phases_cfg
 
 TH = Thresholds()
 
 
-def ev(phases, step_seconds=0.0, steps=0, gpu_idle=None, observed=0.0, step_idle=None, silent=0.0):
+def ev(phases, step_seconds=0.0, steps=0, gpu_idle=None, observed=0.0, step_idle=None, silent=0.0, **more):
     return Evidence(window_s=60.0, phase_seconds=phases, step_seconds=step_seconds, steps=steps,
                     gpu_idle_seconds=gpu_idle or {}, gpu_observed_seconds=observed,
-                    gpu_step_idle_seconds=step_idle, silent_s=silent)
+                    gpu_step_idle_seconds=step_idle, silent_s=silent, **more)
 
 
 def test_input_by_step_time_share():
@@ -120,7 +120,7 @@ def test_input_wait_not_observed_is_never_a_guess(source):
     """Steps only: no GPU samples -> not_observed; GPUs busy -> compute (the GPU is the limit); GPUs idle at
     least gpu_idle_min_ratio of the steps -> idle (they wait for what the phases do not show)."""
     v = decide(_steps_only(source=source))
-    assert v.kind == "not_observed" and v.recommendation == RECOMMENDATIONS["not_observed"]
+    assert v.kind == "not_observed" and v.recommendation == recommendation("not_observed", source=source)
     assert "input wait not observed" in v.evidence and "no GPU samples" in v.evidence
     busy = decide(_steps_only(step_idle=0.5, observed=10.0, source=source))   # idle 5 %
     assert busy.kind == "compute" and "busy 95 %" in busy.evidence and "input wait not observed" in busy.evidence
@@ -129,3 +129,71 @@ def test_input_wait_not_observed_is_never_a_guess(source):
     assert decide(_steps_only(step_idle=8.6, observed=10.0, source=source)).kind == "idle"
     # the same steps from a source that observes input waits are judged by the phase rules
     assert decide(_steps_only(step_idle=0.5, observed=10.0, source="client")).kind == "compute"
+
+
+# Item 4 of issue 29: advice in the job's own framework.  What each family's text must name, and what it must
+# never name (another framework's API).
+TORCH_WORDS = ("DataLoader", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+TF_WORDS = ("tf.data", "num_parallel_calls", "AUTOTUNE", "TFRecord", "TF_GPU_THREAD_MODE", "jit_compile", "keras")
+TORCH_ONLY = ("DataLoader", "torch.", "num_workers", "pin_memory")
+
+
+def _input_ev(source, cpu):
+    from agent.phases.verdict import InputWait
+    return ev({"data_wait": 6.0, "compute": 4.0}, step_seconds=10.0, steps=10, source=source,
+              input_wait=InputWait(wait_s=6.0, cpu_s=cpu * 6.0, read_bytes=int(6e6 * 6) if cpu < 0.5 else 0,
+                                   io_stall_s=0.0))
+
+
+@pytest.mark.parametrize("source", ["torch", "torch-steps", "tf.data", "tf-steps", "keras", "client", "other"])
+def test_recommendations_speak_the_jobs_own_framework(source):
+    from agent.phases.verdict import CAUSES, framework_of
+    fam = framework_of(source)
+    assert fam == {"torch": "torch", "torch-steps": "torch", "tf.data": "tensorflow", "tf-steps": "tensorflow",
+                   "keras": "tensorflow"}.get(source, "neutral")
+    texts = {("input", c): recommendation("input", c, source) for c in CAUSES}
+    texts.update({(k, None): recommendation(k, source=source) for k in ("host", "compute", "communication",
+                                                                          "not_observed", "steps_only_idle")})
+    for key, text in texts.items():
+        assert text, key
+        low = text.lower()
+        if fam == "torch":
+            assert not any(w.lower() in low for w in TF_WORDS), (key, text)
+        elif fam == "tensorflow":
+            assert not any(w.lower() in low for w in TORCH_ONLY), (key, text)
+    inp = texts[("input", "unknown")]
+    if fam == "torch":
+        assert all(w in inp for w in TORCH_WORDS), inp
+        assert "decode" in inp and "shards" in inp                         # faster decode, storage layout
+        assert all(w in texts[("input", "storage")] for w in ("num_workers", "prefetch_factor", "shards", "NVMe"))
+        assert "num_workers" in texts[("input", "host_cpu")] and "decode" in texts[("input", "host_cpu")]
+        assert "torch.compile" in texts[("host", None)] and "torch.autocast" in texts[("compute", None)]
+        assert "bucket_cap_mb" in texts[("communication", None)]
+        assert "DataLoader" in texts[("not_observed", None)] and "DataLoader" in texts[("steps_only_idle", None)]
+    elif fam == "tensorflow":
+        assert "prefetch(tf.data.AUTOTUNE)" in inp and "num_parallel_calls" in inp and "cache()" in inp
+        assert "interleave" in texts[("input", "storage")] and "TFRecord" in texts[("input", "storage")]
+        assert "num_parallel_calls" in texts[("input", "host_cpu")]
+        assert "TF_GPU_THREAD_MODE" in texts[("host", None)] and "jit_compile" in texts[("compute", None)]
+        assert "tf.data" in texts[("not_observed", None)] and "tf.data" in texts[("steps_only_idle", None)]
+    else:   # a client that did not say: neutral advice naming both, no single framework's recipe
+        assert texts[("input", "unknown")] == RECOMMENDATIONS["input"]
+        for text in (inp, texts[("input", "host_cpu")], texts[("host", None)], texts[("compute", None)]):
+            assert "tf.data" in text or "TensorFlow" in text or "XLA" in text, text
+            assert "DataLoader" in text or "PyTorch" in text or "torch.compile" in text, text
+        assert "persistent_workers" not in inp and "TFRecord" not in inp
+
+
+@pytest.mark.parametrize("source, says, never", [
+    ("torch", "DataLoader", "tf.data"), ("tf.data", "tf.data", "DataLoader"), ("keras", "tf.data", "DataLoader"),
+])
+def test_decide_gives_the_sources_advice(source, says, never):
+    """decide() itself picks the text of the job's source, for each input cause and for compute."""
+    for cpu, cause in ((1.5, "host_cpu"), (0.05, "storage")):
+        v = decide(_input_ev(source, cpu))
+        assert v.kind == "input" and v.cause == cause, v.evidence
+        assert says in v.recommendation and never not in v.recommendation, v.recommendation
+        assert v.recommendation == recommendation("input", cause, source)
+    c = decide(ev({"data_wait": 0.5, "compute": 9.5}, step_seconds=10.0, steps=10, source=source))
+    assert c.kind == "compute" and c.recommendation == recommendation("compute", source=source)
+    assert never not in c.recommendation

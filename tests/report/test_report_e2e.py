@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -254,7 +255,11 @@ def test_input_bound_two_node_job_and_compute_bound_job(cluster):
     # verdict over the job's life, its cause, notes
     assert j["verdict"] == "input" and j["verdict_shares"]["input"] >= 0.8
     assert j["input_cause"] in ("storage", "unknown")   # sleeping in data_wait: little CPU (procfs is a fixture)
-    assert any(n.startswith("Verdict input") for n in j["notes"])
+    # a Reporter that did not say which framework it runs: the neutral advice of verdict.recommendation
+    assert j["source"] == "client"
+    from agent.phases.verdict import recommendation
+    assert f"Verdict input (cause {j['input_cause']}): {recommendation('input', j['input_cause'], 'client')}" \
+        in j["notes"]
     assert any(n.startswith("GPU busy 30 %") for n in j["notes"])
     # PromQL truth over the report's own window (from one step before the start to the end)
     energy = gaps_n = 0.0
@@ -323,7 +328,8 @@ def test_text_and_markdown_show_bars_nodes_and_notes(cluster):
     assert rc == 0
     assert "Slurm job 4242" in out and a in out and b in out and "<- slowest" in out
     assert "[" + "|" * 12 + " " * 28 + "]   30 %" in out          # 30 % of a 40-character bar
-    assert "Verdict: input" in out
+    assert "Verdict: input" in out and "; phases from client" in out
+    assert "GPU idle n/a" not in out and re.search(r"data_wait .* s, GPU idle \d+\.\d s", out), out
     rc, md, _ = report(cluster, "--train-job", "in-4242", fmt="markdown")
     assert rc == 0 and md.startswith("# teye job report") and "## Slurm job 4242" in md and "### Notes" in md
 
@@ -467,6 +473,15 @@ def test_training_job_outside_slurm_without_gpus(cluster):
     assert j["steps"] == 100 and j["samples"] == 3200 and j["verdict"] == "compute"
     assert rel(j["samples_per_second"], lp["samples"] / lp["total"])
     assert not any(n.startswith("GPU") or "GPU(s)" in n for n in j["notes"])
+    # no GPU samples, no GPU figures (issue 29 item 7): null in JSON, n/a in text and Markdown, never "0.0 s"
+    assert j["gpu_idle_seconds_by_phase"] is None and j["phase_seconds"]["compute"] > 0
+    assert j["train_job_details"][0]["gpu_idle_seconds_by_phase"] is None
+    for fmt in ("text", "markdown"):
+        rc, out, err = report(cluster, "--train-job", "cpu-only", fmt=fmt)
+        assert rc == 0, err
+        lines = [x for x in out.splitlines() if x.strip().startswith(("compute ", "data_wait "))]
+        assert len(lines) == 2 and all(x.endswith(" s, GPU idle n/a") for x in lines), out
+        assert "GPU idle 0.0" not in out, out
 
 
 def test_steps_only_job_is_timed_by_its_steps_and_never_called_compute(cluster):
@@ -490,4 +505,7 @@ def test_steps_only_job_is_timed_by_its_steps_and_never_called_compute(cluster):
     assert 0.05 <= j["step_seconds_p50"] <= 0.1
     assert j["phase_seconds"] == {} and j["input_bound_ratio"] is None
     assert j["verdict"] == "not_observed" and "compute" not in {k for k, v in j["verdict_shares"].items() if v}
-    assert any(n.startswith("Verdict not_observed") for n in j["notes"])
+    # its advice speaks its own framework (zero-code torch-steps): feed the loop from a DataLoader, not tf.data
+    assert j["source"] == "torch-steps" and j["source_text"].startswith("zero-code: torch optimizer steps")
+    (note,) = [n for n in j["notes"] if n.startswith("Verdict not_observed")]
+    assert "DataLoader" in note and "tf.data" not in note, note

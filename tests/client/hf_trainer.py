@@ -1,0 +1,81 @@
+"""An unmodified Hugging Face Trainer run: a tiny BERT built from a config (nothing downloaded), synthetic
+token data, evaluation every EVERY steps.
+
+    python hf_trainer.py STEPS EVERY OUTDIR
+
+Its own clock: the time inside trainer.evaluate() (a Trainer subclass times it), from the start of
+training (on_train_begin) to the end of its last step less the evaluations before it, and inside the training set's __getitem__ (its input wait: no workers); the samples trained.  The training set's __getitem__
+sleeps (an input-bound job).  Prints one JSON line.
+"""
+import json
+import sys
+import time
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+
+steps, every, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+BS = 4
+torch.manual_seed(0)
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n, sleep_s):
+        g = torch.Generator().manual_seed(n)
+        self.ids = torch.randint(1, 100, (n, 16), generator=g)
+        self.labels = torch.randint(0, 2, (n,), generator=g)
+        self.sleep_s = sleep_s
+        self.spent = 0.0   # time inside __getitem__: the input wait (num_workers=0)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        t = time.perf_counter()
+        time.sleep(self.sleep_s)
+        self.spent += time.perf_counter() - t
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones(16, dtype=torch.long),
+                "labels": self.labels[i]}
+
+
+class Timed(Trainer):
+    eval_s = 0.0
+    evals = 0
+
+    def evaluate(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return super().evaluate(*a, **kw)
+        finally:
+            Timed.eval_s += time.perf_counter() - t
+            Timed.evals += 1
+
+
+class Span(TrainerCallback):
+    """From the start of training (after the trainer's set-up) to the end of its last step."""
+    begin = end = None
+
+    def on_train_begin(self, args, state, control, **kw):
+        Span.begin = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        Span.end = time.perf_counter()
+        Span.eval_at_end = Timed.eval_s
+
+
+cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=64, max_position_embeddings=32, num_labels=2)
+model = BertForSequenceClassification(cfg)
+args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=BS,
+                         per_device_eval_batch_size=BS, eval_strategy="steps", eval_steps=every,
+                         save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
+                         dataloader_num_workers=0, disable_tqdm=True, seed=0)
+train_set = Tokens(BS * steps, 0.01)
+trainer = Timed(model=model, args=args, train_dataset=train_set, eval_dataset=Tokens(BS * 6, 0.01),
+                callbacks=[Span()])
+t0 = time.perf_counter()
+trainer.train()
+wall = time.perf_counter() - t0
+print(json.dumps({"steps": trainer.state.global_step, "samples": BS * trainer.state.global_step,
+                  "train_s": Span.end - Span.begin - Span.eval_at_end, "wall_s": wall, "wait_s": train_set.spent, "eval_s": Timed.eval_s,
+                  "evals": Timed.evals}))

@@ -1,0 +1,90 @@
+"""An unmodified PyTorch Lightning run with a sanity check and validation every EVERY steps inside the epoch.
+
+    python lightning_job.py STEPS EVERY [SANITY]
+
+Its own clock (a Callback): the time of the sanity check and of each validation, from the start of
+training (after the sanity check) to the end of its last batch less the validations in between,
+and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
+Prints one JSON line.
+"""
+import json
+import sys
+import time
+
+import lightning as L
+import torch
+
+steps, every = int(sys.argv[1]), int(sys.argv[2])
+sanity = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+BS = 4
+torch.manual_seed(0)
+
+
+class Slow(torch.utils.data.Dataset):
+    def __init__(self, n, sleep_s):
+        self.x, self.y, self.sleep_s, self.spent = torch.randn(n, 16), torch.randn(n, 1), sleep_s, 0.0
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        t = time.perf_counter()
+        time.sleep(self.sleep_s)
+        self.spent += time.perf_counter() - t
+        return self.x[i], self.y[i]
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        self.trained = 0
+
+    def training_step(self, batch, i):
+        x, y = batch
+        self.trained += len(x)
+        return ((self.net(x) - y) ** 2).mean()
+
+    def validation_step(self, batch, i):
+        x, y = batch
+        return ((self.net(x) - y) ** 2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Clock(L.Callback):
+    def __init__(self):
+        self.eval_s, self.evals, self._t = 0.0, 0, None
+        self.begin = self.end = None
+        self.eval_in_train = 0.0
+
+    def on_train_start(self, trainer, module):    # after the sanity check
+        self.begin = time.perf_counter()
+        self.eval_in_train = -self.eval_s
+
+    def on_train_batch_end(self, trainer, module, *a):
+        self.end = time.perf_counter()
+        self.eval_before_end = self.eval_s
+
+    def on_validation_start(self, trainer, module):   # the sanity check runs the validation loop too
+        self._t = time.perf_counter()
+
+    def on_validation_end(self, trainer, module):
+        self.eval_s += time.perf_counter() - self._t
+        self.evals += 1
+
+
+train_set = Slow(BS * steps, 0.005)
+model, clock = Model(), Clock()
+trainer = L.Trainer(max_steps=steps, val_check_interval=every, limit_val_batches=6, num_sanity_val_steps=sanity,
+                    accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False, callbacks=[clock])
+loader = torch.utils.data.DataLoader(train_set, batch_size=BS)
+val = torch.utils.data.DataLoader(Slow(BS * 6, 0.005), batch_size=BS)
+t0 = time.perf_counter()
+trainer.fit(model, loader, val)
+wall = time.perf_counter() - t0
+print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
+                  "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
+                  "wait_s": train_set.spent, "eval_s": clock.eval_s, "evals": clock.evals}))

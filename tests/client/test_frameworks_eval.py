@@ -1,0 +1,66 @@
+"""Evaluation apart from training in real framework trainers (issue 29, item 1): Hugging Face `Trainer`
+(a tiny BERT built from a config, synthetic data, nothing downloaded) and PyTorch Lightning, each under
+`teye run` with a live agent, evaluating every 10 of 40 steps.  The oracle is each script's own figures:
+the steps and samples it trained, the time inside its evaluations and the rest of its training run.
+The `frameworks` extra installs both (./dev.sh test); the tests run whenever they are installed."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from tests.client.helpers import HERE, LiveAgent, last_json, teye_run
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def agent(sockdir):
+    a = LiveAgent(sockdir)
+    yield a
+    a.close()
+
+
+def _check(agent, job, own, steps, samples):
+    j = agent.jobs()[job]
+    phases = dict(j.phase_seconds)
+    print(job, "own", own, "teye", phases, j.steps, j.samples, j.step_hist.sum)
+    # steps and samples are what was trained: never the evaluation's batches
+    assert (j.steps, j.samples) == (steps, samples) == (own["steps"], own["samples"]), (j.steps, j.samples, own)
+    # the evaluations are the eval phase, to the script's own clock of them
+    assert phases.get("eval", 0.0) == pytest.approx(own["eval_s"], rel=0.15), (phases, own)
+    # the training steps hold no evaluation: their time is the script's own training time (from the start
+    # of training to the end of its last step, less the evaluations in between)
+    total = phases["data_wait"] + phases["compute"]
+    assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
+    assert j.step_hist.sum == pytest.approx(own["train_s"], rel=0.05), (j.step_hist, own)
+    # the input-bound share of training, to 3 points of the script's own (its training set's __getitem__
+    # time over its training time)
+    assert abs(phases["data_wait"] / total - own["wait_s"] / own["train_s"]) <= 0.03, (phases, own)
+    return j, phases
+
+
+def test_hugging_face_trainer_evaluation_is_apart(agent, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    run = teye_run([sys.executable, os.path.join(HERE, "hf_trainer.py"), "40", "10", str(tmp_path / "out")],
+                   socket_path=agent.path, job="hf", timeout=300)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    assert own["evals"] == 4
+    _check(agent, "hf", own, 40, 160)
+
+
+@pytest.mark.parametrize("sanity", [2, 0])
+def test_lightning_sanity_check_and_validation_are_apart(agent, sanity):
+    """Lightning: the sanity check (2 batches; none with num_sanity_val_steps=0) and validation every 10
+    steps inside the one epoch (val_check_interval) are eval; 40 steps, 160 samples."""
+    pytest.importorskip("lightning")
+    job = f"lightning-{sanity}"
+    run = teye_run([sys.executable, os.path.join(HERE, "lightning_job.py"), "40", "10", str(sanity)],
+                   socket_path=agent.path, job=job, timeout=300)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    assert own["evals"] == 4 + (1 if sanity else 0), own
+    _check(agent, job, own, 40, 160)

@@ -1,0 +1,59 @@
+"""Evaluation apart from training (issue 29, item 1), in a real unmodified PyTorch job under `teye run`:
+the waits of loaders no optimizer step follows (a validation pass under model.eval()/no_grad(), a batch-size
+probe) are the `eval` phase; steps, samples, the step histogram and the input-bound share count training
+only.  The oracle is the script's own clock of its training steps and its own sample count."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from tests.client.helpers import HERE, LiveAgent, last_json, teye_run
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.e2e
+
+SCRIPT = os.path.join(HERE, "torch_eval.py")
+
+
+@pytest.fixture
+def agent(sockdir):
+    a = LiveAgent(sockdir)
+    yield a
+    a.close()
+
+
+def test_evaluation_is_reported_apart_from_training(agent):
+    run = teye_run([sys.executable, SCRIPT, "40", "10"], socket_path=agent.path, job="with-eval")
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    j = agent.jobs()["with-eval"]
+    phases = dict(j.phase_seconds)
+    print("own", own, "teye", phases, j.steps, j.samples, j.input_bound_ratio, j.step_hist)
+    # steps and samples are what the script trained: not the probe's batch, not the validation batches
+    assert j.steps == own["steps"] == 40 and j.samples == own["samples"] == 160, (j.steps, j.samples)
+    # evaluation is exported as the eval phase: the script's 4 validation passes (6 batches of 4 samples
+    # sleeping 4 ms: ~0.1 s each, the last one at exit) and the probe (from it to the first training batch)
+    assert 0.95 * own["eval_s"] <= phases.get("eval", 0.0) <= own["eval_s"] + 0.1, (phases, own)
+    # the training steps' time and input-bound share are the script's own, to 3 points
+    total = phases["data_wait"] + phases["compute"]
+    assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
+    assert abs(phases["data_wait"] / total - own["wait_share"]) <= 0.03, (phases, own)
+    assert abs(j.input_bound_ratio - own["wait_share"]) <= 0.03, (j.input_bound_ratio, own)
+    assert j.step_hist.sum == pytest.approx(own["train_s"], rel=0.05), (j.step_hist, own)
+    # the step histogram is the script's own steps' (no "step" holding a validation pass of ~0.1 s): per
+    # bucket, the script's own count of steps at most that long, give or take 2 at the bucket edges
+    for le, n in j.step_hist.buckets:
+        assert abs(n - sum(t <= le for t in own["step_times"])) <= 2, (le, j.step_hist, own["step_times"])
+
+
+def test_an_evaluation_loop_that_steps_the_optimizer_is_training(agent):
+    """Bad input: a 'validation' loop that calls optimizer.step() trains, by definition."""
+    run = teye_run([sys.executable, SCRIPT, "20", "10", "optstep"], socket_path=agent.path, job="eval-steps")
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    j = agent.jobs()["eval-steps"]
+    assert own["opt_in_eval"] == 2 * 6          # two passes of 6 batches
+    assert j.steps == own["steps"] + own["opt_in_eval"], (j.steps, own)
+    assert j.samples == own["samples"] + 4 * own["opt_in_eval"]

@@ -1,0 +1,94 @@
+"""An unmodified PyTorch loop that evaluates while it trains, with its own clock of its training steps.
+
+    python torch_eval.py STEPS EVERY [optstep]
+
+A batch-size probe (next(iter(train_loader))) first; then STEPS training steps from a DataLoader whose
+__getitem__ sleeps (input-bound training), and every EVERY steps, and once after the last step, a
+validation pass over its own DataLoader under model.eval() / torch.no_grad() (its __getitem__ sleeps
+too).  optstep: the validation loop also calls optimizer.step() (it is then training, by definition).
+Prints one JSON line: its training steps' time (from asking for a batch to the end of optimizer.step()),
+their input wait, the samples trained, and the time spent evaluating (from the first evaluation batch
+asked for to the next training batch asked for; the final pass to its last batch).
+"""
+import json
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Slow(Dataset):
+    def __init__(self, n, sleep_s):
+        self.x, self.y, self.sleep_s = torch.randn(n, 16), torch.randn(n, 1), sleep_s
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        time.sleep(self.sleep_s)
+        return self.x[i], self.y[i]
+
+
+torch.manual_seed(0)
+steps, every = int(sys.argv[1]), int(sys.argv[2])
+optstep = len(sys.argv) > 3 and sys.argv[3] == "optstep"
+BS = 4
+train_loader = DataLoader(Slow(BS * steps, 0.002), batch_size=BS)
+val_loader = DataLoader(Slow(BS * 6, 0.004), batch_size=BS)
+model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+clock = time.perf_counter
+probe = next(iter(train_loader))          # a batch-size probe: not training
+print("probe batch", len(probe[0]), flush=True)
+
+train_s = wait_s = eval_s = 0.0
+samples = opt_in_eval = 0
+step_times = []
+eval_from = None
+
+
+def evaluate():
+    global opt_in_eval
+    model.eval()
+    total = 0.0
+    with torch.no_grad() if not optstep else torch.enable_grad():
+        for x, y in val_loader:
+            loss = ((model(x) - y) ** 2).mean()
+            total += float(loss)
+            if optstep:
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                opt_in_eval += 1
+    model.train()
+    return total
+
+
+it = iter(train_loader)
+for i in range(steps):
+    t0 = clock()
+    if eval_from is not None:
+        eval_s += t0 - eval_from
+        eval_from = None
+    x, y = next(it)
+    t1 = clock()
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    for _ in range(20):                     # some compute
+        torch.mm(torch.randn(64, 64), torch.randn(64, 64))
+    opt.step()
+    t2 = clock()
+    train_s += t2 - t0
+    wait_s += t1 - t0
+    step_times.append(t2 - t0)
+    samples += len(x)
+    if (i + 1) % every == 0:
+        eval_from = clock()
+        evaluate()
+if eval_from is not None:
+    eval_s += clock() - eval_from
+print(json.dumps({"steps": steps, "samples": samples, "train_s": train_s, "wait_s": wait_s,
+                  "wait_share": wait_s / train_s, "eval_s": eval_s, "opt_in_eval": opt_in_eval,
+                  "step_times": step_times}))

@@ -1,0 +1,118 @@
+"""Fair budget (issue 29, item 6): one process's or one uid's flood never makes another job on the node
+lose records; what the receiver discards is counted against the job that sent it.
+
+A real flooder (a process sending valid one-step datagrams as fast as it can, non-blocking, as a client
+does) and a real victim (teye_client.Reporter, 20 ms flushes: a DDP rank's rate and more) on one live
+agent whose rate budget the flood exceeds many times over.  The oracle is each client's own count: the
+steps the victim took and the datagrams it could not send (Reporter.dropped_messages), the datagrams the
+flooder sent."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.client.helpers import LiveAgent
+
+pytestmark = pytest.mark.e2e
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+FLOODER = textwrap.dedent("""
+    import json, os, socket, sys, time
+    path, seconds = sys.argv[1], float(sys.argv[2])
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.connect(path)
+    s.setblocking(False)
+    sent = full = 0
+    t = time.monotonic_ns()
+    end = time.monotonic() + seconds
+    print("ready", flush=True)
+    while time.monotonic() < end:
+        for _ in range(200):
+            t += 1000
+            msg = b'{"v":1,"job":"flood","steps":[[%d,%d,1]]}' % (t, t + 500)
+            try:
+                s.send(msg)
+                sent += 1
+            except BlockingIOError:
+                full += 1
+    print(json.dumps({"sent": sent, "full": full}))
+""")
+
+VICTIM = textwrap.dedent("""
+    import json, sys, time
+    from teye_client import Reporter
+    path, n = sys.argv[1], int(sys.argv[2])
+    rep = Reporter("victim", socket_path=path, flush_ms=20)
+    for i in range(n):
+        with rep.phase("data_wait"):
+            time.sleep(0.002)
+        with rep.phase("compute"):
+            time.sleep(0.003)
+        rep.step(samples=8)
+    rep.close()
+    print(json.dumps({"steps": n, "samples": 8 * n, "sent": rep.sent, "dropped": rep.dropped,
+                      "dropped_messages": rep.dropped_messages}))
+""")
+
+
+NOBODY = 65534
+
+
+def _as_nobody():
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+@pytest.mark.parametrize("flooder", ["same-uid", "other-uid"])
+def test_a_flood_does_not_make_another_job_lose_records(sockdir, flooder):
+    """The flooder runs under the victim's uid (one process against another), or under another uid (where
+    the test runs as root: a second user's job); either way the victim loses nothing."""
+    if flooder == "other-uid" and os.geteuid() != 0:
+        pytest.skip("needs root to run the flooder as another uid")
+    # a budget of 4,000 datagrams a second: the flood (one Python process) sends 25-100 times that
+    agent = LiveAgent(sockdir, max_messages_per_second=4000)
+    env = {**os.environ, "PYTHONPATH": REPO}
+    other = flooder == "other-uid"
+    if other:
+        os.chmod(sockdir, 0o755)   # the socket itself is 0666: another user may send
+    try:
+        # (the flooder is standard library only: another user runs it with the system's Python, which it may
+        # execute where this test's virtualenv is private)
+        py = shutil.which("python3", path="/usr/bin:/bin") if other else sys.executable
+        flood = subprocess.Popen([py, "-c", FLOODER, agent.path, "4"], stdout=subprocess.PIPE, text=True,
+                                 env=env, preexec_fn=_as_nobody if other else None, cwd="/" if other else None)
+        assert flood.stdout.readline().strip() == "ready"
+        victim = subprocess.run([sys.executable, "-c", VICTIM, agent.path, "400"], capture_output=True,
+                                text=True, env=env, timeout=60)
+        out, _ = flood.communicate(timeout=60)
+        assert victim.returncode == 0, victim.stderr
+        v = json.loads(victim.stdout.strip().splitlines()[-1])
+        f = json.loads(out.strip().splitlines()[-1])
+        jobs = agent.jobs()
+        fname = "nobody/flood" if other else "flood"   # another uid's job is labelled with its user
+        if other and fname not in jobs:
+            fname = f"uid{NOBODY}/flood"
+        print("flood", f, "victim", v, {k: (j.steps, j.client_dropped, getattr(j, "shed", None))
+                                         for k, j in jobs.items()})
+        assert f["sent"] > 4 * 4 * 4000, f       # the flood exceeded the budget many times over
+        # the victim lost nothing: every step it took is in the agent, none dropped at either end
+        assert v["dropped_messages"] == 0 and v["dropped"] == 0, v
+        assert jobs["victim"].steps == v["steps"] and jobs["victim"].samples == v["samples"]
+        assert jobs["victim"].client_dropped == 0 and jobs["victim"].shed == 0
+        # what the receiver discarded is charged to the flooder: with what it handled, every datagram the
+        # flooder got into the socket (the kernel's count is the flooder's "sent")
+        results = dict(agent.src.collect(force=True).results)
+        assert jobs[fname].shed > 0 and jobs[fname].shed == results["shed"]
+        assert jobs[fname].steps + jobs[fname].shed == f["sent"], (jobs[fname].steps, f)
+        points = {(p.spec.name, p.labels): p.value for p in agent.src.collect(force=True).points()}
+        assert points[("teye_job_shed_messages_total", (fname,))] == f["sent"] - jobs[fname].steps
+        assert jobs[fname].uid == (NOBODY if other else os.getuid())
+        assert points[("teye_job_shed_messages_total", ("victim",))] == 0
+    finally:
+        agent.close()
