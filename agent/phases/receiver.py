@@ -16,8 +16,8 @@ reports itself down with the reason and the rest of the agent runs.
 The receive loop never blocks the sampler: it holds the job table's lock only to apply
 one validated message, and it spends at most ``phases.max_messages_per_second`` handling
 datagrams.  Past that budget it does not pause (the kernel's queue is shared by every sender:
-full, it refuses everyone's datagrams): for half the rest of the 10 ms slice (``SHED_DUTY``) it
-keeps the queue drained, then pauses; draining, it hands on each process's and uid's datagrams up to their share of a slice's budget and
+full, it refuses everyone's datagrams): for the rest of the 10 ms slice (``SHED_DUTY``) it
+keeps the queue drained (a flood then costs the agent up to a core; docs/phases.md); draining, it hands on each process's and uid's datagrams up to their share of a slice's budget and
 discards the rest unread, charging them to the sender's job (``JobTable.shed``): one job's
 flood never makes another lose records (``_shed_until``).  It blocks
 in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  Where
@@ -62,7 +62,8 @@ LINGER_US = 200                         # the compiled loop's pause on a busy so
 # slice, and each uid this share; the rest of a heavy sender's datagrams is discarded (Receiver._shed_until).
 SHED_PID_SHARE = 0.125
 SHED_UID_SHARE = 0.5
-SHED_DUTY = 0.5                         # ... for at most this share of the slice's time left, then pause
+SHED_DUTY = 1.0                         # ... for this share of the slice's time left, then pause (0.5 let a flood
+#                                         hold the queue full half the time: other jobs lost datagrams)
 SHED_MIN = 4                            # ... and at least this many (a client's flush, close and retry)
 _QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
 _QLEN_DEFAULT = 10                      # the kernel's own default, where the sysctl cannot be read
