@@ -10,16 +10,9 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, last_json, teye_run
+from tests.client.helpers import HERE, last_json, teye_run
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def agent(sockdir):
-    a = LiveAgent(sockdir)
-    yield a
-    a.close()
 
 
 def _check(agent, job, own, steps, samples):

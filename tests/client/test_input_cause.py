@@ -7,19 +7,12 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, last_json, teye_run
+from tests.client.helpers import HERE, last_json, teye_run
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
 
 SCRIPT = os.path.join(HERE, "torch_cause.py")
-
-
-@pytest.fixture
-def agent(sockdir):
-    a = LiveAgent(sockdir)
-    yield a
-    a.close()
 
 
 @pytest.fixture(scope="module")

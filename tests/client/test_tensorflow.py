@@ -13,18 +13,11 @@ import sys
 
 import pytest
 
-from tests.client.helpers import LiveAgent, base_env, teye_run
+from tests.client.helpers import base_env, teye_run
 
 pytest.importorskip("tensorflow", reason="the workloads-cpu extra")
 
 STEPS = 30
-
-
-@pytest.fixture
-def agent(sockdir):
-    a = LiveAgent(sockdir)
-    yield a
-    a.close()
 
 
 def _train(agent, tmp_path, pipeline):

@@ -9,19 +9,12 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, last_json, plain_run, teye_run
+from tests.client.helpers import HERE, last_json, plain_run, teye_run
 
 torch = pytest.importorskip("torch", reason="the torch extra (./dev.sh test installs it)")
 
 SCRIPT = f"{HERE}/torch_job.py"
 STEPS = 60
-
-
-@pytest.fixture
-def agent(sockdir):
-    a = LiveAgent(sockdir)
-    yield a
-    a.close()
 
 
 @pytest.mark.parametrize("kind,workers,verdict", [("slow", 0, "input"), ("slow", 2, "input"), ("fast", 0, "compute")])

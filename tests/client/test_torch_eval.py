@@ -9,19 +9,12 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, last_json, teye_run
+from tests.client.helpers import HERE, last_json, teye_run
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
 
 SCRIPT = os.path.join(HERE, "torch_eval.py")
-
-
-@pytest.fixture
-def agent(sockdir):
-    a = LiveAgent(sockdir)
-    yield a
-    a.close()
 
 
 def test_evaluation_is_reported_apart_from_training(agent):
