@@ -433,6 +433,8 @@ class JobTable:
                 # a late datagram of the ended run's own process (queued before it exited): the run goes on
                 del self._ended[key]
                 self._jobs[key] = old
+                self.rank_pids.update(old.ranks)      # its ranked processes take the Python path again
+                self.rank_pids.update(old.untracked)
                 return old
             self._drop(key)   # the name starts a new run: the ended one's series give way to it
         if self._full(uid):

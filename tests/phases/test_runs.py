@@ -87,6 +87,28 @@ def test_a_late_datagram_of_the_ended_run_reopens_it():
     assert (v.pid, v.steps, v.samples, v.processes) == (101, 4, 32, 1)
 
 
+def test_a_ranked_run_reopened_keeps_its_ranks():
+    """A rank's datagrams take the Python path (per-rank sums): an ended run lets its pids go (the compiled
+    receive loop comes back for the other jobs), and a late datagram that reopens it brings them back, so
+    that rank's sums go on (on the compiled path, the reopening datagram itself counts for the job only)."""
+    table, clock, procs = _table()
+    procs.running = {101}
+    t = clock.t
+    msg = encode("r", [("compute", t, t + 50 * MS)], [(t, t + 50 * MS, 8)], rank=3, world=4)
+    assert table.handle(msg, 101, 0) == "accepted" and 101 in table.rank_pids
+    procs.running = set()
+    clock.t += RUN_END_SILENCE_NS
+    assert _view(table, clock, "r").ended and 101 not in table.rank_pids
+    for _ in range(2):
+        t = clock.t
+        clock.t += 50 * MS
+        assert table.handle(encode("r", [("compute", t, clock.t)], [(t, clock.t, 8)]), 101, 0) == "accepted"
+        assert 101 in table.rank_pids
+    v = _view(table, clock, "r")
+    (rank,) = v.ranks
+    assert (v.ended, v.steps, v.samples) == (False, 3, 24) and rank.rank == 3 and rank.steps >= 2
+
+
 def test_a_silent_job_that_never_said_its_pid_never_ends():
     """pid 0: a sender in another pid namespace (the agent cannot see it): only expiry ends its job."""
     table, clock, procs = _table(job_expiry_seconds=300.0)
