@@ -99,6 +99,7 @@ class Fetched:
     jinfo: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (inst, train_job)
     jinfo_user: Dict[Tuple[str, str], str] = field(default_factory=dict)
     jinfo_source: Dict[Tuple[str, str], Tuple[float, str]] = field(default_factory=dict)  # (last seen, source)
+    jinfo_pid: Dict[Tuple[str, str], List[Tuple[str, list]]] = field(default_factory=dict)  # [(first pid, pts)]
     gpu: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)     # (name,inst,gpu)
     gmem: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)
     job: Dict[Tuple[str, str, str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
@@ -174,8 +175,9 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
             continue
         f.procs[k] = pts
         f.proc_user[k] = m.get("user", "")
-    for m, pts in rng(f"max by (instance, train_job, user, source) (teye_job_info{{{n}}})"):
+    for m, pts in rng(f"max by (instance, train_job, user, source, pid) (teye_job_info{{{n}}})"):
         k = _key(m, "instance", "train_job")
+        f.jinfo_pid.setdefault(k, []).append((m.get("pid", ""), pts))
         # one series per source the job's phases came from (a job that switches sources has two)
         f.jinfo[k] = sorted(dict(f.jinfo.get(k, []) + list(pts)).items()) if k in f.jinfo else pts
         f.jinfo_user[k] = m.get("user", "")
@@ -298,16 +300,30 @@ class Span:
 def _runs(f: Fetched, inst: str, name: str) -> List[Run]:
     """The runs of a training job on a node, in the order the grid shows them ([] without the gauge)."""
     runs: List[Run] = []
+    seen = set()      # the start values of the current run (more than one across an agent restart)
     for t, v in f.starts.get((inst, name), []):
-        if runs and round(runs[-1].start, 3) == round(v, 3):
+        if runs and (round(v, 3) in seen or _same_process(f, inst, name, runs[-1].last, t)):
+            seen.add(round(v, 3))     # an agent restarted under a running job: the same run, its counters reset
             runs[-1].last = t
             continue
+        seen = {round(v, 3)}
         if runs:
             runs[-1].hi = runs[-1].last
         runs.append(Run(v, t, t, cut=bool(runs), prev_last=runs[-1].last if runs else None,
                         backwards=bool(runs) and v < runs[-1].start,
                         prev_start=runs[-1].start if runs else None))
     return runs
+
+
+def _same_process(f: Fetched, inst: str, name: str, before: float, after: float) -> bool:
+    """Whether the job's first process (teye_job_info{pid}) is the same on both sides of a new start time:
+    then the agent restarted (it lost the job's state, so its next message began a "run") while the job
+    ran on; a new run has new processes."""
+    def newest(lo, hi):   # the pid of the series begun last among those seen in [lo, hi]
+        got = [(pts[0][0], pid) for pid, pts in f.jinfo_pid.get((inst, name), []) if pid and S.window(pts, lo, hi)]
+        return max(got)[1] if got else None
+    last, first = newest(-math.inf, before), newest(after, after + f.step)
+    return last is not None and last == first
 
 
 def _span(f: Fetched, inst: str, name: str, info, run: Optional[Run]) -> Optional[Span]:

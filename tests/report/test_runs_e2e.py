@@ -42,6 +42,7 @@ class Run:
     verdict: str
     gauge: Optional[float] = None   # the gauge's value when not T0 + start (a node clock that stepped back)
     pid: int = 100
+    restart: Optional[float] = None  # the agent restarts then (down for that second's scrape), under the job
 
     @property
     def end(self):
@@ -72,9 +73,12 @@ def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END):
     j = f'instance="{inst}",job="teye"'
     tj = f'{j},train_job="{name}"'
     for t in range(0, upto + 1):
-        L["up"].append(f"up{{{j}}} 1 {T0 + t}")
         now = [r for r in runs if r.start <= t]
         r = now[-1] if now else None
+        down = r is not None and r.restart is not None and t == int(r.restart)
+        L["up"].append(f"up{{{j}}} {0 if down else 1} {T0 + t}")
+        if down:
+            continue
         if gpu:
             busy += r.busy if (r and r.start < t <= r.end + 1e-9) else 0.0
             L["sampled"].append(f'teye_gpu_sampled_seconds_total{{{j},gpu="0"}} {t} {T0 + t}')
@@ -83,10 +87,13 @@ def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END):
             continue
         n = r.done(t)
         ts = T0 + t
+        gv = r.gauge if r.gauge is not None else T0 + r.start
+        if r.restart is not None and t > r.restart:    # the new agent's first message from the job: 0.4 s later
+            n -= r.done(r.restart + 0.4)
+            gv = T0 + r.restart + 0.4
         L["info"].append(f'teye_job_info{{{tj},user="alice",uid="1000",pid="{r.pid}",source="client"}} 1 {ts}')
         if gauge:
-            L["start"].append(f"teye_job_start_time_seconds{{{tj}}} "
-                              f"{r.gauge if r.gauge is not None else T0 + r.start:.3f} {ts}")
+            L["start"].append(f"teye_job_start_time_seconds{{{tj}}} {gv:.3f} {ts}")
         L["procs"].append(f"teye_job_processes{{{tj}}} 1 {ts}")
         L["steps"].append(f"teye_job_steps_total{{{tj}}} {n} {ts}")
         L["samples"].append(f"teye_job_samples_total{{{tj}}} {n * r.per_step} {ts}")
@@ -122,6 +129,7 @@ def _history(cut_before_second_run=False) -> str:
     back = Run(**{**R2.__dict__, "gauge": T0 + R1.start - 100.0})                  # its clock stepped back
     _series(lines, "back-a:9400", "back", [R1, back], upto=upto)
     _series(lines, "blink-a:9400", "blink", [R1, BLINK, R2], upto=upto)
+    _series(lines, "restart-a:9400", "restart", [Run(**{**R1.__dict__, "restart": 25.0})], upto=upto)
     # OpenMetrics wants each series' samples together, in time order
     lines.sort(key=lambda x: (x.rsplit(" ", 2)[0].split("{")[0], x.rsplit(" ", 2)[0], float(x.rsplit(" ", 1)[1])))
     return "\n".join(lines) + "\n# EOF\n"
@@ -308,3 +316,18 @@ def test_two_start_times_inside_one_step(proms):
     assert first["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
     assert T0 + BLINK.start <= blink["start"] <= T0 + BLINK.start + 1.0 and blink["end"] < T0 + R2.start + 1.0
     assert not any("began and ended within one step" in n for n in j["notes"])
+
+
+def test_an_agent_restart_under_a_running_job_is_no_new_run(proms):
+    """The agent restarts 15 s into the run: it lost the job's state, so its next message starts a new start
+    time, but the job's first process (teye_job_info{pid}) is the same on both sides: one run, whose
+    counters reset, summed across the restart as before (the steps between the last scrape and the
+    restart are lost), and the node's missing scrape said."""
+    rc, doc, err = report(proms["both"], "--train-job", "restart")
+    assert rc == 8, err
+    (j,) = doc["jobs"]
+    assert sorted(c["kind"] for c in j["conditions"]) == ["counter_reset", "node_vanished"]
+    assert j["earlier_runs"] == []
+    assert j["steps"] == R1.done(24) + R1.steps - R1.done(25.4)
+    assert j["start"] == pytest.approx(T0 + R1.start, abs=1e-3) and j["end"] >= T0 + R1.end
+    assert j["train_job_details"][0]["run_start"] == {"restart-a:9400": T0 + R1.start}
