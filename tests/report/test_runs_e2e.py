@@ -130,6 +130,8 @@ def _history(cut_before_second_run=False) -> str:
     _series(lines, "back-a:9400", "back", [R1, back], upto=upto)
     _series(lines, "blink-a:9400", "blink", [R1, BLINK, R2], upto=upto)
     _series(lines, "restart-a:9400", "restart", [Run(**{**R1.__dict__, "restart": 25.0})], upto=upto)
+    _series(lines, "moved-a:9400", "moved", [R1], upto=upto)     # the first run on one node, the second on
+    _series(lines, "moved-b:9400", "moved", [R2], upto=upto)     # another: the first node ran an earlier run only
     # OpenMetrics wants each series' samples together, in time order
     lines.sort(key=lambda x: (x.rsplit(" ", 2)[0].split("{")[0], x.rsplit(" ", 2)[0], float(x.rsplit(" ", 1)[1])))
     return "\n".join(lines) + "\n# EOF\n"
@@ -331,3 +333,20 @@ def test_an_agent_restart_under_a_running_job_is_no_new_run(proms):
     assert j["steps"] == R1.done(24) + R1.steps - R1.done(25.4)
     assert j["start"] == pytest.approx(T0 + R1.start, abs=1e-3) and j["end"] >= T0 + R1.end
     assert j["train_job_details"][0]["run_start"] == {"restart-a:9400": T0 + R1.start}
+
+
+def test_a_node_that_ran_only_the_earlier_run_is_left_out(proms):
+    rc, doc, err = report(proms["both"], "--train-job", "moved")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    assert j["nodes"] == ["moved-b:9400"] and j["conditions"] == []
+    assert_run(j, R2, doc["step_seconds"])
+    (e,) = j["earlier_runs"]
+    assert e["nodes"] == ["moved-a:9400"] and e["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    # its --until stops before the second run shows on the other node: that report is the first run alone
+    assert e["end"] <= e["until"] < T0 + R2.start + 1.0
+    rc, doc, err = report(proms["both"], "--train-job", "moved", "--until", f"{e['until']:.3f}")
+    assert rc == 0, err
+    (k,) = doc["jobs"]
+    assert k["nodes"] == ["moved-a:9400"] and k["earlier_runs"] == [] and k["state"] == "finished"
+    assert_run(k, R1, doc["step_seconds"])
