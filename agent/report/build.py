@@ -924,8 +924,9 @@ def _link(f: Fetched, slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, f
     names_on: Dict[str, List[Tuple[str, float, float]]] = defaultdict(list)
     keys = f.job if tj_spans is None else [(m, i, tj, p, g, le) for tj, per in tj_spans.items() for i in per
                                             for m, p, g, le, _ in f.job_by.get((i, tj), [])]
-    for (metric, inst, tj, _, gpu, _) in keys:
-        if metric == "teye_job_gpu_idle_seconds_total" and f.job.get((metric, inst, tj, _, gpu, _)):
+    for k in keys:
+        metric, inst, tj, _, gpu, _ = k
+        if metric == "teye_job_gpu_idle_seconds_total" and f.job.get(k):
             tj_gpus[(inst, gpu)] += [(tj, a, b) for a, b in active(inst, tj)]
     for (inst, tj), pts in f.jinfo.items():
         if pts:

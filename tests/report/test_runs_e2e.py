@@ -350,3 +350,103 @@ def test_a_node_that_ran_only_the_earlier_run_is_left_out(proms):
     (k,) = doc["jobs"]
     assert k["nodes"] == ["moved-a:9400"] and k["earlier_runs"] == [] and k["state"] == "finished"
     assert_run(k, R1, doc["step_seconds"])
+
+
+# ---------------------------------------------------------------------------------------------- live scrapes
+# The same two runs, shorter, exposed by a scripted target that a real Prometheus scrapes every second (so
+# series that leave the exposition get staleness markers, as an agent's do), each run in its own Slurm job
+# on the node's GPU 0: which run a Slurm job's report and a training job's report pick.
+
+L1 = Run(1.2, 50, 0.1, 32, 0.7, 0.6, "input", pid=300)       # 5 s, 320 samples/s
+L2 = Run(11.3, 100, 0.05, 64, 0.1, 0.2, "compute", pid=301)  # 5 s, 1280 samples/s, 5 s after the first ended
+LIVE_END = 21.0
+
+
+def _live_render(wall0):
+    def render(el):
+        r = ([x for x in (L1, L2) if x.start <= el] or [None])[-1]
+        out = []
+        if r is not None:
+            n = r.done(el)
+            tj = 'train_job="live"'
+            out += [f'teye_job_info{{{tj},user="alice",uid="1000",pid="{r.pid}",source="client"}} 1',
+                    f"teye_job_start_time_seconds{{{tj}}} {wall0 + r.start:.3f}",
+                    f"teye_job_steps_total{{{tj}}} {n}", f"teye_job_samples_total{{{tj}}} {n * r.per_step}",
+                    f"teye_job_step_seconds_sum{{{tj}}} {n * r.dt:.6f}", f"teye_job_processes{{{tj}}} 1",
+                    f'teye_job_phase_seconds_total{{{tj},phase="data_wait"}} {n * r.dt * r.wait:.6f}',
+                    f'teye_job_phase_seconds_total{{{tj},phase="compute"}} {n * r.dt * (1 - r.wait):.6f}',
+                    f'teye_job_gpu_idle_seconds_total{{{tj},phase="data_wait",gpu="0"}} {n * r.dt * r.wait:.6f}',
+                    f'teye_job_gpu_idle_seconds_total{{{tj},phase="compute",gpu="0"}} '
+                    f"{n * r.dt * (1 - r.wait) * (1 - r.busy):.6f}",
+                    f'teye_job_bottleneck{{{tj},kind="{r.verdict}"}} 1']
+            if r.start - 0.2 <= el <= r.end + 0.5:     # its process holds GPU 0, in its own Slurm job
+                out.append(f'teye_gpu_process_info{{gpu="0",pid="{r.pid}",user="alice",slurm_job="{r.pid}",'
+                           f'pod_uid=""}} 1')
+        busy = sum(x.busy * max(0.0, min(el, x.end) - x.start) for x in (L1, L2) if x.start <= el)
+        out += [f'teye_gpu_busy_seconds_total{{gpu="0"}} {busy:.6f}', f'teye_gpu_sampled_seconds_total{{gpu="0"}} {el:.6f}']
+        return ("\n".join(out) + "\n").encode()
+    return render
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    if not prometheus_binary():
+        pytest.skip("prometheus not installed (./dev.sh test installs it)")
+    from tests.report.test_report_e2e import Scripted
+    tmp = tmp_path_factory.mktemp("live")
+    state = {}
+
+    def render(el):
+        if "r" not in state:     # its clock starts at Prometheus' first scrape
+            state["wall0"] = time.time() - el
+            state["r"] = _live_render(state["wall0"])
+        return state["r"](el)
+    target = Scripted(render)
+    prom = None
+    try:
+        prom = Prometheus(str(tmp), [f"127.0.0.1:{target.port}"])
+        prom.wait_for("up == 1", timeout=30)
+        while "wall0" not in state or time.time() - state["wall0"] < LIVE_END:
+            time.sleep(0.2)
+        time.sleep(1.5)
+        yield {"prom": prom, "wall0": state["wall0"], "node": f"127.0.0.1:{target.port}"}
+    finally:
+        if prom:
+            prom.stop()
+        target.stop()
+
+
+def test_live_each_slurm_job_reports_its_own_run(live):
+    w = live["wall0"]
+    rc, doc, err = report(live["prom"], "--slurm-job", "300")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    assert j["train_jobs"] == ["live"] and j["steps"] == L1.steps and j["samples"] == L1.steps * 32
+    assert j["samples_per_second"] == pytest.approx(320.0, rel=1e-6) and j["earlier_runs"] == []
+    assert j["train_job_details"][0]["run_start"] == {live["node"]: pytest.approx(w + L1.start, abs=1e-3)}
+    rc, doc, err = report(live["prom"], "--slurm-job", "301")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    assert j["train_jobs"] == ["live"] and j["steps"] == L2.steps and j["samples"] == L2.steps * 64
+    assert j["samples_per_second"] == pytest.approx(1280.0, rel=1e-6) and j["conditions"] == []
+    assert j["verdict"] == "compute" and j["verdict_shares"]["compute"] == 1.0
+    (e,) = j["earlier_runs"]
+    assert e["start"] == pytest.approx(w + L1.start, abs=1e-3)
+
+
+def test_live_train_job_report_is_the_latest_run_in_its_slurm_job(live):
+    w = live["wall0"]
+    rc, doc, err = report(live["prom"], "--train-job", "live")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    step = doc["step_seconds"]
+    assert j["slurm_job"] == "301" and j["conditions"] == [] and j["state"] == "finished"
+    assert j["steps"] == L2.steps and j["samples_per_second"] == pytest.approx(1280.0, rel=1e-6)
+    assert L2.end - L2.start - step <= j["run_seconds"] <= L2.end - L2.start + 2 * step
+    assert w + L2.start - 1e-3 <= j["start"] <= w + L2.start + step
+    (e,) = j["earlier_runs"]
+    rc, doc, err = report(live["prom"], "--train-job", "live", "--until", f"{e['until']:.3f}")
+    assert rc == 0, err
+    (k,) = doc["jobs"]
+    assert k["slurm_job"] == "300" and k["steps"] == L1.steps and k["earlier_runs"] == []
+    assert k["samples_per_second"] == pytest.approx(320.0, rel=1e-6) and k["state"] == "finished"
