@@ -396,8 +396,9 @@ def _train_job_windows(f: Fetched, name: str, before: Optional[float] = None):
                                 f"{r.start:.3f}, before the run it follows ({r.prev_start:.3f}): the node's clock "
                                 f"stepped back? Runs are taken in the order Prometheus saw them"))
         ch = f.start_changes.get((inst, name))
-        seen = len(_runs(f, inst, name))
-        hidden = int(round(ch[-1][1])) - (seen - 1) if ch and seen else 0
+        vals = [round(v, 3) for _, v in f.starts.get((inst, name), [])]
+        shown = sum(1 for x, y in zip(vals, vals[1:]) if x != y)     # the changes the grid shows
+        hidden = int(round(ch[-1][1])) - shown if ch and vals else 0
         if hidden > 0:
             remarks.append(("note", f"{hidden} run(s) of {name} on {inst} began and ended within one step of the "
                                     f"report ({f.step:g} s) and are not reported: give a smaller --step to see them"))

@@ -333,6 +333,7 @@ def test_an_agent_restart_under_a_running_job_is_no_new_run(proms):
     assert j["steps"] == R1.done(24) + R1.steps - R1.done(25.4)
     assert j["start"] == pytest.approx(T0 + R1.start, abs=1e-3) and j["end"] >= T0 + R1.end
     assert j["train_job_details"][0]["run_start"] == {"restart-a:9400": T0 + R1.start}
+    assert not any("began and ended within one step" in n for n in j["notes"]), j["notes"]
 
 
 def test_a_node_that_ran_only_the_earlier_run_is_left_out(proms):
