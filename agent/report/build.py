@@ -14,6 +14,9 @@ Two rounds, whatever the number of jobs:
 
 A Slurm job is linked to the training jobs that ran on its GPUs (``teye_job_gpu_idle_seconds_total``
 on the same node and GPU, overlapping in time) or whose name carries its job id.
+
+A training job name used again after its processes exited is a new run (``teye_job_start_time_seconds``
+changes; its counters restart): a report describes one run, the latest in range (docs/report.md "Runs").
 """
 from __future__ import annotations
 
@@ -409,9 +412,9 @@ def _train_job_windows(f: Fetched, name: str, before: Optional[float] = None):
                 earlier.append({"node": inst, "start": round(sp.a, 3), "end": round(sp.b, 3), "until": _until_of(sp)})
                 del chosen[inst]
     # an earlier run's --until stops before the reported run shows on any node
-    shown = [sp.run.first for sp in chosen.values() if sp.run is not None]
+    firsts = [sp.run.first for sp in chosen.values() if sp.run is not None]
     for e in earlier:
-        later = [t - f.step for t in shown if t > e["end"]]
+        later = [t - f.step for t in firsts if t > e["end"]]
         if later:
             e["until"] = round(max(e["end"], min(e["until"], min(later))), 3)
     return chosen, earlier, remarks
@@ -705,7 +708,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     picked = {tj: _train_job_windows(f, tj, before) for tj in tjs}
     windows = {tj: w[0] for tj, w in picked.items() if w[0]}
     tj_reports = [_train_job_report(f, tj, w) for tj, w in sorted(windows.items())]
-    earlier = _merge_runs([dict(e, train_job=tj) for tj in windows for e in picked[tj][1]])
+    earlier = _merge_runs([e for tj in windows for e in picked[tj][1]])
     run_notes = []
     for tj in windows:
         for kind, text in picked[tj][2]:
