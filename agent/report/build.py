@@ -276,7 +276,6 @@ class Run:
     first: float                 # first grid time that shows it
     last: float                  # last grid time that shows it
     cut: bool = False
-    prev_last: Optional[float] = None   # last grid time of the run before it
     hi: float = math.inf         # points after this grid time belong to a later run
     backwards: bool = False      # it began before the run it follows (the node's clock stepped back?)
     prev_start: Optional[float] = None
@@ -312,7 +311,7 @@ def _runs(f: Fetched, inst: str, name: str) -> List[Run]:
         seen = {round(v, 3)}
         if runs:
             runs[-1].hi = runs[-1].last
-        runs.append(Run(v, t, t, cut=bool(runs), prev_last=runs[-1].last if runs else None,
+        runs.append(Run(v, t, t, cut=bool(runs),
                         backwards=bool(runs) and v < runs[-1].start,
                         prev_start=runs[-1].start if runs else None))
     return runs
@@ -332,7 +331,7 @@ def _same_process(f: Fetched, inst: str, name: str, before: float, after: float)
 def _span(f: Fetched, inst: str, name: str, info, run: Optional[Run]) -> Optional[Span]:
     """The job's activity on a node within one run (or the whole series without runs): the span in which its
     phase or step counters moved (a job that reports steps only has no phase counters: its steps time it);
-    with a run, it starts at the run's start."""
+    with a run, the span within that run's points."""
     first = last = None
     t_from = f.t0
     if run is not None and run.cut:
@@ -351,13 +350,10 @@ def _span(f: Fetched, inst: str, name: str, info, run: Optional[Run]) -> Optiona
         first, last = S.present(pts) if pts else (run.first, run.last) if run else (None, None)
         if first is None:
             return None
-    lo = first - f.step
-    if run is None:
-        return Span(first, last, lo)
-    a = max(run.start, f.t0)                  # its first message (not before the fetched range)
-    if run.prev_last is not None:
-        a = max(a, run.prev_last + 1e-3)      # never the previous run's last point
-    return Span(min(a, last), last, lo, run)
+    # timed as before runs existed: from the first scrape at which its counters moved (its first message, the
+    # gauge's value, can be long before its first step: imports, model building), which with a run is a point
+    # of that run only
+    return Span(first, last, first - f.step, run)
 
 
 def _node_spans(f: Fetched, inst: str, name: str, info) -> List[Span]:
@@ -366,9 +362,12 @@ def _node_spans(f: Fetched, inst: str, name: str, info) -> List[Span]:
     return [sp for sp in spans if sp is not None]
 
 
-def _until_of(sp: Span) -> float:
-    """The --until that reports this run alone: its last grid time, before the next run shows."""
-    return round(max(sp.b, sp.run.last if sp.run else sp.b), 3)
+def _earlier(sp: Span, inst: str) -> dict:
+    """An earlier run on one node, with the --until that reports it alone: its last grid time, before the
+    next run shows."""
+    return {"node": inst, "start": round(sp.a, 3), "end": round(sp.b, 3),
+            "run_start": round(sp.run.start, 3) if sp.run else None,
+            "until": round(max(sp.b, sp.run.last if sp.run else sp.b), 3)}
 
 
 def _train_job_windows(f: Fetched, name: str, before: Optional[float] = None):
@@ -390,7 +389,7 @@ def _train_job_windows(f: Fetched, name: str, before: Optional[float] = None):
             continue
         chosen[inst] = spans[-1]
         for sp in spans[:-1]:
-            earlier.append({"node": inst, "start": round(sp.a, 3), "end": round(sp.b, 3), "until": _until_of(sp)})
+            earlier.append(_earlier(sp, inst))
         runs = [sp.run for sp in spans if sp.run is not None]
         for r in runs:
             if r.backwards:
@@ -409,7 +408,7 @@ def _train_job_windows(f: Fetched, name: str, before: Optional[float] = None):
     if newest:
         for inst, sp in list(chosen.items()):
             if sp.b < max(newest):          # that node ran only an earlier run of the name
-                earlier.append({"node": inst, "start": round(sp.a, 3), "end": round(sp.b, 3), "until": _until_of(sp)})
+                earlier.append(_earlier(sp, inst))
                 del chosen[inst]
     # an earlier run's --until stops before the reported run shows on any node
     firsts = [sp.run.first for sp in chosen.values() if sp.run is not None]
@@ -428,8 +427,11 @@ def _merge_runs(entries: List[dict]) -> List[dict]:
             o = out[-1]
             o["end"], o["until"] = max(o["end"], e["end"]), max(o["until"], e["until"])
             o["nodes"] = sorted(set(o["nodes"]) | {e["node"]})
+            if e["run_start"] is not None:
+                o["run_start"] = min(x for x in (o["run_start"], e["run_start"]) if x is not None)
         else:
-            out.append({"start": e["start"], "end": e["end"], "until": e["until"], "nodes": [e["node"]]})
+            out.append({"start": e["start"], "end": e["end"], "until": e["until"], "nodes": [e["node"]],
+                        "run_start": e["run_start"]})
     for o in out:
         o["start_time"], o["end_time"] = _iso(o["start"]), _iso(o["end"])
     return out

@@ -172,7 +172,7 @@ def promql(prom, expr, at):
     return [float(r["value"][1]) for r in prom.api("query", query=expr, time=f"{at:.3f}")["result"]]
 
 
-def assert_run(j, r: Run, step, node_start=None):
+def assert_run(j, r: Run, step):
     """The report's numbers are this run's, and only this run's."""
     t = r.truth()
     assert j["steps"] == t["steps"] and j["samples"] == t["samples"]
@@ -186,9 +186,10 @@ def assert_run(j, r: Run, step, node_start=None):
     d = r.end - r.start
     assert r.busy * d / (d + 3 * step) - 1e-3 <= j["gpu_busy_ratio"] <= r.busy + 1e-3
     assert j["verdict"] == r.verdict and j["verdict_shares"][r.verdict] == 1.0
-    # its start is the gauge's (its first message) to within the grid point before its first sighting; its
-    # end the first grid point after its last step
-    assert (node_start if node_start is not None else T0 + r.start) - 1e-3 <= j["start"] <= T0 + r.start + step
+    # timed as before runs existed: from the first grid point at which its counters moved (the scrape after
+    # its first step, whole seconds here) to the first grid point after its last step
+    first_step = math.ceil(r.start + r.dt - 1e-9)
+    assert T0 + first_step - 1e-3 <= j["start"] <= T0 + first_step + step
     assert T0 + r.end - 1e-3 <= j["end"] <= T0 + r.end + 2 * step
     assert t["run_seconds"] - step <= j["run_seconds"] <= t["run_seconds"] + 2 * step
 
@@ -208,7 +209,8 @@ def test_the_latest_run_is_reported_and_the_earlier_one_named(proms):
     assert j["step_seconds_p50"] == pytest.approx(p50, rel=1e-6)
     # the first run: named, with the --until that reports it
     (e,) = j["earlier_runs"]
-    assert e["nodes"] == ["rerun-a:9400"] and e["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    assert e["nodes"] == ["rerun-a:9400"] and e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    assert T0 + R1.start <= e["start"] <= T0 + R1.start + 2 * step
     assert T0 + R1.end - 1e-3 <= e["end"] <= T0 + R1.end + 2 * step   # the sample after its last step
     assert e["end"] <= e["until"] < T0 + R2.start + step
     assert any(n.startswith("Earlier run(s) of the same name") and f"--until {e['until']:.3f}" in n
@@ -243,8 +245,9 @@ def test_the_earlier_run_reported_with_until_is_unchanged(proms):
     (k,) = now["jobs"]
     assert_run(k, R1, now["step_seconds"])
     for key in ("steps", "samples", "samples_per_second", "phase_seconds", "gpu_idle_seconds_by_phase",
-                "step_seconds_p50", "verdict", "verdict_shares", "start"):
+                "step_seconds_p50", "verdict", "verdict_shares"):
         assert k[key] == j[key], key
+    assert abs(k["start"] - j["start"]) <= 1.0 and abs(k["end"] - j["end"]) <= 1.0    # a step: other grids
 
 
 def test_an_older_agent_without_the_gauge_is_reported_as_before(proms):
@@ -274,7 +277,7 @@ def test_a_node_without_the_gauge_beside_one_with_it(proms):
         assert per[node]["samples_per_second"] == pytest.approx(1280.0, rel=1e-6), node
     assert j["samples_per_second"] == pytest.approx(2 * 1280.0, rel=1e-6)
     (e,) = j["earlier_runs"]
-    assert e["nodes"] == ["mixed-a:9400"] and e["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    assert e["nodes"] == ["mixed-a:9400"] and e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
     # b's series began with the second run: it starts at its first counted point
     assert T0 + R2.start - 1e-3 <= j["start"] <= T0 + R2.start + 2 * step
 
@@ -290,9 +293,9 @@ def test_a_start_time_that_goes_backwards(proms):
     step = doc["step_seconds"]
     # its start: the gauge says 100 s before the first run; the report starts it after the first run's last
     # point instead (never inside the other run)
-    assert_run(j, R2, step, node_start=T0 + R2.start - step)
+    assert_run(j, R2, step)
     (e,) = j["earlier_runs"]
-    assert e["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    assert e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
 
 
 def test_two_start_times_inside_one_step(proms):
@@ -305,18 +308,18 @@ def test_two_start_times_inside_one_step(proms):
     assert doc["step_seconds"] == 5.0
     (j,) = doc["jobs"]
     assert j["conditions"] == []
-    assert_run(j, R2, 5.0, node_start=T0 + R2.start - 5.0)
+    assert_run(j, R2, 5.0)
     assert any(n.startswith("1 run(s) of blink on blink-a:9400 began and ended within one step") for n in j["notes"])
     (e,) = j["earlier_runs"]
-    assert e["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    assert e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
     # at the 1 s grid that run is seen: an earlier run of its own, between the two
     rc, doc, err = report(proms["both"], "--train-job", "blink", "--until", f"{T0 + 112.5:.3f}")
     assert rc == 0, err
     (j,) = doc["jobs"]
     assert_run(j, R2, 1.0)
     first, blink = j["earlier_runs"]
-    assert first["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
-    assert T0 + BLINK.start <= blink["start"] <= T0 + BLINK.start + 1.0 and blink["end"] < T0 + R2.start + 1.0
+    assert first["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    assert blink["run_start"] == pytest.approx(T0 + BLINK.start, abs=1e-3) and blink["end"] < T0 + R2.start + 1.0
     assert not any("began and ended within one step" in n for n in j["notes"])
 
 
@@ -331,7 +334,7 @@ def test_an_agent_restart_under_a_running_job_is_no_new_run(proms):
     assert sorted(c["kind"] for c in j["conditions"]) == ["counter_reset", "node_vanished"]
     assert j["earlier_runs"] == []
     assert j["steps"] == R1.done(24) + R1.steps - R1.done(25.4)
-    assert j["start"] == pytest.approx(T0 + R1.start, abs=1e-3) and j["end"] >= T0 + R1.end
+    assert T0 + R1.start <= j["start"] <= T0 + R1.start + 2 and j["end"] >= T0 + R1.end
     assert j["train_job_details"][0]["run_start"] == {"restart-a:9400": T0 + R1.start}
     assert not any("began and ended within one step" in n for n in j["notes"]), j["notes"]
 
@@ -343,7 +346,7 @@ def test_a_node_that_ran_only_the_earlier_run_is_left_out(proms):
     assert j["nodes"] == ["moved-b:9400"] and j["conditions"] == []
     assert_run(j, R2, doc["step_seconds"])
     (e,) = j["earlier_runs"]
-    assert e["nodes"] == ["moved-a:9400"] and e["start"] == pytest.approx(T0 + R1.start, abs=1e-3)
+    assert e["nodes"] == ["moved-a:9400"] and e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
     # its --until stops before the second run shows on the other node: that report is the first run alone
     assert e["end"] <= e["until"] < T0 + R2.start + 1.0
     rc, doc, err = report(proms["both"], "--train-job", "moved", "--until", f"{e['until']:.3f}")
@@ -432,7 +435,7 @@ def test_live_each_slurm_job_reports_its_own_run(live):
     assert j["samples_per_second"] == pytest.approx(1280.0, rel=1e-6) and j["conditions"] == []
     assert j["verdict"] == "compute" and j["verdict_shares"]["compute"] == 1.0
     (e,) = j["earlier_runs"]
-    assert e["start"] == pytest.approx(w + L1.start, abs=1e-3)
+    assert e["run_start"] == pytest.approx(w + L1.start, abs=1e-3)
 
 
 def test_live_train_job_report_is_the_latest_run_in_its_slurm_job(live):
@@ -444,7 +447,7 @@ def test_live_train_job_report_is_the_latest_run_in_its_slurm_job(live):
     assert j["slurm_job"] == "301" and j["conditions"] == [] and j["state"] == "finished"
     assert j["steps"] == L2.steps and j["samples_per_second"] == pytest.approx(1280.0, rel=1e-6)
     assert L2.end - L2.start - step <= j["run_seconds"] <= L2.end - L2.start + 2 * step
-    assert w + L2.start - 1e-3 <= j["start"] <= w + L2.start + step
+    assert w + L2.start - 1e-3 <= j["start"] <= w + L2.start + 2 * step
     (e,) = j["earlier_runs"]
     rc, doc, err = report(live["prom"], "--train-job", "live", "--until", f"{e['until']:.3f}")
     assert rc == 0, err
