@@ -454,3 +454,69 @@ def test_live_train_job_report_is_the_latest_run_in_its_slurm_job(live):
     (k,) = doc["jobs"]
     assert k["slurm_job"] == "300" and k["steps"] == L1.steps and k["earlier_runs"] == []
     assert k["samples_per_second"] == pytest.approx(320.0, rel=1e-6) and k["state"] == "finished"
+
+
+# ------------------------------------------------------------------------------------------------ real agent
+def test_real_agent_two_runs_of_one_name(tmp_path):
+    """The whole path: a real agent (its own run detection, docs/phases.md) scraped by a real Prometheus while
+    one loop runs twice under one name, the second after the first ended.  Oracle: each loop's own clock
+    (samples per second of its step time, input share, start and end) and counts."""
+    if not prometheus_binary():
+        pytest.skip("prometheus not installed (./dev.sh test installs it)")
+    from tests.conftest import PROCFS, parse_exposition
+    from tests.phases.helpers import shared_tmpdir
+    from tests.procs import Agent
+    from tests.report.test_report_e2e import LOOP
+    d = shared_tmpdir()
+    conf = tmp_path / "teye.yaml"
+    conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in (
+        "memory", "disk", "network", "infiniband", "nfs", "nfsd", "pressure", "gpu", "pmu")))
+    sock = os.path.join(d, "phases.sock")
+    agent = Agent(["--config", str(conf), "--procfs", PROCFS, "--phase-socket", sock],
+                  log_path=str(tmp_path / "agent.log"))
+    prom = None
+    try:
+        prom = Prometheus(str(tmp_path), [f"127.0.0.1:{agent.port}"])
+        prom.wait_for("up == 1", timeout=30)
+        env = {**os.environ, "PYTHONPATH": REPO, "TEYE_PHASE_SOCKET": sock}
+
+        def loop(*args):
+            p = subprocess.run([sys.executable, "-c", LOOP, "again", *args], env=env, capture_output=True,
+                               text=True, timeout=60, check=True)
+            return json.loads(p.stdout)
+
+        def running():
+            m = parse_exposition(agent.metrics())
+            return m.get(("teye_job_running", (("train_job", "again"),)))
+        one = loop("60", "0.02", "0.01")          # input bound, ~1,070 samples/s
+        deadline = time.monotonic() + 20
+        while running() != 0 and time.monotonic() < deadline:     # the agent says the run ended
+            time.sleep(0.3)
+        assert running() == 0
+        time.sleep(1.5)
+        two = loop("80", "0.001", "0.01")         # ~2,900 samples/s
+        prom.wait_for('teye_job_steps_total{train_job="again"} == 80', timeout=30)
+        time.sleep(2.5)
+        rc, doc, err = report(prom, "--train-job", "again")
+        assert rc == 0, err
+        (j,) = doc["jobs"]
+        step = doc["step_seconds"]
+        assert j["conditions"] == [] and j["state"] == "finished"
+        assert j["steps"] == 80 and j["samples"] == two["samples"]
+        assert j["samples_per_second"] == pytest.approx(two["samples"] / two["total"], rel=0.05)
+        assert j["input_bound_ratio"] == pytest.approx(two["wait"] / two["total"], abs=0.03)
+        assert abs(j["run_seconds"] - (two["end"] - two["start"])) <= 2 * step + 0.5
+        (e,) = j["earlier_runs"]
+        assert abs(e["run_start"] - one["start"]) <= 1.0 and e["end"] < two["start"] + step
+        rc, doc, err = report(prom, "--train-job", "again", "--until", f"{e['until']:.3f}")
+        assert rc == 0, err
+        (k,) = doc["jobs"]
+        assert k["conditions"] == [] and k["state"] == "finished" and k["earlier_runs"] == []
+        assert k["steps"] == 60 and k["samples"] == one["samples"]
+        assert k["samples_per_second"] == pytest.approx(one["samples"] / one["total"], rel=0.05)
+        assert k["input_bound_ratio"] == pytest.approx(one["wait"] / one["total"], abs=0.03)
+    finally:
+        if prom:
+            prom.stop()
+        agent.stop()
+        shutil.rmtree(d, ignore_errors=True)
