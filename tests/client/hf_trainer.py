@@ -1,7 +1,10 @@
 """An unmodified Hugging Face Trainer run: a tiny BERT built from a config (nothing downloaded), synthetic
 token data, evaluation every EVERY steps.
 
-    python hf_trainer.py STEPS EVERY OUTDIR
+    python hf_trainer.py STEPS EVERY OUTDIR [--fast]
+
+EVERY 0: no evaluation (eval_strategy "no", no evaluation set).  --fast: no sleep in __getitem__ (a
+compute-bound job).
 
 Its own clock: the time inside trainer.evaluate() (a Trainer subclass times it), from the start of
 training (on_train_begin) to the end of its last step less the evaluations before it, and inside the training set's __getitem__ (its input wait: no workers); the samples trained.  The training set's __getitem__
@@ -14,7 +17,10 @@ import time
 import torch
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
-steps, every, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+fast = "--fast" in sys.argv[1:]
+argv = [a for a in sys.argv if a != "--fast"]
+steps, every, out = int(argv[1]), int(argv[2]), argv[3]
+SLEEP_S = 0 if fast else 0.01
 BS = 4
 torch.manual_seed(0)
 
@@ -67,11 +73,13 @@ cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attent
                  intermediate_size=64, max_position_embeddings=32, num_labels=2)
 model = BertForSequenceClassification(cfg)
 args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=BS,
-                         per_device_eval_batch_size=BS, eval_strategy="steps", eval_steps=every,
+                         per_device_eval_batch_size=BS, eval_strategy="steps" if every else "no",
+                         eval_steps=every or None,
                          save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
                          dataloader_num_workers=0, disable_tqdm=True, seed=0)
-train_set = Tokens(BS * steps, 0.01)
-trainer = Timed(model=model, args=args, train_dataset=train_set, eval_dataset=Tokens(BS * 6, 0.01),
+train_set = Tokens(BS * steps, SLEEP_S)
+trainer = Timed(model=model, args=args, train_dataset=train_set,
+                eval_dataset=Tokens(BS * 6, SLEEP_S) if every else None,
                 callbacks=[Span()])
 t0 = time.perf_counter()
 trainer.train()

@@ -1,11 +1,12 @@
 """An unmodified PyTorch Lightning run with a sanity check and validation every EVERY steps inside the epoch.
 
-    python lightning_job.py STEPS EVERY [SANITY]
+    python lightning_job.py STEPS EVERY [SANITY] [--fast]
 
 Its own clock (a Callback): the time of the sanity check and of each validation, from the start of
 training (after the sanity check) to the end of its last batch less the validations in between,
 and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
-Prints one JSON line.
+EVERY 0: no evaluation (no validation loader, so neither a sanity check nor validation).  --fast: no sleep
+in __getitem__ (a compute-bound job).  Prints one JSON line.
 """
 import json
 import sys
@@ -14,8 +15,11 @@ import time
 import lightning as L
 import torch
 
-steps, every = int(sys.argv[1]), int(sys.argv[2])
-sanity = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+fast = "--fast" in sys.argv[1:]
+argv = [a for a in sys.argv if a != "--fast"]
+steps, every = int(argv[1]), int(argv[2])
+sanity = int(argv[3]) if len(argv) > 3 else 2
+SLEEP_S = 0 if fast else 0.005
 BS = 4
 torch.manual_seed(0)
 
@@ -75,13 +79,14 @@ class Clock(L.Callback):
         self.evals += 1
 
 
-train_set = Slow(BS * steps, 0.005)
+train_set = Slow(BS * steps, SLEEP_S)
 model, clock = Model(), Clock()
-trainer = L.Trainer(max_steps=steps, val_check_interval=every, limit_val_batches=6, num_sanity_val_steps=sanity,
+trainer = L.Trainer(max_steps=steps, val_check_interval=every or None, limit_val_batches=6 if every else 0,
+                    num_sanity_val_steps=sanity if every else 0,
                     accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False, callbacks=[clock])
 loader = torch.utils.data.DataLoader(train_set, batch_size=BS)
-val = torch.utils.data.DataLoader(Slow(BS * 6, 0.005), batch_size=BS)
+val = torch.utils.data.DataLoader(Slow(BS * 6, SLEEP_S), batch_size=BS) if every else None
 t0 = time.perf_counter()
 trainer.fit(model, loader, val)
 wall = time.perf_counter() - t0
