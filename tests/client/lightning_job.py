@@ -6,7 +6,8 @@ Its own clock (a Callback): the time of the sanity check and of each validation,
 training (after the sanity check) to the end of its last batch less the validations in between,
 and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
 EVERY 0: no evaluation (no validation loader, so neither a sanity check nor validation).  --fast: no sleep
-in __getitem__ (a compute-bound job).  Prints one JSON line.
+in __getitem__ (the tiny model's compute and the loader's own work are left).  Prints one JSON line;
+collate_s: the time in the training loader's collate function (not in wait_s).
 """
 import json
 import sys
@@ -85,11 +86,24 @@ trainer = L.Trainer(max_steps=steps, val_check_interval=every or None, limit_val
                     num_sanity_val_steps=sanity if every else 0,
                     accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False, callbacks=[clock])
-loader = torch.utils.data.DataLoader(train_set, batch_size=BS)
+collate_s = 0.0
+
+
+def collate(batch):
+    """torch's default_collate, timed (batching the samples: input work too, not in wait_s)."""
+    global collate_s
+    t = time.perf_counter()
+    try:
+        return torch.utils.data.default_collate(batch)
+    finally:
+        collate_s += time.perf_counter() - t
+
+
+loader = torch.utils.data.DataLoader(train_set, batch_size=BS, collate_fn=collate)
 val = torch.utils.data.DataLoader(Slow(BS * 6, SLEEP_S), batch_size=BS) if every else None
 t0 = time.perf_counter()
 trainer.fit(model, loader, val)
 wall = time.perf_counter() - t0
 print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
                   "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
-                  "wait_s": train_set.spent, "eval_s": clock.eval_s, "evals": clock.evals}))
+                  "wait_s": train_set.spent, "collate_s": collate_s, "eval_s": clock.eval_s, "evals": clock.evals}))

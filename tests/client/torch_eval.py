@@ -7,7 +7,7 @@ __getitem__ sleeps (input-bound training), and every EVERY steps, and once after
 validation pass over its own DataLoader under model.eval() / torch.no_grad() (its __getitem__ sleeps
 too).  optstep: the validation loop also calls optimizer.step() (it is then training, by definition).
 EVERY 0: no evaluation at all (neither the probe nor a validation pass).  --fast: no sleep in either
-__getitem__ (a compute-bound job).
+__getitem__ (the tiny model's compute and the loader's own work are left).
 Prints one JSON line: its training steps' time (from asking for a batch to the end of optimizer.step()),
 their input wait, the samples trained, and the time spent evaluating (from the first evaluation batch
 asked for to the next training batch asked for; the final pass to its last batch).
