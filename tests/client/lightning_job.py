@@ -7,7 +7,9 @@ training (after the sanity check) to the end of its last batch less the validati
 and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
 EVERY 0: no evaluation (no validation loader, so neither a sanity check nor validation).  --fast: no sleep
 in __getitem__ (the tiny model's compute and the loader's own work are left).  Prints one JSON line;
-collate_s: the time in the training loader's collate function (not in wait_s).
+collate_s: the time in the training loader's collate function (not in wait_s); between_s: from the end of
+each training batch (the first: from the start) to the next one's start, less validation (the loader's
+and Lightning's own work between batches: an upper bound of the input wait).
 """
 import json
 import sys
@@ -63,14 +65,20 @@ class Clock(L.Callback):
         self.eval_s, self.evals, self._t = 0.0, 0, None
         self.begin = self.end = None
         self.eval_in_train = 0.0
+        self.between_s = 0.0   # from the end of a training batch (or the start) to the next one's start
 
     def on_train_start(self, trainer, module):    # after the sanity check
         self.begin = time.perf_counter()
         self.eval_in_train = -self.eval_s
+        self._last, self._eval_at_last = self.begin, self.eval_s
+
+    def on_train_batch_start(self, trainer, module, *a):
+        self.between_s += time.perf_counter() - self._last - (self.eval_s - self._eval_at_last)
 
     def on_train_batch_end(self, trainer, module, *a):
         self.end = time.perf_counter()
         self.eval_before_end = self.eval_s
+        self._last, self._eval_at_last = self.end, self.eval_s
 
     def on_validation_start(self, trainer, module):   # the sanity check runs the validation loop too
         self._t = time.perf_counter()
@@ -106,4 +114,5 @@ trainer.fit(model, loader, val)
 wall = time.perf_counter() - t0
 print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
                   "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
-                  "wait_s": train_set.spent, "collate_s": collate_s, "eval_s": clock.eval_s, "evals": clock.evals}))
+                  "wait_s": train_set.spent, "collate_s": collate_s,
+                  "between_s": clock.between_s, "eval_s": clock.eval_s, "evals": clock.evals}))
