@@ -17,14 +17,17 @@ host torch's intra-op threads otherwise spin against the neighbours and steps va
 each script's own clock, printed by the script itself (one JSON line): the samples it trained, its
 training time (train_s), its input wait (wait_s: time inside its training set's __getitem__, or in
 torch_eval.py the time asking for a batch), the time in its training loader's collate function
-(collate_s; none in torch_eval.py, whose wait_s holds it) and the time inside its evaluations (eval_s).
+(collate_s; none in torch_eval.py, whose wait_s holds it), in lightning_job.py also the time between
+its training batches less validation (between_s: the loader's and Lightning's own work too, an upper
+bound of the input wait) and the time inside its evaluations (eval_s).
 
 Printed per cell, medians over the repeats (run in rounds: every cell once, then again, so a neighbour's
 load falls on all cells alike): teye's training share of data_wait (data_wait / (data_wait + compute),
 from its cumulative phase seconds) against the script's (wait_s / train_s, and (wait_s + collate_s) /
-train_s), the differences in points and the largest over the repeats; the steps and samples teye counted against what the script trained (and in
-how many repeats both were equal); teye's eval seconds against the script's eval_s; teye's training time
-(data_wait + compute) against train_s; and the verdict teye gave (kind/cause, the commonest).
+train_s; and between_s / train_s), the differences in points and the largest over the repeats; the
+steps and samples teye counted against what the script trained (and in how many repeats both were
+equal); teye's eval seconds against the script's eval_s; teye's training time (data_wait + compute)
+against train_s; and the verdict teye gave (kind/cause, the commonest).
 """
 from __future__ import annotations
 
@@ -77,10 +80,17 @@ def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
     # torch_eval.py times the whole next(loader) (collate included); the others time __getitem__ and, apart,
     # their training loader's collate function
     own_all = own["wait_s"] + own.get("collate_s", 0.0)
-    return {"own_share": own["wait_s"] / own["train_s"], "own_all_share": own_all / own["train_s"], "teye_share": ph.get("data_wait", 0.0) / train if train else
-            float("nan"), "own_steps": own["steps"], "own_samples": own["samples"], "teye_steps": j.steps,
+    gap = own.get("between_s")   # lightning_job.py: between training batches, an upper bound of the wait
+    return {"own_share": own["wait_s"] / own["train_s"], "own_all_share": own_all / own["train_s"],
+            "own_gap_share": float("nan") if gap is None else gap / own["train_s"],
+            "teye_share": ph.get("data_wait", 0.0) / train if train else float("nan"),
+            "own_steps": own["steps"], "own_samples": own["samples"], "teye_steps": j.steps,
             "teye_samples": j.samples or 0, "own_eval": own["eval_s"], "teye_eval": ph.get("eval", 0.0),
             "own_train": own["train_s"], "teye_train": train, "verdict": verdict}
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.1f}"
 
 
 def _med(runs, key):
@@ -97,7 +107,8 @@ def row(fw: str, fast: bool, every: int, runs: list, errors: list) -> str:
     verdict = collections.Counter(r["verdict"] for r in runs).most_common(1)[0][0]
     out = (f"{label} {100 * _med(runs, 'teye_share'):6.1f} {100 * _med(runs, 'own_share'):6.1f} "
            f"{statistics.median(diffs):+6.1f} {max(diffs, key=abs):+6.1f} {100 * _med(runs, 'own_all_share'):6.1f} "
-           f"{statistics.median(diffs_all):+6.1f} {max(diffs_all, key=abs):+6.1f}  "
+           f"{statistics.median(diffs_all):+6.1f} {max(diffs_all, key=abs):+6.1f} "
+           f"{_pct(_med(runs, 'own_gap_share')):>6}  "
            f"{_med(runs, 'teye_steps'):5.0f}/{_med(runs, 'own_steps'):<5.0f} "
            f"{_med(runs, 'teye_samples'):5.0f}/{_med(runs, 'own_samples'):<5.0f} {equal}/{len(runs)}  "
            f"{_med(runs, 'teye_eval'):6.2f} {_med(runs, 'own_eval'):6.2f}  "
@@ -142,17 +153,20 @@ def main() -> int:
             (errors if "error" in r else runs).append(r.get("error", r))
         print(f"  round {rep + 1} of {args.repeats} done ({time.monotonic() - t0:.0f} s)", flush=True)
     print()
-    print(f"{'':9} {'':4} {'eval':8} {'training share %':^48}  {'steps':^11} {'samples':^11} {'eq':3}  "
+    print(f"{'':9} {'':4} {'eval':8} {'training share %':^55}  {'steps':^11} {'samples':^11} {'eq':3}  "
           f"{'eval s':^13}  {'train s':^13}  verdict")
-    print(f"{'framework':9} {'in':4} {'':8} {'teye':>6} {'own':>6} {'diff':>6} {'max':>6} {'own+c':>6} {'diff':>6} {'max':>6}  {'teye/own':^11} "
-          f"{'teye/own':^11} {'':3}  {'teye':>6} {'own':>6}  {'teye':>6} {'own':>6}")
+    print(f"{'framework':9} {'in':4} {'':8} {'teye':>6} {'own':>6} {'diff':>6} {'max':>6} {'own+c':>6} {'diff':>6} "
+          f"{'max':>6} {'gap':>6}  {'teye/own':^11} {'teye/own':^11} {'':3}  {'teye':>6} {'own':>6}  {'teye':>6} "
+          f"{'own':>6}")
     for fw, fast, ev in cells:
         steps = args.fast_steps if fast else args.steps
         print(row(fw, fast, steps // 4 if ev else 0, *results[(fw, fast, ev)]))
     print(f"\n{len(cells) * args.repeats} runs in {time.monotonic() - t0:.0f} s. share: data_wait / (data_wait + "
           f"compute) against the script's wait_s / train_s (own) and (wait_s + collate_s) / train_s (own+c: its "
           f"training loader's collate function timed too; torch_eval.py's wait_s is the whole next(loader)), "
-          f"points; diff: median, max: the largest over the repeats; eq: repeats where teye's steps and samples both equal the script's")
+          f"points; gap: lightning_job.py's time between training batches (less validation) / train_s, an upper "
+          f"bound of its input wait; diff: median, max: the largest over the repeats; eq: repeats where teye's "
+          f"steps and samples both equal the script's")
     return 0
 
 
