@@ -1,11 +1,13 @@
 """An unmodified PyTorch loop that evaluates while it trains, with its own clock of its training steps.
 
-    python torch_eval.py STEPS EVERY [optstep]
+    python torch_eval.py STEPS EVERY [optstep] [--fast]
 
 A batch-size probe (next(iter(train_loader))) first; then STEPS training steps from a DataLoader whose
 __getitem__ sleeps (input-bound training), and every EVERY steps, and once after the last step, a
 validation pass over its own DataLoader under model.eval() / torch.no_grad() (its __getitem__ sleeps
 too).  optstep: the validation loop also calls optimizer.step() (it is then training, by definition).
+EVERY 0: no evaluation at all (neither the probe nor a validation pass).  --fast: no sleep in either
+__getitem__ (the tiny model's compute and the loader's own work are left).
 Prints one JSON line: its training steps' time (from asking for a batch to the end of optimizer.step()),
 their input wait, the samples trained, and the time spent evaluating (from the first evaluation batch
 asked for to the next training batch asked for; the final pass to its last batch).
@@ -31,25 +33,29 @@ class Slow(Dataset):
 
 
 torch.manual_seed(0)
-steps, every = int(sys.argv[1]), int(sys.argv[2])
-optstep = len(sys.argv) > 3 and sys.argv[3] == "optstep"
+fast = "--fast" in sys.argv[1:]
+argv = [a for a in sys.argv if a != "--fast"]
+steps, every = int(argv[1]), int(argv[2])
+optstep = len(argv) > 3 and argv[3] == "optstep"
 BS = 4
-train_loader = DataLoader(Slow(BS * steps, 0.002), batch_size=BS)
-val_loader = DataLoader(Slow(BS * 6, 0.004), batch_size=BS)
+train_loader = DataLoader(Slow(BS * steps, 0 if fast else 0.002), batch_size=BS)
+val_loader = DataLoader(Slow(BS * 6, 0 if fast else 0.004), batch_size=BS)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = time.perf_counter
-probe = next(iter(train_loader))          # a batch-size probe: not training
-print("probe batch", len(probe[0]), flush=True)
+if every:
+    probe = next(iter(train_loader))      # a batch-size probe: not training
+    print("probe batch", len(probe[0]), flush=True)
 
 train_s = wait_s = eval_s = 0.0
-samples = opt_in_eval = 0
+samples = opt_in_eval = evals = 0
 step_times = []
 eval_from = None
 
 
 def evaluate():
-    global opt_in_eval
+    global opt_in_eval, evals
+    evals += 1
     model.eval()
     total = 0.0
     with torch.no_grad() if not optstep else torch.enable_grad():
@@ -84,11 +90,12 @@ for i in range(steps):
     wait_s += t1 - t0
     step_times.append(t2 - t0)
     samples += len(x)
-    if (i + 1) % every == 0:
+    if every and (i + 1) % every == 0:
         eval_from = clock()
         evaluate()
 if eval_from is not None:
     eval_s += clock() - eval_from
 print(json.dumps({"steps": steps, "samples": samples, "train_s": train_s, "wait_s": wait_s,
                   "wait_share": wait_s / train_s, "eval_s": eval_s, "opt_in_eval": opt_in_eval,
+                  "evals": evals,
                   "step_times": step_times}))
