@@ -109,6 +109,8 @@ class Session:
         self.aside = False       # the process has its own Reporter: zero-code phases stand aside
         self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
         self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
+        self.wait_thread = None  # the thread of the latest input wait (where the instrumentor tells)
+        self.off_thread = False  # input waits came from a thread other than the one that steps: steps only
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -193,6 +195,20 @@ class Session:
         comms = self.comms
         if waits and waits[-1][3] is not None:
             start = self._evaluation(waits, start, rep)
+        if self.off_thread:
+            # the batches are read in other threads than the training loop's (prefetching threads): their
+            # waits overlap its compute and its own wait is not seen, so no split; the samples read since
+            # the last step still count (taken from the front only: a reading thread may append meanwhile)
+            n = len(waits)
+            samples = sum(w[2] for w in waits[:n] if w[2] > 0)
+            del waits[:n]
+            del comms[:]
+            if rep.source != self.step_source:
+                debug("zero-code phases: batches read outside the thread that steps: steps and samples only")
+                rep.source = self.step_source
+                rep._src_due = True
+            rep.record_step((), start, end_ns, samples)
+            return
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
             if rep.source != self.step_source:
                 rep.source = self.step_source

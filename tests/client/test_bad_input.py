@@ -1,0 +1,66 @@
+"""The bad inputs of issue 29 in real unmodified PyTorch jobs under `teye run` with a live agent: a
+DataLoader worker that dies, one loader iterated by two threads at once, workers forked and never waited
+for.  Each job is run with and without teye (at once: they are independent): the job's output and exit
+status are the same; and teye's figures are the script's own (tests/client/torch_bad.py): the steps and
+samples it trained, and its input-bound share to 3 points of its own clock, or no share at all where
+teye cannot see the training loop's wait."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.client.helpers import HERE, REPO, base_env, last_json
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.e2e
+
+SCRIPT = os.path.join(HERE, "torch_bad.py")
+STEPS = 30
+
+
+def _both(args, agent, job):
+    """The command without and with teye, at once; (bare, with teye) CompletedProcess-like tuples."""
+    env = base_env()
+    procs = [subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for cmd in (args, [sys.executable, "-m", "agent", "run", "--socket", agent.path, "--job", job, "--"]
+                         + args)]
+    out = []
+    for p in procs:
+        o, e = p.communicate(timeout=120)
+        out.append((p.returncode, o, e))
+    return out
+
+
+@pytest.mark.parametrize("mode, status", [("dies", 3), ("threads", 0), ("orphans", 0)])
+def test_bad_input_never_changes_the_job_and_the_figures_stay_right(agent, mode, status):
+    job = f"bad-{mode}"
+    bare, with_ = _both([sys.executable, SCRIPT, mode, str(STEPS)], agent, job)
+    # the job's own output (less its last line, its clock) and exit status are the same with teye
+    assert bare[0] == with_[0] == status, (bare, with_)
+    assert bare[1].splitlines()[:-1] == with_[1].splitlines()[:-1], (bare[1], with_[1])
+    assert bare[2] == with_[2], (bare[2], with_[2])
+    if mode == "dies":
+        assert f"worker died after {STEPS // 2} steps: True" in with_[1]
+    own = last_json(with_[1])
+    j = agent.jobs()[job]
+    phases = dict(j.phase_seconds)
+    print(mode, "own", own, "teye", phases, j.steps, j.samples, j.input_bound_ratio, j.source)
+    # steps and samples are what the script trained
+    assert (j.steps, j.samples) == (own["steps"], own["samples"]) == (STEPS, 4 * STEPS), (j.steps, j.samples)
+    assert j.processes == 1   # workers, dead or orphaned, never report: the job is its training process
+    share = own["wait_s"] / own["train_s"]
+    if mode == "threads":
+        # the training loop waits in queue.get(), which teye cannot see; the loader's waits are the
+        # prefetching threads', not the training loop's: no input-bound share rather than a wrong one
+        assert j.input_bound_ratio is None and "data_wait" not in phases, (phases, own)
+        assert j.source == "torch-steps" and "input wait not observed" in j.verdict.evidence, j.verdict
+        return
+    # the training steps' time and input-bound share are the script's own (a dead worker's wait included:
+    # the training loop waited for its batch)
+    total = phases["data_wait"] + phases["compute"]
+    assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
+    assert abs(phases["data_wait"] / total - share) <= 0.03, (phases, own)
+    assert abs(j.input_bound_ratio - share) <= 0.03, (j.input_bound_ratio, own)
