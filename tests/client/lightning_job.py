@@ -2,10 +2,12 @@
 
     python lightning_job.py STEPS EVERY [SANITY]
 
+EVERY: Lightning's val_check_interval, batches (10) or a fraction of the epoch (0.5).
+
 Its own clock (a Callback): the time of the sanity check and of each validation, from the start of
 training (after the sanity check) to the end of its last batch less the validations in between,
 and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
-Prints one JSON line.
+Prints what it trained (its weights' sum), then one JSON line.
 """
 import json
 import sys
@@ -14,7 +16,7 @@ import time
 import lightning as L
 import torch
 
-steps, every = int(sys.argv[1]), int(sys.argv[2])
+steps, every = int(sys.argv[1]), (float(sys.argv[2]) if "." in sys.argv[2] else int(sys.argv[2]))
 sanity = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 BS = 4
 torch.manual_seed(0)
@@ -85,6 +87,7 @@ val = torch.utils.data.DataLoader(Slow(BS * 6, 0.005), batch_size=BS)
 t0 = time.perf_counter()
 trainer.fit(model, loader, val)
 wall = time.perf_counter() - t0
+print("weights %.5f" % float(sum(p.detach().sum() for p in model.parameters())))
 print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
                   "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
                   "wait_s": train_set.spent, "eval_s": clock.eval_s, "evals": clock.evals}))
