@@ -2,7 +2,7 @@
 
     python torch_bad.py {dies|threads|orphans} STEPS
 
-dies: two DataLoader workers; the worker that loads batch STEPS // 2 exits (os._exit) half a second into
+dies: two DataLoader workers; the worker that loads batch STEPS // 2 exits (os._exit) a second into
   it, so the training loop, waiting for that batch, gets PyTorch's "worker exited unexpectedly"
   RuntimeError; the script catches it, reports it, trains the remaining steps from a fresh loader
   without workers and exits 3.
@@ -43,7 +43,7 @@ class Slow(Dataset):
 
     def __getitem__(self, i):
         if self.die is not None and i == self.die * BS:
-            time.sleep(0.5)      # the training loop has taken every batch before it and waits for this one
+            time.sleep(1.0)      # the training loop has taken every batch before it and waits for this one
             os._exit(1)
         time.sleep(0.002)
         return self.x[i], self.y[i]

@@ -142,12 +142,17 @@ def test_one_uid_with_many_flooding_jobs_gets_its_share_only(sockdir):
         t0 = time.monotonic()
         for i in range(FLOODERS):
             floods.append(subprocess.Popen([py, "-c", FLOODER, agent.path, "3", f"flood-{i}"], stdout=subprocess.PIPE,
-                                            text=True, env=env, preexec_fn=_as_nobody, cwd="/"))
+                                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_as_nobody,
+                                            cwd="/"))
         for f in floods:
             assert f.stdout.readline().strip() == "ready"
         victim = subprocess.run([sys.executable, "-c", VICTIM, agent.path, "300"], capture_output=True,
                                 text=True, env=env, timeout=60)
-        sent = [json.loads(f.communicate(timeout=60)[0].strip().splitlines()[-1])["sent"] for f in floods]
+        sent = []
+        for f in floods:
+            out, err = f.communicate(timeout=60)
+            assert f.returncode == 0 and out.strip(), (f.returncode, out, err)
+            sent.append(json.loads(out.strip().splitlines()[-1])["sent"])
         flood_s = time.monotonic() - t0
         assert victim.returncode == 0, victim.stderr
         v = json.loads(victim.stdout.strip().splitlines()[-1])
