@@ -10,8 +10,8 @@ read: each sample reads READS pieces of PIECE_KIB KiB (default 2 of 1024) at sca
   storage and counts in /proc/<pid>/io read_bytes.
 One worker process does the work (num_workers=1); the training process itself only waits in next().
 It prints one JSON line of its own figures: its wait share (perf_counter around next()), the bytes its
-worker read, and the CPU time of both processes per second of wait (from the second batch to the last:
-each sample carries its worker's process_time()).
+worker read, the CPU time of both processes per second of wait (from the second batch to the last:
+each sample carries its worker's process_time()) and its main thread's run-queue wait per second of wait.
 """
 import json
 import mmap
@@ -62,6 +62,15 @@ class Data(Dataset):
         return torch.zeros(16), torch.zeros(1), torch.tensor(time.process_time(), dtype=torch.float64)
 
 
+def run_delay():
+    """Seconds this (main) thread was runnable but waited for a CPU (0 without schedstats)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -79,7 +88,7 @@ def main():
         t1 = time.perf_counter()
         total_wait += t1 - t0
         if i == 0:   # the window of the CPU figures starts once the first batch is in
-            main0, worker0 = time.process_time(), float(cpu.max())
+            main0, worker0, delay0 = time.process_time(), float(cpu.max()), run_delay()
         else:
             wait += t1 - t0
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -87,7 +96,9 @@ def main():
         loss.backward()
         opt.step()
     cpu_s = time.process_time() - main0 + float(cpu.max()) - worker0
+    delay = run_delay() - delay0
     print(json.dumps({"wait_share": total_wait / (time.perf_counter() - first), "cpu_per_wait_s": cpu_s / wait,
+                      "delay_per_wait_s": delay / wait,
                       "wait_s": total_wait,
                       "read_bytes": STEPS * 8 * READS * PIECE if MODE in ("read", "direct") else 0}))
 
