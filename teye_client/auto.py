@@ -57,6 +57,30 @@ def wrapper_of(fn, orig):
     return fn
 
 
+def from_signal_handler(exc):
+    """Whether a Python signal handler of the process raised exc (one of the frames it went through runs a
+    handler's code: the interpreter calls a handler from whatever frame the main thread was in)."""
+    try:
+        import signal
+        codes = set()
+        for n in signal.valid_signals():
+            try:
+                h = signal.getsignal(n)
+            except (ValueError, OSError):
+                continue
+            code = getattr(h, "__code__", None)
+            if code is not None:
+                codes.add(code)
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                return True
+            tb = tb.tb_next
+    except Exception as e:  # never into the training loop: then it is teye's
+        debug("zero-code phases: looking for a signal handler: %s: %s" % (type(e).__name__, e))
+    return False
+
+
 def job_name(environ=None, argv=None):
     """The job name when none is given: TEYE_TRAIN_JOB, else Slurm, else a Kubernetes pod, else the script."""
     env = os.environ if environ is None else environ
@@ -293,10 +317,15 @@ class Session:
 
     def step_guarded(self, end_ns, owner=None, begun_ns=None):
         """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
-        error switches zero-code phases off for the process (one line with TEYE_DEBUG=1)."""
+        error switches zero-code phases off for the process (one line with TEYE_DEBUG=1).  An error a
+        signal handler raised while step() ran is the job's, not teye's (PyTorch's SIGCHLD handler
+        raises "DataLoader worker exited unexpectedly" wherever the main thread is): it goes on as it
+        would have without teye."""
         try:
             self.step(end_ns, owner, begun_ns)
         except Exception as e:  # never into the training loop
+            if from_signal_handler(e):
+                raise
             self.disabled = True
             debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
 

@@ -64,3 +64,51 @@ def test_bad_input_never_changes_the_job_and_the_figures_stay_right(agent, mode,
     assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
     assert abs(phases["data_wait"] / total - share) <= 0.03, (phases, own)
     assert abs(j.input_bound_ratio - share) <= 0.03, (j.input_bound_ratio, own)
+
+
+def test_an_error_a_signal_handler_raises_during_a_step_is_the_jobs():
+    """PyTorch raises a dead worker's error from its SIGCHLD handler, wherever the main thread is, teye's
+    step hook included: that error goes on into the job as without teye (and teye keeps reporting);
+    an error of teye's own there switches zero-code phases off and never reaches the job."""
+    import signal
+
+    from teye_client.auto import Session
+
+    class WorkerDied(RuntimeError):
+        pass
+
+    def handler(signum, frame):
+        raise WorkerDied("DataLoader worker (pid 1) exited unexpectedly")
+
+    class Rep:
+        source = "torch"
+        _src_due = False
+
+        def __init__(self, fail):
+            self.fail, self.steps = fail, 0
+
+        def record_step(self, phases, start, end, samples):
+            self.steps += 1
+            if self.fail == "signal":
+                os.kill(os.getpid(), signal.SIGUSR1)   # the handler runs here, inside teye's step
+                for _ in range(1000):                  # (at the next bytecode boundaries)
+                    pass
+            elif self.fail == "bug":
+                raise ValueError("a bug of teye's")
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        s = Session()
+        s.reporter = Rep("signal")
+        s.source = "torch"
+        with pytest.raises(WorkerDied):
+            s.step_guarded(2_000_000)
+        assert not s.disabled
+        s.reporter.fail = None
+        s.step_guarded(3_000_000)
+        assert s.reporter.steps == 2
+        s.reporter.fail = "bug"
+        s.step_guarded(4_000_000)                      # swallowed: zero-code phases off
+        assert s.disabled
+    finally:
+        signal.signal(signal.SIGUSR1, old)
