@@ -24,7 +24,8 @@ def datafile(tmp_path_factory):
             f.write(os.urandom(1 << 20))
         f.flush()
         os.fsync(f.fileno())
-    return str(path)
+    yield str(path)
+    path.unlink()   # (pytest keeps its last temporary directories: not 64 MiB each)
 
 
 @pytest.mark.parametrize("mode, cause, says", [
