@@ -12,15 +12,21 @@
   ``communication``, after checking that each is a plain Python function (else that one is left
   alone).  The wrappers pass arguments, results and exceptions through unchanged.  What DDP does
   inside ``backward()`` runs in C++ and stays ``compute``.
+- Batches read in another thread than the one that steps (a prefetching thread feeding a queue, two
+  threads sharing one iterator): the training loop's own wait (on the queue) cannot be seen, and the
+  loader's waits overlap its compute, so from then on the process reports steps and samples only, no
+  data_wait split (``Session.off_thread``): an absent input-bound share rather than a wrong one.
 - Evaluation: each iterator's waits carry its number; waits of iterators whose batches no optimizer
   step follows (validation, test, probes) are the ``eval`` phase, not training (Session._evaluation).
 """
 import itertools
+import threading
 import time
 
 from .auto import batch_size, debug, session, wrapper_of
 
 _ns = time.monotonic_ns
+_thread = threading.get_ident
 SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier")
@@ -52,10 +58,17 @@ def patch_dataloader(module):
         k = getattr(self, "_teye_loader", None)
         if k is None:
             k = self._teye_loader = next(_loaders)
+        t = _thread()
+        if t != s.wait_thread:   # another thread reads batches: is it the one that steps? (see patch_optimizer)
+            if s.wait_thread is not None:
+                s.off_thread = True
+            s.wait_thread = t
         try:
             batch = orig(self)
-        except StopIteration:
-            s.wait(t0, _ns(), 0, k)  # the wait for the end of the epoch is a wait too
+        except BaseException:
+            # the wait for the end of the epoch is a wait too, and so is one that ends in an error (a worker
+            # that died: the training loop waited for its batch until PyTorch noticed)
+            s.wait(t0, _ns(), 0, k)
             raise
         s.wait(t0, _ns(), batch_size(batch), k)
         return batch
@@ -75,6 +88,8 @@ def patch_optimizer(module):
         s.step_source = STEPS_ONLY
 
     def _teye_step(optimizer, args, kwargs):
+        if s.wait_thread is not None and s.wait_thread != _thread():
+            s.off_thread = True   # its batches are read in another thread than the one that steps
         s.step_guarded(_ns(), id(optimizer))  # the id, not the optimizer: teye keeps nothing of the job alive
 
     register(_teye_step)

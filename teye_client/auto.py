@@ -57,6 +57,30 @@ def wrapper_of(fn, orig):
     return fn
 
 
+def from_signal_handler(exc):
+    """Whether a Python signal handler of the process raised exc (one of the frames it went through runs a
+    handler's code: the interpreter calls a handler from whatever frame the main thread was in)."""
+    try:
+        import signal
+        codes = set()
+        for n in signal.valid_signals():
+            try:
+                h = signal.getsignal(n)
+            except (ValueError, OSError):
+                continue
+            code = getattr(h, "__code__", None)
+            if code is not None:
+                codes.add(code)
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                return True
+            tb = tb.tb_next
+    except Exception as e:  # never into the training loop: then it is teye's
+        debug("zero-code phases: looking for a signal handler: %s: %s" % (type(e).__name__, e))
+    return False
+
+
 def job_name(environ=None, argv=None):
     """The job name when none is given: TEYE_TRAIN_JOB, else Slurm, else a Kubernetes pod, else the script."""
     env = os.environ if environ is None else environ
@@ -109,6 +133,8 @@ class Session:
         self.aside = False       # the process has its own Reporter: zero-code phases stand aside
         self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
         self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
+        self.wait_thread = None  # the thread of the latest input wait (where the instrumentor tells)
+        self.off_thread = False  # input waits came from a thread other than the one that steps: steps only
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -193,6 +219,20 @@ class Session:
         comms = self.comms
         if waits and waits[-1][3] is not None:
             start = self._evaluation(waits, start, rep)
+        if self.off_thread:
+            # the batches are read in other threads than the training loop's (prefetching threads): their
+            # waits overlap its compute and its own wait is not seen, so no split; the samples read since
+            # the last step still count (taken from the front only: a reading thread may append meanwhile)
+            n = len(waits)
+            samples = sum(w[2] for w in waits[:n] if w[2] > 0)
+            del waits[:n]
+            del comms[:]
+            if rep.source != self.step_source:
+                debug("zero-code phases: batches read outside the thread that steps: steps and samples only")
+                rep.source = self.step_source
+                rep._src_due = True
+            rep.record_step((), start, end_ns, samples)
+            return
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
             if rep.source != self.step_source:
                 rep.source = self.step_source
@@ -277,10 +317,15 @@ class Session:
 
     def step_guarded(self, end_ns, owner=None, begun_ns=None):
         """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
-        error switches zero-code phases off for the process (one line with TEYE_DEBUG=1)."""
+        error switches zero-code phases off for the process (one line with TEYE_DEBUG=1).  An error a
+        signal handler raised while step() ran is the job's, not teye's (PyTorch's SIGCHLD handler
+        raises "DataLoader worker exited unexpectedly" wherever the main thread is): it goes on as it
+        would have without teye."""
         try:
             self.step(end_ns, owner, begun_ns)
         except Exception as e:  # never into the training loop
+            if from_signal_handler(e):
+                raise
             self.disabled = True
             debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
 

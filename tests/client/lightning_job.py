@@ -2,6 +2,8 @@
 
     python lightning_job.py STEPS EVERY [SANITY] [--fast]
 
+EVERY: Lightning's val_check_interval, batches (10) or a fraction of the epoch (0.5).
+
 Its own clock (a Callback): the time of the sanity check and of each validation, from the start of
 training (after the sanity check) to the end of its last batch less the validations in between,
 and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
@@ -9,7 +11,8 @@ EVERY 0: no evaluation (no validation loader, so neither a sanity check nor vali
 in __getitem__ (the tiny model's compute and the loader's own work are left).  Prints one JSON line;
 collate_s: the time in the training loader's collate function (not in wait_s); between_s: from the end of
 each training batch (the first: from the start) to the next one's start, less validation (the loader's
-and Lightning's own work between batches: an upper bound of the input wait).
+and Lightning's own work between batches: an upper bound of the input wait).  Before the JSON line, what
+it trained (its weights' sum).
 """
 import json
 import sys
@@ -20,7 +23,7 @@ import torch
 
 fast = "--fast" in sys.argv[1:]
 argv = [a for a in sys.argv if a != "--fast"]
-steps, every = int(argv[1]), int(argv[2])
+steps, every = int(argv[1]), (float(argv[2]) if "." in argv[2] else int(argv[2]))
 sanity = int(argv[3]) if len(argv) > 3 else 2
 SLEEP_S = 0 if fast else 0.005
 BS = 4
@@ -112,6 +115,7 @@ val = torch.utils.data.DataLoader(Slow(BS * 6, SLEEP_S), batch_size=BS) if every
 t0 = time.perf_counter()
 trainer.fit(model, loader, val)
 wall = time.perf_counter() - t0
+print("weights %.5f" % float(sum(p.detach().sum() for p in model.parameters())))
 print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
                   "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
                   "wait_s": train_set.spent, "collate_s": collate_s,

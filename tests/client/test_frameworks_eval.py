@@ -6,11 +6,12 @@ The `frameworks` extra installs both (./dev.sh test); the tests run whenever the
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
 
-from tests.client.helpers import HERE, last_json, teye_run
+from tests.client.helpers import HERE, REPO, base_env, last_json, teye_run
 
 pytestmark = pytest.mark.e2e
 
@@ -45,15 +46,20 @@ def test_hugging_face_trainer_evaluation_is_apart(agent, tmp_path):
     _check(agent, "hf", own, 40, 160)
 
 
-@pytest.mark.parametrize("sanity", [2, 0])
-def test_lightning_sanity_check_and_validation_are_apart(agent, sanity):
-    """Lightning: the sanity check (2 batches; none with num_sanity_val_steps=0) and validation every 10
-    steps inside the one epoch (val_check_interval) are eval; 40 steps, 160 samples."""
+@pytest.mark.parametrize("sanity, every, evals", [(2, "10", 4), (0, "0.5", 2)])
+def test_lightning_sanity_check_and_validation_are_apart(agent, sanity, every, evals):
+    """Lightning: the sanity check (2 batches; none with num_sanity_val_steps=0) and validation inside the
+    one epoch (val_check_interval: every 10 batches, or every half epoch) are eval; 40 steps, 160 samples.
+    Bad input (issue 29): neither setting changes the job's output or exit status (run without teye too)."""
     pytest.importorskip("lightning")
     job = f"lightning-{sanity}"
-    run = teye_run([sys.executable, os.path.join(HERE, "lightning_job.py"), "40", "10", str(sanity)],
-                   socket_path=agent.path, job=job, timeout=300)
-    assert run.returncode == 0, run.stderr
+    args = [sys.executable, os.path.join(HERE, "lightning_job.py"), "40", every, str(sanity)]
+    bare = subprocess.Popen(args, env=base_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)   # at once: the runs are independent
+    run = teye_run(args, socket_path=agent.path, job=job, timeout=300)
+    out, err = bare.communicate(timeout=300)
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert (run.stdout.splitlines()[:-1], run.stderr) == (out.splitlines()[:-1], err)
     own = last_json(run.stdout)
-    assert own["evals"] == 4 + (1 if sanity else 0), own
+    assert own["evals"] == evals + (1 if sanity else 0), own
     _check(agent, job, own, 40, 160)

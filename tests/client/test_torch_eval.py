@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, last_json, teye_run
+from tests.client.helpers import HERE, last_json, plain_run, teye_run
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
@@ -42,11 +42,24 @@ def test_evaluation_is_reported_apart_from_training(agent):
 
 
 def test_an_evaluation_loop_that_steps_the_optimizer_is_training(agent):
-    """Bad input: a 'validation' loop that calls optimizer.step() trains, by definition."""
-    run = teye_run([sys.executable, SCRIPT, "20", "10", "optstep"], socket_path=agent.path, job="eval-steps")
-    assert run.returncode == 0, run.stderr
+    """Bad input: a 'validation' loop that calls optimizer.step() trains, by definition: its batches are
+    steps and samples, its time and input wait are training's.  The job runs the same without teye."""
+    args = [sys.executable, SCRIPT, "20", "10", "optstep"]
+    bare = plain_run(args)
+    run = teye_run(args, socket_path=agent.path, job="eval-steps")
+    assert run.returncode == bare.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[:-1] == bare.stdout.splitlines()[:-1] and run.stderr == bare.stderr
     own = last_json(run.stdout)
     j = agent.jobs()["eval-steps"]
+    phases = dict(j.phase_seconds)
+    print("own", own, "teye", phases, j.steps, j.samples, j.input_bound_ratio)
     assert own["opt_in_eval"] == 2 * 6          # two passes of 6 batches
     assert j.steps == own["steps"] + own["opt_in_eval"], (j.steps, own)
     assert j.samples == own["samples"] + 4 * own["opt_in_eval"]
+    # nothing but the probe is evaluation: the whole run from the first training batch is training, with
+    # the waits of both loaders
+    assert phases.get("eval", 0.0) <= own["probe_s"] + 0.01, (phases, own)
+    train_s, wait_s = own["train_s"] + own["eval_s"], own["wait_s"] + own["eval_wait_s"]
+    total = phases["data_wait"] + phases["compute"]
+    assert total == pytest.approx(train_s, rel=0.05), (phases, own)
+    assert abs(j.input_bound_ratio - wait_s / train_s) <= 0.03, (j.input_bound_ratio, own)

@@ -9,8 +9,9 @@ too).  optstep: the validation loop also calls optimizer.step() (it is then trai
 EVERY 0: no evaluation at all (neither the probe nor a validation pass).  --fast: no sleep in either
 __getitem__ (the tiny model's compute and the loader's own work are left).
 Prints one JSON line: its training steps' time (from asking for a batch to the end of optimizer.step()),
-their input wait, the samples trained, and the time spent evaluating (from the first evaluation batch
-asked for to the next training batch asked for; the final pass to its last batch).
+their input wait, the samples trained, the time spent evaluating (from the first evaluation batch
+asked for to the next training batch asked for; the final pass to its last batch) and its input wait,
+and the probe's time (to the first training batch asked for; 0 without a probe).
 """
 import json
 import sys
@@ -43,23 +44,31 @@ val_loader = DataLoader(Slow(BS * 6, 0 if fast else 0.004), batch_size=BS)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = time.perf_counter
+probe_from = clock()
 if every:
     probe = next(iter(train_loader))      # a batch-size probe: not training
     print("probe batch", len(probe[0]), flush=True)
 
-train_s = wait_s = eval_s = 0.0
+train_s = wait_s = eval_s = eval_wait_s = 0.0
 samples = opt_in_eval = evals = 0
 step_times = []
 eval_from = None
 
 
 def evaluate():
-    global opt_in_eval, evals
+    global opt_in_eval, evals, eval_wait_s
     evals += 1
     model.eval()
     total = 0.0
     with torch.no_grad() if not optstep else torch.enable_grad():
-        for x, y in val_loader:
+        it = iter(val_loader)
+        while True:
+            t = clock()
+            batch = next(it, None)
+            eval_wait_s += clock() - t      # its input wait (the end of the pass's too)
+            if batch is None:
+                break
+            x, y = batch
             loss = ((model(x) - y) ** 2).mean()
             total += float(loss)
             if optstep:
@@ -74,6 +83,8 @@ def evaluate():
 it = iter(train_loader)
 for i in range(steps):
     t0 = clock()
+    if i == 0:
+        probe_s = t0 - probe_from
     if eval_from is not None:
         eval_s += t0 - eval_from
         eval_from = None
@@ -92,10 +103,10 @@ for i in range(steps):
     samples += len(x)
     if every and (i + 1) % every == 0:
         eval_from = clock()
-        evaluate()
+        print("eval after", i + 1, "loss %.5f" % evaluate(), flush=True)
 if eval_from is not None:
     eval_s += clock() - eval_from
 print(json.dumps({"steps": steps, "samples": samples, "train_s": train_s, "wait_s": wait_s,
-                  "wait_share": wait_s / train_s, "eval_s": eval_s, "opt_in_eval": opt_in_eval,
-                  "evals": evals,
+                  "wait_share": wait_s / train_s, "eval_s": eval_s, "eval_wait_s": eval_wait_s,
+                  "probe_s": probe_s if every else 0.0, "opt_in_eval": opt_in_eval, "evals": evals,
                   "step_times": step_times}))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -25,6 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FLOODER = textwrap.dedent("""
     import json, os, socket, sys, time
     path, seconds = sys.argv[1], float(sys.argv[2])
+    job = sys.argv[3].encode() if len(sys.argv) > 3 else b"flood"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.connect(path)
     s.setblocking(False)
@@ -35,7 +38,7 @@ FLOODER = textwrap.dedent("""
     while time.monotonic() < end:
         for _ in range(200):
             t += 1000
-            msg = b'{"v":1,"job":"flood","steps":[[%d,%d,1]]}' % (t, t + 500)
+            msg = b'{"v":1,"job":"%s","steps":[[%d,%d,1]]}' % (job, t, t + 500)
             try:
                 s.send(msg)
                 sent += 1
@@ -62,6 +65,9 @@ VICTIM = textwrap.dedent("""
 
 
 NOBODY = 65534
+# flooding processes of one uid: their per-process shares of a slice (receiver.SHED_PID_SHARE) add up to twice
+# the budget, four times the uid's share (receiver.SHED_UID_SHARE)
+FLOODERS = 16
 
 
 def _as_nobody():
@@ -116,3 +122,101 @@ def test_a_flood_does_not_make_another_job_lose_records(sockdir, flooder):
         assert points[("teye_job_shed_messages_total", ("victim",))] == 0
     finally:
         agent.close()
+
+
+def test_one_uid_with_many_flooding_jobs_gets_its_share_only(sockdir):
+    """Another uid runs FLOODERS flooding processes, each its own job, whose per-process shares
+    (SHED_PID_SHARE each) add up to twice a slice's budget: the victim (this uid) loses nothing, and every
+    datagram a flooder sent is handled or charged to its own job.  Oracles: the flooders' own counts of
+    what they sent, the victim's own step count, the test's clock of the flood."""
+    from agent.phases import receiver
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the flooders as another uid")
+    budget = 4000
+    agent = LiveAgent(sockdir, max_messages_per_second=budget)
+    env = {**os.environ, "PYTHONPATH": REPO}
+    os.chmod(sockdir, 0o755)
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    floods = []
+    try:
+        t0 = time.monotonic()
+        for i in range(FLOODERS):
+            floods.append(subprocess.Popen([py, "-c", FLOODER, agent.path, "3", f"flood-{i}"], stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_as_nobody,
+                                            cwd="/"))
+        for f in floods:
+            assert f.stdout.readline().strip() == "ready"
+        victim = subprocess.run([sys.executable, "-c", VICTIM, agent.path, "300"], capture_output=True,
+                                text=True, env=env, timeout=60)
+        sent = []
+        for f in floods:
+            out, err = f.communicate(timeout=60)
+            assert f.returncode == 0 and out.strip(), (f.returncode, out, err)
+            sent.append(json.loads(out.strip().splitlines()[-1])["sent"])
+        flood_s = time.monotonic() - t0
+        assert victim.returncode == 0, victim.stderr
+        v = json.loads(victim.stdout.strip().splitlines()[-1])
+        jobs = agent.jobs()
+        names = [n for n in jobs if n.rsplit("/", 1)[-1].startswith("flood-")]
+        handled = sum(jobs[n].steps for n in names)
+        shed = sum(jobs[n].shed for n in names)
+        print("flood", flood_s, "s, sent", sum(sent), "handled", handled, "shed", shed, "victim", v,
+              jobs["victim"].steps, jobs["victim"].shed)
+        assert len(names) == FLOODERS and all(jobs[n].uid == NOBODY for n in names)
+        # every datagram a flooder got into the socket is handled or charged to its own job
+        assert handled + shed == sum(sent), (handled, shed, sent)
+        # the flood exceeded what the receiver handles many times over, and never more than the budget plus
+        # the uid's share of it (the share itself, slice by slice: test_the_per_uid_share_of_a_slice; here
+        # the receiver, starved of CPU by 16 flooders on a small machine, may handle less than its budget)
+        assert shed > handled, (handled, shed)
+        assert handled <= 1.1 * budget * (1 + receiver.SHED_UID_SHARE) * flood_s + 100, (handled, flood_s)
+        # the victim lost nothing and had nothing charged
+        assert v["dropped_messages"] == 0 and v["dropped"] == 0, v
+        assert (jobs["victim"].steps, jobs["victim"].samples) == (v["steps"], v["samples"])
+        assert jobs["victim"].client_dropped == 0 and jobs["victim"].shed == 0
+    finally:
+        for f in floods:
+            f.kill()
+        agent.close()
+
+
+def test_the_per_uid_share_of_a_slice(monkeypatch):
+    """The share itself, datagram by datagram, on the receiver's own shedding loop (no clock, no scheduler):
+    once a slice's budget is spent, 16 processes of one uid flooding (their per-process shares add up to
+    four times the uid's) get their uid's share handed on, no more; another uid's three-process job and a
+    lone process of a third uid, each within its per-process share, get every datagram through although
+    the flood came first in the queue.  What is not handed on is charged to the (uid, pid) that sent it."""
+    from agent.phases import receiver
+    per_slice = 40                                   # 4,000 datagrams a second, 10 ms slices
+    pid_cap = max(receiver.SHED_MIN, int(per_slice * receiver.SHED_PID_SHARE))
+    uid_cap = max(4 * receiver.SHED_MIN, int(per_slice * receiver.SHED_UID_SHARE))
+    assert 16 * pid_cap >= 4 * uid_cap               # the per-process caps alone would not hold the uid back
+    queue = []
+    for k in range(50):                              # the flood first: 16 pids of uid 65534, 50 each
+        queue += [(b"f", 5000 + p, NOBODY) for p in range(16)]
+    queue += [(b"v", 100 + r, 1000) for r in range(3) for _ in range(pid_cap)]   # a DDP job of uid 1000
+    queue += [(b"w", 200, 1001)] * 2
+    handed, charged = [], {}
+    batches = [queue[i:i + receiver.BATCH] for i in range(0, len(queue), receiver.BATCH)]
+
+    def receive():
+        if not batches:
+            raise OSError("drained")                 # the loop ends: the main loop would report it
+        return batches.pop(0)
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        r = receiver.Receiver(sock, "test", None, handed.extend, 1024, per_slice * 100,
+                              shed=lambda d: [charged.__setitem__(k, charged.get(k, 0) + n) for k, n in d.items()])
+        assert r._per_slice == per_slice
+        r._shed_until(time.monotonic() + 60, receive)
+    finally:
+        sock.close()
+    by_uid = {}
+    for _, pid, uid in handed:
+        by_uid[uid] = by_uid.get(uid, 0) + 1
+    print("handed on", by_uid, "caps", pid_cap, uid_cap)
+    assert by_uid[NOBODY] == uid_cap                 # the flooding uid: its share, however many processes
+    assert by_uid[1000] == 3 * pid_cap and by_uid[1001] == 2       # the others: every datagram
+    assert sum(charged.values()) == 16 * 50 - uid_cap
+    assert {uid for uid, _ in charged} == {NOBODY}
