@@ -29,9 +29,16 @@ def _check(agent, job, own, steps, samples):
     total = phases["data_wait"] + phases["compute"]
     assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
     assert j.step_hist.sum == pytest.approx(own["train_s"], rel=0.05), (j.step_hist, own)
-    # the input-bound share of training, to 3 points of the script's own (its training set's __getitem__
-    # time over its training time)
-    assert abs(phases["data_wait"] / total - own["wait_s"] / own["train_s"]) <= 0.03, (phases, own)
+    # the input-bound share of training, to 3 points of the script's own: the time its loader spends
+    # making its training batches (its training set's __getitem__ and its collate function) over its
+    # training time.  teye's wait is the whole fetch, the framework's own fetching code too (about 1-2
+    # points more here), so it may exceed that, never the script's time between training batches (Lightning's
+    # between_s: the loader's and Lightning's own work, an upper bound).
+    share = phases["data_wait"] / total
+    made = (own["wait_s"] + own["collate_s"]) / own["train_s"]
+    assert abs(share - made) <= 0.03, (share, made, phases, own)
+    if "between_s" in own:
+        assert share <= own["between_s"] / own["train_s"] + 0.01, (share, own)
     return j, phases
 
 
