@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, base_env, plain_run, teye_run
+from tests.client.helpers import HERE, base_env, last_json, plain_run, teye_run
 
 pytestmark = [pytest.mark.tf, pytest.mark.e2e]
 pytest.importorskip("tensorflow", reason="the workloads-cpu extra")
@@ -78,3 +78,44 @@ def test_fit_validation_evaluate_and_predict_are_eval(agent, tmp_path):
     for le, n in j.step_hist.buckets:
         if le >= 0.05:
             assert abs((j.steps - n) - sum(t > le for t in own["step_times"])) <= 1, (le, j.step_hist)
+
+
+LOOP = os.path.join(HERE, "tf_eval_loop.py")
+
+
+def test_custom_tf_loop_validation_is_eval(agent):
+    """A custom TensorFlow loop (tests/client/tf_eval_loop.py): eager batches from tf.data iterators, a
+    tf.function applying a Keras optimizer; a probe, a validation pass every 10 steps and a final one, each over
+    its own iterator: eval by the rule PyTorch's loaders follow (an iterator no step follows does not train)."""
+    bare = plain_run([sys.executable, LOOP, "30", "10"], env=base_env(**ENV), timeout=300)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    run = teye_run([sys.executable, LOOP, "30", "10"], socket_path=agent.path, job="tf-eval",
+                   env=base_env(**ENV), timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    # its losses are its own: identical with and without teye (the same eager batches, the same tf.functions)
+    assert run.stdout.splitlines()[:-1] == bare.stdout.splitlines()[:-1]
+    own = last_json(run.stdout)
+    j = agent.jobs()["tf-eval"]
+    phases = dict(j.phase_seconds)
+    print("own", {k: v for k, v in own.items() if k != "step_times"}, "teye", phases, j.steps, j.samples,
+          j.input_bound_ratio, j.step_hist)
+    assert j.source == "tf.data"
+    assert j.steps == own["steps"] == 30 and j.samples == own["samples"] == 240, (j.steps, j.samples)
+    # 3 validation passes (5 batches of 6 ms: ~0.04 s each, the last at exit) and the probe (from it to the
+    # first training batch, which holds the train step's tracing: the script does not count it, so no bound)
+    assert 0.95 * own["eval_s"] <= phases.get("eval", 0.0), (phases, own)
+    total = phases["data_wait"] + phases["compute"]
+    assert total == pytest.approx(own["train_s"], rel=0.05, abs=0.01), (phases, own)
+    assert abs(j.input_bound_ratio - own["wait_share"]) <= 0.03, (j.input_bound_ratio, own)
+
+
+def test_custom_tf_loop_evaluation_that_applies_the_optimizer_is_training(agent):
+    """Bad input: a 'validation' step that applies the optimizer trains, by definition."""
+    run = teye_run([sys.executable, LOOP, "20", "10", "optstep"], socket_path=agent.path, job="tf-opt",
+                   env=base_env(**ENV), timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    own = last_json(run.stdout)
+    j = agent.jobs()["tf-opt"]
+    assert own["opt_in_eval"] == 2 * 5          # two passes of 5 batches
+    assert j.steps == own["steps"] + own["opt_in_eval"], (j.steps, own)
+    assert j.samples == own["samples"] + 8 * own["opt_in_eval"]

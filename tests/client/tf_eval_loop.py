@@ -1,0 +1,100 @@
+"""An unmodified TensorFlow custom training loop that evaluates while it trains, with its own clock.
+
+    python tf_eval_loop.py STEPS EVERY [optstep]
+
+A batch-size probe (next(iter(train))) first; then STEPS training steps, each a batch taken eagerly from a
+tf.data iterator whose map sleeps (input-bound training) and a tf.function applying a Keras optimizer; every
+EVERY steps, and once after the last step, a validation pass over its own tf.data pipeline (its map sleeps
+too) through a tf.function that only computes the loss.  optstep: the validation step also applies the
+optimizer (it is then training, by definition).  Prints its losses, then one JSON line: its training steps'
+time (from asking for a batch to the train step's return), their input wait, the samples trained, and the
+time spent evaluating (from the first evaluation batch asked for to the next training batch asked for; the
+final pass to its last batch).
+"""
+import json
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+steps, every = int(sys.argv[1]), int(sys.argv[2])
+optstep = len(sys.argv) > 3 and sys.argv[3] == "optstep"
+BS, VAL = 8, 5
+clock = time.perf_counter
+keras.utils.set_random_seed(0)
+rng = np.random.RandomState(0)
+
+
+def slow(sleep_s):
+    def read(a):
+        time.sleep(sleep_s)
+        return a
+    return lambda a, b: (tf.ensure_shape(tf.numpy_function(read, [a], tf.float32), a.shape), b)
+
+
+def pipeline(n, sleep_s):
+    ds = tf.data.Dataset.from_tensor_slices((rng.rand(n, 16).astype("float32"), rng.rand(n, 1).astype("float32")))
+    return ds.batch(BS).map(slow(sleep_s))
+
+
+train = pipeline(BS * steps, 0.004)
+val = pipeline(BS * VAL, 0.006)
+model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+opt = keras.optimizers.SGD(0.01)
+
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
+    opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+    return loss
+
+
+@tf.function
+def val_step(x, y):
+    return tf.reduce_mean((model(x) - y) ** 2)
+
+
+probe = next(iter(train))                  # a batch-size probe: not training
+print("probe batch", int(probe[0].shape[0]), flush=True)
+train_s = wait_s = eval_s = 0.0
+samples = opt_in_eval = 0
+step_times = []
+eval_from = None
+
+
+def evaluate():
+    global opt_in_eval
+    total = 0.0
+    for x, y in val:
+        total += float(train_step(x, y) if optstep else val_step(x, y))
+        opt_in_eval += optstep
+    print("val %.6f" % total, flush=True)
+
+
+it = iter(train)
+for i in range(steps):
+    t0 = clock()
+    if eval_from is not None:
+        eval_s += t0 - eval_from
+        eval_from = None
+    x, y = next(it)
+    t1 = clock()
+    loss = train_step(x, y)
+    t2 = clock()
+    train_s += t2 - t0
+    wait_s += t1 - t0
+    step_times.append(t2 - t0)
+    samples += int(x.shape[0])
+    print("loss %.6f" % float(loss), flush=True)
+    if (i + 1) % every == 0:
+        eval_from = clock()
+        evaluate()
+if eval_from is not None:
+    eval_s += clock() - eval_from
+print(json.dumps({"steps": steps, "samples": samples, "train_s": train_s, "wait_s": wait_s,
+                  "wait_share": wait_s / train_s, "eval_s": eval_s, "opt_in_eval": opt_in_eval,
+                  "step_times": step_times}))
