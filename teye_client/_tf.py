@@ -15,6 +15,10 @@ Keras Model.fit alike).
 - Steps: Keras 3's ``BaseOptimizer.apply`` marks the ``tf.function`` being traced when it is called (or,
   run eagerly, ends a step itself); each later call of a marked function ends a step when it returns.
   So the step boundary is the train function's call, as Keras' own batch callbacks see it.
+- Evaluation: Keras' ``evaluate``, ``predict``, ``test_on_batch`` and ``predict_on_batch`` (fit's validation
+  runs through ``evaluate``) are wrapped: each call is the ``eval`` phase (Session.evaluation).  Each tf.data
+  iterator's waits carry its number, so a custom loop's validation pass over its own iterator is ``eval``
+  by the rule PyTorch's DataLoader iterators follow (Session._evaluation).
 """
 import itertools
 import sys
