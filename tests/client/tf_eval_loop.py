@@ -11,7 +11,6 @@ time (from asking for a batch to the train step's return), their input wait, the
 time spent evaluating (from the first evaluation batch asked for to the next training batch asked for; the
 final pass to its last batch).
 """
-import json
 import sys
 import time
 
@@ -19,10 +18,11 @@ import numpy as np
 import tensorflow as tf
 import keras
 
+from tests.client.own_clock import OwnClock
+
 steps, every = int(sys.argv[1]), int(sys.argv[2])
 optstep = len(sys.argv) > 3 and sys.argv[3] == "optstep"
 BS, VAL = 8, 5
-clock = time.perf_counter
 keras.utils.set_random_seed(0)
 rng = np.random.RandomState(0)
 
@@ -60,10 +60,8 @@ def val_step(x, y):
 
 probe = next(iter(train))                  # a batch-size probe: not training
 print("probe batch", int(probe[0].shape[0]), flush=True)
-train_s = wait_s = eval_s = 0.0
-samples = opt_in_eval = 0
-step_times = []
-eval_from = None
+own = OwnClock()
+opt_in_eval = 0
 
 
 def evaluate():
@@ -76,25 +74,16 @@ def evaluate():
 
 
 it = iter(train)
+
+
+def train_one(batch):
+    x, y = batch
+    print("loss %.6f" % float(train_step(x, y)), flush=True)
+    return int(x.shape[0])
+
+
 for i in range(steps):
-    t0 = clock()
-    if eval_from is not None:
-        eval_s += t0 - eval_from
-        eval_from = None
-    x, y = next(it)
-    t1 = clock()
-    loss = train_step(x, y)
-    t2 = clock()
-    train_s += t2 - t0
-    wait_s += t1 - t0
-    step_times.append(t2 - t0)
-    samples += int(x.shape[0])
-    print("loss %.6f" % float(loss), flush=True)
+    own.step(lambda: next(it), train_one)
     if (i + 1) % every == 0:
-        eval_from = clock()
-        evaluate()
-if eval_from is not None:
-    eval_s += clock() - eval_from
-print(json.dumps({"steps": steps, "samples": samples, "train_s": train_s, "wait_s": wait_s,
-                  "wait_share": wait_s / train_s, "eval_s": eval_s, "opt_in_eval": opt_in_eval,
-                  "step_times": step_times}))
+        own.evaluate(evaluate)
+own.report(steps, opt_in_eval=opt_in_eval)

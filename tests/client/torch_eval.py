@@ -10,12 +10,13 @@ Prints one JSON line: its training steps' time (from asking for a batch to the e
 their input wait, the samples trained, and the time spent evaluating (from the first evaluation batch
 asked for to the next training batch asked for; the final pass to its last batch).
 """
-import json
 import sys
 import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from tests.client.own_clock import OwnClock
 
 
 class Slow(Dataset):
@@ -38,14 +39,10 @@ train_loader = DataLoader(Slow(BS * steps, 0.002), batch_size=BS)
 val_loader = DataLoader(Slow(BS * 6, 0.004), batch_size=BS)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-clock = time.perf_counter
 probe = next(iter(train_loader))          # a batch-size probe: not training
 print("probe batch", len(probe[0]), flush=True)
-
-train_s = wait_s = eval_s = 0.0
-samples = opt_in_eval = 0
-step_times = []
-eval_from = None
+own = OwnClock()
+opt_in_eval = 0
 
 
 def evaluate():
@@ -66,29 +63,21 @@ def evaluate():
 
 
 it = iter(train_loader)
-for i in range(steps):
-    t0 = clock()
-    if eval_from is not None:
-        eval_s += t0 - eval_from
-        eval_from = None
-    x, y = next(it)
-    t1 = clock()
+
+
+def train(batch):
+    x, y = batch
     loss = ((model(x) - y) ** 2).mean()
     opt.zero_grad()
     loss.backward()
     for _ in range(20):                     # some compute
         torch.mm(torch.randn(64, 64), torch.randn(64, 64))
     opt.step()
-    t2 = clock()
-    train_s += t2 - t0
-    wait_s += t1 - t0
-    step_times.append(t2 - t0)
-    samples += len(x)
+    return len(x)
+
+
+for i in range(steps):
+    own.step(lambda: next(it), train)
     if (i + 1) % every == 0:
-        eval_from = clock()
-        evaluate()
-if eval_from is not None:
-    eval_s += clock() - eval_from
-print(json.dumps({"steps": steps, "samples": samples, "train_s": train_s, "wait_s": wait_s,
-                  "wait_share": wait_s / train_s, "eval_s": eval_s, "opt_in_eval": opt_in_eval,
-                  "step_times": step_times}))
+        own.evaluate(evaluate)
+own.report(steps, opt_in_eval=opt_in_eval)
