@@ -1,14 +1,15 @@
 """An unmodified Keras 3 Model.fit script (TensorFlow backend) that evaluates while it trains, with its own clock.
 
-    python keras_eval.py OUT.json [EPOCHS STEPS]
+    python keras_eval.py OUT.json [EPOCHS STEPS [READ_MS]]
 
-fit() over a tf.data pipeline whose map sleeps 15 ms per batch (input-bound training), with validation_data
+fit() over a tf.data pipeline whose map sleeps READ_MS (15) ms per batch (input-bound training), with validation_data
 every epoch over its own pipeline, slower (30 ms per batch, 4 batches); after the first epoch a callback
 calls model.predict() on the validation inputs (an evaluation between epochs); after fit, model.evaluate()
 and model.predict().  The script's own clock (a Keras callback): each training step from
 on_train_batch_begin to on_train_batch_end, each evaluation from on_test_begin to on_test_end (and around
-its predict calls; and the time between two epochs' batches and around the evaluate and predict after fit, an
-upper bound of what evaluation can have taken), and the time its training map spent reading (its input wait: tf.data's injected
+its predict calls; the time between two epochs' batches and around the evaluate and predict after fit, an upper
+bound of what evaluation can have taken; the steps again, each from the end of the one before, as the
+phase protocol counts a step), and the time its training map spent reading (its input wait: tf.data's injected
 prefetch is off, so each batch is read while the step waits for it).
 Writes OUT.json: the losses and metrics Keras computed (compared with and without teye) and those timings.
 """
@@ -22,6 +23,7 @@ import keras
 
 out = sys.argv[1]
 epochs, steps = (int(sys.argv[2]), int(sys.argv[3])) if len(sys.argv) > 3 else (3, 20)
+read_s = float(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.015
 BATCH, VAL = 16, 4
 clock = time.perf_counter
 keras.utils.set_random_seed(0)
@@ -46,7 +48,7 @@ def slow(sleep_s, log):
 no_prefetch = tf.data.Options()   # tf.data would read the next batch ahead: the read would not be the wait
 no_prefetch.experimental_optimization.inject_prefetch = False
 no_prefetch.autotune.enabled = False
-train = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).map(slow(0.015, reads)).with_options(no_prefetch)
+train = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).map(slow(read_s, reads)).with_options(no_prefetch)
 val = tf.data.Dataset.from_tensor_slices((vx, vy)).batch(BATCH).map(slow(0.03, None))
 val_inputs = tf.data.Dataset.from_tensor_slices(vx).batch(BATCH).map(lambda a: slow(0.03, None)(a, 0)[0])
 
@@ -62,16 +64,22 @@ class Clock(keras.callbacks.Callback):
         self.step_times, self.losses, self.predictions = [], [], []
         self.eval_s = 0.0    # inside the evaluations: on_test_begin..on_test_end, around each predict
         self.outer_s = 0.0   # ... and what surrounds them: between two epochs' batches, around the last ones
+        self.loop_s = 0.0    # the training steps, each from the end of the one before (the first of an epoch
+                             # from its begin): with outer_s, all of fit's time and the evaluations after it
         self.t = self.e = self.last = None
 
     def on_train_batch_begin(self, batch, logs=None):
         self.t = clock()
-        if batch == 0 and self.last is not None:
-            self.outer_s += self.t - self.last
+        if batch == 0:
+            if self.last is not None:
+                self.outer_s += self.t - self.last
+            self.last = self.t
 
     def on_train_batch_end(self, batch, logs=None):
-        self.last = clock()
-        self.step_times.append(self.last - self.t)
+        t = clock()
+        self.step_times.append(t - self.t)
+        self.loop_s += t - self.last   # a step as the protocol's: from the previous one's end (docs/phases.md)
+        self.last = t
         self.losses.append(float(logs["loss"]))
 
     def on_train_end(self, logs=None):
@@ -106,5 +114,6 @@ cb.predict()
 train_s = sum(cb.step_times)
 json.dump({"losses": cb.losses, "history": hist.history, "evaluate": evaluated, "predictions": cb.predictions,
            "steps": len(cb.step_times), "samples": BATCH * len(cb.step_times), "train_s": train_s,
-           "step_times": cb.step_times, "wait_s": sum(reads), "reads": len(reads), "eval_s": cb.eval_s, "outer_s": cb.outer_s},
+           "step_times": cb.step_times, "wait_s": sum(reads), "reads": len(reads), "eval_s": cb.eval_s, "outer_s": cb.outer_s,
+           "loop_s": cb.loop_s},
           open(out, "w"))
