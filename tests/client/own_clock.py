@@ -8,7 +8,10 @@ clock = time.perf_counter
 
 class OwnClock:
     """A training step: from asking for its batch to the end of its optimizer step.  An evaluation: from
-    its start (evaluate()) to the next training batch asked for, the last one to the end (report())."""
+    its start (evaluate(), or eval_from set by the job) to the next training batch asked for, the last one to
+    the end (report())."""
+
+    clock = staticmethod(clock)
 
     def __init__(self):
         self.train_s = self.wait_s = self.eval_s = 0.0
@@ -34,10 +37,11 @@ class OwnClock:
         self.eval_from = clock()
         return fn()
 
-    def report(self, steps, **extra):
-        """Print the one JSON line the tests read (after the job's own output)."""
+    def report(self, steps, final_end=None, **extra):
+        """Print the one JSON line the tests read (after the job's own output); ``final_end``: where the last
+        evaluation ended (its last batch), if not now."""
         if self.eval_from is not None:
-            self.eval_s += clock() - self.eval_from
+            self.eval_s += (clock() if final_end is None else final_end) - self.eval_from
         print(json.dumps(dict({"steps": steps, "samples": self.samples, "train_s": self.train_s,
                                "wait_s": self.wait_s, "wait_share": self.wait_s / self.train_s,
                                "eval_s": self.eval_s, "step_times": self.step_times}, **extra)))

@@ -8,8 +8,8 @@ EVERY steps, and once after the last step, a validation pass over its own tf.dat
 too) through a tf.function that only computes the loss.  optstep: the validation step also applies the
 optimizer (it is then training, by definition).  Prints its losses, then one JSON line: its training steps'
 time (from asking for a batch to the train step's return), their input wait, the samples trained, and the
-time spent evaluating (from the first evaluation batch asked for to the next training batch asked for; the
-final pass to its last batch).
+time spent evaluating (the probe's and each validation pass's: from its first batch asked for, once its
+iterator is made, to the next training batch asked for; the final pass to its last batch).
 """
 import sys
 import time
@@ -58,18 +58,23 @@ def val_step(x, y):
     return tf.reduce_mean((model(x) - y) ** 2)
 
 
-probe = next(iter(train))                  # a batch-size probe: not training
-print("probe batch", int(probe[0].shape[0]), flush=True)
 own = OwnClock()
 opt_in_eval = 0
+first = iter(train)
+own.eval_from = own.clock()                # a batch-size probe, not training: eval to its next training batch
+probe = next(first)
+print("probe batch", int(probe[0].shape[0]), flush=True)
 
 
 def evaluate():
     global opt_in_eval
     total = 0.0
-    for x, y in val:
+    batches = iter(val)   # a few ms in tf.data, before its first batch: neither training nor eval to teye
+    own.eval_from = own.clock()
+    for x, y in batches:
         total += float(train_step(x, y) if optstep else val_step(x, y))
         opt_in_eval += optstep
+        own.eval_last = own.clock()
     print("val %.6f" % total, flush=True)
 
 
@@ -86,4 +91,4 @@ for i in range(steps):
     own.step(lambda: next(it), train_one)
     if (i + 1) % every == 0:
         own.evaluate(evaluate)
-own.report(steps, opt_in_eval=opt_in_eval)
+own.report(steps, final_end=own.eval_last, opt_in_eval=opt_in_eval)
