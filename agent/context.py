@@ -75,6 +75,7 @@ class UtilTimeline:
 @dataclass
 class AgentContext:
     clock: Callable[[], int] = time.monotonic_ns
+    wall_clock: Callable[[], float] = time.time      # Unix time, for what is exported as a date (a run's start)
     timeline: UtilTimeline = field(default_factory=UtilTimeline)
     # pid -> GPU labels it holds (updated by the GPU source each poll)
     gpu_pids: Dict[int, FrozenSet[str]] = field(default_factory=dict)

@@ -35,8 +35,8 @@ def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
 
 
 def job_budget(j: int, input_bound: int = 0) -> int:
-    """docs/operations.md: 19 + 34 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
-    return 19 + 34 * j + 3 * input_bound
+    """docs/operations.md: 19 + 36 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
+    return 19 + 36 * j + 3 * input_bound
 
 
 def node(n_jobs: int):
@@ -109,7 +109,7 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
     section = doc[doc.index("## Series budget per node"):]
     for label in BOUNDED_LABELS:
         assert f"`{label}`" in section, label
-    for formula in ("7 + 10·N", "G·(44 + B)", "19 + 34·J", "1 + 4·C", "5 + 16·K"):
+    for formula in ("7 + 10·N", "G·(44 + B)", "19 + 36·J", "1 + 4·C", "5 + 16·K"):
         assert formula in section, formula
 
 
@@ -123,7 +123,7 @@ def test_jobs_scale_linearly_and_nothing_else_moves():
     moved = {n: after[n] - before[n] for n in before.keys() | after.keys() if after[n] != before[n]}
     assert sorted(n for n in moved if not n.startswith("teye_job_")) == [], moved
     assert all(d > 0 for d in moved.values()), moved
-    assert sum(moved.values()) == (34 + 3) * 10  # the test jobs are input-bound: 3 cause series each
+    assert sum(moved.values()) == (36 + 3) * 10  # the test jobs are input-bound: 3 cause series each
     # and the series of everything but the jobs are the same series, label for label
     assert {k for k in zero if not k[0].startswith("teye_job_")} == {k for k in ten if not k[0].startswith("teye_job_")}
 

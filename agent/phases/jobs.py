@@ -13,6 +13,13 @@ intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the 
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are live;
 a job silent for ``job_expiry_seconds`` expires and its series disappear.
 
+One run per run: a job whose processes have all exited (or are zombies) and that has been silent
+for RUN_END_SILENCE_NS has *ended* (``_end_runs``, on the sampler's pass).  An ended run stays
+exported, unchanged, until it expires, but leaves the table's lookup (``_jobs``, which the compiled
+helpers read), so the next message under its name starts a new run (``_new_job``): counters from
+zero, ``teye_job_info`` with the new run's pid, a new ``teye_job_start_time_seconds``.  A late datagram
+of one of the ended run's own processes reopens it instead.
+
 A process that says its rank in a data-parallel job (protocol ``rank``, once per connection) gets
 per-rank sums beside the job's (``_Rank``: totals and a window, at most MAX_PIDS per job); its
 datagrams all take the Python path (``handle_batch``: the compiled helpers keep only the job's sums),
@@ -60,6 +67,7 @@ DATA_WAIT = 0                   # PHASES.index("data_wait")
 RING_SLOTS = 30
 MAX_PIDS = 64
 MAX_UNTRACKED = 4 * MAX_PIDS    # ranks beyond MAX_PIDS whose steps are kept out of the job's global steps
+RUN_END_SILENCE_NS = 2 * 10**9  # a job all of whose processes exited has ended once silent this long
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 
@@ -170,6 +178,8 @@ class JobView:
     critical_rank: Optional[int] = None        # the rank whose verdict is the job's (agent.phases.ranks)
     world_size: Optional[int] = None           # ranks in the job, as its launcher says (None: not said)
     shed: int = 0                              # its datagrams the receiver discarded (over its share of the budget)
+    start_time: Optional[float] = None         # Unix time this run of the job began on this node (its first message)
+    ended: bool = False                        # all its processes exited: a new message under its name starts a new run
 
     @property
     def source(self) -> str:
@@ -214,9 +224,9 @@ class _Rank:
 
 
 class _Job:
-    __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps", "samples",
-                 "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
-                 "ranks", "rank_steps", "world", "untracked", "shed")
+    __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps",
+                 "samples", "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
+                 "ranks", "rank_steps", "world", "untracked", "shed", "start_time")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -243,18 +253,22 @@ class _Job:
         self.world: Optional[int] = None          # ranks in the job, as the launcher says
         self.untracked: set = set()               # pids of ranks beyond MAX_PIDS: not judged, their steps not counted
         self.shed = 0                             # datagrams the receiver discarded over its share (fair budget)
+        self.start_time = 0.0                     # Unix time of its first message (set by JobTable._new_job)
 
 
 class JobTable:
     """Applies validated messages and turns them into JobViews; thread-safe (one lock)."""
 
-    def __init__(self, cfg: Mapping, ctx, own_uid: Optional[int] = None, record_intervals: int = 0, probe=None):
+    def __init__(self, cfg: Mapping, ctx, own_uid: Optional[int] = None, record_intervals: int = 0, probe=None,
+                 alive: Optional[Callable[[int], bool]] = None):
         """``cfg`` is the ``phases`` config section; ``ctx`` an AgentContext (clock, timeline, gpu_pids).
 
         ``record_intervals`` > 0 keeps the newest that many raw intervals (for `teye profile`'s timeline).
         ``probe`` (an ``agent.phases.procstat.InputProbe``) samples the senders of data_wait phases,
         to name the cause of input-bound jobs; None: the cause is ``unknown``.
+        ``alive(pid)``: whether a sending process still runs (default: :func:`process_alive`), to end runs.
         """
+        self.alive = process_alive if alive is None else alive
         self.ctx = ctx
         self.probe = probe
         # Optional further evidence for every job's verdict, () -> ((topic, note), ...): e.g. memory
@@ -274,6 +288,8 @@ class JobTable:
         self.attributed: Dict[str, int] = {r: 0 for r in ATTRIBUTION_RESULTS}
         self.recorded: Optional[Deque] = deque(maxlen=record_intervals) if record_intervals else None
         self._jobs: "OrderedDict[Tuple[int, str], _Job]" = OrderedDict()
+        # runs that ended (all their processes exited), exported until they expire or their name starts a new run
+        self._ended: "OrderedDict[Tuple[int, str], _Job]" = OrderedDict()
         self._labels: Dict[str, Tuple[int, str]] = {}
         self._per_uid: Dict[int, int] = {}
         self._users: Dict[int, str] = {}
@@ -411,16 +427,41 @@ class JobTable:
         return label
 
     def _new_job(self, key, pid: int, uid: int, now_ns: int) -> Optional[_Job]:
-        if len(self._jobs) >= self.max_jobs or self._per_uid.get(uid, 0) >= self.max_per_user:
+        old = self._ended.get(key)
+        if old is not None:
+            if pid in old.pids and old.pids:
+                # a late datagram of the ended run's own process (queued before it exited): the run goes on
+                del self._ended[key]
+                self._jobs[key] = old
+                self.rank_pids.update(old.ranks)      # its ranked processes take the Python path again
+                self.rank_pids.update(old.untracked)
+                return old
+            self._drop(key)   # the name starts a new run: the ended one's series give way to it
+        if self._full(uid):
             self._expire(now_ns)
-        if len(self._jobs) >= self.max_jobs or self._per_uid.get(uid, 0) >= self.max_per_user:
+        while self._full(uid) and self._drop_ended(uid if self._per_uid.get(uid, 0) >= self.max_per_user else None):
+            pass   # an ended run never keeps a live one out
+        if self._full(uid):
             return None
         label = self._label(uid, key[1])
         job = _Job(key, label, self._user(uid), uid, pid, now_ns, self.window_ns, self.max_pending)
+        job.start_time = self.ctx.wall_clock()   # now: the message that makes it was just received
         self._jobs[key] = job
         self._labels[label] = key
         self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
         return job
+
+    def _full(self, uid: int) -> bool:
+        return (len(self._jobs) + len(self._ended) >= self.max_jobs
+                or self._per_uid.get(uid, 0) >= self.max_per_user)
+
+    def _drop_ended(self, uid: Optional[int]) -> bool:
+        """Forget the oldest ended run (of ``uid``, or of anyone); False where there is none."""
+        for key, job in self._ended.items():
+            if uid is None or job.uid == uid:
+                self._drop(key)
+                return True
+        return False
 
     def _apply(self, msg: Message, pid: int, uid: int, now: int, ident: Identity = NO_IDENTITY) -> str:
         key = (uid, msg.job)
@@ -597,14 +638,28 @@ class JobTable:
 
     # -- periodic work (the sampler's thread) ------------------------------------------------
     def _expire(self, now_ns: int) -> None:
-        while self._jobs:
+        while self._jobs:   # in the order of their last message
             key, job = next(iter(self._jobs.items()))
             if now_ns - job.last_ns < self.expiry_ns:
                 break
             self._drop(key)
+        for key in [k for k, job in self._ended.items() if now_ns - job.last_ns >= self.expiry_ns]:
+            self._drop(key)   # (in the order they ended: a few, all looked at)
+
+    def _end_runs(self, now_ns: int) -> None:
+        """Move the jobs whose processes have all exited, silent for RUN_END_SILENCE_NS, to ``_ended``."""
+        for key, job in list(self._jobs.items()):
+            if now_ns - job.last_ns < RUN_END_SILENCE_NS:
+                break   # in the order of their last message: the rest spoke later
+            if not job.pids or any(pid <= 0 or self.alive(pid) for pid in job.pids):
+                continue   # a process still runs, or one the agent cannot see (another pid namespace)
+            del self._jobs[key]
+            self._ended[key] = job
+            self.rank_pids.difference_update(job.ranks)
+            self.rank_pids.difference_update(job.untracked)
 
     def _drop(self, key) -> None:
-        job = self._jobs.pop(key)
+        job = self._jobs.pop(key, None) or self._ended.pop(key)
         self.rank_pids.difference_update(job.ranks)
         self.rank_pids.difference_update(job.untracked)
         self._labels.pop(job.label, None)
@@ -620,7 +675,7 @@ class JobTable:
         known = frozenset(tl.gpus())
         with self._lock:
             self._known_gpus = known
-            for job in self._jobs.values():
+            for job in (*self._jobs.values(), *self._ended.values()):
                 if job.waits:
                     self._measure_waits(job, now_ns, force)
                 if not job.pending:
@@ -685,8 +740,10 @@ class JobTable:
         with self._lock:
             self._expire(now_ns)
             self._expire_ranks(now_ns)
-            views = tuple(self._view(j, now_ns) for j in self._jobs.values())
-            pending = sum(len(j.pending) for j in self._jobs.values())
+            self._end_runs(now_ns)
+            views = tuple(self._view(j, now_ns, ended=True) for j in self._ended.values()) + tuple(
+                self._view(j, now_ns) for j in self._jobs.values())
+            pending = sum(len(j.pending) for j in (*self._jobs.values(), *self._ended.values()))
             return views, tuple(self.results.items()), tuple(self.attributed.items()), pending
 
     def _expire_ranks(self, now_ns: int) -> None:
@@ -787,7 +844,7 @@ class JobTable:
             run_delay_s=sum(w.rd_s for w in sums) if rd_n == n else None,
             problem=job.wait_problem)
 
-    def _view(self, job: _Job, now_ns: int) -> JobView:
+    def _view(self, job: _Job, now_ns: int, ended: bool = False) -> JobView:
         ev = job_ev = self._evidence(job, now_ns)
         # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0 (_input_ratio);
         # the four usual phases start at 0 for a job that reports phases (a counter born at 0 loses no
@@ -837,7 +894,25 @@ class JobTable:
             critical_rank=critical,
             world_size=job.world,
             shed=job.shed,
+            start_time=job.start_time,
+            ended=ended,
         )
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` (in the agent's pid namespace) runs: it exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass   # another user's: it exists
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
+    except (OSError, ValueError):
+        return True   # it existed a moment ago; /proc may not be mounted as the agent's
 
 
 def _input_ratio(ev: Evidence) -> Optional[float]:

@@ -60,6 +60,13 @@ JOB_INFO = metric("teye_job_info", GAUGE,
                   ["train_job", "user", "uid", "pid", "source"])
 JOB_PROCESSES = metric("teye_job_processes", GAUGE, "Distinct processes that sent phases for the job (at most 64).",
                        ["train_job"])
+START_TIME = metric("teye_job_start_time_seconds", GAUGE,
+                    "Unix time this run of the job began on this node (its first message). A job name whose "
+                    "processes all exited, reused by new processes, starts a new run: a new start time, counters "
+                    "from zero (docs/phases.md).", ["train_job"], unit="seconds")
+RUNNING = metric("teye_job_running", GAUGE,
+                 "1 while a process of this run of the job runs, 0 once they have all exited (the run ended; its "
+                 "series stay, unchanged, until phases.job_expiry_seconds or a new run of the name).", ["train_job"])
 STEP_SECONDS = metric("teye_job_step_seconds", HISTOGRAM,
                       "Wall time of the job's training steps (global steps, as teye_job_steps_total).", ["train_job"],
                       buckets=STEP_BUCKETS)
@@ -97,7 +104,8 @@ ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
                     "Phase intervals credited with GPU idle time: complete (samples covered them), late (waited "
                     "phases.attribution_max_delay_seconds, credited with what was there), overflow (pushed out "
                     "of the bounded queue, not credited).", ["result"])
-JOBS = metric("teye_phase_jobs", GAUGE, "Live training jobs in the phase table.")
+JOBS = metric("teye_phase_jobs", GAUGE, "Training jobs in the phase table: live runs, and ended runs until they expire "
+              "or their name starts a new run.")
 PENDING = metric("teye_phase_pending_intervals", GAUGE, "Phase intervals waiting for the GPU samples that cover them.")
 
 
@@ -126,6 +134,8 @@ class PhasesReading:
             name = j.train_job
             yield point(JOB_INFO, 1, name, j.user, j.uid, j.pid, j.source)
             yield point(JOB_PROCESSES, j.processes, name)
+            yield point(START_TIME, j.start_time, name)
+            yield point(RUNNING, 0 if j.ended else 1, name)
             for phase, s in j.phase_seconds:
                 yield point(PHASE_SECONDS, s, name, phase)
             yield point(STEPS, j.steps, name)

@@ -14,6 +14,9 @@ Two rounds, whatever the number of jobs:
 
 A Slurm job is linked to the training jobs that ran on its GPUs (``teye_job_gpu_idle_seconds_total``
 on the same node and GPU, overlapping in time) or whose name carries its job id.
+
+A training job name used again after its processes exited is a new run (``teye_job_start_time_seconds``
+changes; its counters restart): a report describes one run, the latest in range (docs/report.md "Runs").
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ EXIT_NO_PHASES = 12
 
 PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "other")
 DEFAULT_LOOKBACK_S = 7 * 86400
+START_METRIC = "teye_job_start_time_seconds"   # a run's start; a new value: a new run (docs/report.md "Runs")
+START_CHANGES = "teye_report_start_time_changes"   # changes() of it over the range (a name of the report's own)
 MAX_POINTS = 10000          # Prometheus refuses more than 11,000 points per series
 SKEW_TOLERANCE_S = 1.0
 
@@ -97,6 +102,7 @@ class Fetched:
     jinfo: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)        # (inst, train_job)
     jinfo_user: Dict[Tuple[str, str], str] = field(default_factory=dict)
     jinfo_source: Dict[Tuple[str, str], Tuple[float, str]] = field(default_factory=dict)  # (last seen, source)
+    jinfo_pid: Dict[Tuple[str, str], List[Tuple[str, list]]] = field(default_factory=dict)  # [(first pid, pts)]
     gpu: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)     # (name,inst,gpu)
     gmem: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)
     job: Dict[Tuple[str, str, str, str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)
@@ -110,6 +116,8 @@ class Fetched:
     verdict_by: Dict[Tuple[str, str], list] = field(default_factory=dict)   # (inst, tj) -> [(metric, what, pts)]
     jinfo_by: Dict[str, list] = field(default_factory=dict)                 # tj -> [(inst, pts)]
     rank_by: Dict[Tuple[str, str], list] = field(default_factory=dict)      # (inst, tj) -> [(metric, rank, phase, pts)]
+    starts: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)         # (inst, tj)
+    start_changes: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)  # (inst, tj)
 
     def index(self) -> None:
         for (metric, inst, tj, rank, phase), pts in self.rank.items():
@@ -170,8 +178,9 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
             continue
         f.procs[k] = pts
         f.proc_user[k] = m.get("user", "")
-    for m, pts in rng(f"max by (instance, train_job, user, source) (teye_job_info{{{n}}})"):
+    for m, pts in rng(f"max by (instance, train_job, user, source, pid) (teye_job_info{{{n}}})"):
         k = _key(m, "instance", "train_job")
+        f.jinfo_pid.setdefault(k, []).append((m.get("pid", ""), pts))
         # one series per source the job's phases came from (a job that switches sources has two)
         f.jinfo[k] = sorted(dict(f.jinfo.get(k, []) + list(pts)).items()) if k in f.jinfo else pts
         f.jinfo_user[k] = m.get("user", "")
@@ -184,9 +193,17 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
     for m, pts in rng(f"max by (instance, gpu) (max_over_time(teye_gpu_memory_used_bytes{{{n}}}[{_dur(step)}]))"):
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
-                "|step_seconds_sum|processes|rank_phase_seconds_total|rank_step_seconds_total)"
-    for m, pts in rng(f'{{__name__=~"{job_names}",{n}}}'):
-        if "rank" in m:   # a rank of a data-parallel job (the same query: the number of queries stays fixed)
+                "|step_seconds_sum|processes|rank_phase_seconds_total|rank_step_seconds_total|start_time_seconds)"
+    # the run's start time (one value per run, docs/report.md "Runs") and how often it changed over the whole
+    # range, sample by sample (evaluated once: @ end()): more changes than the grid shows are runs too short for
+    # the grid.  In the same query: the number of queries stays fixed
+    for m, pts in rng(f'{{__name__=~"{job_names}",{n}}} or label_replace(changes({START_METRIC}{{{n}}}'
+                      f'[{_dur(t1 - t0 + step)}] @ end()), "__name__", "{START_CHANGES}", "", "")'):
+        if m.get("__name__") == START_METRIC:
+            f.starts[_key(m, "instance", "train_job")] = pts
+        elif m.get("__name__") == START_CHANGES:
+            f.start_changes[_key(m, "instance", "train_job")] = pts
+        elif "rank" in m:   # a rank of a data-parallel job (the same query: the number of queries stays fixed)
             f.rank[_key(m, "__name__", "instance", "train_job", "rank", "phase")] = pts
         else:
             f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
@@ -250,41 +267,192 @@ def _r(x, nd=6):
     return None if x is None else round(x, nd)
 
 
-def _train_job_windows(f: Fetched, name: str) -> Dict[str, Tuple[float, float]]:
-    """instance -> (start, end) of the job's activity there: the span in which its phase or step counters
-    moved (a job that reports steps only has no phase counters: its steps time it)."""
-    out = {}
-    for inst, pts in f.jinfo_by.get(name, []):
-        if not pts:
+@dataclass
+class Run:
+    """One run of a training job on one node: a stretch of the grid where ``teye_job_start_time_seconds``
+    holds one value (docs/report.md "Runs").  ``cut``: a run of the same series came before it, so its
+    counters count from zero at ``first`` (the drop there is the run boundary, not an agent restart)."""
+    start: float                 # the gauge's value: when the run began (its first message), node clock
+    first: float                 # first grid time that shows it
+    last: float                  # last grid time that shows it
+    cut: bool = False
+    hi: float = math.inf         # points after this grid time belong to a later run
+    backwards: bool = False      # it began before the run it follows (the node's clock stepped back?)
+    prev_start: Optional[float] = None
+
+
+@dataclass
+class Span:
+    """What the report counts of a training job on one node: the window (a, b) it shows, the grid time
+    its counters are differenced from (``lo``), and the run it is (None: no start-time gauge, an older
+    agent: the whole series, as before runs existed)."""
+    a: float
+    b: float
+    lo: float
+    run: Optional[Run] = None
+
+    def cut(self, pts):
+        """The points of one of the job's series that belong to this run."""
+        r = self.run
+        if r is None or (not r.cut and r.hi == math.inf):
+            return pts
+        return S.window(pts, r.first if r.cut else -math.inf, r.hi)
+
+
+def _runs(f: Fetched, inst: str, name: str) -> List[Run]:
+    """The runs of a training job on a node, in the order the grid shows them ([] without the gauge)."""
+    runs: List[Run] = []
+    seen = set()      # the start values of the current run (more than one across an agent restart)
+    for t, v in f.starts.get((inst, name), []):
+        if runs and (round(v, 3) in seen or _same_process(f, inst, name, runs[-1].last, t)):
+            seen.add(round(v, 3))     # an agent restarted under a running job: the same run, its counters reset
+            runs[-1].last = t
             continue
-        first = last = None
-        for metric, _, _, _, cp in f.job_by.get((inst, name), []):
-            if metric not in ("teye_job_phase_seconds_total", "teye_job_steps_total"):
-                continue
-            a, b = S.first_last_change(cp, f.t0, f.t1)
-            if a is not None:
-                first = a if first is None else min(first, a)
-                last = b if last is None else max(last, b)
+        seen = {round(v, 3)}
+        if runs:
+            runs[-1].hi = runs[-1].last
+        runs.append(Run(v, t, t, cut=bool(runs),
+                        backwards=bool(runs) and v < runs[-1].start,
+                        prev_start=runs[-1].start if runs else None))
+    return runs
+
+
+def _same_process(f: Fetched, inst: str, name: str, before: float, after: float) -> bool:
+    """Whether the job's first process (teye_job_info{pid}) is the same on both sides of a new start time:
+    then the agent restarted (it lost the job's state, so its next message began a "run") while the job
+    ran on; a new run has new processes."""
+    def newest(lo, hi):   # the pid of the series begun last among those seen in [lo, hi]
+        got = [(pts[0][0], pid) for pid, pts in f.jinfo_pid.get((inst, name), []) if pid and S.window(pts, lo, hi)]
+        return max(got)[1] if got else None
+    last, first = newest(-math.inf, before), newest(after, after + f.step)
+    return last is not None and last == first
+
+
+def _span(f: Fetched, inst: str, name: str, info, run: Optional[Run]) -> Optional[Span]:
+    """The job's activity on a node within one run (or the whole series without runs): the span in which its
+    phase or step counters moved (a job that reports steps only has no phase counters: its steps time it);
+    with a run, the span within that run's points."""
+    first = last = None
+    t_from = f.t0
+    if run is not None and run.cut:
+        t_from = run.first - f.step      # its counters start at `first`, from zero
+    for metric, _, _, _, cp in f.job_by.get((inst, name), []):
+        if metric not in ("teye_job_phase_seconds_total", "teye_job_steps_total"):
+            continue
+        if run is not None:
+            cp = Span(0, 0, 0, run).cut(cp)
+        a, b = S.first_last_change(cp, t_from, f.t1)
+        if a is not None:
+            first = a if first is None else min(first, a)
+            last = b if last is None else max(last, b)
+    if first is None:
+        pts = info if run is None else S.window(info, run.first, run.hi)
+        first, last = S.present(pts) if pts else (run.first, run.last) if run else (None, None)
         if first is None:
-            first, last = S.present(pts)
-        out[inst] = (first, last)
+            return None
+    # timed as before runs existed: from the first scrape at which its counters moved (its first message, the
+    # gauge's value, can be long before its first step: imports, model building), which with a run is a point
+    # of that run only
+    return Span(first, last, first - f.step, run)
+
+
+def _node_spans(f: Fetched, inst: str, name: str, info) -> List[Span]:
+    runs = _runs(f, inst, name)
+    spans = [_span(f, inst, name, info, r) for r in runs] if runs else [_span(f, inst, name, info, None)]
+    return [sp for sp in spans if sp is not None]
+
+
+def _earlier(sp: Span, inst: str) -> dict:
+    """An earlier run on one node, with the --until that reports it alone: its last grid time, before the
+    next run shows."""
+    return {"node": inst, "start": round(sp.a, 3), "end": round(sp.b, 3),
+            "run_start": round(sp.run.start, 3) if sp.run else None,
+            "until": round(max(sp.b, sp.run.last if sp.run else sp.b), 3)}
+
+
+def _train_job_windows(f: Fetched, name: str, before: Optional[float] = None):
+    """The run of the training job to report on each node: (instance -> Span, earlier runs, remarks).
+
+    On each node, its latest run (the last the grid shows; with ``before``, the last that began by then);
+    a node whose chosen run ended before the newest one began ran an earlier run only.  Without the
+    start-time gauge (an older agent) a node's whole series is one span, as before runs existed."""
+    chosen: Dict[str, Span] = {}
+    earlier: List[dict] = []
+    remarks: List[Tuple[str, str]] = []     # (kind, sentence)
+    for inst, info in f.jinfo_by.get(name, []):
+        if not info:
+            continue
+        spans = _node_spans(f, inst, name, info)
+        if before is not None:
+            spans = [sp for sp in spans if sp.run is None or sp.a <= before]
+        if not spans:
+            continue
+        chosen[inst] = spans[-1]
+        for sp in spans[:-1]:
+            earlier.append(_earlier(sp, inst))
+        runs = [sp.run for sp in spans if sp.run is not None]
+        for r in runs:
+            if r.backwards:
+                remarks.append(("start_time_backwards",
+                                f"on {inst} the run of {name} seen from {_iso(r.first)} says it began at "
+                                f"{r.start:.3f}, before the run it follows ({r.prev_start:.3f}): the node's clock "
+                                f"stepped back? Runs are taken in the order Prometheus saw them"))
+        ch = f.start_changes.get((inst, name))
+        vals = [round(v, 3) for _, v in f.starts.get((inst, name), [])]
+        shown = sum(1 for x, y in zip(vals, vals[1:]) if x != y)     # the changes the grid shows
+        hidden = int(round(ch[-1][1])) - shown if ch and vals else 0
+        if hidden > 0:
+            remarks.append(("note", f"{hidden} run(s) of {name} on {inst} began and ended within one step of the "
+                                    f"report ({f.step:g} s) and are not reported: give a smaller --step to see them"))
+    newest = [sp.a for sp in chosen.values() if sp.run is not None]
+    if newest:
+        for inst, sp in list(chosen.items()):
+            if sp.b < max(newest):          # that node ran only an earlier run of the name
+                earlier.append(_earlier(sp, inst))
+                del chosen[inst]
+    # an earlier run's --until stops before the reported run shows on any node
+    firsts = [sp.run.first for sp in chosen.values() if sp.run is not None]
+    for e in earlier:
+        later = [t - f.step for t in firsts if t > e["end"]]
+        if later:
+            e["until"] = round(max(e["end"], min(e["until"], min(later))), 3)
+    return chosen, earlier, remarks
+
+
+def _merge_runs(entries: List[dict]) -> List[dict]:
+    """Earlier runs on several nodes, one entry per run: entries whose spans overlap are one run."""
+    out: List[dict] = []
+    for e in sorted(entries, key=lambda e: (e["start"], e["end"])):
+        if out and e["start"] <= out[-1]["end"]:
+            o = out[-1]
+            o["end"], o["until"] = max(o["end"], e["end"]), max(o["until"], e["until"])
+            o["nodes"] = sorted(set(o["nodes"]) | {e["node"]})
+            if e["run_start"] is not None:
+                o["run_start"] = min(x for x in (o["run_start"], e["run_start"]) if x is not None)
+        else:
+            out.append({"start": e["start"], "end": e["end"], "until": e["until"], "nodes": [e["node"]],
+                        "run_start": e["run_start"]})
+    for o in out:
+        o["start_time"], o["end_time"] = _iso(o["start"]), _iso(o["end"])
     return out
 
 
-def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, float]]) -> dict:
+def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
     step = f.step
+    windows = {inst: (sp.a, sp.b) for inst, sp in spans.items()}
     phase_s: Dict[str, _Acc] = defaultdict(_Acc)
     idle_s: Dict[str, _Acc] = defaultdict(_Acc)
     steps, samples, step_sum = _Acc(), _Acc(), _Acc()
     buckets: Dict[float, _Acc] = defaultdict(_Acc)
     per_node: Dict[str, dict] = {}
     gpus = set()
-    for inst, (a, b) in windows.items():
-        lo = a - step
+    for inst, sp in spans.items():
+        a, b, lo = sp.a, sp.b, sp.lo
         n_steps, n_samples, n_sum = _Acc(), _Acc(), _Acc()
         nb: Dict[float, _Acc] = defaultdict(_Acc)
         procs = 1.0
         for metric, phase, gpu, le, pts in f.job_by.get((inst, name), []):
+            pts = sp.cut(pts)     # this run's points only: the drop at a run boundary is no reset
             if metric == "teye_job_phase_seconds_total":
                 phase_s[phase].add(pts, lo, b)
             elif metric == "teye_job_gpu_idle_seconds_total":
@@ -327,7 +495,7 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
     last_cause: Dict[str, Tuple[float, str]] = {}
     for inst, metric, what, pts in ((i, m, w, p) for i in windows for m, w, p in f.verdict_by.get((i, name), [])):
         a, b = windows[inst]
-        for t, _ in S.window(pts, a, b):
+        for t, _ in S.window(spans[inst].cut(pts), a, b):
             if metric == "teye_job_bottleneck":
                 votes[what] += 1
                 if t >= last_kind.get(inst, (-1.0, ""))[0]:
@@ -352,7 +520,7 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         thr = sum(rates) if rates else None
     resets = sum(a.resets for a in list(phase_s.values()) + list(idle_s.values()) + [steps, samples])
     ratio = _r(_ratio(phases.get("data_wait", 0.0), total)) if total else None
-    straggler = _straggler(f, name, windows, last_kind, last_cause)
+    straggler = _straggler(f, name, spans, last_kind, last_cause)
     if straggler is not None:
         # a data-parallel job: its pace, verdict and cause are its critical rank's, over all its nodes; each
         # node counts the job's global steps, so the job made as many as its busiest node counted
@@ -381,21 +549,23 @@ def _train_job_report(f: Fetched, name: str, windows: Dict[str, Tuple[float, flo
         "input_cause_shares": {c: round(causes.get(c, 0) / n_causes, 4) for c in CAUSES} if n_causes else {},
         "source": source, "source_text": SOURCES.get(source, source),
         "per_node": [per_node[i] for i in sorted(per_node)],
+        # when the reported run began on each node (teye_job_start_time_seconds); null from an older agent
+        "run_start": {i: (round(sp.run.start, 3) if sp.run else None) for i, sp in sorted(spans.items())},
         "_resets": resets,
     }
 
 
-def _straggler(f: Fetched, name: str, windows: Dict[str, Tuple[float, float]], last_kind, last_cause) -> Optional[dict]:
+def _straggler(f: Fetched, name: str, spans: Dict[str, Span], last_kind, last_cause) -> Optional[dict]:
     """The critical rank of a data-parallel job over all its nodes (docs/phases.md): of the ranks that made
     steps, the one whose own input and host wait is the largest share of its step time (ties: the lowest
     rank); None for a job without at least two such ranks.  Its cause is its node's: each node's verdict
     is that of its own critical rank."""
     sums: Dict[Tuple[str, str], List[float]] = {}
-    for inst, (a, b) in windows.items():
+    for inst, sp in spans.items():
         for metric, rank, phase, pts in f.rank_by.get((inst, name), []):
             k = 0 if metric == "teye_job_rank_step_seconds_total" else 1 if phase == "data_wait" else \
                 2 if phase == "host" else None
-            v, _ = S.increase(pts, a - f.step, b) if k is not None else (None, 0)
+            v, _ = S.increase(sp.cut(pts), sp.lo, sp.b) if k is not None else (None, 0)
             if v is None:
                 continue
             sums.setdefault((inst, rank), [0.0, 0.0, 0.0])[k] += v
@@ -534,9 +704,20 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
               gpu_windows: Dict[Tuple[str, str], Tuple[float, float]], user: str, until_given: bool,
               cg_windows: Optional[Dict[str, Tuple[float, float]]] = None) -> dict:
     conds: List[Condition] = []
-    windows = {tj: _train_job_windows(f, tj) for tj in tjs}
-    windows = {tj: w for tj, w in windows.items() if w}
+    # a Slurm job's training jobs: on each node, the run that began by the Slurm job's end
+    held = list((gpu_windows or {}).values()) + list((cg_windows or {}).values())
+    before = max(b for _, b in held) + f.step if slurm and held else None
+    picked = {tj: _train_job_windows(f, tj, before) for tj in tjs}
+    windows = {tj: w[0] for tj, w in picked.items() if w[0]}
     tj_reports = [_train_job_report(f, tj, w) for tj, w in sorted(windows.items())]
+    earlier = _merge_runs([e for tj in windows for e in picked[tj][1]])
+    run_notes = []
+    for tj in windows:
+        for kind, text in picked[tj][2]:
+            if kind == "note":
+                run_notes.append(text)
+            else:
+                conds.append(Condition(EXIT_CLOCK_SKEW, kind, text))
     if not gpu_windows:   # a training job not under Slurm: the GPUs it was credited idle time on
         for tr in tj_reports:
             for g in tr["gpus"]:
@@ -698,7 +879,15 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         job["memory"] = {"peak_bytes": mem_peak, "requested_bytes": req.mem_bytes, "source": "node",
                          "limit_bytes": None, "node_peak_bytes": mem_peak}
         job["io"] = None
-    job["notes"] = _notes(job, req)
+    job["earlier_runs"] = earlier
+    job["notes"] = _notes(job, req) + run_notes
+    if earlier:
+        name = job["train_jobs"][0] if len(job["train_jobs"]) == 1 else "NAME"
+        runs = "; ".join(f"{e['start_time']} to {e['end_time']} ({', '.join(e['nodes'])}): --until {e['until']:.3f}"
+                         for e in earlier)
+        job["notes"].append(f"Earlier run(s) of the same name in the range, not counted here (this report is of the "
+                            f"latest run only): {runs}. Report one with `teye report --train-job {name} --until "
+                            f"<its until>`.")
     job["grafana_url"] = _grafana(req, job)
     conds.sort(key=lambda c: c.code)
     job["conditions"] = [c.as_dict() for c in conds]
@@ -722,24 +911,32 @@ def _iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _link(f: Fetched, slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]]) -> Dict[str, List[str]]:
-    """slurm job -> training jobs that ran on its GPUs (same node and GPU, overlapping time) or carry its id."""
+def _link(f: Fetched, slurm_gpus: Dict[str, Dict[Tuple[str, str], Tuple[float, float]]],
+          tj_spans: Optional[Dict[str, Dict[str, List[Tuple[float, float]]]]] = None) -> Dict[str, List[str]]:
+    """slurm job -> training jobs that ran on its GPUs (same node and GPU, overlapping time) or carry its id.
+    Any run of a training job links it (``tj_spans``: only these spans, per training job and node)."""
     # A training job's series outlive it (they expire phases.job_expiry_seconds after its last message), so
     # its time on a node is when its phase counters moved, not when its series existed.
     windows: Dict[str, Dict[str, Tuple[float, float]]] = {}
 
-    def active(inst, tj):
+    def active(inst, tj):     # each run of it there (one span without the start-time gauge)
+        if tj_spans is not None:
+            return tj_spans.get(tj, {}).get(inst, [])
         if tj not in windows:
-            windows[tj] = _train_job_windows(f, tj)
-        return windows[tj].get(inst)
+            windows[tj] = {i: [(sp.a, sp.b) for sp in _node_spans(f, i, tj, info)]
+                           for i, info in f.jinfo_by.get(tj, []) if info}
+        return windows[tj].get(inst, [])
     tj_gpus: Dict[Tuple[str, str], List[Tuple[str, float, float]]] = defaultdict(list)
     names_on: Dict[str, List[Tuple[str, float, float]]] = defaultdict(list)
-    for (metric, inst, tj, _, gpu, _), pts in f.job.items():
-        if metric == "teye_job_gpu_idle_seconds_total" and pts and active(inst, tj):
-            tj_gpus[(inst, gpu)].append((tj, *active(inst, tj)))
+    keys = f.job if tj_spans is None else [(m, i, tj, p, g, le) for tj, per in tj_spans.items() for i in per
+                                            for m, p, g, le, _ in f.job_by.get((i, tj), [])]
+    for k in keys:
+        metric, inst, tj, _, gpu, _ = k
+        if metric == "teye_job_gpu_idle_seconds_total" and f.job.get(k):
+            tj_gpus[(inst, gpu)] += [(tj, a, b) for a, b in active(inst, tj)]
     for (inst, tj), pts in f.jinfo.items():
-        if pts and active(inst, tj):
-            names_on[inst].append((tj, *active(inst, tj)))
+        if pts:
+            names_on[inst] += [(tj, a, b) for a, b in active(inst, tj)]
     out: Dict[str, List[str]] = {}
     for sj, gw in slurm_gpus.items():
         found = set()
@@ -811,15 +1008,16 @@ def build(prom: Prometheus, req: Request) -> dict:
             doc["jobs"].append(_assemble(f, req, now, sj, links.get(sj, []), dict(slurm_gpus.get(sj, {})),
                                          slurm_user.get(sj, ""), until_given, dict(slurm_cg.get(sj, {}))))
         linked = {tj for v in links.values() for tj in v}
-        all_links = _link(f, slurm_gpus) if (req.train_jobs or req.user) else {}
         tj_wanted = list(req.train_jobs) if req.train_jobs else \
             (sorted(found_train - linked) if req.user else [])
         for tj in tj_wanted:
             if tj not in found_train:
                 continue
             users = [f.jinfo_user.get((i, tj)) for i, _ in f.jinfo_by.get(tj, []) if f.jinfo_user.get((i, tj))]
-            # the Slurm job it ran in, if any: its GPUs' holder
-            owner = next((sj for sj in sorted(all_links) if tj in all_links[sj]), None)
+            # the Slurm job its reported run ran in, if any: its GPUs' holder
+            spans = {i: [(sp.a, sp.b)] for i, sp in _train_job_windows(f, tj)[0].items()}
+            own = _link(f, slurm_gpus, {tj: spans}) if slurm_gpus else {}
+            owner = next((sj for sj in sorted(own) if tj in own[sj]), None)
             rep = _assemble(f, req, now, owner, [tj], dict(slurm_gpus[owner]) if owner else {},
                             users[0] if users else "", until_given, dict(slurm_cg.get(owner, {})) if owner else {})
             rep["train_jobs"] = sorted(set(rep["train_jobs"]) | {tj}) if rep["train_jobs"] else [tj]

@@ -52,6 +52,12 @@ def _job_lines(j: dict, md: bool) -> List[str]:
              ("User", j["user"] or "-"), ("State", state), ("Nodes", ", ".join(j["nodes"])),
              ("GPUs", str(len(j["gpus"]))), ("Start", j["start_time"]), ("End", j["end_time"]),
              ("Run time", _dur(j["run_seconds"]))]
+    runs = j.get("earlier_runs") or []
+    if runs:   # the report is of the latest run; say how to report the others
+        name = j["train_jobs"][0] if len(j["train_jobs"]) == 1 else "NAME"
+        ident.append(("Earlier runs", f"{len(runs)} of the same name, not counted here (the latest run is "
+                                      f"reported); the last one: teye report --train-job {name} --until "
+                                      f"{runs[-1]['until']:.3f}"))
     for k, v in ident:
         L.append(f"- **{k}:** {v}" if md else f"{k:>15}: {v}")
     if j.get("grafana_url"):

@@ -1,20 +1,28 @@
 """An unmodified Hugging Face Trainer run: a tiny BERT built from a config (nothing downloaded), synthetic
 token data, evaluation every EVERY steps.
 
-    python hf_trainer.py STEPS EVERY OUTDIR
+    python hf_trainer.py STEPS EVERY OUTDIR [--fast]
+
+EVERY 0: no evaluation (eval_strategy "no", no evaluation set).  --fast: no sleep in __getitem__ (what is left
+is the tiny model's compute and the loader's own work).
 
 Its own clock: the time inside trainer.evaluate() (a Trainer subclass times it), from the start of
 training (on_train_begin) to the end of its last step less the evaluations before it, and inside the training set's __getitem__ (its input wait: no workers); the samples trained.  The training set's __getitem__
-sleeps (an input-bound job).  Prints one JSON line.
+sleeps (an input-bound job).  Prints one JSON line; collate_s: the time in the collator while training (not in
+wait_s).
 """
 import json
 import sys
 import time
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments,
+                          default_data_collator)
 
-steps, every, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+fast = "--fast" in sys.argv[1:]
+argv = [a for a in sys.argv if a != "--fast"]
+steps, every, out = int(argv[1]), int(argv[2]), argv[3]
+SLEEP_S = 0 if fast else 0.01
 BS = 4
 torch.manual_seed(0)
 
@@ -41,14 +49,30 @@ class Tokens(torch.utils.data.Dataset):
 class Timed(Trainer):
     eval_s = 0.0
     evals = 0
+    evaluating = False
 
     def evaluate(self, *a, **kw):
         t = time.perf_counter()
+        Timed.evaluating = True
         try:
             return super().evaluate(*a, **kw)
         finally:
+            Timed.evaluating = False
             Timed.eval_s += time.perf_counter() - t
             Timed.evals += 1
+
+
+class Collate:
+    """The Trainer's own default collator, timed while training (batching the samples: input work too)."""
+    spent = 0.0
+
+    def __call__(self, features):
+        t = time.perf_counter()
+        try:
+            return default_data_collator(features)
+        finally:
+            if not Timed.evaluating:
+                Collate.spent += time.perf_counter() - t
 
 
 class Span(TrainerCallback):
@@ -67,15 +91,19 @@ cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attent
                  intermediate_size=64, max_position_embeddings=32, num_labels=2)
 model = BertForSequenceClassification(cfg)
 args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=BS,
-                         per_device_eval_batch_size=BS, eval_strategy="steps", eval_steps=every,
+                         per_device_eval_batch_size=BS, eval_strategy="steps" if every else "no",
+                         eval_steps=every or None,
                          save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
                          dataloader_num_workers=0, disable_tqdm=True, seed=0)
-train_set = Tokens(BS * steps, 0.01)
-trainer = Timed(model=model, args=args, train_dataset=train_set, eval_dataset=Tokens(BS * 6, 0.01),
+train_set = Tokens(BS * steps, SLEEP_S)
+trainer = Timed(model=model, args=args, train_dataset=train_set,
+                eval_dataset=Tokens(BS * 6, SLEEP_S) if every else None,
+                data_collator=Collate(),
                 callbacks=[Span()])
 t0 = time.perf_counter()
 trainer.train()
 wall = time.perf_counter() - t0
 print(json.dumps({"steps": trainer.state.global_step, "samples": BS * trainer.state.global_step,
                   "train_s": Span.end - Span.begin - Span.eval_at_end, "wall_s": wall, "wait_s": train_set.spent, "eval_s": Timed.eval_s,
+                  "collate_s": Collate.spent,
                   "evals": Timed.evals}))

@@ -1,11 +1,15 @@
 """An unmodified PyTorch Lightning run with a sanity check and validation every EVERY steps inside the epoch.
 
-    python lightning_job.py STEPS EVERY [SANITY]
+    python lightning_job.py STEPS EVERY [SANITY] [--fast]
 
 Its own clock (a Callback): the time of the sanity check and of each validation, from the start of
 training (after the sanity check) to the end of its last batch less the validations in between,
 and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
-Prints one JSON line.
+EVERY 0: no evaluation (no validation loader, so neither a sanity check nor validation).  --fast: no sleep
+in __getitem__ (the tiny model's compute and the loader's own work are left).  Prints one JSON line;
+collate_s: the time in the training loader's collate function (not in wait_s); between_s: from the end of
+each training batch (the first: from the start) to the next one's start, less validation (the loader's
+and Lightning's own work between batches: an upper bound of the input wait).
 """
 import json
 import sys
@@ -14,8 +18,11 @@ import time
 import lightning as L
 import torch
 
-steps, every = int(sys.argv[1]), int(sys.argv[2])
-sanity = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+fast = "--fast" in sys.argv[1:]
+argv = [a for a in sys.argv if a != "--fast"]
+steps, every = int(argv[1]), int(argv[2])
+sanity = int(argv[3]) if len(argv) > 3 else 2
+SLEEP_S = 0 if fast else 0.005
 BS = 4
 torch.manual_seed(0)
 
@@ -58,14 +65,20 @@ class Clock(L.Callback):
         self.eval_s, self.evals, self._t = 0.0, 0, None
         self.begin = self.end = None
         self.eval_in_train = 0.0
+        self.between_s = 0.0   # from the end of a training batch (or the start) to the next one's start
 
     def on_train_start(self, trainer, module):    # after the sanity check
         self.begin = time.perf_counter()
         self.eval_in_train = -self.eval_s
+        self._last, self._eval_at_last = self.begin, self.eval_s
+
+    def on_train_batch_start(self, trainer, module, *a):
+        self.between_s += time.perf_counter() - self._last - (self.eval_s - self._eval_at_last)
 
     def on_train_batch_end(self, trainer, module, *a):
         self.end = time.perf_counter()
         self.eval_before_end = self.eval_s
+        self._last, self._eval_at_last = self.end, self.eval_s
 
     def on_validation_start(self, trainer, module):   # the sanity check runs the validation loop too
         self._t = time.perf_counter()
@@ -75,16 +88,31 @@ class Clock(L.Callback):
         self.evals += 1
 
 
-train_set = Slow(BS * steps, 0.005)
+train_set = Slow(BS * steps, SLEEP_S)
 model, clock = Model(), Clock()
-trainer = L.Trainer(max_steps=steps, val_check_interval=every, limit_val_batches=6, num_sanity_val_steps=sanity,
+trainer = L.Trainer(max_steps=steps, val_check_interval=every or None, limit_val_batches=6 if every else 0,
+                    num_sanity_val_steps=sanity if every else 0,
                     accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False, callbacks=[clock])
-loader = torch.utils.data.DataLoader(train_set, batch_size=BS)
-val = torch.utils.data.DataLoader(Slow(BS * 6, 0.005), batch_size=BS)
+collate_s = 0.0
+
+
+def collate(batch):
+    """torch's default_collate, timed (batching the samples: input work too, not in wait_s)."""
+    global collate_s
+    t = time.perf_counter()
+    try:
+        return torch.utils.data.default_collate(batch)
+    finally:
+        collate_s += time.perf_counter() - t
+
+
+loader = torch.utils.data.DataLoader(train_set, batch_size=BS, collate_fn=collate)
+val = torch.utils.data.DataLoader(Slow(BS * 6, SLEEP_S), batch_size=BS) if every else None
 t0 = time.perf_counter()
 trainer.fit(model, loader, val)
 wall = time.perf_counter() - t0
 print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
                   "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
-                  "wait_s": train_set.spent, "eval_s": clock.eval_s, "evals": clock.evals}))
+                  "wait_s": train_set.spent, "collate_s": collate_s,
+                  "between_s": clock.between_s, "eval_s": clock.eval_s, "evals": clock.evals}))

@@ -1,11 +1,13 @@
 """An unmodified PyTorch loop that evaluates while it trains, with its own clock of its training steps.
 
-    python torch_eval.py STEPS EVERY [optstep]
+    python torch_eval.py STEPS EVERY [optstep] [--fast]
 
 A batch-size probe (next(iter(train_loader))) first; then STEPS training steps from a DataLoader whose
 __getitem__ sleeps (input-bound training), and every EVERY steps, and once after the last step, a
 validation pass over its own DataLoader under model.eval() / torch.no_grad() (its __getitem__ sleeps
 too).  optstep: the validation loop also calls optimizer.step() (it is then training, by definition).
+EVERY 0: no evaluation at all (neither the probe nor a validation pass).  --fast: no sleep in either
+__getitem__ (the tiny model's compute and the loader's own work are left).
 Prints one JSON line: its training steps' time (from asking for a batch to the end of optimizer.step()),
 their input wait, the samples trained, and the time spent evaluating (from the first evaluation batch
 asked for to the next training batch asked for; the final pass to its last batch).
@@ -32,21 +34,25 @@ class Slow(Dataset):
 
 
 torch.manual_seed(0)
-steps, every = int(sys.argv[1]), int(sys.argv[2])
-optstep = len(sys.argv) > 3 and sys.argv[3] == "optstep"
+fast = "--fast" in sys.argv[1:]
+argv = [a for a in sys.argv if a != "--fast"]
+steps, every = int(argv[1]), int(argv[2])
+optstep = len(argv) > 3 and argv[3] == "optstep"
 BS = 4
-train_loader = DataLoader(Slow(BS * steps, 0.002), batch_size=BS)
-val_loader = DataLoader(Slow(BS * 6, 0.004), batch_size=BS)
+train_loader = DataLoader(Slow(BS * steps, 0 if fast else 0.002), batch_size=BS)
+val_loader = DataLoader(Slow(BS * 6, 0 if fast else 0.004), batch_size=BS)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-probe = next(iter(train_loader))          # a batch-size probe: not training
-print("probe batch", len(probe[0]), flush=True)
+if every:
+    probe = next(iter(train_loader))      # a batch-size probe: not training
+    print("probe batch", len(probe[0]), flush=True)
 own = OwnClock()
-opt_in_eval = 0
+opt_in_eval = evals = 0
 
 
 def evaluate():
-    global opt_in_eval
+    global opt_in_eval, evals
+    evals += 1
     model.eval()
     total = 0.0
     with torch.no_grad() if not optstep else torch.enable_grad():
@@ -78,6 +84,6 @@ def train(batch):
 
 for i in range(steps):
     own.step(lambda: next(it), train)
-    if (i + 1) % every == 0:
+    if every and (i + 1) % every == 0:
         own.evaluate(evaluate)
-own.report(steps, opt_in_eval=opt_in_eval)
+own.report(steps, opt_in_eval=opt_in_eval, evals=evals)

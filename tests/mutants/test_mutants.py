@@ -40,6 +40,9 @@ MUTANTS = {
         ["tests/report/test_report_bad_input.py::test_https_url_to_a_plain_http_prometheus_is_a_tls_failure"], False),
     "report_counter_reset_loses_new_value.patch": (
         ["tests/report/test_units.py::test_increase_is_exact_and_sums_across_resets"], False),
+    # issue 29: one run per run (the report of a job name's latest run)
+    "report_runs_not_cut.patch": (
+        ["tests/report/test_runs_e2e.py::test_the_latest_run_is_reported_and_the_earlier_one_named"], False),
     "webstats_client_path_as_label.patch": (
         ["tests/web/test_selfmetrics.py::test_basic_auth_failures_by_reason_and_requests_by_path_and_code"], False),
     "webstats_connections_max_is_open_count.patch": (

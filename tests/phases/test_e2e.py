@@ -183,3 +183,69 @@ def test_tfdata_pipeline_is_not_input_bound(train_ready, agent, tmp_path):
     assert _value(m, "teye_job_steps_total", train_job="e2e-tfdata") >= 30
     assert _value(m, "teye_job_bottleneck", train_job="e2e-tfdata", kind="input") == 0
     assert _value(m, "teye_job_input_bound_ratio", train_job="e2e-tfdata") < 0.2
+
+
+# One run of a job name: steps of `samples` samples each, 20 ms apart; prints its pid and the Unix time
+# of its first and last step (its own clock), then exits.
+RUN = textwrap.dedent("""
+    import os, sys, time
+    from workloads.phases import Reporter
+    rep = Reporter(train_job="rerun")
+    first = None
+    for i in range(int(sys.argv[1])):
+        with rep.phase("data_wait"):
+            time.sleep(0.01)
+        with rep.phase("compute"):
+            time.sleep(0.01)
+        rep.step(samples=int(sys.argv[2]))
+        first = time.time() if first is None else first
+    rep.close()
+    print(os.getpid(), first, time.time())
+""")
+
+
+def test_two_runs_of_one_job_name_20s_apart_are_two_runs(agent):
+    """A job name reused 20 s after all its processes exited (issue 29, item 5): the new processes start a
+    new run (its pid, its processes, its samples, its start time); between the runs the ended run stays
+    exported as it was, with teye_job_running 0.  Oracle: each run's own pid, step count and clock."""
+    import time
+    env = {**os.environ, "PYTHONPATH": REPO, "TEYE_PHASE_SOCKET": agent.sock}
+
+    def run(steps, samples):
+        before = time.time()
+        out = subprocess.run([sys.executable, "-c", RUN, str(steps), str(samples)], env=env, check=True,
+                             timeout=60, capture_output=True, text=True).stdout.split()
+        return before, int(out[0]), float(out[1]), float(out[2])
+
+    def job(m, name):
+        return _value(m, name, train_job="rerun")
+
+    def info(m):
+        return [dict(lbl) for (name, lbl) in m if name == "teye_job_info" and dict(lbl)["train_job"] == "rerun"]
+
+    before1, pid1, first1, end1 = run(40, 32)
+    m1 = _wait_job(agent, "rerun", 40)
+    assert [i["pid"] for i in info(m1)] == [str(pid1)] and job(m1, "teye_job_samples_total") == 40 * 32
+    # the run's first message: the client's first flush, within its flush interval (100 ms) of the first step
+    assert before1 <= job(m1, "teye_job_start_time_seconds") <= min(first1 + 0.5, end1)
+    time.sleep(20 - (time.time() - end1))
+    between = parse_exposition(agent.metrics())   # the run ended (its process exited): kept, unchanged
+    assert job(between, "teye_job_running") == 0
+    for name in ("teye_job_samples_total", "teye_job_steps_total", "teye_job_start_time_seconds", "teye_job_processes"):
+        assert job(between, name) == job(m1, name), name
+    before2, pid2, first2, end2 = run(25, 16)
+    assert pid2 != pid1
+    deadline = time.monotonic() + 15   # the ended run's 40 steps are exported until the new run's are in
+    while True:
+        m2 = parse_exposition(agent.metrics())
+        if job(m2, "teye_job_steps_total") == 25 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert [i["pid"] for i in info(m2)] == [str(pid2)]
+    assert job(m2, "teye_job_processes") == 1                  # not 2: the first run's process is not in it
+    assert job(m2, "teye_job_steps_total") == 25 and job(m2, "teye_job_samples_total") == 25 * 16
+    assert before2 <= job(m2, "teye_job_start_time_seconds") <= min(first2 + 0.5, end2)
+    compute = _value(m2, "teye_job_phase_seconds_total", train_job="rerun", phase="compute")
+    assert compute == pytest.approx(25 * 0.01, rel=0.5)         # the second run's phases only (the first: 0.4 s)
+    assert compute < (end2 - before2)
+    assert job(m2, "teye_job_running") == 1

@@ -48,11 +48,12 @@ class Probe:
 
 
 def make_table(record: int, probe: bool, max_pending: int) -> JobTable:
-    ctx = AgentContext(clock=lambda: NOW0)
+    ctx = AgentContext(clock=lambda: NOW0, wall_clock=lambda: 1.8e9)
     ctx.gpu_pids[GPU_PID] = frozenset({"0", "1"})
     table = JobTable(phases_cfg(max_pending_intervals=max_pending, window_seconds=60.0, max_jobs=4,
                                 max_jobs_per_user=3, job_expiry_seconds=30.0),
-                     ctx, own_uid=0, record_intervals=record, probe=Probe() if probe else None)
+                     ctx, own_uid=0, record_intervals=record, probe=Probe() if probe else None,
+                     alive=lambda pid: pid % 2 == 0)   # 13's jobs end when silent: a new run, through both paths
     return table
 
 
@@ -72,7 +73,7 @@ def typed(x):
 
 def state(table: JobTable):
     out = []
-    for key, j in table._jobs.items():
+    for key, j in [*table._jobs.items(), *((("ended", k), j) for k, j in table._ended.items())]:
         out.append((key, j.label, j.user, j.uid, j.first_pid, j.pids, j.created_ns, j.last_ns, j.phase_s, j.steps,
                     j.samples, j.hist, j.hist_sum, j.gpu_idle, list(j.pending), j.pending.maxlen,
                     j.open, list(j.waits), j.wait_problem,
@@ -362,7 +363,7 @@ MAX_BYTES = 4096
 
 
 def serve_table(clock=lambda: NOW0) -> JobTable:
-    ctx = AgentContext(clock=clock)
+    ctx = AgentContext(clock=clock, wall_clock=lambda: 1.8e9)
     ctx.gpu_pids[GPU_PID] = frozenset({"0", "1"})
     return JobTable(phases_cfg(max_pending_intervals=16, window_seconds=60.0, max_jobs=4, max_jobs_per_user=3,
                                job_expiry_seconds=30.0, max_message_bytes=MAX_BYTES),

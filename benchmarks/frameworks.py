@@ -1,0 +1,174 @@
+"""Real training frameworks under `teye run` (issue 29): teye's figures against each script's own clock.
+
+    python benchmarks/frameworks.py [--repeats N] [--steps N] [--fast-steps N] [--only torch,hf,lightning]
+
+The matrix: framework x input x evaluation.
+- framework: a plain PyTorch loop with a batch-size probe and validation passes under model.eval()/no_grad()
+  (tests/client/torch_eval.py), the Hugging Face Trainer with a tiny BERT built from a config
+  (tests/client/hf_trainer.py), PyTorch Lightning with its sanity check (tests/client/lightning_job.py);
+- input: slow (the scripts' __getitem__ sleeps: an input-bound job) or fast (--fast: no sleep; what is left
+  is the tiny models' compute and the DataLoader's own work);
+- evaluation: every STEPS/4 steps (and the frameworks' own extras: the probe, Lightning's sanity check, the
+  final pass of torch_eval.py) or none (EVERY 0: no evaluation set at all).
+Slow cells train --steps steps (default 40), fast ones --fast-steps (default 200: their steps take a few ms).
+Each run is unmodified: zero-code phases (`python -m agent run --`) to a fresh in-process agent phase path
+(tests/client/helpers.LiveAgent, the compiled helpers where built), OMP_NUM_THREADS=1 (on a shared 2-core
+host torch's intra-op threads otherwise spin against the neighbours and steps vary tenfold).  The peer is
+each script's own clock, printed by the script itself (one JSON line): the samples it trained, its
+training time (train_s), its input wait (wait_s: time inside its training set's __getitem__, or in
+torch_eval.py the time asking for a batch), the time in its training loader's collate function
+(collate_s; none in torch_eval.py, whose wait_s holds it), in lightning_job.py also the time between
+its training batches less validation (between_s: the loader's and Lightning's own work too, an upper
+bound of the input wait) and the time inside its evaluations (eval_s).
+
+Printed per cell, medians over the repeats (run in rounds: every cell once, then again, so a neighbour's
+load falls on all cells alike): teye's training share of data_wait (data_wait / (data_wait + compute),
+from its cumulative phase seconds) against the script's (wait_s / train_s, and (wait_s + collate_s) /
+train_s; and between_s / train_s), the differences in points and the largest over the repeats; the
+steps and samples teye counted against what the script trained (and in how many repeats both were
+equal); teye's eval seconds against the script's eval_s; teye's training time (data_wait + compute)
+against train_s; and the verdict teye gave (kind/cause, the commonest).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests.client.helpers import HERE, LiveAgent, base_env, last_json, teye_run  # noqa: E402
+
+FRAMEWORKS = {
+    "torch": ("plain PyTorch loop", "torch_eval.py"),
+    "hf": ("Hugging Face Trainer", "hf_trainer.py"),
+    "lightning": ("Lightning Trainer", "lightning_job.py"),
+}
+
+
+def command(fw: str, steps: int, every: int, fast: bool, tmp: str) -> list:
+    args = [sys.executable, os.path.join(HERE, FRAMEWORKS[fw][1]), str(steps), str(every)]
+    if fw == "hf":
+        args.append(os.path.join(tmp, "out"))
+    return args + (["--fast"] if fast else [])
+
+
+def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
+    """One run of one cell: the script's own figures and teye's, or {"error": ...}."""
+    d = tempfile.mkdtemp(prefix="teye-fw-")
+    agent = LiveAgent(d)
+    try:
+        r = teye_run(command(fw, steps, every, fast, d), socket_path=agent.path, job=job,
+                     env=base_env(OMP_NUM_THREADS="1"), timeout=600)
+        if r.returncode != 0:
+            return {"error": f"exit {r.returncode}: {r.stderr.strip()[-300:]}"}
+        own = last_json(r.stdout)
+        j = agent.jobs().get(job)
+    finally:
+        agent.close()
+    if j is None:
+        return {"error": "teye saw no job"}
+    ph = dict(j.phase_seconds)
+    train = ph.get("data_wait", 0.0) + ph.get("compute", 0.0)
+    verdict = j.verdict.kind + (f"/{j.verdict.cause}" if j.verdict.cause else "")
+    # torch_eval.py times the whole next(loader) (collate included); the others time __getitem__ and, apart,
+    # their training loader's collate function
+    own_all = own["wait_s"] + own.get("collate_s", 0.0)
+    gap = own.get("between_s")   # lightning_job.py: between training batches, an upper bound of the wait
+    return {"own_share": own["wait_s"] / own["train_s"], "own_all_share": own_all / own["train_s"],
+            "own_gap_share": float("nan") if gap is None else gap / own["train_s"],
+            "teye_share": ph.get("data_wait", 0.0) / train if train else float("nan"),
+            "own_steps": own["steps"], "own_samples": own["samples"], "teye_steps": j.steps,
+            "teye_samples": j.samples or 0, "own_eval": own["eval_s"], "teye_eval": ph.get("eval", 0.0),
+            "own_train": own["train_s"], "teye_train": train, "verdict": verdict}
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.1f}"
+
+
+def _med(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def row(fw: str, fast: bool, every: int, runs: list, errors: list) -> str:
+    label = f"{fw:9} {'fast' if fast else 'slow':4} {'every ' + str(every) if every else 'none':8}"
+    if not runs:
+        return f"{label} failed: {errors[0] if errors else '?'}"
+    diffs = [100 * (r["teye_share"] - r["own_share"]) for r in runs]
+    diffs_all = [100 * (r["teye_share"] - r["own_all_share"]) for r in runs]
+    equal = sum(r["teye_steps"] == r["own_steps"] and r["teye_samples"] == r["own_samples"] for r in runs)
+    verdict = collections.Counter(r["verdict"] for r in runs).most_common(1)[0][0]
+    out = (f"{label} {100 * _med(runs, 'teye_share'):6.1f} {100 * _med(runs, 'own_share'):6.1f} "
+           f"{statistics.median(diffs):+6.1f} {max(diffs, key=abs):+6.1f} {100 * _med(runs, 'own_all_share'):6.1f} "
+           f"{statistics.median(diffs_all):+6.1f} {max(diffs_all, key=abs):+6.1f} "
+           f"{_pct(_med(runs, 'own_gap_share')):>6}  "
+           f"{_med(runs, 'teye_steps'):5.0f}/{_med(runs, 'own_steps'):<5.0f} "
+           f"{_med(runs, 'teye_samples'):5.0f}/{_med(runs, 'own_samples'):<5.0f} {equal}/{len(runs)}  "
+           f"{_med(runs, 'teye_eval'):6.2f} {_med(runs, 'own_eval'):6.2f}  "
+           f"{_med(runs, 'teye_train'):6.2f} {_med(runs, 'own_train'):6.2f}  {verdict}")
+    if errors:
+        out += f"  ({len(errors)} failed: {errors[0]})"
+    return out
+
+
+def versions() -> str:
+    out = []
+    for mod in ("torch", "transformers", "lightning"):
+        try:
+            out.append(f"{mod} {__import__(mod).__version__}")
+        except ImportError:
+            out.append(f"{mod} not installed")
+    return ", ".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40, help="training steps of the slow (input-bound) cells")
+    ap.add_argument("--fast-steps", type=int, default=200, help="training steps of the fast cells")
+    ap.add_argument("--only", default="torch,hf,lightning", help="frameworks, comma-separated")
+    args = ap.parse_args()
+    fws = [f for f in args.only.split(",") if f]
+    for f in fws:
+        if f not in FRAMEWORKS:
+            ap.error(f"--only: unknown framework {f!r} (known: {', '.join(FRAMEWORKS)})")
+    cells = [(fw, fast, ev) for fw in fws for fast in (False, True) for ev in (True, False)]
+    results = {c: ([], []) for c in cells}
+    print(f"{versions()}; {os.cpu_count()} CPUs, OMP_NUM_THREADS=1; {args.repeats} repeats; slow cells "
+          f"{args.steps} steps, fast cells {args.fast_steps} steps; evaluation every steps/4")
+    t0 = time.monotonic()
+    for rep in range(args.repeats):
+        for fw, fast, ev in cells:
+            steps = args.fast_steps if fast else args.steps
+            every = steps // 4 if ev else 0
+            r = one_run(fw, steps, every, fast, f"{fw}-{'fast' if fast else 'slow'}-{every}-{rep}")
+            runs, errors = results[(fw, fast, ev)]
+            (errors if "error" in r else runs).append(r.get("error", r))
+        print(f"  round {rep + 1} of {args.repeats} done ({time.monotonic() - t0:.0f} s)", flush=True)
+    print()
+    print(f"{'':9} {'':4} {'eval':8} {'training share %':^55}  {'steps':^11} {'samples':^11} {'eq':3}  "
+          f"{'eval s':^13}  {'train s':^13}  verdict")
+    print(f"{'framework':9} {'in':4} {'':8} {'teye':>6} {'own':>6} {'diff':>6} {'max':>6} {'own+c':>6} {'diff':>6} "
+          f"{'max':>6} {'gap':>6}  {'teye/own':^11} {'teye/own':^11} {'':3}  {'teye':>6} {'own':>6}  {'teye':>6} "
+          f"{'own':>6}")
+    for fw, fast, ev in cells:
+        steps = args.fast_steps if fast else args.steps
+        print(row(fw, fast, steps // 4 if ev else 0, *results[(fw, fast, ev)]))
+    print(f"\n{len(cells) * args.repeats} runs in {time.monotonic() - t0:.0f} s. share: data_wait / (data_wait + "
+          f"compute) against the script's wait_s / train_s (own) and (wait_s + collate_s) / train_s (own+c: its "
+          f"training loader's collate function timed too; torch_eval.py's wait_s is the whole next(loader)), "
+          f"points; gap: lightning_job.py's time between training batches (less validation) / train_s, an upper "
+          f"bound of its input wait; diff: median, max: the largest over the repeats; eq: repeats where teye's "
+          f"steps and samples both equal the script's")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
