@@ -1,17 +1,18 @@
 """An unmodified Keras 3 Model.fit script (TensorFlow backend) that evaluates while it trains, with its own clock.
 
-    python keras_eval.py OUT.json [EPOCHS STEPS [READ_MS]]
+    python keras_eval.py STEPS EVERY [--fast] [--out OUT.json]
 
-fit() over a tf.data pipeline whose map sleeps READ_MS (15) ms per batch (input-bound training), with validation_data
-every epoch over its own pipeline, slower (30 ms per batch, 4 batches); after the first epoch a callback
-calls model.predict() on the validation inputs (an evaluation between epochs); after fit, model.evaluate()
-and model.predict().  The script's own clock (a Keras callback): each training step from
+fit() trains STEPS batches of 16 over a tf.data pipeline whose map sleeps 15 ms per batch (input-bound
+training; --fast: no map, no sleep), in epochs of EVERY batches with validation_data every epoch over its
+own pipeline, slower (30 ms per batch, 4 batches); after the first epoch a callback calls model.predict()
+on the validation inputs (an evaluation between epochs); after fit, model.evaluate() and model.predict().
+EVERY 0: one epoch, no evaluation at all.  The script's own clock (a Keras callback): each training step from
 on_train_batch_begin to on_train_batch_end, each evaluation from on_test_begin to on_test_end (and around
-its predict calls; the time between two epochs' batches and around the evaluate and predict after fit, an upper
-bound of what evaluation can have taken; the steps again, each from the end of the one before, as the
-phase protocol counts a step), and the time its training map spent reading (its input wait: tf.data's injected
-prefetch is off, so each batch is read while the step waits for it).
-Writes OUT.json: the losses and metrics Keras computed (compared with and without teye) and those timings.
+its predict calls); the time between two epochs' batches and around the evaluate and predict after fit, an
+upper bound of what evaluation can have taken; the steps again, each from the end of the one before, as the
+phase protocol counts a step; and the time its training map spent reading (its input wait: tf.data's
+injected prefetch is off, so each batch is read while the step waits for it).  Prints one JSON line with
+those timings; --out writes the losses and metrics Keras computed (compared with and without teye).
 """
 import json
 import sys
@@ -21,9 +22,12 @@ import numpy as np
 import tensorflow as tf
 import keras
 
-out = sys.argv[1]
-epochs, steps = (int(sys.argv[2]), int(sys.argv[3])) if len(sys.argv) > 3 else (3, 20)
-read_s = float(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.015
+args = sys.argv[1:]
+fast = "--fast" in args
+out = args[args.index("--out") + 1] if "--out" in args else None
+total, every = int(args[0]), int(args[1])
+epochs, steps = (total // every, every) if every else (1, total)
+read_s = 0 if fast else 0.015
 BATCH, VAL = 16, 4
 clock = time.perf_counter
 keras.utils.set_random_seed(0)
@@ -48,7 +52,8 @@ def slow(sleep_s, log):
 no_prefetch = tf.data.Options()   # tf.data would read the next batch ahead: the read would not be the wait
 no_prefetch.experimental_optimization.inject_prefetch = False
 no_prefetch.autotune.enabled = False
-train = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).map(slow(read_s, reads)).with_options(no_prefetch)
+train = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+train = (train.map(slow(read_s, reads)) if read_s else train).with_options(no_prefetch)
 val = tf.data.Dataset.from_tensor_slices((vx, vy)).batch(BATCH).map(slow(0.03, None))
 val_inputs = tf.data.Dataset.from_tensor_slices(vx).batch(BATCH).map(lambda a: slow(0.03, None)(a, 0)[0])
 
@@ -93,7 +98,7 @@ class Clock(keras.callbacks.Callback):
         self.eval_s += clock() - self.e
 
     def on_epoch_end(self, epoch, logs=None):
-        if epoch == 0:   # an evaluation between epochs
+        if epoch == 0 and every:   # an evaluation between epochs
             self.predict()
 
     def predict(self):
@@ -106,14 +111,17 @@ class Clock(keras.callbacks.Callback):
 
 
 cb = Clock()
-hist = model.fit(train, epochs=epochs, validation_data=val, validation_freq=1, verbose=0, callbacks=[cb])
-t = clock()
-evaluated = model.evaluate(val, verbose=0, callbacks=[cb], return_dict=True)
-cb.outer_s += clock() - t
-cb.predict()
-train_s = sum(cb.step_times)
-json.dump({"losses": cb.losses, "history": hist.history, "evaluate": evaluated, "predictions": cb.predictions,
-           "steps": len(cb.step_times), "samples": BATCH * len(cb.step_times), "train_s": train_s,
-           "step_times": cb.step_times, "wait_s": sum(reads), "reads": len(reads), "eval_s": cb.eval_s, "outer_s": cb.outer_s,
-           "loop_s": cb.loop_s},
-          open(out, "w"))
+hist = model.fit(train, epochs=epochs, validation_data=val if every else None, validation_freq=1, verbose=0,
+                 callbacks=[cb])
+evaluated = None
+if every:
+    t = clock()
+    evaluated = model.evaluate(val, verbose=0, callbacks=[cb], return_dict=True)
+    cb.outer_s += clock() - t
+    cb.predict()
+if out:
+    json.dump({"losses": cb.losses, "history": hist.history, "evaluate": evaluated, "predictions": cb.predictions},
+              open(out, "w"))
+print(json.dumps({"steps": len(cb.step_times), "samples": BATCH * len(cb.step_times), "train_s": sum(cb.step_times),
+                  "wait_s": sum(reads), "wait_share": sum(reads) / sum(cb.step_times), "reads": len(reads),
+                  "eval_s": cb.eval_s, "outer_s": cb.outer_s, "loop_s": cb.loop_s, "step_times": cb.step_times}))

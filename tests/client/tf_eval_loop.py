@@ -1,12 +1,13 @@
 """An unmodified TensorFlow custom training loop that evaluates while it trains, with its own clock.
 
-    python tf_eval_loop.py STEPS EVERY [optstep]
+    python tf_eval_loop.py STEPS EVERY [optstep] [--fast]
 
 A batch-size probe (next(iter(train))) first; then STEPS training steps, each a batch taken eagerly from a
 tf.data iterator whose map sleeps (input-bound training) and a tf.function applying a Keras optimizer; every
 EVERY steps, and once after the last step, a validation pass over its own tf.data pipeline (its map sleeps
 too) through a tf.function that only computes the loss.  optstep: the validation step also applies the
-optimizer (it is then training, by definition).  Prints its losses, then one JSON line: its training steps'
+optimizer (it is then training, by definition).  EVERY 0: no evaluation at all (neither the probe nor a
+validation pass).  --fast: no sleep in either map.  Prints its losses, then one JSON line: its training steps'
 time (from asking for a batch to the train step's return), their input wait, the samples trained, and the
 time spent evaluating (the probe's and each validation pass's: from its first batch asked for, once its
 iterator is made, to the next training batch asked for; the final pass to its last batch).
@@ -20,8 +21,10 @@ import keras
 
 from tests.client.own_clock import OwnClock
 
-steps, every = int(sys.argv[1]), int(sys.argv[2])
-optstep = len(sys.argv) > 3 and sys.argv[3] == "optstep"
+fast = "--fast" in sys.argv[1:]
+argv = [a for a in sys.argv if a != "--fast"]
+steps, every = int(argv[1]), int(argv[2])
+optstep = len(argv) > 3 and argv[3] == "optstep"
 BS, VAL = 8, 5
 keras.utils.set_random_seed(0)
 rng = np.random.RandomState(0)
@@ -36,11 +39,11 @@ def slow(sleep_s):
 
 def pipeline(n, sleep_s):
     ds = tf.data.Dataset.from_tensor_slices((rng.rand(n, 16).astype("float32"), rng.rand(n, 1).astype("float32")))
-    return ds.batch(BS).map(slow(sleep_s))
+    return ds.batch(BS).map(slow(sleep_s)) if sleep_s else ds.batch(BS)
 
 
-train = pipeline(BS * steps, 0.004)
-val = pipeline(BS * VAL, 0.006)
+train = pipeline(BS * steps, 0 if fast else 0.004)
+val = pipeline(BS * VAL, 0 if fast else 0.006)
 model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
 opt = keras.optimizers.SGD(0.01)
 
@@ -60,10 +63,12 @@ def val_step(x, y):
 
 own = OwnClock()
 opt_in_eval = 0
-first = iter(train)
-own.eval_from = own.clock()                # a batch-size probe, not training: eval to its next training batch
-probe = next(first)
-print("probe batch", int(probe[0].shape[0]), flush=True)
+own.eval_last = None
+if every:
+    first = iter(train)
+    own.eval_from = own.clock()            # a batch-size probe, not training: eval to its next training batch
+    probe = next(first)
+    print("probe batch", int(probe[0].shape[0]), flush=True)
 
 
 def evaluate():
@@ -89,6 +94,6 @@ def train_one(batch):
 
 for i in range(steps):
     own.step(lambda: next(it), train_one)
-    if (i + 1) % every == 0:
+    if every and (i + 1) % every == 0:
         own.evaluate(evaluate)
 own.report(steps, final_end=own.eval_last, opt_in_eval=opt_in_eval)
