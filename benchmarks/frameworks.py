@@ -1,22 +1,27 @@
 """Real training frameworks under `teye run` (issue 29): teye's figures against each script's own clock.
 
-    python benchmarks/frameworks.py [--repeats N] [--steps N] [--fast-steps N] [--only torch,hf,lightning]
+    python benchmarks/frameworks.py [--repeats N] [--steps N] [--fast-steps N] [--only torch,hf,lightning,keras,tf]
 
 The matrix: framework x input x evaluation.
 - framework: a plain PyTorch loop with a batch-size probe and validation passes under model.eval()/no_grad()
   (tests/client/torch_eval.py), the Hugging Face Trainer with a tiny BERT built from a config
-  (tests/client/hf_trainer.py), PyTorch Lightning with its sanity check (tests/client/lightning_job.py);
-- input: slow (the scripts' __getitem__ sleeps: an input-bound job) or fast (--fast: no sleep; what is left
-  is the tiny models' compute and the DataLoader's own work);
+  (tests/client/hf_trainer.py), PyTorch Lightning with its sanity check (tests/client/lightning_job.py),
+  Keras 3 Model.fit with validation_data every epoch, a predict between epochs and an evaluate and a predict
+  after fit (tests/client/keras_eval.py: epochs of STEPS/4 batches), a custom TensorFlow loop with a probe
+  and validation passes (tests/client/tf_eval_loop.py);
+- input: slow (the scripts' __getitem__, or tf.data map, sleeps: an input-bound job) or fast (--fast: no
+  sleep; what is left is the tiny models' compute and the DataLoader's or tf.data's own work);
 - evaluation: every STEPS/4 steps (and the frameworks' own extras: the probe, Lightning's sanity check, the
   final pass of torch_eval.py) or none (EVERY 0: no evaluation set at all).
 Slow cells train --steps steps (default 40), fast ones --fast-steps (default 200: their steps take a few ms).
 Each run is unmodified: zero-code phases (`python -m agent run --`) to a fresh in-process agent phase path
-(tests/client/helpers.LiveAgent, the compiled helpers where built), OMP_NUM_THREADS=1 (on a shared 2-core
-host torch's intra-op threads otherwise spin against the neighbours and steps vary tenfold).  The peer is
+(tests/client/helpers.LiveAgent, the compiled helpers where built), OMP_NUM_THREADS=1 and TensorFlow's thread
+pools of 1 (on a shared 2-core host torch's intra-op threads otherwise spin against the neighbours and steps
+vary tenfold).  The peer is
 each script's own clock, printed by the script itself (one JSON line): the samples it trained, its
 training time (train_s), its input wait (wait_s: time inside its training set's __getitem__, or in
-torch_eval.py the time asking for a batch), the time in its training loader's collate function
+torch_eval.py and tf_eval_loop.py the time asking for a batch, in keras_eval.py the time inside its training
+map: Keras takes its batches where the script cannot time them, so the eager fetch's own cost is not in it), the time in its training loader's collate function
 (collate_s; none in torch_eval.py, whose wait_s holds it), in lightning_job.py also the time between
 its training batches less validation (between_s: the loader's and Lightning's own work too, an upper
 bound of the input wait) and the time inside its evaluations (eval_s).
@@ -49,7 +54,10 @@ FRAMEWORKS = {
     "torch": ("plain PyTorch loop", "torch_eval.py"),
     "hf": ("Hugging Face Trainer", "hf_trainer.py"),
     "lightning": ("Lightning Trainer", "lightning_job.py"),
+    "keras": ("Keras Model.fit", "keras_eval.py"),
+    "tf": ("TensorFlow custom loop", "tf_eval_loop.py"),
 }
+ENV = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def command(fw: str, steps: int, every: int, fast: bool, tmp: str) -> list:
@@ -65,7 +73,7 @@ def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
     agent = LiveAgent(d)
     try:
         r = teye_run(command(fw, steps, every, fast, d), socket_path=agent.path, job=job,
-                     env=base_env(OMP_NUM_THREADS="1"), timeout=600)
+                     env=base_env(**ENV), timeout=600)
         if r.returncode != 0:
             return {"error": f"exit {r.returncode}: {r.stderr.strip()[-300:]}"}
         own = last_json(r.stdout)
@@ -120,7 +128,7 @@ def row(fw: str, fast: bool, every: int, runs: list, errors: list) -> str:
 
 def versions() -> str:
     out = []
-    for mod in ("torch", "transformers", "lightning"):
+    for mod in ("torch", "transformers", "lightning", "tensorflow", "keras"):
         try:
             out.append(f"{mod} {__import__(mod).__version__}")
         except ImportError:
@@ -133,7 +141,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40, help="training steps of the slow (input-bound) cells")
     ap.add_argument("--fast-steps", type=int, default=200, help="training steps of the fast cells")
-    ap.add_argument("--only", default="torch,hf,lightning", help="frameworks, comma-separated")
+    ap.add_argument("--only", default=",".join(FRAMEWORKS), help="frameworks, comma-separated")
     args = ap.parse_args()
     fws = [f for f in args.only.split(",") if f]
     for f in fws:
@@ -141,7 +149,7 @@ def main() -> int:
             ap.error(f"--only: unknown framework {f!r} (known: {', '.join(FRAMEWORKS)})")
     cells = [(fw, fast, ev) for fw in fws for fast in (False, True) for ev in (True, False)]
     results = {c: ([], []) for c in cells}
-    print(f"{versions()}; {os.cpu_count()} CPUs, OMP_NUM_THREADS=1; {args.repeats} repeats; slow cells "
+    print(f"{versions()}; {os.cpu_count()} CPUs, one thread per pool; {args.repeats} repeats; slow cells "
           f"{args.steps} steps, fast cells {args.fast_steps} steps; evaluation every steps/4")
     t0 = time.monotonic()
     for rep in range(args.repeats):

@@ -15,7 +15,12 @@ Keras Model.fit alike).
 - Steps: Keras 3's ``BaseOptimizer.apply`` marks the ``tf.function`` being traced when it is called (or,
   run eagerly, ends a step itself); each later call of a marked function ends a step when it returns.
   So the step boundary is the train function's call, as Keras' own batch callbacks see it.
+- Evaluation: Keras' ``evaluate``, ``predict``, ``test_on_batch`` and ``predict_on_batch`` (fit's validation
+  runs through ``evaluate``) are wrapped: each call is the ``eval`` phase (Session.evaluation).  Each tf.data
+  iterator's waits carry its number, so a custom loop's validation pass over its own iterator is ``eval``
+  by the rule PyTorch's DataLoader iterators follow (Session._evaluation).
 """
+import itertools
 import sys
 import threading
 import time
@@ -27,6 +32,20 @@ SOURCE = "tf.data"
 STEPS_ONLY = "tf-steps"
 _tracing = threading.local()  # the outermost tf.function whose call is running in this thread (None: none)
 _active = [None]  # ... in any thread: MirroredStrategy traces replica functions in threads of its own
+_iterators = itertools.count(1)
+
+
+def _key(iterator):
+    """The number of a tf.data iterator (negative: never one of PyTorch's DataLoader iterators), so that the
+    waits of an iterator no step follows (a validation pass) are told from training's (Session._evaluation)."""
+    k = getattr(iterator, "_teye_loader", None)
+    if k is None:
+        k = -next(_iterators)
+        try:
+            iterator._teye_loader = k
+        except (AttributeError, TypeError):  # an object that takes no attributes: its waits stay unkeyed
+            return None
+    return k
 
 
 def _plain(fn, argcount):
@@ -51,9 +70,9 @@ def patch_iterator(module):
         try:
             batch = orig(self)
         except StopIteration:
-            s.wait(t0, _ns(), 0)
+            s.wait(t0, _ns(), 0, _key(self))  # the wait for the end of the epoch is a wait too
             raise
-        s.wait(t0, _ns(), batch_size(batch))
+        s.wait(t0, _ns(), batch_size(batch), _key(self))
         return batch
 
     cls.__next__ = wrapper_of(__next__, orig)
@@ -181,13 +200,37 @@ def patch_keras_trainer(module):
             t1 = _ns()
             if s.source != KERAS:
                 s.source = KERAS
-            s.wait(t0, t1, batch_size(data))
+            s.wait(t0, t1, batch_size(data), _key(iterator))
             return one_step(data)
 
         return wrapper_of(train_function, function)
 
     cls._make_function = wrapper_of(_make_function, orig)
+    _patch_keras_evaluation(cls)
     return True
+
+
+EVALUATION = ("evaluate", "predict", "test_on_batch", "predict_on_batch")
+
+
+def _patch_keras_evaluation(cls):
+    """Keras' evaluate, predict, test_on_batch and predict_on_batch (fit's validation calls evaluate): the
+    time of each call is evaluation (Session.evaluation), not training."""
+    s = session
+    for name in EVALUATION:
+        orig = cls.__dict__.get(name)
+        code = getattr(getattr(orig, "__wrapped__", orig), "__code__", None)  # under Keras' traceback filter
+        if code is None or getattr(orig, "_teye", False) or not code.co_argcount >= 2:
+            debug("Keras TensorFlowTrainer.%s is not what teye expects: its time counts as training" % name)
+            continue
+        cls_method = _evaluation_of(s, orig)
+        setattr(cls, name, wrapper_of(cls_method, orig))
+
+
+def _evaluation_of(s, orig):
+    def method(self, *args, **kwargs):
+        return s.evaluation(orig, self, *args, **kwargs)
+    return method
 
 
 def _why_not_observed(model, function, tf):

@@ -14,12 +14,14 @@ no thread.  Standard library only, Python 3.8+.
 import atexit
 import os
 import sys
+import time
 
 _DEBUG = os.environ.get("TEYE_DEBUG") == "1"
 _C = '"compute"'    # phase names as the reporter's flat buffers hold them (JSON-quoted)
 _W = '"data_wait"'
 _M = '"communication"'
 _installed = None
+_ns = time.monotonic_ns
 
 
 def debug(msg):
@@ -116,6 +118,7 @@ class Session:
     """One process's zero-code state: input waits since the last step, and the reporter (made at the first step)."""
 
     MAX_WAITS = 4096
+    MAX_EVALS = 256
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -135,6 +138,8 @@ class Session:
         self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
         self.wait_thread = None  # the thread of the latest input wait (where the instrumentor tells)
         self.off_thread = False  # input waits came from a thread other than the one that steps: steps only
+        self.evals = []          # [start_ns, end_ns] of evaluations the framework declared (see evaluation())
+        self.evaluating = 0      # evaluation() calls in progress (one inside another counts once)
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -217,6 +222,8 @@ class Session:
             start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
         comms = self.comms
+        if self.evals:
+            start = self._declared(start, rep)
         if waits and waits[-1][3] is not None:
             start = self._evaluation(waits, start, rep)
         if self.off_thread:
@@ -305,10 +312,58 @@ class Session:
         del waits[:last + 1]
         return max(start, b)
 
+    def evaluation(self, fn, *args, **kwargs):
+        """Call fn, a framework's evaluation (Keras' evaluate, predict, test_on_batch, predict_on_batch): the
+        framework says it is not training, so its whole call is the ``eval`` phase, reported before the next
+        step (which starts where it ended) or at exit, and the input waits observed inside it are not
+        training's.  A call inside which an optimizer steps trains, by definition: it is left as it is."""
+        if self.evaluating or self.aside:
+            return fn(*args, **kwargs)
+        self.evaluating += 1
+        before = self.step_start
+        t0 = _ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.evaluating -= 1
+            if self.step_start == before:
+                self._evaluated(t0, _ns())
+
+    def _evaluated(self, start_ns, end_ns):
+        try:
+            waits = self.waits
+            if waits and waits[-1][1] > start_ns:  # the input waits inside it are evaluation's, not training's
+                waits[:] = [w for w in waits if w[1] <= start_ns]
+            ev = self.evals
+            ev.append((start_ns, end_ns))
+            if len(ev) > self.MAX_EVALS:  # a process that evaluates and never trains: keep the newest
+                del ev[:self.MAX_EVALS // 2]
+            if self.reporter is not None and not self.exit_hook:  # it may be the last (a final evaluate)
+                self.exit_hook = True
+                atexit.register(self._finish_guarded)
+        except Exception as e:  # never into the job
+            self.disabled = True
+            debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+
+    def _declared(self, start, rep):
+        """The evaluations declared since the previous step, reported as ``eval``; returns the step's start
+        (the end of the last of them, where that is later)."""
+        for a, b in self.evals:
+            rep.record_phase("eval", a, b)
+            if b > start:
+                start = b
+        del self.evals[:]
+        return start
+
     def finish(self):
-        """At exit: waits no step followed (a final test loop) are evaluation; report them as ``eval``."""
+        """At exit: evaluations no step followed (a final evaluate or predict, a final test loop) are reported
+        as ``eval``: the declared ones (evaluation()) and the waits of loaders that never trained."""
         waits, rep = self.waits, self.reporter
-        if self.disabled or rep is None or not waits or waits[-1][3] is None:
+        if self.disabled or rep is None:
+            return
+        if self.evals:
+            self._declared(0, rep)
+        if not waits or waits[-1][3] is None:
             return
         ev = [w for w in waits if w[3] not in self.train_keys]
         if ev:

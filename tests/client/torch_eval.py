@@ -13,12 +13,13 @@ their input wait, the samples trained, the time spent evaluating (from the first
 asked for to the next training batch asked for; the final pass to its last batch) and its input wait,
 and the probe's time (to the first training batch asked for; 0 without a probe).
 """
-import json
 import sys
 import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from tests.client.own_clock import OwnClock
 
 
 class Slow(Dataset):
@@ -43,16 +44,13 @@ train_loader = DataLoader(Slow(BS * steps, 0 if fast else 0.002), batch_size=BS)
 val_loader = DataLoader(Slow(BS * 6, 0 if fast else 0.004), batch_size=BS)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-clock = time.perf_counter
-probe_from = clock()
+probe_from = OwnClock.clock()
 if every:
     probe = next(iter(train_loader))      # a batch-size probe: not training
     print("probe batch", len(probe[0]), flush=True)
-
-train_s = wait_s = eval_s = eval_wait_s = 0.0
-samples = opt_in_eval = evals = 0
-step_times = []
-eval_from = None
+own = OwnClock()
+opt_in_eval = evals = 0
+eval_wait_s = probe_s = 0.0
 
 
 def evaluate():
@@ -63,9 +61,9 @@ def evaluate():
     with torch.no_grad() if not optstep else torch.enable_grad():
         it = iter(val_loader)
         while True:
-            t = clock()
+            t = OwnClock.clock()
             batch = next(it, None)
-            eval_wait_s += clock() - t      # its input wait (the end of the pass's too)
+            eval_wait_s += OwnClock.clock() - t      # its input wait (the end of the pass's too)
             if batch is None:
                 break
             x, y = batch
@@ -81,32 +79,23 @@ def evaluate():
 
 
 it = iter(train_loader)
-for i in range(steps):
-    t0 = clock()
-    if i == 0:
-        probe_s = t0 - probe_from
-    if eval_from is not None:
-        eval_s += t0 - eval_from
-        eval_from = None
-    x, y = next(it)
-    t1 = clock()
+
+
+def train(batch):
+    x, y = batch
     loss = ((model(x) - y) ** 2).mean()
     opt.zero_grad()
     loss.backward()
     for _ in range(20):                     # some compute
         torch.mm(torch.randn(64, 64), torch.randn(64, 64))
     opt.step()
-    t2 = clock()
-    train_s += t2 - t0
-    wait_s += t1 - t0
-    step_times.append(t2 - t0)
-    samples += len(x)
+    return len(x)
+
+
+for i in range(steps):
+    if i == 0 and every:
+        probe_s = OwnClock.clock() - probe_from
+    own.step(lambda: next(it), train)
     if every and (i + 1) % every == 0:
-        eval_from = clock()
-        print("eval after", i + 1, "loss %.5f" % evaluate(), flush=True)
-if eval_from is not None:
-    eval_s += clock() - eval_from
-print(json.dumps({"steps": steps, "samples": samples, "train_s": train_s, "wait_s": wait_s,
-                  "wait_share": wait_s / train_s, "eval_s": eval_s, "eval_wait_s": eval_wait_s,
-                  "probe_s": probe_s if every else 0.0, "opt_in_eval": opt_in_eval, "evals": evals,
-                  "step_times": step_times}))
+        print("eval after", i + 1, "loss %.5f" % own.evaluate(evaluate), flush=True)
+own.report(steps, opt_in_eval=opt_in_eval, evals=evals, eval_wait_s=eval_wait_s, probe_s=probe_s)

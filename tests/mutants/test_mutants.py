@@ -43,6 +43,13 @@ MUTANTS = {
     # issue 29: one run per run (the report of a job name's latest run)
     "report_runs_not_cut.patch": (
         ["tests/report/test_runs_e2e.py::test_the_latest_run_is_reported_and_the_earlier_one_named"], False),
+    # issue 29: evaluation apart (Keras' evaluate/predict, Session.evaluation)
+    "session_eval_step_not_after_the_evaluation.patch": (
+        ["tests/client/test_session_eval.py::test_an_evaluation_between_steps_is_eval_and_the_next_step_starts_after_it"],
+        False),
+    "session_eval_that_steps_still_eval.patch": (
+        ["tests/client/test_session_eval.py::test_an_evaluation_inside_another_counts_once_and_one_that_steps_trains"],
+        False),
     "webstats_client_path_as_label.patch": (
         ["tests/web/test_selfmetrics.py::test_basic_auth_failures_by_reason_and_requests_by_path_and_code"], False),
     "webstats_connections_max_is_open_count.patch": (
