@@ -19,8 +19,10 @@ often not in the sender: PyTorch DataLoader workers, multiprocessing pools, a de
   descendant's; ``None`` when the sender's file is not readable (another user's process without
   CAP_SYS_PTRACE, hardened kernels);
 * pressure stall: ``total=`` of the ``some`` line of the process's cgroup ``io.pressure`` and
-  ``cpu.pressure`` (cgroup v2, from ``/proc/<pid>/cgroup``), else ``/proc/pressure/io`` for I/O;
-  ``None`` where the kernel has no PSI.
+  ``cpu.pressure`` (cgroup v2, from ``/proc/<pid>/cgroup``); without a cgroup figure (cgroup v1),
+  the node's ``/proc/pressure/io`` for I/O only where the process's own reads cannot be read (the
+  node's stalls are every process's: another job's checkpoint would make a sleeping job's waits
+  look like storage); ``None`` where the kernel has no PSI.
 
 A pid the kernel handed us is checked against the sender: the process under ``/proc/<pid>``
 must belong to the sender's uid (otherwise the sender lives in another pid namespace than
@@ -213,7 +215,9 @@ class ProcReader:
             if rb is not None and d_rb is not None:
                 rb += d_rb
         io = pressure(os.path.join(cgroup, "io.pressure")) if cgroup else None
-        if io is None:
+        if io is None and rb is None:
+            # the node's I/O pressure is other processes' as much as the job's: only where the job's own reads
+            # cannot be seen is it the storage evidence left
             io = pressure(os.path.join(self.procfs, "pressure", "io"))
         cpu_stall = pressure(os.path.join(cgroup, "cpu.pressure")) if cgroup else None
         return ProcSample(now_ns, cpu, rb, io, cpu_stall, self.run_delay(pid)), problem, start

@@ -300,6 +300,7 @@ class InputWait:
     cpu_s: float = 0.0                     # CPU seconds of those processes (all threads) during them
     read_bytes: Optional[int] = None       # bytes they read from storage meanwhile (None: /proc/<pid>/io unreadable)
     io_stall_s: Optional[float] = None     # io pressure ("some") during them: the job's cgroup, else the system's
+    #                                        where read_bytes cannot be seen (agent.phases.procstat)
     cpu_stall_s: Optional[float] = None    # cpu pressure ("some") of the job's cgroup during them
     run_delay_s: Optional[float] = None    # main thread runnable but waiting for a CPU during them
     problem: str = ""                      # why (some) waits could not be measured

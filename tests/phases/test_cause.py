@@ -24,7 +24,9 @@ TCK = 100            # USER_HZ: /proc/<pid>/stat counts CPU time in 10 ms ticks
 class FakeProc:
     """A /proc + /sys tree for one process whose counters follow rates per phase (ground truth)."""
 
-    def __init__(self, root, uid=UID, cgroup="/user.slice/job.scope", io=True, psi=True):
+    def __init__(self, root, uid=UID, cgroup="/user.slice/job.scope", io=True, psi=True, node_psi=False):
+        """``psi``: the job's cgroup has pressure files (cgroup v2); ``node_psi``: the I/O stall is written to
+        the node's /proc/pressure/io instead (cgroup v1: no pressure per cgroup)."""
         self.proc = os.path.join(root, "proc")
         self.sys = os.path.join(root, "sys")
         self.dir = os.path.join(self.proc, str(PID))
@@ -34,7 +36,7 @@ class FakeProc:
         os.makedirs(self.cg)
         self._write("status", f"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
         self._write("cgroup", f"0::{cgroup}\n")
-        self.io, self.psi = io, psi
+        self.io, self.psi, self.node_psi = io, psi, node_psi
         if not io:   # a kernel without task I/O accounting / a file that vanished: no io file at all
             os.symlink("/nonexistent/io", os.path.join(self.dir, "io"))
         self.cpu = self.read = self.io_stall = self.cpu_stall = self.delay = 0.0
@@ -61,6 +63,11 @@ class FakeProc:
         if self.io:
             self._write("io", f"rchar: {int(self.read)}\nwchar: 0\nsyscr: 1\nsyscw: 0\n"
                               f"read_bytes: {int(self.read)}\nwrite_bytes: 0\ncancelled_write_bytes: 0\n")
+        if self.node_psi:
+            us = int(self.io_stall * 1e6)
+            self._write("io", f"some avg10=0.00 avg60=0.00 avg300=0.00 total={us}\n"
+                              f"full avg10=0.00 avg60=0.00 avg300=0.00 total={us}\n",
+                        os.path.join(self.proc, "pressure"))
         if self.psi:
             us = int(self.io_stall * 1e6)
             self._write("io.pressure", f"some avg10=0.00 avg60=0.00 avg300=0.00 total={us}\n"
@@ -228,6 +235,21 @@ def test_io_pressure_without_reads_is_storage(tmp_path):
     w = view.evidence.input_wait
     assert view.verdict.cause == "storage", view.verdict.evidence
     assert w.read_bytes == 0 and w.io_stall_s / w.wait_s == pytest.approx(0.6, abs=0.03)
+
+
+def test_the_nodes_io_pressure_is_no_evidence_where_the_jobs_own_reads_are_seen(tmp_path):
+    """cgroup v1: no pressure per cgroup, only the node's.  A job that sleeps while another process's I/O
+    stalls the node (a checkpoint next door) reads nothing itself: its waits are not storage.  Where its own
+    reads cannot be seen, the node's pressure is the evidence left, and it counts."""
+    seen = FakeProc(str(tmp_path / "seen"), psi=False, node_psi=True)
+    view = run_job(seen, wait_rates=(0.01, 0.0, 0.6, 0.0), compute_rates=(1.0, 0.0, 0.6, 0.0))
+    _unknown(view, "idle CPUs and no storage I/O")
+    assert view.evidence.input_wait.read_bytes == 0 and view.evidence.input_wait.io_stall_s is None
+    blind = FakeProc(str(tmp_path / "blind"), psi=False, node_psi=True, io=False)
+    view = run_job(blind, wait_rates=(0.01, 0.0, 0.6, 0.0), compute_rates=(1.0, 0.0, 0.0, 0.0))
+    w = view.evidence.input_wait
+    assert view.verdict.cause == "storage", view.verdict.evidence
+    assert w.read_bytes is None and w.io_stall_s / w.wait_s == pytest.approx(0.6, abs=0.03)
 
 
 def test_descendants_are_bounded_and_found_recursively(tmp_path):
