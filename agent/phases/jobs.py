@@ -67,6 +67,7 @@ DATA_WAIT = 0                   # PHASES.index("data_wait")
 RING_SLOTS = 30
 MAX_PIDS = 64
 MAX_UNTRACKED = 4 * MAX_PIDS    # ranks beyond MAX_PIDS whose steps are kept out of the job's global steps
+MAX_UNCLAIMED = 4096            # senders whose shed datagrams wait for a job that holds them
 RUN_END_SILENCE_NS = 2 * 10**9  # a job all of whose processes exited has ended once silent this long
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
@@ -290,6 +291,8 @@ class JobTable:
         self._jobs: "OrderedDict[Tuple[int, str], _Job]" = OrderedDict()
         # runs that ended (all their processes exited), exported until they expire or their name starts a new run
         self._ended: "OrderedDict[Tuple[int, str], _Job]" = OrderedDict()
+        # datagrams shed before any job held their sender: (uid, pid) -> (count, first seen)
+        self._unclaimed: Dict[Tuple[int, int], Tuple[int, int]] = {}
         self._labels: Dict[str, Tuple[int, str]] = {}
         self._per_uid: Dict[int, int] = {}
         self._users: Dict[int, str] = {}
@@ -363,13 +366,28 @@ class JobTable:
         with self._lock:
             for (uid, pid), n in counts.items():
                 self.results["shed"] += n
-                for job in self._jobs.values():
-                    if job.uid == uid and pid in job.pids:
-                        job.shed += n
-                        break
-                else:
-                    self._rlog.warning("shed", "phase socket: %d datagrams of pid %d uid %d (no live job) shed "
+                if not self._charge(uid, pid, n):
+                    # its first datagrams were all shed: no job holds the pid yet.  Kept (bounded) until one
+                    # does, on the sampler's pass (_claim_shed): the job that caused them is charged
+                    if (uid, pid) in self._unclaimed or len(self._unclaimed) < MAX_UNCLAIMED:
+                        got = self._unclaimed.get((uid, pid))
+                        self._unclaimed[(uid, pid)] = (got[0] + n if got else n, got[1] if got else self.ctx.clock())
+                    self._rlog.warning("shed", "phase socket: %d datagrams of pid %d uid %d (no job yet) shed "
                                        "over the rate budget", n, pid, uid)
+
+    def _charge(self, uid: int, pid: int, n: int) -> bool:
+        for job in (*self._jobs.values(), *self._ended.values()):
+            if job.uid == uid and pid in job.pids:
+                job.shed += n
+                return True
+        return False
+
+    def _claim_shed(self, now_ns: int) -> None:
+        """Charge shed datagrams kept for a sender no job held to its job, now that one does; forget those
+        still unclaimed after job_expiry_seconds."""
+        for (uid, pid), (n, since) in list(self._unclaimed.items()):
+            if self._charge(uid, pid, n) or now_ns - since >= self.expiry_ns:
+                del self._unclaimed[(uid, pid)]
 
     def compiled_receive(self):
         """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
@@ -741,6 +759,8 @@ class JobTable:
             self._expire(now_ns)
             self._expire_ranks(now_ns)
             self._end_runs(now_ns)
+            if self._unclaimed:
+                self._claim_shed(now_ns)
             views = tuple(self._view(j, now_ns, ended=True) for j in self._ended.values()) + tuple(
                 self._view(j, now_ns) for j in self._jobs.values())
             pending = sum(len(j.pending) for j in (*self._jobs.values(), *self._ended.values()))
