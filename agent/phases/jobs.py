@@ -369,9 +369,11 @@ class JobTable:
                 if not self._charge(uid, pid, n):
                     # its first datagrams were all shed: no job holds the pid yet.  Kept (bounded) until one
                     # does, on the sampler's pass (_claim_shed): the job that caused them is charged
-                    if (uid, pid) in self._unclaimed or len(self._unclaimed) < MAX_UNCLAIMED:
-                        got = self._unclaimed.get((uid, pid))
-                        self._unclaimed[(uid, pid)] = (got[0] + n if got else n, got[1] if got else self.ctx.clock())
+                    got = self._unclaimed.get((uid, pid))
+                    if got is not None:
+                        self._unclaimed[(uid, pid)] = (got[0] + n, got[1])
+                    elif len(self._unclaimed) < MAX_UNCLAIMED:
+                        self._unclaimed[(uid, pid)] = (n, self.ctx.clock())
                     self._rlog.warning("shed", "phase socket: %d datagrams of pid %d uid %d (no job yet) shed "
                                        "over the rate budget", n, pid, uid)
 
@@ -451,8 +453,7 @@ class JobTable:
                 # a late datagram of the ended run's own process (queued before it exited): the run goes on
                 del self._ended[key]
                 self._jobs[key] = old
-                self.rank_pids.update(old.ranks)      # its ranked processes take the Python path again
-                self.rank_pids.update(old.untracked)
+                self.rank_pids.update(_ranked(old))   # its ranked processes take the Python path again
                 return old
             self._drop(key)   # the name starts a new run: the ended one's series give way to it
         if self._full(uid):
@@ -673,13 +674,11 @@ class JobTable:
                 continue   # a process still runs, or one the agent cannot see (another pid namespace)
             del self._jobs[key]
             self._ended[key] = job
-            self.rank_pids.difference_update(job.ranks)
-            self.rank_pids.difference_update(job.untracked)
+            self.rank_pids.difference_update(_ranked(job))
 
     def _drop(self, key) -> None:
         job = self._jobs.pop(key, None) or self._ended.pop(key)
-        self.rank_pids.difference_update(job.ranks)
-        self.rank_pids.difference_update(job.untracked)
+        self.rank_pids.difference_update(_ranked(job))
         self._labels.pop(job.label, None)
         n = self._per_uid.get(job.uid, 1) - 1
         if n > 0:
@@ -917,6 +916,11 @@ class JobTable:
             start_time=job.start_time,
             ended=ended,
         )
+
+
+def _ranked(job: _Job):
+    """The pids of a job whose datagrams take the Python path: its ranks' and the untracked ranks'."""
+    return (*job.ranks, *job.untracked)
 
 
 def process_alive(pid: int) -> bool:

@@ -280,6 +280,12 @@ class Run:
     backwards: bool = False      # it began before the run it follows (the node's clock stepped back?)
     prev_start: Optional[float] = None
 
+    def points(self, pts):
+        """The points of one of the job's series that belong to this run."""
+        if not self.cut and self.hi == math.inf:
+            return pts
+        return S.window(pts, self.first if self.cut else -math.inf, self.hi)
+
 
 @dataclass
 class Span:
@@ -292,11 +298,8 @@ class Span:
     run: Optional[Run] = None
 
     def cut(self, pts):
-        """The points of one of the job's series that belong to this run."""
-        r = self.run
-        if r is None or (not r.cut and r.hi == math.inf):
-            return pts
-        return S.window(pts, r.first if r.cut else -math.inf, r.hi)
+        """The points of one of the job's series that belong to this run (all of them without runs)."""
+        return pts if self.run is None else self.run.points(pts)
 
 
 def _runs(f: Fetched, inst: str, name: str) -> List[Run]:
@@ -340,7 +343,7 @@ def _span(f: Fetched, inst: str, name: str, info, run: Optional[Run]) -> Optiona
         if metric not in ("teye_job_phase_seconds_total", "teye_job_steps_total"):
             continue
         if run is not None:
-            cp = Span(0, 0, 0, run).cut(cp)
+            cp = run.points(cp)
         a, b = S.first_last_change(cp, t_from, f.t1)
         if a is not None:
             first = a if first is None else min(first, a)
