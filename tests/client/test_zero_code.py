@@ -37,6 +37,10 @@ def site_env(**extra):
     ({"SLURM_JOB_ID": "900", "SLURM_ARRAY_JOB_ID": "899", "SLURM_ARRAY_TASK_ID": "3"}, ["t.py"], "slurm-899_3"),
     ({"SLURM_JOB_ID": "900"}, ["t.py"], "slurm-900"),
     ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "trainer-0"}, ["/app/t.py"], "trainer-0"),
+    # the downward API's names come before HOSTNAME (a pod's hostname may be set to anything: spec.hostname)
+    ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "h", "TEYE_POD_NAME": "tp", "POD_NAME": "p"}, ["t.py"],
+     "tp"),
+    ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "h", "POD_NAME": "p"}, ["t.py"], "p"),
     ({"HOSTNAME": "laptop"}, ["/home/a/resnet_train.py", "--lr", "1"], "resnet_train"),
     ({}, ["/usr/lib/python3/site-packages/mypkg/__main__.py"], "mypkg"),
     ({}, ["-c"], "python"),
@@ -173,6 +177,17 @@ def test_a_users_sitecustomize_still_runs_and_its_errors_read_as_without_teye(tm
     without = plain_run([PY, "-c", code], env=base_env(PYTHONPATH=str(user)))
     with_ = plain_run([PY, "-c", code], env=base_env(PYTHONPATH=os.pathsep.join([SITE, str(user)])))
     assert "No module named 'no_such_module_teye'" in without.stderr and with_.stderr == without.stderr
+
+
+def test_the_off_switch_still_runs_the_users_sitecustomize(tmp_path):
+    """TEYE_AUTO=0 turns teye's hook off, never the user's own sitecustomize behind it."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("print('user sitecustomize ran')\nMARK = 7\n")
+    code = "import sys; print('main', 'teye_client.auto' in sys.modules, sys.modules['sitecustomize'].MARK)"
+    for off in ("0", "off", "false"):
+        r = plain_run([PY, "-c", code], env=base_env(PYTHONPATH=os.pathsep.join([SITE, str(user)]), TEYE_AUTO=off))
+        assert (r.returncode, r.stdout, r.stderr) == (0, "user sitecustomize ran\nmain False 7\n", ""), off
 
 
 def _fake_torch(root, next_src, optimizer_src):
