@@ -95,6 +95,8 @@ COLLECTORS = {
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
+    "loadavg": (5.0, "load average (/proc/loadavg)"),
+    "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
     "allocation": (5.0, "GPU allocation to Slurm jobs (prolog mapping directory) and Kubernetes pods (kubelet "
                         "pod-resources)"),
     "jobs": (5.0, "per-job CPU, memory, I/O and pressure from the Slurm job and Kubernetes pod cgroups "

@@ -26,6 +26,8 @@ FACTORIES = {
     "nfs": "agent.sources.nfs:from_config",
     "nfsd": "agent.sources.nfsd:from_config",
     "pressure": "agent.sources.pressure:from_config",
+    "loadavg": "agent.sources.loadavg:from_config",
+    "vmstat": "agent.sources.vmstat:from_config",
     "jobs": "agent.sources.cgroups:from_config",
     "allocation": "agent.sources.allocation:from_config",
     "gpu": "agent.gpu.source:from_config",
