@@ -96,6 +96,7 @@ COLLECTORS = {
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
     "loadavg": (5.0, "load average (/proc/loadavg)"),
+    "filesystem": (5.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
     "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
     "allocation": (5.0, "GPU allocation to Slurm jobs (prolog mapping directory) and Kubernetes pods (kubelet "
                         "pod-resources)"),
@@ -110,6 +111,8 @@ SCHEMA: Dict[str, Any] = {
     "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
     "procfs": Field(STR, "/proc", "Root of the proc filesystem (as node_exporter's --path.procfs)."),
     "sysfs": Field(STR, "/sys", "Root of the sys filesystem (as node_exporter's --path.sysfs)."),
+    "rootfs": Field(STR, "/", "Where the host's root filesystem is seen, for the filesystem collector's statvfs "
+                    "of each mount point (as node_exporter's --path.rootfs; e.g. /host/root in a container)."),
     "cgroupfs": Field(STR, "/sys/fs/cgroup", "Root of the cgroup tree (v1 controller hierarchies or the v2 "
                       "unified hierarchy), as cAdvisor's and cgroup_exporter's cgroup root."),
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),

@@ -26,7 +26,7 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "error", "resource", "kind", "window", "gpu", "uuid", "name", "pci_bus_id", "driver_version",
                   "reason", "type", "cause", "xid", "pid", "user", "slurm_job", "pod_uid", "train_job", "uid", "phase",
                   "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "namespace", "pod", "qos",
-                  "container", "rank")
+                  "container", "rank", "fstype")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
@@ -95,6 +95,9 @@ def test_series_per_node_follow_the_documented_budget(n_jobs):
     assert ports and len(ib) <= 25 * len(ports) + len(hcas)
     assert len(per_prefix(series, "teye_memory_")) <= 14
     assert len(per_prefix(series, "teye_pressure_")) <= 24
+    assert len(per_prefix(series, "teye_load")) == 5 and len(per_prefix(series, "teye_vmstat_")) <= 7
+    mounts = {lb["mountpoint"] for _, lb in per_prefix(series, "teye_filesystem_") if "mountpoint" in lb}
+    assert mounts and len(per_prefix(series, "teye_filesystem_")) <= 1 + 7 * len(mounts)
     cg = per_prefix(series, "teye_slurm_job_") + per_prefix(series, "teye_pod_") + per_prefix(series, "teye_jobs_")
     k = len({lb["slurm_job"] for _, lb in per_prefix(series, "teye_slurm_job_")})
     assert k == 2 and len(cg) <= 5 + 16 * k and len(per_prefix(series, "teye_slurm_job_")) > 16  # 16 + partial one

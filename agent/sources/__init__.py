@@ -27,6 +27,7 @@ FACTORIES = {
     "nfsd": "agent.sources.nfsd:from_config",
     "pressure": "agent.sources.pressure:from_config",
     "loadavg": "agent.sources.loadavg:from_config",
+    "filesystem": "agent.sources.filesystem:from_config",
     "vmstat": "agent.sources.vmstat:from_config",
     "jobs": "agent.sources.cgroups:from_config",
     "allocation": "agent.sources.allocation:from_config",
