@@ -26,7 +26,7 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "error", "resource", "kind", "window", "gpu", "uuid", "name", "pci_bus_id", "driver_version",
                   "reason", "type", "cause", "xid", "pid", "user", "slurm_job", "pod_uid", "train_job", "uid", "phase",
                   "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "namespace", "pod", "qos",
-                  "container", "rank", "fstype")
+                  "container", "rank", "fstype", "operstate", "duplex", "address")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
