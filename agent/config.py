@@ -98,6 +98,7 @@ COLLECTORS = {
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
     "loadavg": (5.0, "load average (/proc/loadavg)"),
     "filesystem": (5.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
+    "os": (60.0, "kernel and distribution: uname(2) and os-release"),
     "timex": (15.0, "clock synchronisation: NTP sync status, offset and error (adjtimex(2), read-only)"),
     "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
     "allocation": (5.0, "GPU allocation to Slurm jobs (prolog mapping directory) and Kubernetes pods (kubelet "

@@ -26,7 +26,9 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "error", "resource", "kind", "window", "gpu", "uuid", "name", "pci_bus_id", "driver_version",
                   "reason", "type", "cause", "xid", "pid", "user", "slurm_job", "pod_uid", "train_job", "uid", "phase",
                   "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "namespace", "pod", "qos",
-                  "container", "rank", "fstype", "operstate", "duplex", "address")
+                  "container", "rank", "fstype", "operstate", "duplex", "address",
+                  "sysname", "release", "machine", "nodename", "domainname", "id", "id_like", "pretty_name",
+                  "version_id", "version_codename")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
