@@ -70,6 +70,7 @@ USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # Names are matched whole (fullmatch: ``$`` would accept a trailing newline, ``job_4444\n`` read as job 4444)
 # and a job id is ASCII digits only (str.isdigit() and int() accept '²' or '٤', int() a newline).
+MAX_BAD_NAMED = 10   # bad job directory names named (log, doctor) per read; all are counted
 _JOB_DIR = re.compile(r"job_(.*)", re.DOTALL)
 _JOB_ID = re.compile(r"[0-9]{1,18}")
 _PID = re.compile(r"[0-9]{1,10}")
@@ -265,7 +266,7 @@ def discover(hierarchy: str) -> Tuple[List[Job], List[str], int]:
                 continue
             if not _JOB_ID.fullmatch(m.group(1)):
                 nbad += 1
-                if len(bad) < 3:
+                if len(bad) < MAX_BAD_NAMED:
                     bad.append(f"{os.path.join(parent, name)!r}: job id {m.group(1)[:40]!r} is not a number "
                                f"(ASCII digits, at most 18)")
                 continue
