@@ -146,7 +146,7 @@ def test_stat_linked_to_dev_zero_downs_cpu_only_and_reads_nothing_large(tmp_path
 
 def test_a_huge_stat_is_refused_after_the_bound_not_read_whole(tmp_path):
     proc = proc_copy(tmp_path)
-    sparse(os.path.join(proc, "stat"), 1 << 30)   # 1 GiB of zeros: read whole it would take 1 GiB of memory
+    sparse(os.path.join(proc, "stat"), 64 << 20)   # 64 MiB of zeros: read whole, 64 MiB of memory
     tracemalloc.start()
     try:
         with pytest.raises(_files.FileRefused) as e:
