@@ -21,6 +21,7 @@ from dataclasses import replace
 import pytest
 
 from agent.doctor import nfs_line, perf_line
+from agent.errors import ParseError
 from agent.gpu.procinfo import owner
 from agent.phases.procstat import Gone, ProcReader
 from agent.pmu import events as pmu_events
@@ -30,10 +31,10 @@ from agent.sources import _files
 from agent.sources import cgroups as C
 from agent.sources.allocation import AllocationSource
 from agent.sources.cgroups import JobsSource, doctor_lines
-from agent.sources.cpu import CpuSource
-from agent.sources.infiniband import InfinibandSource
+from agent.sources.cpu import CpuSource, parse_stat
+from agent.sources.infiniband import InfinibandSource, parse_counter
 from agent.sources.memory import MemorySource
-from agent.sources.nfs import NfsClientSource
+from agent.sources.nfs import NfsClientSource, parse_ints
 from tests.conftest import DATA, PROCFS, SYSFS, parse_exposition, reading_series
 from tests.procs import REPO, Agent
 from tests.sources.test_cgroups import EXPECTED, S
@@ -309,7 +310,7 @@ def test_bad_names_in_v1_uid_and_pid_dirs(tmp_path):
     root = cg_copy(tmp_path, "v1_slurm")
     uid_dir = os.path.join(root, "cpuacct", "slurm", "uid_1000")
     assert os.path.isdir(os.path.join(uid_dir, "job_1001"))
-    shutil.copytree(os.path.join(uid_dir, "job_1001"), os.path.join(root, "cpuacct", "slurm", "uid_\u00b2",
+    shutil.copytree(os.path.join(uid_dir, "job_1001"), os.path.join(root, "cpuacct", "slurm", "uid_\u0664",
                                                                      "job_1005"))
     shutil.copytree(os.path.join(uid_dir, "job_1001"), os.path.join(uid_dir, "job_\u00b2"))
     r = JobsSource(root).collect()
@@ -400,3 +401,29 @@ def test_a_real_agent_on_such_trees_keeps_serving(tmp_path):
     assert ("teye_pressure_stalled_seconds_total", (("kind", "some"), ("resource", "memory"))) in v2
     text = log.read_text()
     assert text.count(f"{fifo}: a FIFO, not a regular file") == 1
+
+
+def test_pod_dirs_with_a_trailing_newline_are_no_pods(tmp_path):
+    root = cg_copy(tmp_path, "v2_kube")
+    sl = os.path.join(root, "kubepods.slice")
+    shutil.copytree(os.path.join(sl, "kubepods-pod0f9c7f2a_1111_4c1d_9d6e_0123456789ab.slice"),
+                    os.path.join(sl, "kubepods-pod11111111_1111_4c1d_9d6e_0123456789ab.slice\n"))
+    assert reading_series(JobsSource(root).collect()) == EXPECTED["v2_kube"]
+    root = cg_copy(tmp_path, "v1_kube")
+    for ctl in ("cpuacct", "memory"):
+        be = os.path.join(root, ctl, "kubepods", "besteffort")
+        shutil.copytree(os.path.join(be, "poddeadbeef-3333-4444-5555-666677778888"),
+                        os.path.join(be, "pod11111111-3333-4444-5555-666677778888\n"))
+    logs = os.path.join(TREES, "v1_kube", "var_log_pods")
+    assert reading_series(JobsSource(root, logs).collect()) == EXPECTED["v1_kube"]
+
+
+@pytest.mark.parametrize("parse, text", [
+    (lambda t: parse_counter(t, "counters/link_downed"), "\u00b2\n"),          # isdigit() but int() fails
+    (lambda t: parse_counter(t, "counters/link_downed"), "\u0664\n"),          # int() reads it as 4
+    (lambda t: parse_stat(t, "stat"), "cpu  1 2 3 4 5 6 7 8\ncpu\u0664 1 2 3 4 5 6 7 8\nintr 1\nctxt 1\n"),
+    (lambda t: parse_ints(t.split(), "net/rpc/nfs", "net"), "1 \u00b2 3"),
+], ids=["ib-superscript", "ib-arabic-indic", "stat-cpu-name", "nfs-ints"])
+def test_non_ascii_digits_in_kernel_files_are_parse_errors(parse, text):
+    with pytest.raises(ParseError):
+        parse(text)
