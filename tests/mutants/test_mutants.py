@@ -56,6 +56,14 @@ MUTANTS = {
         ["tests/web/test_selfmetrics.py::test_no_web_config_no_tls_no_auth_series"], False),
     "http_in_flight_not_in_finally.patch": (
         ["tests/web/test_selfmetrics.py::test_timeouts_by_kind_with_slow_clients"], False),
+    # issue 36: every file under --procfs, --sysfs and the cgroup root bounded; job ids only ASCII digits
+    "files_not_regular_read.patch": (
+        ["tests/sources/test_bounded_reads.py::test_fifo_and_device_refused_without_blocking_counted_and_named_once"],
+        False),
+    "files_no_size_bound.patch": (
+        ["tests/sources/test_bounded_reads.py::test_a_huge_stat_is_refused_after_the_bound_not_read_whole"], False),
+    "cgroup_job_dir_trailing_newline.patch": (
+        ["tests/sources/test_bounded_reads.py::test_bad_job_dir_names_are_counted_named_and_the_rest_exact"], False),
 }
 
 
