@@ -35,8 +35,11 @@ pressure      (none)                                      cpu.pressure, memory.p
 A value whose file is absent (controller not enabled for the job, kernel too old) is absent from the
 export, never zero.  Memory peak without a peak file is the largest value this agent saw.  A job whose
 cgroup disappears while it is read (it ended) is left out of that reading; a file that cannot be
-read or parsed leaves that value out and logs one rate-limited line.  Only a missing cgroup tree
-makes the collector down.
+read or parsed leaves that value out and logs one rate-limited line; a FIFO, device or oversized file
+in a cgroup file's place is refused without blocking (agent/sources/_files.py), named once and counted
+in ``teye_files_refused_total{collector="jobs"}``.  A job directory is a job only when its whole name is
+``job_`` and 1 to 18 ASCII digits (others are counted as ``bad_name`` and named).  Only a missing
+cgroup tree makes the collector down.
 """
 from __future__ import annotations
 
