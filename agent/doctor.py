@@ -20,6 +20,7 @@ from typing import Callable, List, Optional
 
 from .errors import SourceUnavailable
 from .gpu.nvml import GpuLost, NvmlBackend, load_pynvml
+from .sources import _files
 
 PARANOID = {
     -1: "all users may use all perf events",
@@ -109,8 +110,7 @@ def infiniband_line(sysfs: str) -> str:
 def nfs_line(procfs: str) -> str:
     path = os.path.join(procfs, "self", "mountinfo")
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        text = _files.read_text(path, allow_empty=True)
     except OSError as e:
         return f"nfs: cannot read {path}: {e.strerror}"
     mounts = []
@@ -132,8 +132,7 @@ def nfs_line(procfs: str) -> str:
 def perf_line(procfs: str, euid: int) -> str:
     path = os.path.join(procfs, "sys", "kernel", "perf_event_paranoid")
     try:
-        with open(path, encoding="utf-8") as fh:
-            raw = fh.read().strip()
+        raw = _files.read_text(path).strip()
         level = int(raw)
     except FileNotFoundError:
         return f"perf events: not available ({path} does not exist: kernel without perf events, or a container)"

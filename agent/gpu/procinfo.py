@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Callable, Tuple
 
 from ..errors import ParseError, parse_int
+from ..sources._files import read_text
 
 log = logging.getLogger("teye.gpu.procinfo")
 
-_SLURM_JOB = re.compile(r"/job_(\d+)(?=/|$)")
+_SLURM_JOB = re.compile(r"/job_([0-9]{1,18})(?=/|\Z)")   # ASCII digits only: \d takes '٤', int() then 4
 _POD_UID = re.compile(r"pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})")
 
 
@@ -73,13 +74,12 @@ def owner(procfs: str, pid: int, getpwuid: Callable = pwd.getpwuid) -> ProcOwner
     base = os.path.join(procfs, str(int(pid)))
     user = job = pod = ""
     try:
-        with open(os.path.join(base, "status"), encoding="utf-8", errors="replace") as fh:
-            user = user_name(parse_status_uid(fh.read(), os.path.join(base, "status")), getpwuid)
+        text = read_text(os.path.join(base, "status"), allow_empty=True)   # bounded, never blocks
+        user = user_name(parse_status_uid(text, os.path.join(base, "status")), getpwuid)
     except (OSError, ParseError) as e:
         log.debug("pid %s: %s", pid, e)
     try:
-        with open(os.path.join(base, "cgroup"), encoding="utf-8", errors="replace") as fh:
-            job, pod = parse_cgroup(fh.read())
+        job, pod = parse_cgroup(read_text(os.path.join(base, "cgroup"), allow_empty=True))
     except OSError as e:
         log.debug("pid %s: %s", pid, e)
     return ProcOwner(user, job, pod)

@@ -49,6 +49,7 @@ from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, 
 from ..errors import ParseError
 from ..gpu.procinfo import parse_status_uid
 from ..logutil import RateLimitedLog
+from ..sources._files import read_bytes, read_text
 from ..sources.pressure import parse_psi
 
 log = logging.getLogger("teye.phases")
@@ -79,8 +80,7 @@ class Gone(Exception):
 def _psi_total(path: str) -> Optional[float]:
     """Seconds of the ``some`` line's ``total=`` of a pressure file, None when absent or unreadable."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            line = parse_psi(fh.read(), path).get("some")
+        line = parse_psi(read_text(path, allow_empty=True), path).get("some")
     except (OSError, ParseError):
         return None
     return None if line is None else line.total_seconds
@@ -103,8 +103,7 @@ class ProcReader:
         path = self._p(pid, "status")
         try:
             start = int(stat[19])
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                return parse_status_uid(fh.read(), path), start
+            return parse_status_uid(read_text(path, allow_empty=True), path), start
         except FileNotFoundError:
             raise Gone(f"pid {pid} exited (no {path})") from None
         except (OSError, ValueError) as e:   # ParseError is a ValueError: it names the file and the field
@@ -113,8 +112,7 @@ class ProcReader:
     def _stat(self, pid: int) -> List[str]:
         path = self._p(pid, "stat")
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
+            text = read_text(path, allow_empty=True)
         except FileNotFoundError:
             raise Gone(f"pid {pid} exited (no {path})") from None
         except OSError as e:
@@ -127,10 +125,9 @@ class ProcReader:
     def cgroup(self, pid: int) -> Optional[str]:
         """The process's cgroup v2 directory under sysfs, None when unknown (v1 only, unreadable)."""
         try:
-            with open(self._p(pid, "cgroup"), encoding="utf-8") as fh:
-                for line in fh:
-                    if line.startswith("0::"):
-                        return os.path.join(self.sysfs, "fs", "cgroup", line[3:].strip().lstrip("/"))
+            for line in read_text(self._p(pid, "cgroup"), allow_empty=True).splitlines():
+                if line.startswith("0::"):
+                    return os.path.join(self.sysfs, "fs", "cgroup", line[3:].strip().lstrip("/"))
         except OSError:
             return None
         return None
@@ -150,8 +147,7 @@ class ProcReader:
                 continue
             for tid in tids:
                 try:
-                    with open(os.path.join(task, tid, "children"), encoding="ascii") as fh:
-                        kids = [int(k) for k in fh.read().split()]
+                    kids = [int(k) for k in read_bytes(os.path.join(task, tid, "children")).decode("ascii").split()]
                 except (OSError, ValueError):
                     continue
                 for k in kids:
@@ -174,10 +170,9 @@ class ProcReader:
         """(read_bytes, problem): None and the reason when /proc/<pid>/io cannot be read."""
         path = self._p(pid, "io")
         try:
-            with open(path, encoding="ascii") as fh:
-                for line in fh:
-                    if line.startswith("read_bytes:"):
-                        return int(line.split()[1]), ""
+            for line in read_bytes(path).decode("ascii").splitlines():
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1]), ""
         except PermissionError:
             return None, (f"cannot read {path}: permission denied (another user's process: the agent needs "
                           f"CAP_SYS_PTRACE, or ptrace is restricted on this kernel)")
@@ -225,8 +220,7 @@ class ProcReader:
     def run_delay(self, pid: int) -> Optional[float]:
         """Seconds the main thread waited on a run queue (/proc/<pid>/schedstat), None when unknown."""
         try:
-            with open(self._p(pid, "schedstat"), encoding="ascii") as fh:
-                return int(fh.read().split()[1]) / 1e9
+            return int(read_bytes(self._p(pid, "schedstat")).decode("ascii").split()[1]) / 1e9
         except (OSError, ValueError, IndexError, UnicodeDecodeError):
             return None
 

@@ -25,6 +25,10 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from ..sources._files import read_head
+
+CPUINFO_HEAD_BYTES = 1 << 16   # the first processor's block (a few KiB); the whole file is ~1.5 KiB per CPU
+
 
 @dataclass(frozen=True)
 class CpuModel:
@@ -51,8 +55,7 @@ def read_cpuinfo(procfs: str) -> Optional[CpuModel]:
     """The first processor's vendor, family and model from <procfs>/cpuinfo (None when absent)."""
     path = os.path.join(procfs, "cpuinfo")
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        text = read_head(path, CPUINFO_HEAD_BYTES)   # the first processor's block is all that is read
     except OSError:
         return None
     fields: Dict[str, str] = {}

@@ -50,6 +50,8 @@ from ..metrics import COUNTER, GAUGE, Point, metric, point
 from . import events as events_mod
 from . import summary
 from . import sysfs as sysfs_mod
+from ..sources import _files
+from .events import CPUINFO_HEAD_BYTES
 from .perf import Counters, PerfError
 
 log = logging.getLogger("teye.pmu")
@@ -670,16 +672,15 @@ def from_config(cfg, ctx=None) -> PmuSource:
 
 def _paranoid(procfs: str) -> Optional[int]:
     try:
-        with open(os.path.join(procfs, "sys", "kernel", "perf_event_paranoid"), encoding="utf-8") as fh:
-            return int(fh.read().strip())
+        return int(_files.read_text(os.path.join(procfs, "sys", "kernel", "perf_event_paranoid")).strip())
     except (OSError, ValueError):
         return None
 
 
 def _hypervisor(procfs: str) -> bool:
     try:
-        with open(os.path.join(procfs, "cpuinfo"), encoding="utf-8", errors="replace") as fh:
-            return any(line.startswith("flags") and " hypervisor" in line for line in fh)
+        head = _files.read_head(os.path.join(procfs, "cpuinfo"), CPUINFO_HEAD_BYTES)   # the first processor
+        return any(line.startswith("flags") and " hypervisor" in line for line in head.splitlines())
     except OSError:
         return False
 

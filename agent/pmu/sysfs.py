@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import ParseError
+from ..sources import _files
 
 CONFIG_FIELDS = ("config", "config1", "config2")
 
@@ -42,9 +43,9 @@ def devices_dir(sysfs: str) -> str:
 
 
 def read_text(path: str) -> str:
-    """A sysfs attribute's text without the trailing newline (OSError when unreadable)."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return fh.read().strip()
+    """A sysfs attribute's text without the trailing newline (OSError when unreadable, FileRefused when not a
+    regular file or too large: agent/sources/_files.py)."""
+    return _files.read_text(path, allow_empty=True).strip()
 
 
 _read = read_text

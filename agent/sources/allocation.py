@@ -33,6 +33,7 @@ from ..errors import ParseError, SourceUnavailable
 from ..logutil import RateLimitedLog
 from ..metrics import GAUGE, Point, metric, point
 from . import cgroups
+from ._files import read_bytes
 
 log = logging.getLogger("teye.sources.allocation")
 
@@ -47,10 +48,11 @@ KUBELET_UP = metric(
     "1 when the kubelet's pod-resources List answered at the last refresh, 0 when it refused, failed or was "
     "slow; absent where there is no kubelet socket, grpcio is not installed or allocation.kubelet_socket is unset.")
 
+MAPPING_FILE_BYTES = 65536   # a mapping file holds a few job ids (one per line); anything larger is refused
 LIST_METHOD = "/v1.PodResourcesLister/List"
-_GPU_FILE = re.compile(r"^(\d+)(?:\.(\d+))?$")
+_GPU_FILE = re.compile(r"([0-9]+)(?:\.([0-9]+))?")   # fullmatch, ASCII digits only
 _GKE_MIG = re.compile(r"^nvidia(\d+)/gi(\d+)(?:/vgpu\d+)?$")
-_JOB_ID = re.compile(r"^\d{1,18}$")
+_JOB_ID = re.compile(r"[0-9]{1,18}")                  # fullmatch, ASCII digits only
 
 
 # ----------------------------------------------------------------------------- Slurm mapping directory
@@ -76,23 +78,23 @@ def read_mapping_dir(path: str) -> Mapping:
     jobs: Dict[str, Tuple[str, ...]] = {}
     problems: List[str] = []
     for name in entries:
-        m = _GPU_FILE.match(name)
+        m = _GPU_FILE.fullmatch(name)
         if not m:
             continue   # not a mapping file (dcgm-exporter skips these too)
         gpu = m.group(1) if m.group(2) is None else f"{m.group(1)}/{m.group(2)}"
         try:
-            with open(os.path.join(path, name), encoding="utf-8", errors="replace") as fh:
-                lines = [ln.strip() for ln in fh.read(65536).splitlines() if ln.strip()]
+            text = read_bytes(os.path.join(path, name), MAPPING_FILE_BYTES).decode("utf-8", "replace")
+            lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         except FileNotFoundError:
             continue   # removed by an epilog while we listed
-        except OSError as e:
+        except OSError as e:   # FileRefused too: a FIFO or device, or larger than MAPPING_FILE_BYTES
             problems.append(f"{name}: cannot read ({e.strerror})")
             continue
         if not lines:
             problems.append(f"{name}: empty (a prolog that failed half-way?): GPU {gpu} not attributed")
             continue
-        good = tuple(dict.fromkeys(j for j in lines if _JOB_ID.match(j)))
-        bad = [j for j in lines if not _JOB_ID.match(j)]
+        good = tuple(dict.fromkeys(j for j in lines if _JOB_ID.fullmatch(j)))
+        bad = [j for j in lines if not _JOB_ID.fullmatch(j)]
         if bad:
             problems.append(f"{name}: {bad[0][:40]!r} is not a job id")
         if good:

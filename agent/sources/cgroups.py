@@ -35,8 +35,11 @@ pressure      (none)                                      cpu.pressure, memory.p
 A value whose file is absent (controller not enabled for the job, kernel too old) is absent from the
 export, never zero.  Memory peak without a peak file is the largest value this agent saw.  A job whose
 cgroup disappears while it is read (it ended) is left out of that reading; a file that cannot be
-read or parsed leaves that value out and logs one rate-limited line.  Only a missing cgroup tree
-makes the collector down.
+read or parsed leaves that value out and logs one rate-limited line; a FIFO, device or oversized file
+in a cgroup file's place is refused without blocking (agent/sources/_files.py), named once and counted
+in ``teye_files_refused_total{collector="jobs"}``.  A job directory is a job only when its whole name is
+``job_`` and 1 to 18 ASCII digits (others are counted as ``bad_name`` and named).  Only a missing
+cgroup tree makes the collector down.
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 from ..errors import ParseError, SourceUnavailable, parse_int
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, Point, metric, point
+from ._files import MAX_FILE_BYTES, FileRefused, Refusals, counting, read_bytes, read_or_none, refused_points
 from .pressure import parse_psi
 
 log = logging.getLogger("teye.sources.cgroups")
@@ -67,10 +71,15 @@ V1_CONTROLLERS = {  # what teye reads -> the directory names a v1 controller is 
 UNLIMITED = 1 << 62   # v1 prints 9223372036854771712 (PAGE_COUNTER_MAX pages) for "no limit"
 USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-_JOB_DIR = re.compile(r"^job_(.*)$")
-_UID_DIR = re.compile(r"^uid_\d+$")
-_POD_FS = re.compile(r"^pod([0-9a-fA-F-]{36})$")
-_POD_SD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-fA-F_]{36})\.slice$")
+# Names are matched whole (fullmatch: ``$`` would accept a trailing newline, ``job_4444\n`` read as job 4444)
+# and a job id is ASCII digits only (str.isdigit() and int() accept '²' or '٤', int() a newline).
+MAX_BAD_NAMED = 10   # bad job directory names named (log, doctor) per read; all are counted
+_JOB_DIR = re.compile(r"job_(.*)", re.DOTALL)
+_JOB_ID = re.compile(r"[0-9]{1,18}")
+_PID = re.compile(r"[0-9]{1,10}")
+_UID_DIR = re.compile(r"uid_[0-9]+")
+_POD_FS = re.compile(r"pod([0-9a-fA-F-]{36})")
+_POD_SD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod([0-9a-fA-F_]{36})\.slice")
 
 
 def _families(prefix: str, what: str, idl: str):
@@ -171,6 +180,7 @@ class JobsReading:
     pod_names: Dict[str, Tuple[str, str]] = field(default_factory=dict)   # pod uid -> (namespace, name)
     counts: Dict[str, int] = field(default_factory=dict)                  # STATES -> count
     skipped: Tuple[str, ...] = ()                                         # why some job dirs were not read
+    refused: Tuple[Tuple[str, int], ...] = ()                             # files refused so far, by reason
 
     def points(self) -> Iterator[Point]:
         for u in self.jobs:
@@ -192,6 +202,7 @@ class JobsReading:
                 yield point(POD_INFO, 1.0, jid, ns, name, u.job.qos)
         for st in STATES:
             yield point(CGROUP_DIRS, self.counts.get(st, 0), st)
+        yield from refused_points("jobs", self.refused)
 
 
 # ----------------------------------------------------------------------------- layout and discovery
@@ -250,30 +261,31 @@ def discover(hierarchy: str) -> Tuple[List[Job], List[str], int]:
     for top in _subdirs(hierarchy):
         if top == "slurm" or top.startswith("slurm_"):
             slurm_parents += [os.path.join(top, u) for u in _subdirs(os.path.join(hierarchy, top))
-                              if _UID_DIR.match(u)]
+                              if _UID_DIR.fullmatch(u)]
     for parent in slurm_parents:
         for name in _subdirs(os.path.join(hierarchy, parent)):
-            m = _JOB_DIR.match(name)
+            m = _JOB_DIR.fullmatch(name)
             if not m:
                 continue
-            if not m.group(1).isdigit() or len(m.group(1)) > 18:
+            if not _JOB_ID.fullmatch(m.group(1)):
                 nbad += 1
-                if len(bad) < 3:
-                    bad.append(f"{os.path.join(parent, name)}: job id {m.group(1)[:40]!r} is not a number")
+                if len(bad) < MAX_BAD_NAMED:
+                    bad.append(f"{os.path.join(parent, name)!r}: job id {m.group(1)[:40]!r} is not a number "
+                               f"(ASCII digits, at most 18)")
                 continue
             jobs.append(Job(SLURM, str(int(m.group(1))), os.path.join(parent, name)))
     # Kubernetes, cgroupfs driver
     kp = os.path.join(hierarchy, "kubepods")
     for qos, sub in (("guaranteed", ""), ("burstable", "burstable"), ("besteffort", "besteffort")):
         for name in _subdirs(os.path.join(kp, sub)):
-            m = _POD_FS.match(name)
+            m = _POD_FS.fullmatch(name)
             if m:
                 jobs.append(Job(POD, m.group(1).lower(), os.path.join("kubepods", sub, name), qos))
     # Kubernetes, systemd driver
     ks = "kubepods.slice"
     for sub in ("", "kubepods-burstable.slice", "kubepods-besteffort.slice"):
         for name in _subdirs(os.path.join(hierarchy, ks, sub)):
-            m = _POD_SD.match(name)
+            m = _POD_SD.fullmatch(name)
             if m:
                 jobs.append(Job(POD, m.group(2).replace("_", "-").lower(), os.path.join(ks, sub, name),
                                 m.group(1) or "guaranteed"))
@@ -296,11 +308,7 @@ def pod_names(log_dir: Optional[str]) -> Dict[str, Tuple[str, str]]:
 # ----------------------------------------------------------------------------- parsing
 
 def _read_or_none(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
+    return read_or_none(path)
 
 
 def parse_flat_keyed(text: str, path: str) -> Dict[str, int]:
@@ -374,14 +382,16 @@ class _JobReader:
         self.dir = job_dir    # the job's directory in its first hierarchy: gone means the job ended
         self.rlog = rlog
         self.missing: List[str] = []
+        self.refused: List[str] = []
 
     def text(self, base: Optional[str], name: str) -> Optional[str]:
         if base is None:
             return None
         path = os.path.join(base, name)
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                return fh.read()
+            return read_bytes(path).decode("utf-8", "replace")
+        except FileRefused:   # a FIFO or device in its place, or far too large: counted and named once
+            self.refused.append(name)
         except FileNotFoundError:
             if not os.path.isdir(self.dir):
                 raise _Vanished() from None
@@ -534,14 +544,21 @@ class JobsSource:
         self._peaks: Dict[Tuple[str, str], int] = {}
         self._cputime: Dict[Tuple[str, str], Tuple[float, float]] = {}
         self._rlog = RateLimitedLog(log)
+        self._refusals = Refusals(self.name)
 
     def collect(self) -> JobsReading:
+        with counting(self._refusals):
+            return self._collect()
+
+    def _collect(self) -> JobsReading:
         layout = detect_layout(self.cgroupfs)
         hier = layout.root("cpuacct") or layout.root("memory") or layout.root("cpu") or layout.root("blkio")
         jobs, bad, nbad = discover(hier)
         counts = dict.fromkeys(STATES, 0)
         counts["bad_name"] = nbad
         skipped = list(bad)
+        for b in bad:
+            self._rlog.warning(f"bad_name:{b}", "jobs: %s: skipped", b)
         live = [j for j in jobs if _populated(layout, j) is not False]
         counts["empty"] = len(jobs) - len(live)
         if len(live) > self.max_jobs:   # keep the newest Slurm jobs (highest ids), then pods
@@ -564,7 +581,7 @@ class JobsSource:
         self._peaks = {k: v for k, v in self._peaks.items() if k in seen}   # an ended job's state goes with it
         self._cputime = {k: v for k, v in self._cputime.items() if k in seen}
         names = pod_names(self.pod_log_dir) if any(j.kind == POD for j in live) else {}
-        return JobsReading(layout, tuple(out), names, counts, tuple(skipped))
+        return JobsReading(layout, tuple(out), names, counts, tuple(skipped), self._refusals.counts())
 
     def _with_cputime(self, u: JobUsage) -> JobUsage:
         """v1: the exact total split in the user:system proportion of the (tick-based) split counters,
@@ -606,7 +623,7 @@ def jobs_with_processes(procfs: str, most: int = 100000) -> Dict[Tuple[str, str]
     from ..gpu.procinfo import parse_cgroup
     out: Dict[Tuple[str, str], int] = {}
     try:
-        pids = [n for n in os.listdir(procfs) if n.isdigit()][:most]
+        pids = [n for n in os.listdir(procfs) if _PID.fullmatch(n)][:most]
     except OSError:
         return out
     for pid in pids:
@@ -655,6 +672,9 @@ def doctor_lines(cgroupfs: str, pod_log_dir: Optional[str] = None, max_jobs: int
         lines.append(f"jobs (cgroups): {c['vanished']} job(s) ended while they were read")
     for s in reading.skipped:
         lines.append(f"jobs (cgroups): not read: {s}")
+    for reason, n in reading.refused:
+        lines.append(f"jobs (cgroups): {n} file(s) refused ({reason}: a FIFO, device or socket in place of a "
+                     f"cgroup file, or one larger than {MAX_FILE_BYTES} bytes): their values are left out")
     absent: Dict[Tuple[str, ...], List[str]] = {}
     for u in reading.jobs:
         if u.missing:

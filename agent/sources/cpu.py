@@ -83,7 +83,7 @@ def parse_stat(text: str, path: str = "stat", user_hz: int = 100) -> CpuReading:
                                  f"before it {ncols - 1} (truncated?)")
         if key.startswith("cpu") and key != "cpu":
             cpu = key[3:]
-            if not cpu.isdigit():
+            if not (cpu.isascii() and cpu.isdigit()):
                 raise ParseError(path, f"line {lineno}: bad CPU name {key!r}")
             if len(fields) < 1 + len(MODES) - 1:  # steal appeared in 2.6.11; older lines have 7 columns
                 raise ParseError(path, f"line {lineno}: {key} has {len(fields) - 1} columns, expected >= 7")

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Iterator, Mapping, Optional, Tuple
 
 from ..errors import ParseError, SourceUnavailable
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import under
+from ._files import Refusals, counting, read_or_none, refused_points, under
 
 _L = ["device", "port"]
 
@@ -173,6 +173,7 @@ class IbDevice:
 class InfinibandReading:
     devices: Tuple[IbDevice, ...]
     ports: Tuple[IbPort, ...]
+    refused: Tuple[Tuple[str, int], ...] = ()   # files refused so far, by reason
 
     def port(self, device: str, port: str) -> Optional[IbPort]:
         for p in self.ports:
@@ -185,6 +186,7 @@ class InfinibandReading:
             yield point(INFO, 1, d.name, d.board_id, d.firmware_version, d.hca_type)
         for p in self.ports:
             yield from p.points()
+        yield from refused_points("infiniband", self.refused)
 
 
 def parse_counter(text: str, path: str) -> Optional[int]:
@@ -194,7 +196,7 @@ def parse_counter(text: str, path: str) -> Optional[int]:
         raise ParseError(path, "file is empty")
     if value.startswith(_NOT_AVAILABLE):
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):   # int() takes "²" only to fail, "٤" as 4
         raise ParseError(path, f"expected a non-negative integer counter, got {value!r}")
     return int(value)
 
@@ -253,12 +255,9 @@ def parse_port(device: str, port: str, files: Mapping[str, Optional[str]], port_
 
 
 def _read_optional(path: str) -> Optional[str]:
-    """File contents, or None when it cannot be read (absent, vanished, EINVAL from the driver)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
+    """File contents, or None when it cannot be read (absent, vanished, EINVAL from the driver, or refused:
+    not a regular file, too large; counted and named once by the reader)."""
+    return read_or_none(path)
 
 
 def _listdir(path: str):
@@ -269,7 +268,7 @@ def _listdir(path: str):
 
 
 def _port_key(name: str):
-    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+    return (0, int(name), "") if name.isascii() and name.isdigit() else (1, 0, name)
 
 
 class InfinibandSource:
@@ -277,6 +276,7 @@ class InfinibandSource:
 
     def __init__(self, sysfs: str = "/sys"):
         self.root = under(sysfs, "class", "infiniband")
+        self._refusals = Refusals(self.name)
 
     def read_port_files(self, port_dir: str) -> Optional[Dict[str, Optional[str]]]:
         """Contents of the files this module reads under one port dir; None when the port has vanished."""
@@ -294,6 +294,10 @@ class InfinibandSource:
         return files
 
     def collect(self) -> InfinibandReading:
+        with counting(self._refusals):
+            return replace(self._collect(), refused=self._refusals.counts())
+
+    def _collect(self) -> InfinibandReading:
         names = _listdir(self.root)
         if not names:
             raise SourceUnavailable(f"no InfiniBand devices under {self.root}")

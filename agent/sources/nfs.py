@@ -23,7 +23,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import ParseError
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import read_text, under
+from ._files import FileRefused, Refusals, counting, read_text, refused_points, under
 
 _M = ["mountpoint"]
 _OP = ["mountpoint", "operation"]
@@ -297,6 +297,7 @@ class NfsClientReading:
 
     mounts: Tuple[NfsMount, ...]
     rpc: Optional[NfsRpcStats] = None
+    refused: Tuple[Tuple[str, int], ...] = ()   # files refused so far, by reason
 
     def mount(self, mountpoint: str) -> Optional[NfsMount]:
         for m in self.mounts:
@@ -309,6 +310,7 @@ class NfsClientReading:
             yield from m.points()
         if self.rpc is not None:
             yield from self.rpc.points()
+        yield from refused_points("nfs", self.refused)
 
 
 def parse_ints(fields: Sequence[str], path: str, what: str, signed: bool = False) -> List[int]:
@@ -316,7 +318,7 @@ def parse_ints(fields: Sequence[str], path: str, what: str, signed: bool = False
     out = []
     for f in fields:
         digits = f[1:] if signed and f.startswith("-") else f
-        if not digits.isdigit():
+        if not (digits.isascii() and digits.isdigit()):
             raise ParseError(path, f"{what}: expected {'an' if signed else 'a non-negative'} integer, got {f!r}")
         out.append(int(f))
     return out
@@ -490,7 +492,7 @@ def parse_rpc_nfs(text: str, path: str = "net/rpc/nfs") -> NfsRpcStats:
             rpc = parse_ints(fields[1:], path, where)
             if len(rpc) < 3:
                 raise ParseError(path, f"{where}: has {len(rpc)} values, expected 3")
-        elif key.startswith("proc") and key[4:].isdigit():
+        elif key.startswith("proc") and key[4:].isascii() and key[4:].isdigit():
             version = key[4:]
             values = parse_proc_line(fields[1:], path, where)
             procs[version] = tuple((proc_name(version, i), n) for i, n in enumerate(values))
@@ -510,16 +512,21 @@ class NfsClientSource:
     def __init__(self, procfs: str = "/proc"):
         self.mountstats_path = under(procfs, "self", "mountstats")
         self.rpc_path = under(procfs, "net", "rpc", "nfs")
+        self._refusals = Refusals(self.name)
 
     def collect(self) -> NfsClientReading:
+        with counting(self._refusals):
+            return self._collect()
+
+    def _collect(self) -> NfsClientReading:
         mounts = visible_mounts(parse_mountstats(read_text(self.mountstats_path), self.mountstats_path))
         try:
             rpc_text = read_text(self.rpc_path)
-        except FileNotFoundError:
-            rpc = None  # NFS client module not loaded: only the RPC totals are absent
+        except (FileNotFoundError, FileRefused):
+            rpc = None  # NFS client module not loaded (or a FIFO in its place, counted): only the RPC totals absent
         else:
             rpc = parse_rpc_nfs(rpc_text, self.rpc_path)
-        return NfsClientReading(mounts, rpc)
+        return NfsClientReading(mounts, rpc, self._refusals.counts())
 
 
 def from_config(cfg, ctx=None) -> NfsClientSource:

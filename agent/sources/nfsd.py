@@ -152,7 +152,7 @@ def parse_nfsd(text: str, path: str = "net/rpc/nfsd") -> NfsdReading:
             if len(values) < REQUIRED[key]:
                 raise ParseError(path, f"{where}: has {len(values)} values, expected {REQUIRED[key]}")
             lines[key] = values
-        elif key.startswith("proc") and key[4:].isdigit():
+        elif key.startswith("proc") and key[4:].isascii() and key[4:].isdigit():
             version = key[4:]
             names = NFSD4_PROCS if version == "4" else PROC_NAMES.get(version, ())
             values = parse_proc_line(fields[1:], path, where)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import errno
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, NamedTuple
+from typing import Dict, Iterator, NamedTuple, Tuple
 
 from ..errors import ParseError, SourceUnavailable, parse_float, parse_int
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import read_text, under
+from ._files import FileRefused, Refusals, counting, read_text, refused_points, under
 
 RESOURCES = ("cpu", "io", "memory", "irq")
 KINDS = ("some", "full")
@@ -79,6 +79,7 @@ class PressureReading:
     """resource ('cpu', 'io', 'memory', 'irq') -> kind ('some', 'full') -> PsiLine, for the files present."""
 
     resources: Dict[str, Dict[str, PsiLine]]
+    refused: Tuple[Tuple[str, int], ...] = ()   # files refused so far, by reason
 
     def points(self) -> Iterator[Point]:
         for res, kinds in self.resources.items():
@@ -88,6 +89,7 @@ class PressureReading:
                 yield point(STALLED_SECONDS, line.total_seconds, res, kind)
                 for (attr, window) in WINDOWS:
                     yield point(STALLED_RATIO, getattr(line, attr), res, kind, window)
+        yield from refused_points("pressure", self.refused)
 
 
 class PressureSource:
@@ -95,8 +97,13 @@ class PressureSource:
 
     def __init__(self, procfs: str = "/proc"):
         self.dir = under(procfs, "pressure")
+        self._refusals = Refusals(self.name)
 
     def collect(self) -> PressureReading:
+        with counting(self._refusals):
+            return self._collect()
+
+    def _collect(self) -> PressureReading:
         if not os.path.isdir(self.dir):
             raise SourceUnavailable(f"{self.dir}: no such directory (kernel without PSI: needs 4.20+ with "
                                     "CONFIG_PSI, not booted with psi=0)")
@@ -105,6 +112,8 @@ class PressureSource:
             path = os.path.join(self.dir, res)
             try:
                 text = read_text(path)
+            except FileRefused:
+                continue  # a FIFO or device in its place (or far too large): counted and named once, others kept
             except FileNotFoundError:
                 continue  # e.g. irq needs 6.1+ and CONFIG_IRQ_TIME_ACCOUNTING
             except OSError as e:
@@ -114,7 +123,7 @@ class PressureSource:
             resources[res] = parse_psi(text, path)
         if not resources:
             raise SourceUnavailable(f"{self.dir}: none of {', '.join(RESOURCES)} present")
-        return PressureReading(resources)
+        return PressureReading(resources, self._refusals.counts())
 
 
 def from_config(cfg, ctx=None) -> PressureSource:

@@ -60,6 +60,14 @@ MUTANTS = {
     "client_pod_name_hostname_first.patch": (["tests/client/test_zero_code.py::test_job_name_order"], False),
     "client_off_switch_skips_users_sitecustomize.patch": (
         ["tests/client/test_zero_code.py::test_the_off_switch_still_runs_the_users_sitecustomize"], False),
+    # issue 36: every file under --procfs, --sysfs and the cgroup root bounded; job ids only ASCII digits
+    "files_not_regular_read.patch": (
+        ["tests/sources/test_bounded_reads.py::test_fifo_and_device_refused_without_blocking_counted_and_named_once"],
+        False),
+    "files_no_size_bound.patch": (
+        ["tests/sources/test_bounded_reads.py::test_a_huge_stat_is_refused_after_the_bound_not_read_whole"], False),
+    "cgroup_job_dir_trailing_newline.patch": (
+        ["tests/sources/test_bounded_reads.py::test_bad_job_dir_names_are_counted_named_and_the_rest_exact"], False),
 }
 
 

@@ -136,13 +136,17 @@ def test_garbled_psi_raises_parse_error_naming_file(tmp_path, text, why):
     assert why in str(e.value)
 
 
-def test_unreadable_file_raises_oserror_naming_file(tmp_path):
+def test_a_directory_in_place_of_a_file_is_refused_and_the_others_kept(tmp_path, node_exporter_golden):
     shutil.copytree(os.path.join(PROCFS, "pressure"), tmp_path / "pressure")
     os.unlink(tmp_path / "pressure" / "memory")
-    os.mkdir(tmp_path / "pressure" / "memory")  # reading a directory: IsADirectoryError
-    with pytest.raises(OSError) as e:
-        PressureSource(str(tmp_path)).collect()
-    assert e.value.filename == str(tmp_path / "pressure" / "memory")
+    os.mkdir(tmp_path / "pressure" / "memory")  # not a regular file: refused (agent/sources/_files.py), counted
+    r = PressureSource(str(tmp_path)).collect()
+    assert sorted(r.resources) == ["cpu", "io", "irq"]
+    for (res, kind), node_name in NODE.items():
+        if res != "memory":
+            assert r.resources[res][kind].total_seconds == pytest.approx(golden(node_exporter_golden, node_name),
+                                                                          rel=1e-12), (res, kind)
+    assert r.refused == (("not_regular", 1),)
 
 
 def test_sampler_marks_garbled_pressure_down_and_cpu_stays_up(tmp_path):
