@@ -98,6 +98,7 @@ COLLECTORS = {
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
     "loadavg": (5.0, "load average (/proc/loadavg)"),
     "filesystem": (5.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
+    "textfile": (15.0, "metrics sites' scripts write to textfile.directory (*.prom, node_exporter's format)"),
     "os": (60.0, "kernel and distribution: uname(2) and os-release"),
     "timex": (15.0, "clock synchronisation: NTP sync status, offset and error (adjtimex(2), read-only)"),
     "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
@@ -144,6 +145,11 @@ SCHEMA: Dict[str, Any] = {
         "exclude": Field(STR, r"^(z?ram\d+|loop\d+|fd\d+|(h|s|v|xv)d[a-z]+\d+|nvme\d+n\d+p\d+|mmcblk\d+p\d+)$",
                          "Regex of block device names to skip (partitions, loop, ram/zram and floppy devices by "
                          "default).", _regex),
+    },
+    "textfile": {
+        "directory": Field(STR, None, "Directory of *.prom files in Prometheus' text format that sites' own "
+                           "scripts write (node_exporter's --collector.textfile.directory); unset reads none.",
+                           nullable=True),
     },
     "network": {
         "exclude": Field(STR, r"^$", "Regex of interface names to skip (none by default).", _regex),

@@ -32,6 +32,7 @@ FACTORIES = {
     "vmstat": "agent.sources.vmstat:from_config",
     "timex": "agent.sources.timex:from_config",
     "os": "agent.sources.osinfo:from_config",
+    "textfile": "agent.sources.textfile:from_config",
     "jobs": "agent.sources.cgroups:from_config",
     "allocation": "agent.sources.allocation:from_config",
     "gpu": "agent.gpu.source:from_config",
