@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 from ..errors import ParseError, parse_int
 from ..metrics import GAUGE, Point, metric, point
@@ -36,6 +36,53 @@ SWAP_FREE = metric("teye_memory_swap_free_bytes", GAUGE, "Unused swap space in b
 SWAP_CACHED = metric("teye_memory_swap_cached_bytes", GAUGE,
                      "Swapped-out memory also still in RAM, in bytes (/proc/meminfo SwapCached).")
 
+# The rest of /proc/meminfo (node_exporter's node_memory_<Field>_bytes): field -> (teye name, HELP).
+# A fixed table: a family is never named after what a file says; a field this kernel lacks is absent.
+_MORE = (
+    ("Active", "active", "Memory used recently, not reclaimed unless necessary"),
+    ("Inactive", "inactive", "Memory used less recently, first to be reclaimed"),
+    ("Active(anon)", "active_anon", "Anonymous memory used recently"),
+    ("Inactive(anon)", "inactive_anon", "Anonymous memory used less recently"),
+    ("Active(file)", "active_file", "Page cache used recently"),
+    ("Inactive(file)", "inactive_file", "Page cache used less recently"),
+    ("Unevictable", "unevictable", "Memory that cannot be paged out (mlocked, ramfs, pinned by drivers)"),
+    ("Mlocked", "mlocked", "Memory locked with mlock() (RDMA registrations and pinned host buffers count here "
+                           "when their drivers lock them)"),
+    ("AnonPages", "anon_pages", "Anonymous pages mapped into user page tables"),
+    ("Mapped", "mapped", "Files mapped into memory (mmap: shared libraries, datasets read with mmap)"),
+    ("Slab", "slab", "Kernel slab allocator memory, reclaimable and not"),
+    ("SUnreclaim", "slab_unreclaimable", "Kernel slab memory that cannot be reclaimed"),
+    ("KernelStack", "kernel_stack", "Kernel stacks of all tasks"),
+    ("PageTables", "page_tables", "Page tables"),
+    ("CommitLimit", "commit_limit", "The most memory that can be committed under the overcommit policy"),
+    ("Committed_AS", "committed_as", "Memory committed to processes (what they could touch)"),
+    ("VmallocTotal", "vmalloc_total", "Size of the vmalloc address space"),
+    ("VmallocUsed", "vmalloc_used", "vmalloc address space in use"),
+    ("HardwareCorrupted", "hardware_corrupted", "Memory the kernel took out of use after hardware memory "
+                                                "errors"),
+    ("AnonHugePages", "anon_huge_pages", "Anonymous memory in transparent huge pages"),
+    ("ShmemHugePages", "shmem_huge_pages", "Shared memory and tmpfs in transparent huge pages"),
+    ("Hugetlb", "hugetlb", "Memory held by the hugetlb pools, all page sizes (4.17+)"),
+    ("Hugepagesize", "huge_page_size", "Size of one default huge page"),
+    ("NFS_Unstable", "nfs_unstable", "NFS pages sent to the server but not yet committed to its storage"),
+    ("Bounce", "bounce", "Bounce buffers for block devices"),
+    ("WritebackTmp", "writeback_tmp", "Temporary writeback buffers (FUSE)"),
+    ("Percpu", "percpu", "Per-CPU allocator memory"),
+    ("DirectMap4k", "direct_map_4k", "Kernel direct map in 4 KiB pages"),
+    ("DirectMap2M", "direct_map_2m", "Kernel direct map in 2 MiB pages"),
+    ("DirectMap1G", "direct_map_1g", "Kernel direct map in 1 GiB pages"),
+)
+MORE = {field: metric(f"teye_memory_{name}_bytes", GAUGE, f"{help_}, in bytes (/proc/meminfo {field}; "
+                      f"node_exporter's node_memory_{field.replace('(', '_').replace(')', '')}_bytes).")
+        for field, name, help_ in _MORE}
+# The default huge-page pool, in pages (node_memory_HugePages_{Total,Free,Rsvd,Surp}).
+HUGE_PAGES = metric("teye_memory_huge_pages", GAUGE,
+                    "Pages of the default huge-page pool by state: total, free, reserved (promised, not yet "
+                    "faulted in), surplus (over the pool's size) (/proc/meminfo HugePages_*; "
+                    "node_memory_HugePages_*).", ["state"])
+_HUGE = (("HugePages_Total", "total"), ("HugePages_Free", "free"), ("HugePages_Rsvd", "reserved"),
+         ("HugePages_Surp", "surplus"))
+
 # Fields every kernel since 2.6 prints; a file without one of them is truncated or garbled.
 REQUIRED = ("MemTotal", "MemFree", "Buffers", "Cached", "SwapTotal", "SwapFree")
 
@@ -57,6 +104,7 @@ class MemoryReading:
     slab_reclaimable: Optional[int] = None
     dirty: Optional[int] = None
     writeback: Optional[int] = None
+    more: Tuple[Tuple[str, int], ...] = ()  # the other fields of _MORE and _HUGE this kernel prints
 
     @property
     def used(self) -> int:
@@ -79,6 +127,12 @@ class MemoryReading:
         yield point(SLAB_RECLAIMABLE, self.slab_reclaimable)
         yield point(DIRTY, self.dirty)
         yield point(WRITEBACK, self.writeback)
+        huge = dict(_HUGE)
+        for field, value in self.more:
+            if field in huge:
+                yield point(HUGE_PAGES, value, huge[field])
+            else:
+                yield point(MORE[field], value)
 
 
 def parse_fields(text: str, path: str = "meminfo") -> Dict[str, int]:
@@ -120,7 +174,8 @@ def parse_meminfo(text: str, path: str = "meminfo") -> MemoryReading:
         total=f["MemTotal"], free=f["MemFree"], available=available, available_estimated=estimated,
         cached=f["Cached"], buffers=f["Buffers"], swap_total=f["SwapTotal"], swap_free=f["SwapFree"],
         swap_cached=f.get("SwapCached"), shmem=f.get("Shmem"), slab_reclaimable=f.get("SReclaimable"),
-        dirty=f.get("Dirty"), writeback=f.get("Writeback"))
+        dirty=f.get("Dirty"), writeback=f.get("Writeback"),
+        more=tuple((k, f[k]) for k in list(MORE) + [h for h, _ in _HUGE] if k in f))
 
 
 class MemorySource:

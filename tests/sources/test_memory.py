@@ -161,3 +161,36 @@ def test_recovers_after_file_is_fixed(tmp_path):
     path.write_text(MODERN)
     st = s.read_once("memory")
     assert st.up and st.error is None and st.reading.available == 24149316 * KB
+
+
+def test_the_rest_of_meminfo_equals_node_exporter(node_exporter_golden):
+    """Every field of the fixture's meminfo that node_exporter exports, under teye's names, exactly."""
+    from agent.sources.memory import _HUGE, _MORE
+    s = Sampler({"memory": (MemorySource(PROCFS), 1.0)})
+    assert s.read_once("memory").up
+    out = parse_exposition(generate_latest(make_registry(lambda: s.snapshot)).decode())
+    with open(os.path.join(PROCFS, "meminfo")) as fh:
+        in_file = {line.split(":")[0] for line in fh if ":" in line}
+    checked = 0
+    for field, name, _ in _MORE:
+        teye = f"teye_memory_{name}_bytes"
+        if field not in in_file:
+            assert (teye, ()) not in out, field  # the fixture lacks it: absent here too
+            continue
+        node = f"node_memory_{field.replace('(', '_').replace(')', '')}_bytes"
+        assert out[(teye, ())] == golden(node_exporter_golden, node), field
+        checked += 1
+    assert checked == len({f for f, _, _ in _MORE} & in_file) >= 25
+    for field, state in _HUGE:
+        assert out[("teye_memory_huge_pages", (("state", state),))] == golden(node_exporter_golden,
+                                                                               f"node_memory_{field}")
+
+
+def test_a_kernel_without_the_newer_fields_exports_the_rest(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal: 100 kB\nMemFree: 10 kB\nBuffers: 1 kB\nCached: 2 kB\n"
+                                      "SwapTotal: 0 kB\nSwapFree: 0 kB\nMlocked: 4 kB\nHugePages_Total: 8\n")
+    r = MemorySource(str(tmp_path)).collect()
+    assert dict(r.more) == {"Mlocked": 4096, "HugePages_Total": 8}
+    names = {(p.spec.name, p.labels) for p in r.points() if p.value is not None}
+    assert ("teye_memory_mlocked_bytes", ()) in names and ("teye_memory_huge_pages", ("total",)) in names
+    assert ("teye_memory_hugetlb_bytes", ()) not in names and ("teye_memory_huge_pages", ("free",)) not in names
