@@ -99,6 +99,8 @@ COLLECTORS = {
     "loadavg": (5.0, "load average (/proc/loadavg)"),
     "filesystem": (5.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
     "textfile": (15.0, "metrics sites' scripts write to textfile.directory (*.prom, node_exporter's format)"),
+    "hwmon": (15.0, "host sensors: hwmon chips (temperatures, fans, power, voltages) and thermal zones (/sys/class)"),
+    "edac": (15.0, "host memory ECC errors (EDAC: /sys/devices/system/edac/mc)"),
     "os": (60.0, "kernel and distribution: uname(2) and os-release"),
     "timex": (15.0, "clock synchronisation: NTP sync status, offset and error (adjtimex(2), read-only)"),
     "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),

@@ -28,7 +28,8 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "result", "le", "precision", "width", "socket", "root_bus", "pmu", "source", "namespace", "pod", "qos",
                   "container", "rank", "fstype", "operstate", "duplex", "address",
                   "sysname", "release", "machine", "nodename", "domainname", "id", "id_like", "pretty_name",
-                  "version_id", "version_codename", "file")
+                  "version_id", "version_codename", "file", "chip", "chip_name", "sensor",
+                  "zone", "controller", "csrow")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:

@@ -32,6 +32,8 @@ FACTORIES = {
     "vmstat": "agent.sources.vmstat:from_config",
     "timex": "agent.sources.timex:from_config",
     "os": "agent.sources.osinfo:from_config",
+    "edac": "agent.sources.edac:from_config",
+    "hwmon": "agent.sources.hwmon:from_config",
     "textfile": "agent.sources.textfile:from_config",
     "jobs": "agent.sources.cgroups:from_config",
     "allocation": "agent.sources.allocation:from_config",
