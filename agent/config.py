@@ -91,6 +91,8 @@ COLLECTORS = {
     "memory": (1.0, "memory (/proc/meminfo)"),
     "disk": (1.0, "block devices (/proc/diskstats)"),
     "network": (1.0, "network interfaces (/proc/net/dev)"),
+    "netstat": (5.0, "protocol counters, socket use and connection tracking (/proc/net/{snmp,netstat,sockstat}, "
+                      "nf_conntrack)"),
     "netclass": (5.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
     "infiniband": (1.0, "InfiniBand ports (/sys/class/infiniband)"),
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),

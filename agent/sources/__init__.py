@@ -23,6 +23,7 @@ FACTORIES = {
     "disk": "agent.sources.disk:from_config",
     "network": "agent.sources.network:from_config",
     "netclass": "agent.sources.netclass:from_config",
+    "netstat": "agent.sources.netstat:from_config",
     "infiniband": "agent.sources.infiniband:from_config",
     "nfs": "agent.sources.nfs:from_config",
     "nfsd": "agent.sources.nfsd:from_config",
