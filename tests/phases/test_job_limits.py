@@ -91,18 +91,22 @@ def test_max_min_fair_shares_converge_and_a_uid_over_its_share_is_the_one_refuse
     """A victim keeps getting new jobs while a flooder holds two more than it; then both are refused:
     the table settles at equal shares, never swapping one job back and forth."""
     ctx, clock = ctx_with_clock()
-    table = JobTable(phases_cfg(max_jobs=10, max_jobs_per_user=10), ctx, own_uid=AGENT)
-    for i in range(10):
+    table = JobTable(phases_cfg(max_jobs=9, max_jobs_per_user=9), ctx, own_uid=AGENT)
+    for i in range(9):
         clock.t += MS
         assert table.handle(_msg(f"n{i}", clock.t), 1000, NOBODY) == "accepted"
     got = []
     for i in range(8):
         clock.t += MS
         got.append(table.handle(_msg(f"v{i}", clock.t), 3000, VICTIM))
-    assert got == ["accepted"] * 5 + ["job_limit"] * 3
-    assert _uids(table) == {NOBODY: 5, VICTIM: 5}
-    clock.t += MS
-    assert table.handle(_msg("n-new", clock.t), 1000, NOBODY) == "job_limit"
+    assert got == ["accepted"] * 4 + ["job_limit"] * 4
+    assert _uids(table) == {NOBODY: 5, VICTIM: 4}       # 9 jobs: one more for nobody is as even as it gets
+    for i in range(3):                                  # and it stays so: no job swapped back and forth
+        clock.t += MS
+        assert table.handle(_msg(f"n-new{i}", clock.t), 1000, NOBODY) == "job_limit"
+        clock.t += MS
+        assert table.handle(_msg(f"v-new{i}", clock.t), 3000, VICTIM) == "job_limit"
+    assert _uids(table) == {NOBODY: 5, VICTIM: 4}
 
 
 def test_a_trusted_uids_first_job_gets_in_where_every_uid_holds_one():
