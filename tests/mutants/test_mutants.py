@@ -60,6 +60,13 @@ MUTANTS = {
     "client_pod_name_hostname_first.patch": (["tests/client/test_zero_code.py::test_job_name_order"], False),
     "client_off_switch_skips_users_sitecustomize.patch": (
         ["tests/client/test_zero_code.py::test_the_off_switch_still_runs_the_users_sitecustomize"], False),
+    # issue 36: job limits that cannot lock others out, ended runs kept until scraped, pods as tenants
+    "job_limit_no_fair_share_eviction.patch": (
+        ["tests/phases/test_job_limits.py::test_two_flooding_uids_never_lock_out_a_victims_first_job"], False),
+    "ended_run_keep_off_by_one.patch": (
+        ["tests/phases/test_runs.py::test_ended_runs_give_way_to_a_new_job_at_the_limits"], False),
+    "pods_not_in_job_key.patch": (
+        ["tests/phases/test_job_limits.py::test_two_pods_of_one_uid_are_kept_apart"], False),
 }
 
 
