@@ -178,3 +178,62 @@ scrape_configs:
             prom.stop()
         assert agent.stop() == 0
         shutil.rmtree(agent.dir, ignore_errors=True)
+
+
+# One process of the given uid forks `n` children; each sends one step under its own job name and exits
+# at once (os._exit): 1,000 short-lived senders over about 8 s.  Prints how many it forked and how many sends succeeded.
+FORKER = textwrap.dedent("""
+    import json, os, socket, sys, time
+    path, n = sys.argv[1], int(sys.argv[2])
+    ok = 0
+    for i in range(n):
+        pid = os.fork()
+        if pid == 0:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            t = time.monotonic_ns()
+            try:
+                s.sendto(b'{"v":1,"job":"short%d","steps":[[%d,%d,1]]}' % (i, t - 1000000, t), path)
+                os._exit(0)
+            except OSError:
+                os._exit(1)
+        ok += os.waitpid(pid, 0)[1] == 0
+        time.sleep(0.006)   # the flood lasts several seconds: the first senders' runs end meanwhile
+    print(json.dumps({"forked": n, "sent": ok}), flush=True)
+""")
+
+
+def test_a_thousand_short_lived_senders_of_one_uid_on_a_real_agent(tmp_path):
+    """1,000 processes of nobody, each sending once under its own name and exiting, beside a steady job of
+    daemon: nobody holds at most its per-user cap, every datagram nobody sent is counted (accepted,
+    job_limit or shed), daemon's job loses none of its steps, the agent keeps serving."""
+    agent = _agent(tmp_path, {})
+    steady = None
+    try:
+        steady, _ = _send(DAEMON, agent.sock, ["steady"] * 40, gap=0.2, wait=False)
+        p = subprocess.run(_as(NOBODY) + [sys.executable, "-c", FORKER, agent.sock, "1000"], capture_output=True,
+                           text=True, timeout=300, env={"PATH": os.environ["PATH"]})
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout)
+        line = json.loads(steady.stdout.readline())
+        assert steady.wait(30) == 0 and len(line["sent"]) == 40 and got["forked"] == 1000
+
+        def counted():
+            m, info = _jobs(agent)
+            res = {dict(lbl)["result"]: v for (name, lbl), v in m.items() if name == "teye_phase_messages_total"}
+            total = res.get("accepted", 0) + res.get("job_limit", 0) + res.get("shed", 0)
+            return (m, info, res) if total == got["sent"] + 40 else None
+        m, info, res = _until(counted)
+        nobody = [n for n, i in info.items() if i["uid"] == str(NOBODY)]
+        assert len(nobody) == 32 and all(n.startswith("nobody/short") for n in nobody)
+        assert m[("teye_job_steps_total", (("train_job", "daemon/steady"),))] == 40   # none of daemon's lost
+        assert got["sent"] == 1000
+        # exactly nobody's 32 and daemon's 40 accepted; the other 968 refused (or shed by the rate budget)
+        assert res["accepted"] == 72 and res["job_limit"] + res.get("shed", 0) == 968
+        assert f"uid {NOBODY}:" in _until(lambda: "".join(ln for ln in agent.log.read_text().splitlines()
+                                                       if "refused over the limits" in ln))
+    finally:
+        if steady is not None and steady.poll() is None:
+            steady.kill()
+            steady.wait()
+        assert agent.stop() == 0
+        shutil.rmtree(agent.dir, ignore_errors=True)
