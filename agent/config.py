@@ -215,6 +215,12 @@ SCHEMA: Dict[str, Any] = {
         "job_expiry_seconds": Field(FLOAT, 300.0, "A job silent this long expires and its series disappear.", _positive),
         "max_jobs_per_user": Field(INT, 32, "Most live jobs one uid may hold (so one user cannot fill the table).",
                                    _positive),
+        "ended_run_keep_seconds": Field(FLOAT, 30.0, "An ended run's series stay at least this long after it ended "
+                                        "(two of Prometheus' default 15 s scrape intervals) before another job "
+                                        "may take its place in the table (docs/phases.md).", _non_negative),
+        "pods": Field(BOOL, False, "Key jobs by the sender's Kubernetes pod (from /proc/<pid>/cgroup under procfs; "
+                      "the agent needs hostPID) as well as uid and name, and name the pod in teye_job_info. "
+                      "Datagrams then all take the Python path (docs/phases.md).", None),
         "trusted_uids": Field(LIST, [], "Uids whose job names are exported as sent; other senders' names are "
                               "prefixed with their user name ('alice/NAME'). The agent's own uid is always trusted.",
                               lambda v: None if all(isinstance(u, int) and not isinstance(u, bool) and u >= 0

@@ -10,12 +10,17 @@ Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums ove
 sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
 waiting for the step that closes them), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
-agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are live;
-a job silent for ``job_expiry_seconds`` expires and its series disappear.
+agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are held, live or
+ended; a job silent for ``job_expiry_seconds`` expires and its series disappear.  A full table makes
+room from the uid over its fair share (``_evict_for``: max-min shares, a trusted uid's first job), never
+from a newcomer's first job; refusals are logged per uid (``_note_refused``).  With ``pods`` (a
+PodResolver, Kubernetes), a sender in a pod keys its job by ``(uid, name, pod uid)``: such keys exist only
+on the Python path, which every datagram then takes.
 
 One run per run: a job whose processes have all exited (or are zombies) and that has been silent
 for RUN_END_SILENCE_NS has *ended* (``_end_runs``, on the sampler's pass).  An ended run stays
-exported, unchanged, until it expires, but leaves the table's lookup (``_jobs``, which the compiled
+exported, unchanged, until it expires (or gives way, once exported as ended for
+``ended_run_keep_seconds``), but leaves the table's lookup (``_jobs``, which the compiled
 helpers read), so the next message under its name starts a new run (``_new_job``): counters from
 zero, ``teye_job_info`` with the new run's pid, a new ``teye_job_start_time_seconds``.  A late datagram
 of one of the ended run's own processes reopens it instead.
@@ -69,6 +74,8 @@ MAX_PIDS = 64
 MAX_UNTRACKED = 4 * MAX_PIDS    # ranks beyond MAX_PIDS whose steps are kept out of the job's global steps
 MAX_UNCLAIMED = 4096            # senders whose shed datagrams wait for a job that holds them
 RUN_END_SILENCE_NS = 2 * 10**9  # a job all of whose processes exited has ended once silent this long
+MAX_REFUSED_UIDS = 64           # uids named in the refused-jobs log line (the rest counted together)
+REFUSED_LOG_NS = 10 * 10**9     # at most one refused-jobs log line this often
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 
@@ -181,6 +188,8 @@ class JobView:
     shed: int = 0                              # its datagrams the receiver discarded (over its share of the budget)
     start_time: Optional[float] = None         # Unix time this run of the job began on this node (its first message)
     ended: bool = False                        # all its processes exited: a new message under its name starts a new run
+    namespace: str = ""                        # its pod's namespace (phases.pods; '' outside pods or not named)
+    pod: str = ""                              # its pod's name (or uid where not named; '' outside pods)
 
     @property
     def source(self) -> str:
@@ -227,7 +236,8 @@ class _Rank:
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps",
                  "samples", "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
-                 "ranks", "rank_steps", "world", "untracked", "shed", "start_time")
+                 "ranks", "rank_steps", "world", "untracked", "shed", "start_time", "ended_ns", "namespace",
+                 "pod")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -255,20 +265,25 @@ class _Job:
         self.untracked: set = set()               # pids of ranks beyond MAX_PIDS: not judged, their steps not counted
         self.shed = 0                             # datagrams the receiver discarded over its share (fair budget)
         self.start_time = 0.0                     # Unix time of its first message (set by JobTable._new_job)
+        self.ended_ns = 0                         # when its run ended (JobTable._end_runs); 0 while live
+        self.namespace = self.pod = ""            # its pod (phases.pods), '' outside pods
 
 
 class JobTable:
     """Applies validated messages and turns them into JobViews; thread-safe (one lock)."""
 
     def __init__(self, cfg: Mapping, ctx, own_uid: Optional[int] = None, record_intervals: int = 0, probe=None,
-                 alive: Optional[Callable[[int], bool]] = None):
+                 alive: Optional[Callable[[int], bool]] = None, pods=None):
         """``cfg`` is the ``phases`` config section; ``ctx`` an AgentContext (clock, timeline, gpu_pids).
 
         ``record_intervals`` > 0 keeps the newest that many raw intervals (for `teye profile`'s timeline).
         ``probe`` (an ``agent.phases.procstat.InputProbe``) samples the senders of data_wait phases,
         to name the cause of input-bound jobs; None: the cause is ``unknown``.
         ``alive(pid)``: whether a sending process still runs (default: :func:`process_alive`), to end runs.
+        ``pods`` (an ``agent.phases.pods.PodResolver``): key jobs by the sender's pod too; every datagram
+        then takes the Python path (the compiled helpers key by (uid, name) only).
         """
+        self.pods = pods
         self.alive = process_alive if alive is None else alive
         self.ctx = ctx
         self.probe = probe
@@ -278,6 +293,7 @@ class JobTable:
         self.max_jobs = cfg["max_jobs"]
         self.max_per_user = cfg["max_jobs_per_user"]
         self.expiry_ns = int(cfg["job_expiry_seconds"] * 1e9)
+        self.ended_keep_ns = int(cfg.get("ended_run_keep_seconds", 30.0) * 1e9)
         self.window_ns = int(cfg["window_seconds"] * 1e9)
         self.max_pending = cfg["max_pending_intervals"]
         self.max_delay_ns = int(cfg["attribution_max_delay_seconds"] * 1e9)
@@ -302,6 +318,9 @@ class JobTable:
         self.rank_pids: set = set()
         self._lock = threading.Lock()
         self._rlog = RateLimitedLog(log)
+        # new jobs refused over the limits, per uid, since the last log line naming them (REFUSED_LOG_NS)
+        self.refused: Dict[int, int] = {}
+        self._refused_logged: Optional[int] = None
 
     # -- receiving ---------------------------------------------------------------------------
     def count(self, result: str) -> None:
@@ -322,15 +341,18 @@ class JobTable:
             return r.reason
         ident = identity_of(data)
         with self._lock:
-            if _fast_apply is not None and ident.rank is None and pid not in self.rank_pids:
+            if _fast_apply is not None and self.pods is None and ident.rank is None and pid not in self.rank_pids:
                 result = _fast_apply(self, msg, pid, uid, now)
+                if result == ACCEPTED and ident.src is not None:
+                    job = self._jobs.get((uid, msg.job))
+                    if job is not None:
+                        job.source = ident.src
             else:
-                result = self._apply(msg, pid, uid, now, ident)
+                result = self._apply(msg, pid, uid, now, ident)   # (sets the job's source)
             self.results[result] += 1
-            if result == ACCEPTED and ident.src is not None:
-                job = self._jobs.get((uid, msg.job))
-                if job is not None:
-                    job.source = ident.src
+            if result == "job_limit":
+                self._note_refused(uid, now)   # logged per uid, rate-limited (one line names every uid)
+                return result
         if result != ACCEPTED:
             self._rlog.warning(f"reject:{result}", "phase message from pid %d uid %d for job %r rejected: %s "
                                "(%d jobs live, limit %d, %d per user)", pid, uid, msg.job, result,
@@ -343,7 +365,7 @@ class JobTable:
         declines, what the table does not accept) goes through handle(), in the order received."""
         i, n = 0, len(batch)
         while i < n:
-            if _fast_handle is not None:
+            if _fast_handle is not None and self.pods is None:
                 ranked = self.rank_pids
                 if not ranked:
                     i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
@@ -395,12 +417,12 @@ class JobTable:
         """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
         table, for the Receiver; None without the compiled helpers.  The Receiver uses it only while
         ``python_receive()`` is False."""
-        return None if _fast_serve is None else functools.partial(_fast_serve, self)
+        return None if _fast_serve is None or self.pods is not None else functools.partial(_fast_serve, self)
 
     def python_receive(self) -> bool:
         """Whether a ranked process is live: its datagrams must reach handle_batch (the C loop would
-        apply them to the job's sums only)."""
-        return bool(self.rank_pids)
+        apply them to the job's sums only), or jobs are keyed by pod (the C loop keys by (uid, name))."""
+        return bool(self.rank_pids) or self.pods is not None
 
     def _rank(self, job: _Job, pid: int, ident: Identity, now_ns: int) -> Optional[_Rank]:
         """The rank state of pid, made when it first says its rank (bounded by MAX_PIDS per job); a new
@@ -436,14 +458,19 @@ class JobTable:
             name = self._users[uid] = user_name(uid)
         return name
 
-    def _label(self, uid: int, name: str) -> str:
-        if uid in self.trusted:
-            label = name
-            if label not in self._labels:
-                return label
-        label = f"{self._user(uid)}/{name}"
-        if label in self._labels:  # two uids with the same user name (or a trusted name clash)
-            label = f"uid{uid}/{name}"
+    def _label(self, uid: int, name: str, namespace: str = "", pod: str = "") -> str:
+        if pod:   # the pod is the tenant (phases.pods): NAMESPACE/POD/NAME, or pod:UID/NAME where not named
+            base = label = f"{namespace}/{pod}/{name}" if namespace else f"pod:{pod}/{name}"
+        else:
+            if uid in self.trusted and name not in self._labels:
+                return name
+            base = label = f"{self._user(uid)}/{name}"
+            if label in self._labels:  # two uids with the same user name (or a trusted name clash)
+                label = f"uid{uid}/{name}"
+        n = 2
+        while label in self._labels:   # (a third clash, or a pod's name another sender took first)
+            label = f"{base}#{n}"
+            n += 1
         return label
 
     def _new_job(self, key, pid: int, uid: int, now_ns: int) -> Optional[_Job]:
@@ -458,12 +485,20 @@ class JobTable:
             self._drop(key)   # the name starts a new run: the ended one's series give way to it
         if self._full(uid):
             self._expire(now_ns)
-        while self._full(uid) and self._drop_ended(uid if self._per_uid.get(uid, 0) >= self.max_per_user else None):
-            pass   # an ended run never keeps a live one out
-        if self._full(uid):
-            return None
-        label = self._label(uid, key[1])
+        # the uid's own cap: only its own ended runs (exported for ended_run_keep_seconds) give way
+        while self._per_uid.get(uid, 0) >= self.max_per_user:
+            if not self._drop_ended(now_ns, uid):
+                return None
+        # the table's: an ended run exported long enough gives way; else the uid over its fair share
+        while len(self._jobs) + len(self._ended) >= self.max_jobs:
+            if not (self._drop_ended(now_ns, None) or self._evict_for(uid, now_ns)):
+                return None
+        namespace = pod = ""
+        if len(key) > 2:
+            namespace, pod = self.pods.names(key[2], now_ns)
+        label = self._label(uid, key[1], namespace, pod)
         job = _Job(key, label, self._user(uid), uid, pid, now_ns, self.window_ns, self.max_pending)
+        job.namespace, job.pod = namespace, pod
         job.start_time = self.ctx.wall_clock()   # now: the message that makes it was just received
         self._jobs[key] = job
         self._labels[label] = key
@@ -474,16 +509,68 @@ class JobTable:
         return (len(self._jobs) + len(self._ended) >= self.max_jobs
                 or self._per_uid.get(uid, 0) >= self.max_per_user)
 
-    def _drop_ended(self, uid: Optional[int]) -> bool:
-        """Forget the oldest ended run (of ``uid``, or of anyone); False where there is none."""
+    def _drop_ended(self, now_ns: int, uid: Optional[int]) -> bool:
+        """Forget the oldest ended run (of ``uid``, or of anyone) whose series have been exported for
+        ended_run_keep_seconds; False where there is none."""
         for key, job in self._ended.items():
+            if now_ns - job.ended_ns < self.ended_keep_ns:
+                return False   # in the order they ended: the rest ended later
             if uid is None or job.uid == uid:
                 self._drop(key)
                 return True
         return False
 
+    def _evict_for(self, uid: int, now_ns: int) -> bool:
+        """Make room for a new job of ``uid`` in a full table at the expense of the uid holding the most
+        jobs, if that one is over its fair share: it holds at least two more than ``uid`` (max-min
+        fairness: a uid's first job always finds room while another uid holds two), or ``uid`` is trusted
+        (the agent's own or phases.trusted_uids) and has no job yet while an untrusted uid holds one.
+        The holder's least recently active live job goes (else its oldest ended run).  False: no such
+        holder, ``uid`` is refused."""
+        mine = self._per_uid.get(uid, 0)
+        first_trusted = mine == 0 and uid in self.trusted
+        victim, most = None, 0
+        for v, n in self._per_uid.items():
+            if v != uid and n > most and not (first_trusted and v in self.trusted):
+                victim, most = v, n
+        if victim is None or not (most > mine + 1 or first_trusted):
+            return False
+        for key, job in (*self._jobs.items(), *self._ended.items()):
+            if job.uid == victim:
+                self._drop(key)
+                self._rlog.warning("evict", "phase jobs: job %r of uid %d dropped (uid %d held %d of %d jobs, over "
+                                   "its share) to make room for a job of uid %d, which held %d", job.label, victim,
+                                   victim, most, self.max_jobs, uid, mine)
+                return True
+        return False
+
+    def _note_refused(self, uid: int, now_ns: int) -> None:
+        """Count a datagram whose new job was refused, per uid (at most MAX_REFUSED_UIDS named, the rest
+        together), and log the counts at most every REFUSED_LOG_NS."""
+        refused = self.refused
+        key = uid if uid in refused or len(refused) < MAX_REFUSED_UIDS else -1
+        refused[key] = refused.get(key, 0) + 1
+        self._log_refused(now_ns)
+
+    def _log_refused(self, now_ns: int) -> None:
+        if not self.refused or (self._refused_logged is not None and now_ns - self._refused_logged < REFUSED_LOG_NS):
+            return
+        self._refused_logged = now_ns
+        by = sorted(((n, u) for u, n in self.refused.items()), key=lambda x: (-x[0], x[1]))
+        held = sorted(((n, u) for u, n in self._per_uid.items()), key=lambda x: (-x[0], x[1]))[:8]
+        log.warning("phase jobs refused over the limits (phases.max_jobs %d, max_jobs_per_user %d; %d jobs in "
+                    "the table): %s; most held by %s", self.max_jobs, self.max_per_user,
+                    len(self._jobs) + len(self._ended),
+                    ", ".join(f"uid {u}: {n} datagrams" if u >= 0 else f"other uids: {n} datagrams" for n, u in by),
+                    ", ".join(f"uid {u}: {n} jobs" for n, u in held) or "nobody")
+        self.refused.clear()
+
     def _apply(self, msg: Message, pid: int, uid: int, now: int, ident: Identity = NO_IDENTITY) -> str:
         key = (uid, msg.job)
+        if self.pods is not None:
+            pod = self.pods.of(pid, now)
+            if pod:
+                key = (uid, msg.job, pod)   # (the compiled helpers never see such a key: pods take this path)
         job = self._jobs.get(key)
         if job is None:
             job = self._new_job(key, pid, uid, now)
@@ -586,6 +673,8 @@ class JobTable:
                 rec.append((job.label, "step", s, e))
         if waited:
             self.probe.track(pid, uid, now)
+        if ident.src is not None:
+            job.source = ident.src
         return ACCEPTED
 
     @staticmethod
@@ -673,6 +762,7 @@ class JobTable:
             if not job.pids or any(pid <= 0 or self.alive(pid) for pid in job.pids):
                 continue   # a process still runs, or one the agent cannot see (another pid namespace)
             del self._jobs[key]
+            job.ended_ns = now_ns   # exported as ended from this pass on; kept at least ended_keep_ns
             self._ended[key] = job
             self.rank_pids.difference_update(_ranked(job))
 
@@ -760,6 +850,7 @@ class JobTable:
             self._end_runs(now_ns)
             if self._unclaimed:
                 self._claim_shed(now_ns)
+            self._log_refused(now_ns)
             views = tuple(self._view(j, now_ns, ended=True) for j in self._ended.values()) + tuple(
                 self._view(j, now_ns) for j in self._jobs.values())
             pending = sum(len(j.pending) for j in (*self._jobs.values(), *self._ended.values()))
@@ -915,6 +1006,8 @@ class JobTable:
             shed=job.shed,
             start_time=job.start_time,
             ended=ended,
+            namespace=job.namespace,
+            pod=job.pod,
         )
 
 

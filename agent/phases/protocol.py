@@ -49,7 +49,7 @@ REASONS = (
     "bad_clock",        # end time in the future or older than the job expiry: not CLOCK_MONOTONIC ns
     "bad_value",        # negative samples / dropped counts, or absurd values
     "no_credentials",   # the kernel attached no SCM_CREDENTIALS (should not happen with SO_PASSCRED)
-    "job_limit",        # a new job while phases.max_jobs (or max_jobs_per_user) jobs are live
+    "job_limit",        # a new job refused: its uid at max_jobs_per_user, or the table full and no uid over its share
     "shed",             # discarded unread: the receiver's budget was spent and its sender over its share
 )
 RESULTS = (ACCEPTED,) + REASONS

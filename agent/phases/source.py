@@ -12,6 +12,7 @@ from typing import Iterator, Optional, Tuple
 
 from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
 from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
+from .pods import PodResolver
 from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
 from . import fast as _speed
@@ -56,8 +57,10 @@ INPUT_WAIT_CPU = metric("teye_job_input_wait_cpu_ratio", GAUGE,
 JOB_INFO = metric("teye_job_info", GAUGE,
                   "Always 1: who runs the job, from kernel credentials (pid is the first sending process), "
                   "and where its phases come from (source: client, torch, torch-steps, tf.data, tf-steps, keras, other; "
-                  "docs/zero-code.md).",
-                  ["train_job", "user", "uid", "pid", "source"])
+                  "docs/zero-code.md). With phases.pods (Kubernetes), namespace and pod name the sender's pod, from "
+                  "its cgroup (pod: the pod uid where the kubelet's log directory does not name it; both empty "
+                  "outside pods).",
+                  ["train_job", "user", "uid", "pid", "source", "namespace", "pod"])
 JOB_PROCESSES = metric("teye_job_processes", GAUGE, "Distinct processes that sent phases for the job (at most 64).",
                        ["train_job"])
 START_TIME = metric("teye_job_start_time_seconds", GAUGE,
@@ -132,7 +135,7 @@ class PhasesReading:
         yield point(PENDING, self.pending)
         for j in self.jobs:
             name = j.train_job
-            yield point(JOB_INFO, 1, name, j.user, j.uid, j.pid, j.source)
+            yield point(JOB_INFO, 1, name, j.user, j.uid, j.pid, j.source, j.namespace, j.pod)
             yield point(JOB_PROCESSES, j.processes, name)
             yield point(START_TIME, j.start_time, name)
             yield point(RUNNING, 0 if j.ended else 1, name)
@@ -171,13 +174,14 @@ class PhaseSource:
     name = "phases"
 
     def __init__(self, phases_cfg, ctx, socket_path: Optional[str] = None, record_intervals: int = 0,
-                 procfs: str = "/proc", sysfs: str = "/sys"):
+                 procfs: str = "/proc", sysfs: str = "/sys", pod_log_dir: Optional[str] = "/var/log/pods"):
         """Bind the socket (ConfigError for a bad explicit path) and start the receiver thread (and the
         input probe, which samples the senders of data_wait under ``procfs``/``sysfs``)."""
         self.ctx = ctx
         interval = phases_cfg["input_sample_interval_seconds"]
         self.probe = InputProbe(ProcReader(procfs, sysfs), interval, ctx.clock) if interval > 0 else None
-        self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals, probe=self.probe)
+        pods = PodResolver(procfs, pod_log_dir) if phases_cfg.get("pods") else None
+        self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals, probe=self.probe, pods=pods)
         # what host collectors (hardware counters) offer as evidence, cited when the host is the limit
         self.table.extra_evidence = lambda: ctx.host_notes
         sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
@@ -203,7 +207,8 @@ class PhaseSource:
 
 
 def from_config(cfg, ctx) -> PhaseSource:
-    return PhaseSource(cfg["phases"], ctx, procfs=cfg["procfs"], sysfs=cfg["sysfs"])
+    return PhaseSource(cfg["phases"], ctx, procfs=cfg["procfs"], sysfs=cfg["sysfs"],
+                       pod_log_dir=cfg["jobs"]["pod_log_dir"])
 
 
 __all__ = ["PhaseSource", "PhasesReading", "from_config", "RESULTS", "ATTRIBUTION_RESULTS"]

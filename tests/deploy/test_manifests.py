@@ -95,3 +95,27 @@ def test_grafana_provisioning_datasource_and_dashboard_provider():
     # the provisioned folder holds the generated dashboards
     assert sorted(os.path.basename(f) for f in glob.glob(os.path.join(REPO, "dashboards", "json", "*.json"))) == \
         ["teye-cluster.json", "teye-job.json", "teye-node.json"]
+
+
+def test_agent_uid_is_one_no_ordinary_image_uses_and_pods_are_tenants(tmp_path):
+    """Issue 36: the agent trusts its own uid, and 65532 (distroless' nonroot) made every such pod trusted.
+    The DaemonSet's uid is one uid everywhere (pod, group, the socket directory's owner), not a common
+    image uid nor a user of this machine, below the ranges Kubernetes user namespaces map pods to; the
+    config keys jobs by pod (phases.pods)."""
+    import pwd
+    docs = k8s()
+    spec = docs["DaemonSet"]["spec"]["template"]["spec"]
+    uid = spec["securityContext"]["runAsUser"]
+    assert spec["securityContext"]["runAsGroup"] == uid and spec["hostPID"] is True
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["chown", f"{uid}:{uid}", "/run/teye"]
+    common = {0, 1, 2, 33, 70, 99, 100, 101, 999, 1000, 1001, 10001, 65532, 65534}
+    assert uid not in common and 65000 <= uid <= 65533          # Debian's reserved range, below userns ranges
+    assert uid not in {p.pw_uid for p in pwd.getpwall()}
+    (c,) = spec["containers"]
+    assert "runAsUser" not in c["securityContext"]
+    path = tmp_path / "teye.yml"
+    path.write_text(docs["ConfigMap"]["data"]["teye.yml"])
+    assert load(str(path))["phases"]["pods"] is True and defaults()["phases"]["pods"] is False
+    readme = open(os.path.join(DEPLOY, "kubernetes", "README.md"), encoding="utf-8").read()
+    assert f"runs as uid {uid} " in readme and "65532" in readme   # the choice is documented, and why not 65532

@@ -40,3 +40,37 @@ def test_pod_snippet_mounts_the_site_first_on_the_path_and_the_socket():
     assert mounts["teye-site"]["readOnly"] is True and vols["teye-site"]["hostPath"]["path"] == "/opt/teye/site"
     assert os.path.dirname(env["TEYE_PHASE_SOCKET"]["value"]) == mounts["teye-run"]["mountPath"] == "/run/teye"
     assert vols["teye-run"]["hostPath"]["path"] == "/run/teye"
+    # issue 36: a pod sends to the node's socket but can neither replace it nor create the directory
+    assert mounts["teye-run"]["readOnly"] is True and vols["teye-run"]["hostPath"]["type"] == "Directory"
+
+
+def test_a_read_only_mount_of_the_socket_directory_still_sends_but_cannot_replace(tmp_path):
+    """What the pod's readOnly mount of /run/teye means, on a real read-only bind mount (a private mount
+    namespace, root only): sending to the socket works (connecting needs write permission on the socket
+    file, which a read-only mount keeps), unlinking or binding another socket there fails (EROFS)."""
+    import shutil
+    import socket
+    import pytest
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private read-only bind mount")
+    d = tmp_path / "run"
+    d.mkdir()
+    path = str(d / "phases.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(path)
+    srv.settimeout(5)
+    script = ("import errno, os, socket, sys\n"
+              "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+              "s.sendto(b'hello', sys.argv[1])\n"
+              "for act in (lambda: os.unlink(sys.argv[1]), lambda: socket.socket(socket.AF_UNIX, "
+              "socket.SOCK_DGRAM).bind(sys.argv[1] + '.2')):\n"
+              "    try:\n        act()\n        print('changed')\n"
+              "    except OSError as e:\n        print(errno.errorcode[e.errno])\n")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                        f'mount --bind -o ro "$1" "$1" && exec "{sys.executable}" -c "$2" "$3"', "sh",
+                        str(d), script, path], capture_output=True, text=True, timeout=30)
+    try:
+        assert (r.returncode, r.stdout, r.stderr) == (0, "EROFS\nEROFS\n", "")
+        assert srv.recv(64) == b"hello" and os.path.exists(path)
+    finally:
+        srv.close()

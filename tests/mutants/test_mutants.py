@@ -68,6 +68,13 @@ MUTANTS = {
         ["tests/sources/test_bounded_reads.py::test_a_huge_stat_is_refused_after_the_bound_not_read_whole"], False),
     "cgroup_job_dir_trailing_newline.patch": (
         ["tests/sources/test_bounded_reads.py::test_bad_job_dir_names_are_counted_named_and_the_rest_exact"], False),
+    # issue 36: job limits that cannot lock others out, ended runs kept until scraped, pods as tenants
+    "job_limit_no_fair_share_eviction.patch": (
+        ["tests/phases/test_job_limits.py::test_two_flooding_uids_never_lock_out_a_victims_first_job"], False),
+    "ended_run_keep_off_by_one.patch": (
+        ["tests/phases/test_runs.py::test_ended_runs_give_way_to_a_new_job_at_the_limits"], False),
+    "pods_not_in_job_key.patch": (
+        ["tests/phases/test_job_limits.py::test_two_pods_of_one_uid_are_kept_apart"], False),
 }
 
 

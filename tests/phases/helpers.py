@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pwd
 import random
 import tempfile
 from typing import Dict, List, Sequence, Tuple
@@ -12,6 +13,8 @@ from agent.context import AgentContext, UtilSample
 
 MS = 1_000_000
 S = 1_000_000_000
+NOBODY = pwd.getpwnam("nobody").pw_uid     # real uids of the machine (issue 36's flooders)
+DAEMON = pwd.getpwnam("daemon").pw_uid
 
 
 def phases_cfg(**over) -> dict:

@@ -72,7 +72,8 @@ def test_metrics_of_one_job_through_the_exporter():
     assert _get(m, "teye_job_step_seconds_bucket", train_job="resnet", le="0.1") == 10
     assert _get(m, "teye_job_step_seconds_bucket", train_job="resnet", le="0.05") == 0
     assert _get(m, "teye_job_step_seconds_sum", train_job="resnet") == pytest.approx(1.0)
-    assert _get(m, "teye_job_info", train_job="resnet", user="root", uid="0", pid="321", source="client") == 1
+    assert _get(m, "teye_job_info", train_job="resnet", user="root", uid="0", pid="321", source="client",
+                namespace="", pod="") == 1
     assert _get(m, "teye_job_processes", train_job="resnet") == 2
     assert _get(m, "teye_job_client_dropped_total", train_job="resnet") == 3
     assert _get(m, "teye_phase_messages_total", result="accepted") == 11
@@ -107,15 +108,19 @@ def test_job_limits_and_expiry():
     table = JobTable(phases_cfg(max_jobs=4, max_jobs_per_user=3, job_expiry_seconds=60.0), ctx, own_uid=0)
     msg = lambda name: encode(name, [("compute", clock.t - 10, clock.t)])  # noqa: E731
     assert [table.handle(msg(f"j{i}"), 1, 0) for i in range(4)] == ["accepted"] * 3 + ["job_limit"]
-    assert table.handle(msg("x"), 2, NOBODY) == "accepted"
-    assert table.handle(msg("y"), 2, NOBODY) == "job_limit"        # the table is full
-    assert table.handle(msg("j0"), 1, 0) == "accepted"             # known jobs keep reporting
+    assert table.handle(msg("x"), 2, NOBODY) == "accepted"         # the table is full now
+    # uid 0 holds 3 of 4, two more than nobody: over its share, its least recently active job (j0) goes
+    assert table.handle(msg("y"), 2, NOBODY) == "accepted"
+    assert sorted(v.train_job for v in table.views(clock.t)[0]) == ["j1", "j2", "nobody/x", "nobody/y"]
+    assert table.handle(msg("z"), 2, NOBODY) == "job_limit"        # 2 and 2: nobody is over its share
+    assert table.handle(msg("j0"), 1, 0) == "job_limit"            # ... in either direction
+    assert table.handle(msg("j1"), 1, 0) == "accepted"             # known jobs keep reporting
     clock.t += 30 * S
     table.handle(msg("j1"), 1, 0)
-    clock.t += 31 * S                                              # j0, j2 and nobody/x are silent for 61 s
+    clock.t += 31 * S                                              # j2, nobody/x and y are silent for 61 s
     assert sorted(v.train_job for v in table.views(clock.t)[0]) == ["j1"]
-    assert table.handle(msg("y"), 2, NOBODY) == "accepted"         # room again
-    assert dict(table.views(clock.t)[1])["job_limit"] == 2
+    assert table.handle(msg("z"), 2, NOBODY) == "accepted"         # room again
+    assert dict(table.views(clock.t)[1])["job_limit"] == 3
 
 
 def test_input_bound_ratio_is_over_the_sliding_window():

@@ -14,7 +14,7 @@ import pytest
 
 from agent.phases.jobs import RUN_END_SILENCE_NS, JobTable, process_alive
 from agent.phases.protocol import encode
-from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
+from tests.phases.helpers import MS, NOBODY, S, ctx_with_clock, phases_cfg
 
 pytestmark = pytest.mark.usefixtures("phase_path")
 
@@ -131,20 +131,51 @@ def test_an_ended_run_stays_until_it_expires():
 
 
 def test_ended_runs_give_way_to_a_new_job_at_the_limits():
-    """An ended run never keeps a live job out: at max_jobs_per_user the user's oldest ended run goes."""
-    table, clock, procs = _table(max_jobs=8, max_jobs_per_user=2)
+    """An ended run never keeps a live job out for long: at max_jobs_per_user the user's oldest ended run
+    goes, once it has been exported as ended for phases.ended_run_keep_seconds (and not a ns earlier)."""
+    table, clock, procs = _table(max_jobs=8, max_jobs_per_user=2, ended_run_keep_seconds=30.0)
     procs.running = {1, 2}
     _steps(table, clock, 1, 1, 8, "a")
     _steps(table, clock, 2, 1, 8, "b")
     procs.running = {2}
     clock.t += RUN_END_SILENCE_NS
     table.views(clock.t)
+    ended = clock.t                          # the sampler's pass that exports "a" as ended
     procs.running = {2, 3}
-    _steps(table, clock, 3, 1, 8, "c")       # uid 0 holds 2: the ended "a" gives way
+    c = lambda: encode("c", [("compute", clock.t - 10, clock.t)])  # noqa: E731
+    assert table.handle(c(), 3, 0) == "job_limit"                   # uid 0 holds 2, "a" ended just now
+    clock.t = ended + 30 * S - 1
+    assert table.handle(c(), 3, 0) == "job_limit"
+    assert [v.steps for v in table.views(clock.t)[0] if v.train_job == "a" and v.ended] == [1]
+    clock.t = ended + 30 * S
+    assert table.handle(c(), 3, 0) == "accepted"                    # exported 30 s: "a" gives way
     names = sorted((v.train_job, v.ended) for v in table.views(clock.t)[0])
     assert names == [("b", False), ("c", False)]
     t = clock.t
     assert table.handle(encode("d", [("compute", t - 10, t)]), 4, 0) == "job_limit"   # two live: full
+
+
+def test_another_users_new_jobs_never_take_an_ended_run_before_its_keep_time():
+    """Issue 36: new jobs of other users evicted a root job's ended run 1-2 s after it ended.  Now the
+    ended run stays ended_run_keep_seconds; a flooding uid over its share loses its own jobs instead."""
+    table, clock, procs = _table(max_jobs=4, max_jobs_per_user=4, ended_run_keep_seconds=30.0)
+    procs.running = {1}
+    _steps(table, clock, 1, 3, 8, "root-job")
+    procs.running = set()
+    clock.t += RUN_END_SILENCE_NS
+    table.views(clock.t)
+    ended = clock.t
+    flood = lambda name, pid: table.handle(encode(name, [("compute", clock.t - 10, clock.t)]), pid, NOBODY)  # noqa
+    procs.running = {50, 51, 52, 53, 54}
+    assert [flood(f"f{i}", 50 + i) for i in range(5)] == ["accepted"] * 3 + ["job_limit"] * 2   # table full
+    for step in range(29):                   # a second a new job of nobody, for 29 s: the run stays
+        clock.t += S
+        assert flood(f"g{step}", 60) == "job_limit"
+        got = [v for v in table.views(clock.t)[0] if v.train_job == "root-job"]
+        assert [(v.ended, v.steps, v.samples) for v in got] == [(True, 3, 24)]
+    clock.t = ended + 30 * S
+    assert flood("late", 61) == "accepted"   # the run has been exported for 30 s: it gives way now
+    assert "root-job" not in [v.train_job for v in table.views(clock.t)[0]]
 
 
 def test_process_alive_on_real_processes():

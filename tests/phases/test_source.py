@@ -56,8 +56,10 @@ def test_source_label_and_evidence(phase_path):
         phases, steps, t2 = _step(t - 100 * MS, 10, 90)
         table.handle_batch([(encode("plain", phases, steps), 322, 0)])
     m = _exposition(table, clock.t)
-    assert _get(m, "teye_job_info", train_job="pt", user="root", uid="0", pid="321", source="torch") == 1
-    assert _get(m, "teye_job_info", train_job="plain", user="root", uid="0", pid="322", source="client") == 1
+    assert _get(m, "teye_job_info", train_job="pt", user="root", uid="0", pid="321", source="torch",
+                namespace="", pod="") == 1
+    assert _get(m, "teye_job_info", train_job="plain", user="root", uid="0", pid="322", source="client",
+                namespace="", pod="") == 1
     views = {j.train_job: j for j in table.views(clock.t)[0]}
     assert views["pt"].verdict.kind == "input" and views["pt"].steps == 10
     assert "phases from zero-code: torch DataLoader" in views["pt"].verdict.evidence
