@@ -45,15 +45,16 @@ def _overrides(args: argparse.Namespace) -> dict:
     return o
 
 
-def load_config(args: argparse.Namespace) -> dict:
-    return config_mod.load(getattr(args, "config", None), _overrides(args))
+def load_config(args: argparse.Namespace, explicit: Optional[set] = None) -> dict:
+    return config_mod.load(getattr(args, "config", None), _overrides(args), explicit)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from .daemon import run
-    cfg = load_config(args)
+    explicit: set = set()
+    cfg = load_config(args, explicit)
     setup_logging(cfg["log_level"])
-    return run(cfg)
+    return run(cfg, required=explicit)
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -104,6 +104,11 @@ COLLECTORS = {
     "phases": (1.0, "training-job phases (phase socket)"),
 }
 
+# Off unless configured: only NFS servers run nfsd (deploy/teye.example.yml, install.sh and the DaemonSet agree).
+# The hardware collectors (gpu, pmu, infiniband) stay on: where the node lacks the hardware they are *absent*
+# (teye_collector_absent=1), which no alert fires on.
+OFF_BY_DEFAULT = frozenset({"nfsd"})
+
 SCHEMA: Dict[str, Any] = {
     "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
     "procfs": Field(STR, "/proc", "Root of the proc filesystem (as node_exporter's --path.procfs)."),
@@ -131,7 +136,8 @@ SCHEMA: Dict[str, Any] = {
         "max_header_bytes": Field(INT, 16384, "Largest request head (request line and headers); larger gets 431.",
                                   _positive),
     },
-    "collectors": {name: _collector(iv, help=desc) for name, (iv, desc) in COLLECTORS.items()},
+    "collectors": {name: _collector(iv, enabled=name not in OFF_BY_DEFAULT, help=desc)
+                   for name, (iv, desc) in COLLECTORS.items()},
     "disk": {
         "exclude": Field(STR, r"^(z?ram\d+|loop\d+|fd\d+|(h|s|v|xv)d[a-z]+\d+|nvme\d+n\d+p\d+|mmcblk\d+p\d+)$",
                          "Regex of block device names to skip (partitions, loop, ram/zram and floppy devices by "
@@ -321,9 +327,20 @@ def merge(base: Dict[str, Any], override: Any, schema: Dict[str, Any] = SCHEMA, 
     return out
 
 
-def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Defaults, then the YAML file at ``path`` (if any), then ``overrides`` (CLI flags, nested dict)."""
+def _enabled_in(data: Any) -> set:
+    """Collectors a (validated) file or flag mapping sets ``enabled: true``."""
+    cols = data.get("collectors") if isinstance(data, dict) else None
+    return {n for n, c in (cols or {}).items() if isinstance(c, dict) and c.get("enabled") is True}
+
+
+def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None,
+         explicit: Optional[set] = None) -> Dict[str, Any]:
+    """Defaults, then the YAML file at ``path`` (if any), then ``overrides`` (CLI flags, nested dict).
+
+    ``explicit``, when given, receives the collectors the file or the flags turn on explicitly
+    (``enabled: true``, ``--collector.X``): for those, absent hardware is a failure, not an absence."""
     cfg = defaults()
+    seen = set()
     if path:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -339,8 +356,12 @@ def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None)
             raise ConfigError(f"config file {path}: unreadable YAML: {str(e).splitlines()[0][:200]}") from None
         if data is not None:
             cfg = merge(cfg, data)
+            seen |= _enabled_in(data)
     if overrides:
         cfg = merge(cfg, overrides)
+        seen |= _enabled_in(overrides)
+    if explicit is not None:
+        explicit.update(n for n in seen if cfg["collectors"][n]["enabled"])
     return cfg
 
 

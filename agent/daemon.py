@@ -47,16 +47,20 @@ def build_sources(cfg: Dict[str, Any], ctx=None) -> Dict[str, tuple]:
 
 
 def collectors_line(cfg: Dict[str, Any], snapshot) -> str:
-    """What the start-up line says of the collectors after their first read: which run, which are down and
-    why, which have not finished a read yet, which the configuration disables."""
+    """What the start-up line says of the collectors after their first read: which run, which are absent (the
+    node has no such hardware) and which down, each with why, which have not finished a read yet, which the
+    configuration disables."""
     states = list(snapshot.sources.values())
-    running = [st.name for st in states if st.up]
-    down = [f"{st.name} ({st.error})" for st in states if not st.up and st.reads]
-    pending = [st.name for st in states if not st.reads]
+    running = [st.name for st in states if st.state == "up"]
+    absent = [f"{st.name} ({st.error})" for st in states if st.state == "absent"]
+    down = [f"{st.name} ({st.error})" for st in states if st.state == "down"]
+    pending = [st.name for st in states if st.state == "pending"]
     off = [n for n, c in cfg["collectors"].items() if not c["enabled"]]
     parts = [f"collectors running: {', '.join(running) or 'none'}"]
+    if absent:
+        parts.append(f"absent ({len(absent)}, no such hardware here; not an alert): {'; '.join(absent)}")
     if down:
-        parts.append(f"down: {'; '.join(down)}")
+        parts.append(f"down ({len(down)}): {'; '.join(down)}")
     if pending:
         parts.append(f"first read not finished: {', '.join(pending)}")
     if off:
@@ -78,8 +82,9 @@ def health(sampler: Sampler) -> Optional[str]:
     return None if sampler.snapshot.sources is not None else "sampler not running"
 
 
-def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> int:
-    """Run until SIGTERM/SIGINT (or stop_event); returns the exit status."""
+def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, required=()) -> int:
+    """Run until SIGTERM/SIGINT (or stop_event); returns the exit status.  ``required``: the collectors the
+    configuration turned on explicitly (absent hardware is a failure for them)."""
     from exporters.http import Limits, MetricsServer, bind_listener, registry_renderer
     from exporters.webconfig import WebConfig
     from exporters.webstats import WebStats
@@ -104,7 +109,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     except BaseException:
         listener.close()
         raise
-    sampler = Sampler(srcs)
+    sampler = Sampler(srcs, required=required)
     stats = WebStats()  # the server counts into it, every scrape formats it
     # the agent's own process_* series (client_python's process collector) beside the web server's counters
     registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"],
