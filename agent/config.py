@@ -71,6 +71,11 @@ def split_hostport(text: str) -> Tuple[str, int]:
     return host, int(port)
 
 
+def join_hostport(host: str, port: int) -> str:
+    """(host, port) -> 'HOST:PORT', an IPv6 address in brackets ('[::]:9835'), as split_hostport reads it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 FLOAT = (float, int)
 INT = (int,)
 BOOL = (bool,)
@@ -116,6 +121,9 @@ SCHEMA: Dict[str, Any] = {
     "cgroupfs": Field(STR, "/sys/fs/cgroup", "Root of the cgroup tree (v1 controller hierarchies or the v2 "
                       "unified hierarchy), as cAdvisor's and cgroup_exporter's cgroup root."),
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),
+    "log_format": Field(STR, "text", "Log line format: text, logfmt or json (node_exporter's --log.format). Under "
+                        "journald (JOURNAL_STREAM names stderr) no line carries a timestamp of its own.",
+                        lambda v: None if v in ("text", "logfmt", "json") else "must be one of text, logfmt, json"),
     "stale_after_seconds": Field(FLOAT, 10.0, "A read still running after this long marks its collector down "
                                  "(a hung NFS mount never hangs a scrape).", _positive),
     "web": {

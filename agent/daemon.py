@@ -134,8 +134,9 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     h, p = server.address
     # serving already; the line waits for the first reads so that it can say which collectors are down and why
     first_reads(sampler, stop, min(10.0, cfg["stale_after_seconds"]))
-    log.info("teye agent listening on %s://%s:%d/metrics (at most %d connections); %s",
-             server.scheme, h, p, server.max_connections, collectors_line(cfg, sampler.snapshot))
+    log.info("teye agent listening on %s://%s/metrics (at most %d connections); %s",
+             server.scheme, config_mod.join_hostport(h, p), server.max_connections,
+             collectors_line(cfg, sampler.snapshot))
     try:
         while not stop.wait(2.0):  # a signal handler sets stop, which wakes this at once
             pass

@@ -239,7 +239,7 @@ def collector_lines(cfg, explicit=()) -> List[str]:
 
 
 def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/dev",
-           euid: Optional[int] = None, collectors: bool = False) -> List[str]:
+           euid: Optional[int] = None, collectors: bool = False, explicit=()) -> List[str]:
     euid = os.geteuid() if euid is None else euid
     lines = nvml_lines(loader)
     lines.append(infiniband_line(cfg["sysfs"]))
@@ -254,11 +254,11 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     lines.extend(allocation_lines(cfg, _gpu_uuids(loader)))
     lines.append(phase_path_line())
     if collectors:
-        lines.extend(collector_lines(cfg))
+        lines.extend(collector_lines(cfg, explicit))
     return lines
 
 
 def main(args, cfg: dict) -> int:
-    for line in report(cfg, collectors=True):
+    for line in report(cfg, collectors=True, explicit=getattr(args, "explicit_collectors", ())):
         print(line)
     return 0
