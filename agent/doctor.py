@@ -252,9 +252,9 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
                                   cfg["procfs"]))
     from .sources.allocation import doctor_lines as allocation_lines
     lines.extend(allocation_lines(cfg, _gpu_uuids(loader)))
-    lines.append(phase_path_line())
     if collectors:
         lines.extend(collector_lines(cfg, explicit))
+    lines.append(phase_path_line())
     return lines
 
 
