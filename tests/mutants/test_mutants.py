@@ -55,7 +55,12 @@ MUTANTS = {
     "webstats_connections_max_is_open_count.patch": (
         ["tests/web/test_selfmetrics.py::test_no_web_config_no_tls_no_auth_series"], False),
     "http_in_flight_not_in_finally.patch": (
-        ["tests/web/test_selfmetrics.py::test_timeouts_by_kind_with_slow_clients"], False),
+        ["tests/web/test_selfmetrics.py::test_timeouts_by_kind_with_slow_clients"], False),    # issue 40: absent hardware and node_exporter's flag conventions
+    "absent_after_it_worked.patch": (
+        ["tests/test_collector_states.py::test_absent_until_it_worked_then_down_and_failures_counted_only_for_down"],
+        False),
+    "cli_bad_flag_top_level_usage.patch": (
+        ["tests/test_cli_flags.py::test_a_bad_flag_prints_the_subcommands_own_usage"], False),
 }
 
 
