@@ -20,12 +20,13 @@ log = logging.getLogger("teye.agent")
 class DownSource:
     """Stands in for a source that cannot run here; it reports itself down with the reason."""
 
-    def __init__(self, name: str, reason: str):
+    def __init__(self, name: str, reason: str, error: type = SourceUnavailable):
         self.name = name
         self.reason = reason
+        self.error = error      # HardwareAbsent stays absent (no alert), anything else is down
 
     def collect(self):
-        raise SourceUnavailable(self.reason)
+        raise self.error(self.reason)
 
 
 def build_sources(cfg: Dict[str, Any], ctx=None) -> Dict[str, tuple]:
@@ -41,7 +42,7 @@ def build_sources(cfg: Dict[str, Any], ctx=None) -> Dict[str, tuple]:
         try:
             src = sources_mod.build(name, cfg, ctx)
         except SourceUnavailable as e:  # said in the start-up line (and by the sampler on its first read)
-            src = DownSource(name, str(e))
+            src = DownSource(name, str(e), type(e))
         out[name] = (src, ccfg["interval_seconds"])
     return out
 

@@ -70,6 +70,22 @@ def test_explicitly_configured_collector_with_absent_hardware_is_down():
     assert s.read_once("infiniband").state == "down" and s.read_once("pmu").state == "absent"
 
 
+def test_a_source_that_cannot_even_be_built_keeps_its_kind(monkeypatch):
+    """build_sources stands a DownSource in for a source whose construction failed: absent hardware stays
+    absent, any other reason is down."""
+    from agent import daemon, sources as sources_mod
+
+    def fail(name, cfg, ctx):
+        raise HardwareAbsent("no such device") if name == "infiniband" else SourceUnavailable("broken")
+
+    monkeypatch.setattr(sources_mod, "build", fail)
+    cfg = config_mod.defaults()
+    for n, c in cfg["collectors"].items():
+        c["enabled"] = n in ("infiniband", "nfs")
+    s = Sampler(daemon.build_sources(cfg))
+    assert (s.read_once("infiniband").state, s.read_once("nfs").state) == ("absent", "down")
+
+
 def test_pending_before_the_first_read():
     assert sampler(a=[Empty()]).snapshot.state("a").state == "pending"
 
