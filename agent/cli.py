@@ -17,11 +17,23 @@ log = logging.getLogger("teye")
 
 
 def _common_source_flags(p: argparse.ArgumentParser) -> None:
+    """Flags every command that reads the node takes; node_exporter's spellings (--path.procfs, --log.level)
+    beside teye's own, the same destination."""
     p.add_argument("--config", metavar="FILE", help="YAML config file (every key has a default)")
-    p.add_argument("--procfs", metavar="PATH", help="root of /proc (default /proc)")
-    p.add_argument("--sysfs", metavar="PATH", help="root of /sys (default /sys)")
+    p.add_argument("--procfs", "--path.procfs", dest="procfs", metavar="PATH", help="root of /proc (default /proc)")
+    p.add_argument("--sysfs", "--path.sysfs", dest="sysfs", metavar="PATH", help="root of /sys (default /sys)")
     p.add_argument("--cgroupfs", metavar="PATH", help="root of the cgroup tree (default /sys/fs/cgroup)")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="log level (default info)")
+    p.add_argument("--log-level", "--log.level", dest="log_level", choices=["debug", "info", "warning", "error"],
+                   help="log level (default info)")
+
+
+def _collector_flags(p: argparse.ArgumentParser) -> None:
+    """node_exporter's --collector.X / --no-collector.X for every teye collector: on explicitly (absent hardware
+    is then a failure that alerts) or off, over the configuration file."""
+    for name in config_mod.COLLECTORS:
+        p.add_argument(f"--collector.{name}", dest=f"collector_{name}", action=argparse.BooleanOptionalAction,
+                       default=None, help=f"turn the {name} collector on (required: absent hardware alerts) or, "
+                       f"with --no-collector.{name}, off")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -42,18 +54,25 @@ def _overrides(args: argparse.Namespace) -> dict:
         o.setdefault("web", {})["config_file"] = args.web_config_file
     if getattr(args, "web_max_requests", None) is not None:
         o.setdefault("web", {})["max_requests"] = args.web_max_requests
+    if getattr(args, "log_format", None):
+        o["log_format"] = args.log_format
+    for name in config_mod.COLLECTORS:
+        on = getattr(args, f"collector_{name}", None)
+        if on is not None:
+            o.setdefault("collectors", {})[name] = {"enabled": on}
     return o
 
 
-def load_config(args: argparse.Namespace) -> dict:
-    return config_mod.load(getattr(args, "config", None), _overrides(args))
+def load_config(args: argparse.Namespace, explicit: Optional[set] = None) -> dict:
+    return config_mod.load(getattr(args, "config", None), _overrides(args), explicit)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from .daemon import run
-    cfg = load_config(args)
-    setup_logging(cfg["log_level"])
-    return run(cfg)
+    explicit: set = set()
+    cfg = load_config(args, explicit)
+    setup_logging(cfg["log_level"], cfg["log_format"])
+    return run(cfg, required=explicit)
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -104,7 +123,9 @@ def _with_config(module: str, func: str = "main"):
     """
     def call(args):
         import importlib
-        cfg = load_config(args)
+        explicit: set = set()
+        cfg = load_config(args, explicit)
+        args.explicit_collectors = explicit
         return getattr(importlib.import_module(module), func)(args, cfg)
     return call
 
@@ -116,8 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     a = sub.add_parser("agent", help="run the monitoring agent (serves /metrics)")
-    a.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 0.0.0.0:9835)")
+    a.add_argument("--listen", "--web.listen-address", dest="listen", metavar="HOST:PORT",
+                   help="address to serve on (default 0.0.0.0:9835; [::]:9835 for every IPv6 address)")
     _common_source_flags(a)
+    a.add_argument("--log.format", dest="log_format", choices=["text", "logfmt", "json"],
+                   help="log line format (default text; under journald no timestamp of its own)")
+    _collector_flags(a)
     a.add_argument("--gpu-replay", metavar="FILE", help="serve a recorded NVML trace instead of live NVML")
     a.add_argument("--pmu-replay", metavar="FILE", help="serve a recorded PMU trace (teye record --pmu) instead "
                    "of live perf events")
@@ -130,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="print what this node supports and why not")
     _common_source_flags(d)
+    _collector_flags(d)
     d.set_defaults(func=_with_config("agent.doctor"))
 
     r = sub.add_parser("record", help="record what the GPU backend (or, with --pmu, the PMU source) reads, "
@@ -181,11 +207,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("catalog", help="print the metric catalog (docs/metrics.md)")
     c.set_defaults(func=cmd_catalog)
+    _own_usage(p)
     return p
 
 
+def _own_usage(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command remembers its parser, so that a flag it does not know is answered with its own usage
+    (argparse leaves unknown flags to the top-level parser, which prints teye's usage instead)."""
+    parser.set_defaults(_parser=parser)
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                _own_usage(sub)
+
+
+def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

@@ -71,6 +71,11 @@ def split_hostport(text: str) -> Tuple[str, int]:
     return host, int(port)
 
 
+def join_hostport(host: str, port: int) -> str:
+    """(host, port) -> 'HOST:PORT', an IPv6 address in brackets ('[::]:9835'), as split_hostport reads it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 FLOAT = (float, int)
 INT = (int,)
 BOOL = (bool,)
@@ -115,6 +120,11 @@ COLLECTORS = {
     "phases": (1.0, "training-job phases (phase socket)"),
 }
 
+# Off unless configured: only NFS servers run nfsd (deploy/teye.example.yml, install.sh and the DaemonSet agree).
+# The hardware collectors (gpu, pmu, infiniband) stay on: where the node lacks the hardware they are *absent*
+# (teye_collector_absent=1), which no alert fires on.
+OFF_BY_DEFAULT = frozenset({"nfsd"})
+
 SCHEMA: Dict[str, Any] = {
     "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
     "procfs": Field(STR, "/proc", "Root of the proc filesystem (as node_exporter's --path.procfs)."),
@@ -124,6 +134,9 @@ SCHEMA: Dict[str, Any] = {
     "cgroupfs": Field(STR, "/sys/fs/cgroup", "Root of the cgroup tree (v1 controller hierarchies or the v2 "
                       "unified hierarchy), as cAdvisor's and cgroup_exporter's cgroup root."),
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),
+    "log_format": Field(STR, "text", "Log line format: text, logfmt or json (node_exporter's --log.format). Under "
+                        "journald (JOURNAL_STREAM names stderr) no line carries a timestamp of its own.",
+                        lambda v: None if v in ("text", "logfmt", "json") else "must be one of text, logfmt, json"),
     "stale_after_seconds": Field(FLOAT, 10.0, "A read still running after this long marks its collector down "
                                  "(a hung NFS mount never hangs a scrape).", _positive),
     "web": {
@@ -144,7 +157,8 @@ SCHEMA: Dict[str, Any] = {
         "max_header_bytes": Field(INT, 16384, "Largest request head (request line and headers); larger gets 431.",
                                   _positive),
     },
-    "collectors": {name: _collector(iv, help=desc) for name, (iv, desc) in COLLECTORS.items()},
+    "collectors": {name: _collector(iv, enabled=name not in OFF_BY_DEFAULT, help=desc)
+                   for name, (iv, desc) in COLLECTORS.items()},
     "disk": {
         "exclude": Field(STR, r"^(z?ram\d+|loop\d+|fd\d+|(h|s|v|xv)d[a-z]+\d+|nvme\d+n\d+p\d+|mmcblk\d+p\d+)$",
                          "Regex of block device names to skip (partitions, loop, ram/zram and floppy devices by "
@@ -345,9 +359,20 @@ def merge(base: Dict[str, Any], override: Any, schema: Dict[str, Any] = SCHEMA, 
     return out
 
 
-def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Defaults, then the YAML file at ``path`` (if any), then ``overrides`` (CLI flags, nested dict)."""
+def _enabled_in(data: Any) -> set:
+    """Collectors a (validated) file or flag mapping sets ``enabled: true``."""
+    cols = data.get("collectors") if isinstance(data, dict) else None
+    return {n for n, c in (cols or {}).items() if isinstance(c, dict) and c.get("enabled") is True}
+
+
+def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None,
+         explicit: Optional[set] = None) -> Dict[str, Any]:
+    """Defaults, then the YAML file at ``path`` (if any), then ``overrides`` (CLI flags, nested dict).
+
+    ``explicit``, when given, receives the collectors the file or the flags turn on explicitly
+    (``enabled: true``, ``--collector.X``): for those, absent hardware is a failure, not an absence."""
     cfg = defaults()
+    seen = set()
     if path:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -363,8 +388,12 @@ def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None)
             raise ConfigError(f"config file {path}: unreadable YAML: {str(e).splitlines()[0][:200]}") from None
         if data is not None:
             cfg = merge(cfg, data)
+            seen |= _enabled_in(data)
     if overrides:
         cfg = merge(cfg, overrides)
+        seen |= _enabled_in(overrides)
+    if explicit is not None:
+        explicit.update(n for n in seen if cfg["collectors"][n]["enabled"])
     return cfg
 
 

@@ -20,12 +20,13 @@ log = logging.getLogger("teye.agent")
 class DownSource:
     """Stands in for a source that cannot run here; it reports itself down with the reason."""
 
-    def __init__(self, name: str, reason: str):
+    def __init__(self, name: str, reason: str, error: type = SourceUnavailable):
         self.name = name
         self.reason = reason
+        self.error = error      # HardwareAbsent stays absent (no alert), anything else is down
 
     def collect(self):
-        raise SourceUnavailable(self.reason)
+        raise self.error(self.reason)
 
 
 def build_sources(cfg: Dict[str, Any], ctx=None) -> Dict[str, tuple]:
@@ -41,22 +42,26 @@ def build_sources(cfg: Dict[str, Any], ctx=None) -> Dict[str, tuple]:
         try:
             src = sources_mod.build(name, cfg, ctx)
         except SourceUnavailable as e:  # said in the start-up line (and by the sampler on its first read)
-            src = DownSource(name, str(e))
+            src = DownSource(name, str(e), type(e))
         out[name] = (src, ccfg["interval_seconds"])
     return out
 
 
 def collectors_line(cfg: Dict[str, Any], snapshot) -> str:
-    """What the start-up line says of the collectors after their first read: which run, which are down and
-    why, which have not finished a read yet, which the configuration disables."""
+    """What the start-up line says of the collectors after their first read: which run, which are absent (the
+    node has no such hardware) and which down, each with why, which have not finished a read yet, which the
+    configuration disables."""
     states = list(snapshot.sources.values())
-    running = [st.name for st in states if st.up]
-    down = [f"{st.name} ({st.error})" for st in states if not st.up and st.reads]
-    pending = [st.name for st in states if not st.reads]
+    running = [st.name for st in states if st.state == "up"]
+    absent = [f"{st.name} ({st.error})" for st in states if st.state == "absent"]
+    down = [f"{st.name} ({st.error})" for st in states if st.state == "down"]
+    pending = [st.name for st in states if st.state == "pending"]
     off = [n for n, c in cfg["collectors"].items() if not c["enabled"]]
     parts = [f"collectors running: {', '.join(running) or 'none'}"]
+    if absent:
+        parts.append(f"absent ({len(absent)}, no such hardware here; not an alert): {'; '.join(absent)}")
     if down:
-        parts.append(f"down: {'; '.join(down)}")
+        parts.append(f"down ({len(down)}): {'; '.join(down)}")
     if pending:
         parts.append(f"first read not finished: {', '.join(pending)}")
     if off:
@@ -78,8 +83,9 @@ def health(sampler: Sampler) -> Optional[str]:
     return None if sampler.snapshot.sources is not None else "sampler not running"
 
 
-def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> int:
-    """Run until SIGTERM/SIGINT (or stop_event); returns the exit status."""
+def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, required=()) -> int:
+    """Run until SIGTERM/SIGINT (or stop_event); returns the exit status.  ``required``: the collectors the
+    configuration turned on explicitly (absent hardware is a failure for them)."""
     from exporters.http import Limits, MetricsServer, bind_listener, registry_renderer
     from exporters.webconfig import WebConfig
     from exporters.webstats import WebStats
@@ -104,7 +110,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     except BaseException:
         listener.close()
         raise
-    sampler = Sampler(srcs)
+    sampler = Sampler(srcs, required=required)
     stats = WebStats()  # the server counts into it, every scrape formats it
     # the agent's own process_* series (client_python's process collector) beside the web server's counters
     registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"],
@@ -129,8 +135,9 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None) -> in
     h, p = server.address
     # serving already; the line waits for the first reads so that it can say which collectors are down and why
     first_reads(sampler, stop, min(10.0, cfg["stale_after_seconds"]))
-    log.info("teye agent listening on %s://%s:%d/metrics (at most %d connections); %s",
-             server.scheme, h, p, server.max_connections, collectors_line(cfg, sampler.snapshot))
+    log.info("teye agent listening on %s://%s/metrics (at most %d connections); %s",
+             server.scheme, config_mod.join_hostport(h, p), server.max_connections,
+             collectors_line(cfg, sampler.snapshot))
     try:
         while not stop.wait(2.0):  # a signal handler sets stop, which wakes this at once
             pass

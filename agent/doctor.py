@@ -7,7 +7,7 @@ mountstats), perf events (<procfs>/sys/kernel/perf_event_paranoid), the permissi
 memory and PCIe bandwidth: supported, or why not), the cgroup layout the jobs collector found
 (agent/sources/cgroups.py: v1, v2 or hybrid, Slurm and Kubernetes, and why a job is not seen), and whether the phase path runs its compiled
 helpers (agent/phases/fast.py).  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
-with the GPU source off (teye_collector_up{collector="gpu"} = 0).
+with the GPU collector absent (teye_collector_absent{collector="gpu"} = 1, no alert).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def nvml_lines(loader: Callable[[], object] = load_pynvml) -> List[str]:
         b.init()
     except SourceUnavailable as e:
         return [f"nvml: not available: {e}. No NVIDIA GPU/NVML on this machine: the agent runs with the GPU "
-                f"source off (teye_collector_up{{collector=\"gpu\"}} = 0)"]
+                f"collector absent (teye_collector_absent{{collector=\"gpu\"}} = 1, no alert)"]
     lines = []
     try:
         count = b.device_count()
@@ -214,8 +214,31 @@ def _gpu_uuids(loader: Callable[[], object]) -> dict:
     return out
 
 
+def collector_lines(cfg, explicit=()) -> List[str]:
+    """Each enabled collector read once, as the agent's first read (the phase socket is the agent's: not
+    opened here), then counted by state: up, absent (no such hardware: no alert), down, disabled."""
+    import copy
+
+    from .daemon import build_sources
+    from .sampler import Sampler
+    cfg = copy.deepcopy(cfg)
+    cfg["collectors"]["phases"]["enabled"] = False
+    sampler = Sampler(build_sources(cfg), required=explicit)
+    try:
+        states = [sampler.read_once(n) for n in sampler.names]
+    finally:
+        sampler.stop(0.5)
+    by: dict = {"up": [], "absent": [], "down": []}
+    for st in states:
+        by[st.state].append(st.name if st.state == "up" else f"{st.name} ({st.error})")
+    off = [n for n, c in cfg["collectors"].items() if not c["enabled"] and n != "phases"]
+    return [f"collectors {state} ({len(names)}): {'; '.join(names) or 'none'}" for state, names in by.items()] + \
+        [f"collectors disabled ({len(off)}): {', '.join(off) or 'none'}; absent collectors (no such hardware "
+         f"on this node) have teye_collector_absent 1 and do not fire TeyeCollectorFailing"]
+
+
 def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/dev",
-           euid: Optional[int] = None) -> List[str]:
+           euid: Optional[int] = None, collectors: bool = False, explicit=()) -> List[str]:
     euid = os.geteuid() if euid is None else euid
     lines = nvml_lines(loader)
     lines.append(infiniband_line(cfg["sysfs"]))
@@ -228,11 +251,13 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
                                   cfg["procfs"]))
     from .sources.allocation import doctor_lines as allocation_lines
     lines.extend(allocation_lines(cfg, _gpu_uuids(loader)))
+    if collectors:
+        lines.extend(collector_lines(cfg, explicit))
     lines.append(phase_path_line())
     return lines
 
 
 def main(args, cfg: dict) -> int:
-    for line in report(cfg):
+    for line in report(cfg, collectors=True, explicit=getattr(args, "explicit_collectors", ())):
         print(line)
     return 0

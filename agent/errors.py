@@ -2,7 +2,11 @@
 
 Parsers raise :class:`ParseError` naming the file; sources raise
 :class:`SourceUnavailable` when the subsystem is absent (no InfiniBand, no NVML).
-The sampler turns both, and OSError, into ``teye_collector_up{collector}=0``.
+The sampler turns both, and OSError, into ``teye_collector_up{collector}=0``.  :class:`HardwareAbsent`
+(a SourceUnavailable) says the node has no such hardware at all (no NVIDIA driver, no PMU, no InfiniBand
+device, no NFS server): a collector that raises it before it ever read anything, and that the
+configuration did not turn on explicitly, is *absent* (``teye_collector_absent{collector}=1``), which
+the TeyeCollectorFailing alert leaves alone.
 """
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ class ParseError(ValueError):
 
 class SourceUnavailable(RuntimeError):
     """The subsystem a source reads is not present or not usable here (with why)."""
+
+
+class HardwareAbsent(SourceUnavailable):
+    """The hardware (or kernel service) a source reads does not exist on this node at all: nothing broke."""
 
 
 class ConfigError(ValueError):

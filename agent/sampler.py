@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from .errors import ParseError, SourceUnavailable
+from .errors import HardwareAbsent, ParseError, SourceUnavailable
 from .logutil import RateLimitedLog
 
 log = logging.getLogger("teye.sampler")
@@ -37,6 +37,19 @@ class SourceState:
     in_flight_since_ns: Optional[int] = None  # a read started at this time has not returned yet
     reads: int = 0
     failures: int = 0
+    # the node has no such hardware (HardwareAbsent) and the collector never read anything, nor did the
+    # configuration turn it on explicitly: not a failure (teye_collector_absent=1, no alert)
+    absent: bool = False
+    worked: bool = False             # at least one read succeeded since the agent started
+
+    @property
+    def state(self) -> str:
+        """up, absent, down, or pending (no read finished yet)."""
+        if self.up:
+            return "up"
+        if self.absent:
+            return "absent"
+        return "down" if self.reads else "pending"
 
 
 @dataclass(frozen=True)
@@ -60,9 +73,12 @@ class Snapshot:
 
 
 class Sampler:
-    def __init__(self, sources: Dict[str, Tuple[Any, float]], clock: Callable[[], int] = time.monotonic_ns):
-        """``sources``: name -> (source, interval_seconds)."""
+    def __init__(self, sources: Dict[str, Tuple[Any, float]], clock: Callable[[], int] = time.monotonic_ns,
+                 required=()):
+        """``sources``: name -> (source, interval_seconds).  ``required``: collectors the configuration
+        turned on explicitly; absent hardware is a failure for them, not an absence."""
         self._sources = dict(sources)
+        self._required = frozenset(required)
         self._clock = clock
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
@@ -93,9 +109,12 @@ class Sampler:
             reading = src.collect()
         except EXPECTED_ERRORS as e:
             why = _describe(e)
-            self._fail(name, prev, start, why)
+            absent = isinstance(e, HardwareAbsent) and not prev.worked and name not in self._required
+            self._fail(name, prev, start, why, absent)
             if prev.up or prev.error != why:  # log changes, not every failed read of a steady state
-                if isinstance(e, SourceUnavailable):
+                if absent:
+                    log.info("collector %s absent: %s", name, why)
+                elif isinstance(e, SourceUnavailable):
                     log.info("collector %s unavailable: %s", name, why)
                 else:
                     self._rlog.warning(f"{name}:{type(e).__name__}", "collector %s down: %s", name, why)
@@ -107,14 +126,16 @@ class Sampler:
             if prev.error is not None:
                 log.info("collector %s is up again", name)
             self._publish(name, up=True, reading=reading, duration_s=(end - start) / 1e9, error=None,
-                          updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1)
+                          updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1, absent=False,
+                          worked=True)
         return self.snapshot.sources[name]
 
-    def _fail(self, name, prev, start, why):
+    def _fail(self, name, prev, start, why, absent=False):
         end = self._clock()
+        # an absent collector's reads are not failures: teye_collector_failures_total stays where it is
         self._publish(name, up=False, reading=None, duration_s=(end - start) / 1e9, error=why,
                       updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1,
-                      failures=prev.failures + 1)
+                      failures=prev.failures + (0 if absent else 1), absent=absent)
 
     def _loop(self, name: str, interval_s: float) -> None:
         interval_ns = int(interval_s * 1e9)

@@ -20,7 +20,7 @@
 #      teye_client package, root-owned, read-only, byte-compiled): a Slurm TaskProlog or a pod
 #      puts it first on PYTHONPATH (deploy/slurm/, docs/zero-code.md).
 # Without systemd it installs everything else and prints how to start the agent by hand;
-# without an NVIDIA driver it disables the GPU collector in a new config and says so.
+# without an NVIDIA driver it says so (the GPU collector is then absent: no alert, nothing to turn off).
 #
 # Options (mostly for packaging and tests):
 #   --prefix DIR      venv location parent (default /opt/teye)
@@ -196,7 +196,7 @@ HAVE_NVIDIA=0
 if [ -e "$NVIDIA_DRIVER_FILE" ]; then
     HAVE_NVIDIA=1
 else
-    say "no NVIDIA driver found ($NVIDIA_DRIVER_FILE missing): installing the agent for host metrics; the GPU collector is disabled in a new config"
+    say "no NVIDIA driver found ($NVIDIA_DRIVER_FILE missing): installing the agent for host metrics; the GPU collector reports itself absent (teye_collector_absent, no alert) until a driver is installed"
 fi
 
 # 1. user
@@ -252,10 +252,8 @@ if [ -e "$CONFIG" ]; then
     say "kept existing $CONFIG (the current example is in $CONFIG.example)"
 else
     run install -m 0644 "$FILES/teye.example.yml" "$CONFIG"
-    if [ "$HAVE_NVIDIA" = 0 ]; then
-        # collectors.gpu.enabled: true -> false (the two-space indented "gpu:" is under collectors)
-        run sed -i -e '/^  gpu:$/,/enabled:/ s/enabled: true/enabled: false/' "$CONFIG"
-    fi
+    # the config keeps the built-in collector defaults, as the example and the DaemonSet do: hardware the
+    # node lacks (GPU, PMU, InfiniBand) is reported absent, not failing, so nothing is turned off here
     say "wrote $CONFIG"
 fi
 if [ "$DRY_RUN" = 0 ]; then

@@ -21,7 +21,8 @@ from agent.logutil import RateLimitedLog
 from agent.metrics import COUNTER, HISTOGRAM, MetricSpec, Point, registered
 
 from .render import Exposition
-from .specs import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP  # noqa: F401
+from .specs import (BUILD_INFO, COLLECTOR_ABSENT, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES,  # noqa: F401
+                    COLLECTOR_UP)
 
 log = logging.getLogger("teye.exporter")
 
@@ -101,6 +102,7 @@ class SnapshotCollector(Collector):
                     self._rlog.error(f"{name}:points", "formatting collector %s failed", name, exc_info=True)
                     up, body = False, []
             pts.append(Point(COLLECTOR_UP, (name,), 1.0 if up else 0.0))
+            pts.append(Point(COLLECTOR_ABSENT, (name,), 1.0 if st.absent else 0.0))
             pts.append(Point(COLLECTOR_DURATION, (name,), st.duration_s))
             if st.updated_ns:
                 pts.append(Point(COLLECTOR_AGE, (name,), max(0.0, (now - st.updated_ns) / 1e9)))

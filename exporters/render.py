@@ -47,7 +47,8 @@ from agent import __version__
 from agent.logutil import RateLimitedLog
 from agent.metrics import COUNTER, HISTOGRAM, MetricSpec
 
-from .specs import BUILD_INFO, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP, Layout
+from .specs import (BUILD_INFO, COLLECTOR_ABSENT, COLLECTOR_AGE, COLLECTOR_DURATION, COLLECTOR_FAILURES, COLLECTOR_UP,
+                    Layout)
 
 log = logging.getLogger("teye.exporter")
 
@@ -262,7 +263,7 @@ class Exposition:
             owners[origin].update(keys)
             ent[1].append(text)
 
-        up_f, dur_f = _family(COLLECTOR_UP), _family(COLLECTOR_DURATION)
+        up_f, dur_f, abs_f = _family(COLLECTOR_UP), _family(COLLECTOR_DURATION), _family(COLLECTOR_ABSENT)
         age_f, fail_f = _family(COLLECTOR_AGE), _family(COLLECTOR_FAILURES)
         add(_family(BUILD_INFO), self._build, "", {(__version__,)})
         ages = []
@@ -275,6 +276,7 @@ class Exposition:
                 if body is None:
                     up = False
             add(up_f, up_f.lines((name,), 1.0 if up else 0.0), "", key)
+            add(abs_f, abs_f.lines((name,), 1.0 if st.absent else 0.0), "", key)
             add(dur_f, dur_f.lines((name,), st.duration_s), "", key)
             if st.updated_ns:
                 add(age_f, "", "", key)  # formatted per scrape

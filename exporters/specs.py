@@ -15,6 +15,11 @@ COLLECTOR_UP = metric("teye_collector_up", GAUGE,
                       "1 if the collector's last read succeeded (and is not stuck), else 0. "
                       "Sources are sampled in the background, so a scrape reports their latest read.",
                       ["collector"])
+COLLECTOR_ABSENT = metric("teye_collector_absent", GAUGE,
+                          "1 if the node has no such hardware (no NVIDIA driver or GPU, no PMU, no InfiniBand "
+                          "device, no NFS server) and the collector never read anything nor was turned on "
+                          "explicitly, else 0. An absent collector has teye_collector_up 0 and does not alert.",
+                          ["collector"])
 COLLECTOR_DURATION = metric("teye_collector_duration_seconds", GAUGE,
                             "Seconds the collector's last read took.", ["collector"])
 COLLECTOR_AGE = metric("teye_collector_last_read_age_seconds", GAUGE,

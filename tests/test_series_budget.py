@@ -75,7 +75,7 @@ def test_series_per_node_follow_the_documented_budget(n_jobs):
     assert (n_cpu, len(gpus)) == (8, 8) and procs  # the fixture node and the replay
 
     assert len(per_prefix(series, "teye_collector_")) + len(per_prefix(series, "teye_build_info")) \
-        == 1 + 4 * collectors
+        == 1 + 5 * collectors
     host_cpu = ("teye_cpu", "teye_boot_time", "teye_context_switches", "teye_forks", "teye_interrupts",
                 "teye_procs_")
     assert sum(len(per_prefix(series, p)) for p in host_cpu) == 7 + 10 * n_cpu
@@ -115,7 +115,7 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
     section = doc[doc.index("## Series budget per node"):]
     for label in BOUNDED_LABELS:
         assert f"`{label}`" in section, label
-    for formula in ("7 + 10·N", "G·(44 + B)", "19 + 36·J", "1 + 4·C", "5 + 16·K"):
+    for formula in ("7 + 10·N", "G·(44 + B)", "19 + 36·J", "1 + 5·C", "5 + 16·K"):
         assert formula in section, formula
 
 

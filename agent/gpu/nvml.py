@@ -30,7 +30,7 @@ import ctypes
 import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import SourceUnavailable
+from ..errors import HardwareAbsent, SourceUnavailable
 
 log = logging.getLogger("teye.gpu.nvml")
 
@@ -228,12 +228,12 @@ class NvmlBackend:
         except self.nv.NVMLError as e:
             if self.behaviour(e.value) == ABSENT:  # AlreadyInitialized
                 return
-            hint = ""
+            hint, cls = "", SourceUnavailable
             if e.value == self.k("NVML_ERROR_LIBRARY_NOT_FOUND", 12):
-                hint = " (libnvidia-ml.so.1 not found: no NVIDIA driver on this machine)"
+                hint, cls = " (libnvidia-ml.so.1 not found: no NVIDIA driver on this machine)", HardwareAbsent
             elif e.value == self.k("NVML_ERROR_DRIVER_NOT_LOADED", 9):
-                hint = " (the NVIDIA kernel driver is not loaded)"
-            raise SourceUnavailable(f"NVML init failed: {e}{hint}") from None
+                hint, cls = " (the NVIDIA kernel driver is not loaded)", HardwareAbsent
+            raise cls(f"NVML init failed: {e}{hint}") from None
 
     def shutdown(self) -> None:
         try:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ..errors import ConfigError, ParseError, SourceUnavailable
+from ..errors import ConfigError, HardwareAbsent, ParseError, SourceUnavailable
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, HISTOGRAM, HistogramValue, Point, metric, point
 from . import procinfo
@@ -302,7 +302,7 @@ class GpuSource:
                 self.driver_version = backend.driver_version() or ""
                 count = backend.device_count()
                 if count == 0:
-                    raise SourceUnavailable("NVML found no GPUs")
+                    raise HardwareAbsent("NVML found no GPUs")
                 devices = []
                 for i in range(count):
                     d = _Device(str(i), i, None, self._new_ring())

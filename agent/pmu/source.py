@@ -44,7 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..errors import ConfigError, ParseError, SourceUnavailable
+from ..errors import ConfigError, HardwareAbsent, ParseError, SourceUnavailable
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, Point, metric, point
 from . import events as events_mod
@@ -174,7 +174,9 @@ def build_plan(sysfs: str, procfs: str) -> Plan:
     _plan_memory(plan, sysfs, names)
     _plan_pcie(plan, sysfs, names)
     if no_cpu is not None and not plan.groups:
-        raise SourceUnavailable(no_cpu)
+        # no cpu PMU directory at all (a VM without a virtual PMU) is absent hardware; a hybrid CPU or an
+        # unusable description is a PMU teye fails to use
+        raise (HardwareAbsent if "cpu" not in names and "cpu_core" not in names else SourceUnavailable)(no_cpu)
     plan.gpu_root_buses = tuple(sorted(sysfs_mod.gpu_root_buses(sysfs).items()))
     return plan
 

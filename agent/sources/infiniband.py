@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, Mapping, Optional, Tuple
 
-from ..errors import ParseError, SourceUnavailable
+from ..errors import HardwareAbsent, ParseError, SourceUnavailable
 from ..metrics import COUNTER, GAUGE, Point, metric, point
 from ._files import Refusals, counting, read_or_none, refused_points, under
 
@@ -300,7 +300,7 @@ class InfinibandSource:
     def _collect(self) -> InfinibandReading:
         names = _listdir(self.root)
         if not names:
-            raise SourceUnavailable(f"no InfiniBand devices under {self.root}")
+            raise HardwareAbsent(f"no InfiniBand devices under {self.root}")
         devices = []
         ports = []
         for dev in names:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from ..errors import ParseError, SourceUnavailable
+from ..errors import HardwareAbsent, ParseError, SourceUnavailable
 from ..metrics import COUNTER, GAUGE, Point, metric, point
 from ._files import read_text, under
 from .nfs import PROC_NAMES, parse_ints, parse_proc_line
@@ -188,7 +188,7 @@ class NfsdSource:
         try:
             text = read_text(self.path)
         except FileNotFoundError:
-            raise SourceUnavailable(f"{self.path} does not exist (NFS server module nfsd not loaded)") from None
+            raise HardwareAbsent(f"{self.path} does not exist (NFS server module nfsd not loaded)") from None
         return parse_nfsd(text, self.path)
 
 

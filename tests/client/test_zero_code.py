@@ -17,6 +17,7 @@ import pytest
 
 from teye_client import auto
 from tests.client.helpers import HERE, REPO, SITE, LiveAgent, base_env, plain_run, teye_run
+from tests.other_uid import SharedCopies
 from tests.procs import free_port
 
 PY = sys.executable
@@ -264,18 +265,28 @@ def test_a_socket_the_job_may_not_write_never_changes_it(sockdir):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(path)
     os.chmod(path, 0o600)
+    # nobody gets its own copies (this tree may sit in a directory only root can enter): the script, the
+    # client package and an interpreter whose site-packages (torch) are a copy of this one's
+    shared = SharedCopies()
     try:
+        py, small = shared.python(), shared.copy(SMALL)
+        client = shared.copy(os.path.join(REPO, "teye_client"))
+        site = os.path.join(client, "_site")
         nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        env = base_env(HOME=sockdir, EXIT="4", TEYE_PHASE_SOCKET=path)
-        bare = plain_run(nobody + [PY, SMALL, "6"], env=env)
-        r = plain_run(nobody + [PY, SMALL, "6"], env={**env, "PYTHONPATH": os.pathsep.join([SITE, REPO]),
-                                                      "TEYE_DEBUG": "1"})
-        assert bare.returncode == 4 and (r.returncode, r.stdout) == (4, bare.stdout)
+        env = base_env(HOME=sockdir, EXIT="4", TEYE_PHASE_SOCKET=path, PYTHONPATH=shared.root)
+        bare = plain_run(nobody + [py, small, "6"], env=env, cwd=shared.root)
+        r = plain_run(nobody + [py, small, "6"], env={**env, "PYTHONPATH": os.pathsep.join([site, shared.root]),
+                                                      "TEYE_DEBUG": "1"}, cwd=shared.root)
+        assert bare.returncode == 4, bare.stderr
+        assert (r.returncode, r.stdout) == (4, bare.stdout), r.stderr
+        # the hook did load in nobody's job (it tried, and was refused): not a job that never reported at all
+        assert "teye: zero-code phases: job 'torch_small'" in r.stderr, r.stderr
         s.settimeout(0.3)
         with pytest.raises(socket.timeout):
             s.recv(65536)
     finally:
         s.close()
+        shared.close()
 
 
 @needs_torch

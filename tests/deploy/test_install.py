@@ -76,11 +76,14 @@ def test_install_creates_venv_config_and_unit(installed):
     teye = paths["prefix"] / "venv" / "bin" / "teye"
     out = subprocess.run([str(teye), "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("teye ")
-    # config from the example, GPU collector off because this host has no NVIDIA driver
+    # config from the example with the built-in collector defaults: no NVIDIA driver on this host, yet the GPU
+    # collector is neither turned off nor turned on explicitly (it reports itself absent, which does not alert)
     cfg_path = paths["etc"] / "teye.yml"
     from agent.config import load
-    cfg = load(str(cfg_path))
-    assert cfg["collectors"]["gpu"]["enabled"] is False
+    explicit: set = set()
+    cfg = load(str(cfg_path), explicit=explicit)
+    assert cfg["collectors"]["gpu"]["enabled"] is True and explicit == set()
+    assert cfg["collectors"]["nfsd"]["enabled"] is False
     assert cfg["phases"]["socket"] == "/run/teye/phases.sock"
     assert "no NVIDIA driver found" in res.stdout
     # systemd absent: the unit is installed, not enabled, and the manual command is given

@@ -121,7 +121,8 @@ def stack(tmp_path_factory):
     conf = tmp / "teye.yml"
     conf.write_text(f"allocation:\n  slurm_mapping_dir: {mapdir}\n  kubelet_socket: null\n")
     agent = Agent(["--config", str(conf), "--gpu-replay", TRACE, "--procfs", PROCFS, "--sysfs", SYSFS,
-                   "--cgroupfs", os.path.join(DATA, "cgroups", "v2_slurm"), "--phase-socket", sock],
+                   "--cgroupfs", os.path.join(DATA, "cgroups", "v2_slurm"), "--phase-socket", sock,
+                   "--collector.nfsd"],   # the fixture node is an NFS server (nfsd is off by default)
                   log_path=str(tmp / "agent.log"))
     procs = []
     try:

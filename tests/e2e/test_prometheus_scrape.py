@@ -11,7 +11,7 @@ STATIC = r"teye_(cpu|memory|disk|infiniband|nfs|nfsd|pressure)_.*"
 
 
 def test_prometheus_sees_the_same_series_and_values(tmp_path):
-    agent = Agent(["--procfs", PROCFS, "--sysfs", SYSFS])
+    agent = Agent(["--procfs", PROCFS, "--sysfs", SYSFS, "--collector.nfsd"])  # the fixture node serves NFS
     try:
         prom = Prometheus(str(tmp_path), [f"127.0.0.1:{agent.port}"])
         try:

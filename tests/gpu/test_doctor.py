@@ -24,7 +24,9 @@ def test_doctor_on_this_machine_exits_0_and_says_whether_there_is_a_gpu():
     if shutil.which("nvidia-smi") is None:
         assert lines[0].startswith("nvml: not available")
         assert "No NVIDIA GPU/NVML on this machine" in lines[0]
-        assert 'teye_collector_up{collector="gpu"} = 0' in lines[0]
+        assert 'teye_collector_absent{collector="gpu"} = 1, no alert' in lines[0]
+        absent = next(x for x in lines if x.startswith("collectors absent ("))
+        assert "gpu (NVML init failed: " in absent
     else:
         assert lines[0].startswith("nvml: ok")
     # the phase path's helpers, as this checkout has them

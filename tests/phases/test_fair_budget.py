@@ -86,8 +86,10 @@ def test_a_flood_does_not_make_another_job_lose_records(sockdir, flooder):
         # (the flooder is standard library only: another user runs it with the system's Python, which it may
         # execute where this test's virtualenv is private)
         py = shutil.which("python3", path="/usr/bin:/bin") if other else sys.executable
+        # (and nothing of this tree's: it may sit in a directory only root can enter)
+        fenv = {k: v for k, v in env.items() if k != "PYTHONPATH"} if other else env
         flood = subprocess.Popen([py, "-c", FLOODER, agent.path, "4"], stdout=subprocess.PIPE, text=True,
-                                 env=env, preexec_fn=_as_nobody if other else None, cwd="/" if other else None)
+                                 env=fenv, preexec_fn=_as_nobody if other else None, cwd="/" if other else None)
         assert flood.stdout.readline().strip() == "ready"
         victim = subprocess.run([sys.executable, "-c", VICTIM, agent.path, "400"], capture_output=True,
                                 text=True, env=env, timeout=60)

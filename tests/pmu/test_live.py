@@ -14,7 +14,7 @@ HAS_PMU = os.path.isdir("/sys/bus/event_source/devices/cpu")
 
 
 @pytest.mark.skipif(HAS_PMU, reason="this machine has a hardware PMU: the pmu collector may run here")
-def test_agent_without_a_pmu_has_the_pmu_collector_down_with_its_reason_and_the_rest_up(tmp_path):
+def test_agent_without_a_pmu_has_the_pmu_collector_absent_with_its_reason_and_the_rest_up(tmp_path):
     log = tmp_path / "agent.log"
     a = Agent(["--log-level", "info"], log_path=str(log))
     try:
@@ -28,11 +28,12 @@ def test_agent_without_a_pmu_has_the_pmu_collector_down_with_its_reason_and_the_
     finally:
         a.stop()
     assert up["pmu"] == 0
+    assert v[("teye_collector_absent", (("collector", "pmu"),))] == 1     # no PMU at all: absent, not failing
     for host in ("cpu", "memory", "disk", "network"):
         assert up[host] == 1, host
     assert not any(k[0].startswith(("teye_cpu_cycles", "teye_memory_read", "teye_pmu_")) for k in v)
     text = log.read_text()
-    assert "collector pmu unavailable: no hardware PMU: /sys/bus/event_source/devices has no 'cpu' PMU" in text
+    assert "collector pmu absent: no hardware PMU: /sys/bus/event_source/devices has no 'cpu' PMU" in text
     assert "Traceback" not in text
 
 
