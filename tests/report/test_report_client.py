@@ -216,7 +216,7 @@ def test_a_redirect_loop_ends(tmp_path):
     with Server(script) as prom:
         rc, out, err, _ = report("--prometheus", prom.url, "--slurm-job", "1")
     assert (rc, out) == (1, "") and "in a loop" in err and len(err.splitlines()) == 1, err
-    assert 2 <= len(hops) <= 11
+    assert hops == ["/api/v1/query", "/a", "/b"]      # /b sends back to /a, already visited: stopped there
 
 
 def test_a_redirect_chain_longer_than_ten_ends(tmp_path):
@@ -233,8 +233,9 @@ def test_a_redirect_chain_longer_than_ten_ends(tmp_path):
 def test_a_redirect_to_another_scheme_or_with_credentials_is_refused(tmp_path, location):
     with Server(redirect_to(location, 302)) as prom:
         rc, out, err, _ = report("--prometheus", prom.url, "--slurm-job", "1")
-    assert (rc, out) == (1, "") and "not followed" in err or "only http and https" in err, err
-    assert rc == 1 and "root:" not in err and "pw" not in err.replace(prom.url, "")
+    assert (rc, out) == (1, "") and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert ("only http and https redirects are followed" if "@" not in location else "holding credentials") in err
+    assert "root:" not in err and ":pw@" not in err
     assert len(prom.seen) == 1
 
 
