@@ -413,11 +413,13 @@ class Prometheus:
             except (ValueError, AttributeError, RecursionError):
                 err = ex.body
             raise PrometheusBadAnswer(f"{where} answered HTTP {ex.status} to {what}: {one_line(err)}")
+        body, ex.body = ex.body, b""
         try:
-            doc = json.loads(ex.body)
+            doc = json.loads(body)
+            del body       # the parsed answer is several times the body: do not hold both longer than needed
         except (ValueError, RecursionError):
             raise PrometheusBadAnswer(f"{where} answered {what} with something that is not JSON "
-                                      f"(or nested too deeply): {one_line(ex.body, 80)}") from None
+                                      f"(or nested too deeply): {one_line(body[:200], 80)}") from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
             err = doc.get("error") if isinstance(doc, dict) else doc
             raise PrometheusBadAnswer(f"{where}: {what} failed: {one_line(err if err is not None else doc)}")
@@ -483,12 +485,14 @@ class Prometheus:
         _, result, bad = self._checked("query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
                                                        "step": f"{step:g}"}, ("matrix",))
         out = []
-        for r in result:
+        while result:      # from the end, each series' raw lists freed once converted: memory stays near one copy
+            r = result.pop()
             m = self._labels(r, bad)
             vals = r.get("values")
             if not isinstance(vals, list):
                 raise bad(f"a series without a list of values: {one_line(json.dumps(r)[:200], 80)}")
             out.append((m, [p for p in (self._point(x, bad) for x in vals) if p]))
+        out.reverse()
         return out
 
     def now(self) -> float:
