@@ -1,4 +1,10 @@
-"""The report's one door to Prometheus: its HTTP API over urllib, with promtool's client config.
+"""The report's one door to Prometheus: its HTTP API over a small HTTP/1.1 client, with promtool's client config.
+
+The client is ``http.client`` driven by hand rather than urllib, so that each rule is ours (docs/report.md
+"The HTTP client"): credentials and the client certificate only for the configured host and port, redirects
+checked one by one (another host without credentials, never https to http, ``follow_redirects``, no loops,
+no other schemes), one deadline per query (and the report's own) enforced by shutting the socket down, and
+every answer read with a size bound and its shape validated before anyone uses it.
 
 ``HttpConfig.load(path)`` reads the HTTP client configuration Prometheus and ``promtool
 --http.config.file`` read (``basic_auth`` with ``password``/``password_file``,
