@@ -377,8 +377,8 @@ class Prometheus:
             except (http.client.HTTPException, OSError) as e:
                 if dog.passed:
                     raise timed_out() from None
-                raise PrometheusDown(f"cannot reach {where}" + (f" (redirected to {one_line(url, 120)})"
-                                                                 if hop else "") + f": {one_line(e) or type(e).__name__}") from None
+                via = f" (redirected to {one_line(url, 120)})" if hop else ""
+                raise PrometheusDown(f"cannot reach {where}{via}: {one_line(e) or type(e).__name__}") from None
             if dog.passed:
                 raise timed_out()
             if ex.status not in _REDIRECTS:

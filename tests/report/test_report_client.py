@@ -178,8 +178,8 @@ def _tls(pki, want_cert):
 
 def test_the_client_certificate_goes_only_to_the_configured_host(tmp_path):
     pki = write_pki(str(tmp_path))
-    conf = config(tmp_path, tls_config={"ca_file": pki["ca"], "cert_file": pki["client"], "key_file": pki["client-key"]},
-                  **BASIC)
+    conf = config(tmp_path, tls_config={"ca_file": pki["ca"], "cert_file": pki["client"],
+                                        "key_file": pki["client-key"]}, **BASIC)
     with Server(tls=_tls(pki, True), host="localhost") as other:
         with Server(redirect_to(lambda path: f"{other.url}{path}", 307), tls=_tls(pki, True)) as prom:
             rc, _, err, _ = report("--prometheus", prom.url, "--http.config.file", conf, "--slurm-job", "1")
