@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import re
 import sys
@@ -13,6 +14,20 @@ EXIT_USAGE = 2
 ENV_URL = "TEYE_PROMETHEUS_URL"
 _REL = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+LATEST_TIME = 253402300799.0        # 9999-12-31T23:59:59Z: the last time an ISO date can name
+MIN_SUMMARY_BYTES = 64              # --max-bytes: room for the smallest summary that still parses
+
+
+def _finite(name: str, value, low: float, high: float, integer: bool = False) -> float:
+    """``value`` as a number in [low, high] (a flag or config key named ``name``), else ValueError."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} {value!r} is not a number") from None
+    if not math.isfinite(x) or not low <= x <= high or (integer and x != int(x)):
+        kind = "a whole number" if integer else "a number"
+        raise ValueError(f"{name} {value!r} must be {kind} from {low:g} to {high:g}")
+    return x
 
 
 def parse_time(text: str, now: Optional[float] = None) -> float:
@@ -21,26 +36,32 @@ def parse_time(text: str, now: Optional[float] = None) -> float:
     now = time.time() if now is None else now
     m = _REL.match(text)
     if m:
-        return now - float(m.group(1)) * _UNIT[m.group(2)]
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"cannot read time {text!r}: give unix seconds, an ISO time (2026-11-24T03:00:00Z) or "
-                         f"a duration ago (2h, 7d)") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=datetime.timezone.utc)
-    return t.timestamp()
+        t = now - float(m.group(1)) * _UNIT[m.group(2)]
+    else:
+        try:
+            t = float(text)
+        except ValueError:
+            try:
+                d = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"cannot read time {text[:80]!r}: give unix seconds, an ISO time "
+                                 f"(2026-11-24T03:00:00Z) or a duration ago (2h, 7d)") from None
+            if d.tzinfo is None:
+                d = d.replace(tzinfo=datetime.timezone.utc)
+            t = d.timestamp()
+    if not (math.isfinite(t) and 0 <= t <= LATEST_TIME):
+        raise ValueError(f"time {text[:80]!r} is out of range: it must fall between 1970 and 9999")
+    return t
 
 
 def parse_bytes(text: str) -> float:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*", text or "", re.I)
     if not m:
         raise ValueError(f"cannot read memory size {text!r} (e.g. 64G, 512M, 1048576)")
-    return float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+    x = float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+    if not (math.isfinite(x) and 1 <= x < 2 ** 63):
+        raise ValueError(f"memory size {text[:80]!r} is out of range (1 byte to 8 EiB)")
+    return x
 
 
 def run(args, cfg) -> int:
@@ -60,10 +81,25 @@ def run(args, cfg) -> int:
     if args.user and not args.since and not (args.slurm_job or args.train_job):
         print("teye report: --user needs --since (and optionally --until)", file=sys.stderr)
         return EXIT_USAGE
+    from .prom import DEFAULT_DEADLINE_S, DEFAULT_TIMEOUT_S, MAX_ANSWER_BYTES
     try:
         since = parse_time(args.since) if args.since else None
         until = parse_time(args.until) if args.until else None
         mem = parse_bytes(args.mem) if args.mem else None
+        if args.cpus is not None:
+            _finite("--cpus", args.cpus, 1, 1 << 20, integer=True)
+        if args.step is not None:
+            _finite("--step", args.step, 0.001, 366 * 86400)
+        _finite("--max-bytes", args.max_bytes, MIN_SUMMARY_BYTES, 1 << 30, integer=True)
+        timeout = _finite("--timeout" if args.timeout is not None else "report.timeout_seconds",
+                          args.timeout if args.timeout is not None else rcfg.get("timeout_seconds", DEFAULT_TIMEOUT_S),
+                          0.001, 86400)
+        deadline = _finite("--deadline" if args.deadline is not None else "report.deadline_seconds",
+                           args.deadline if args.deadline is not None else
+                           rcfg.get("deadline_seconds", DEFAULT_DEADLINE_S), 0.001, 7 * 86400)
+        cap = (parse_bytes(args.max_answer_size) if args.max_answer_size is not None else
+               _finite("report.max_answer_bytes", rcfg.get("max_answer_bytes", MAX_ANSWER_BYTES), 1, 1 << 40,
+                       integer=True))
     except ValueError as e:
         print(f"teye report: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -73,7 +109,7 @@ def run(args, cfg) -> int:
                   grafana_url=grafana)
     try:
         http = HttpConfig.load(args.http_config_file or rcfg.get("http_config_file"))
-        prom = Prometheus(url, http, timeout=args.timeout or rcfg.get("timeout_seconds") or 30.0)
+        prom = Prometheus(url, http, timeout=timeout, deadline=deadline, max_answer_bytes=int(cap))
         doc = build(prom, req)
     except PrometheusError as e:
         print(f"teye report: {e}", file=sys.stderr)
@@ -114,7 +150,12 @@ def add_parser(sub) -> None:
     r.add_argument("--cpus", type=int, metavar="N", help="cores allocated to the job (for CPU efficiency)")
     r.add_argument("--mem", metavar="SIZE", help="memory requested (64G...), for the over-request note")
     r.add_argument("--step", type=float, metavar="SECONDS", help="query step (default: the scrape interval)")
-    r.add_argument("--timeout", type=float, metavar="SECONDS", help="per-query timeout (default 30)")
+    r.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="bound on each query, redirects and the whole answer included (default 30)")
+    r.add_argument("--deadline", type=float, metavar="SECONDS",
+                   help="bound on the whole report: past it, exit 4 (default 120)")
+    r.add_argument("--max-answer-size", metavar="SIZE",
+                   help="refuse a Prometheus answer larger than this (default 64M; exit 1)")
     r.add_argument("--config", metavar="FILE", help="agent config file (report.*, grafana.url)")
     r.set_defaults(func=_call)
 

@@ -81,6 +81,16 @@ MUTANTS = {
         False),
     "cli_bad_flag_top_level_usage.patch": (
         ["tests/test_cli_flags.py::test_a_bad_flag_prints_the_subcommands_own_usage"], False),
+    # issues 36 and 39: the report's HTTP client, its bad answers and flags
+    "report_credentials_sent_to_any_host.patch": (
+        ["tests/report/test_report_client.py::test_a_redirect_to_another_host_is_followed_without_the_credentials"], False),
+    "report_follow_redirects_ignored.patch": (["tests/report/test_report_client.py::test_follow_redirects_false_is_honoured"], False),
+    "report_https_to_http_followed.patch": (["tests/report/test_report_client.py::test_https_to_plain_http_is_never_followed"], False),
+    "report_answer_read_without_bound.patch": (
+        ["tests/report/test_report_client.py::test_an_endless_answer_without_a_length_is_cut_at_the_bound"], False),
+    "report_series_without_metric_accepted.patch": (
+        ["tests/report/test_report_client.py::test_a_malformed_answer_is_exit_1_naming_the_query"], False),
+    "report_cpus_not_range_checked.patch": (["tests/report/test_report_client.py::test_a_flag_out_of_range_is_a_usage_error"], False),
 }
 
 
