@@ -75,7 +75,7 @@ MUTANTS = {
         ["tests/phases/test_runs.py::test_ended_runs_give_way_to_a_new_job_at_the_limits"], False),
     "pods_not_in_job_key.patch": (
         ["tests/phases/test_job_limits.py::test_two_pods_of_one_uid_are_kept_apart"], False),
-        ["tests/web/test_selfmetrics.py::test_timeouts_by_kind_with_slow_clients"], False),    # issue 40: absent hardware and node_exporter's flag conventions
+    # issue 40: absent hardware and node_exporter's flag conventions
     "absent_after_it_worked.patch": (
         ["tests/test_collector_states.py::test_absent_until_it_worked_then_down_and_failures_counted_only_for_down"],
         False),
