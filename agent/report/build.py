@@ -159,6 +159,12 @@ def _fetch_identity(prom: Prometheus, req: Request, since: float, until: float):
     return slurm, train, s1, scrape
 
 
+def _step_of(scrape: Optional[float]) -> float:
+    """The report's step for an estimated scrape interval: whole seconds, at least 1, so that an estimate of
+    0.999 or 1.001 s (the scrapes' jitter, seen over another window on the next call) gives the same grid."""
+    return max(float(round(scrape or 1.0)), 1.0)
+
+
 def _grid_end(t1: float, until: float, step: float, until_given: bool) -> float:
     """The last point of the report's grid: a multiple of the step (Unix time), so that the grid is the same on
     every call whatever the time of the call; each grid point holds the newest sample at or before it, so a run's
@@ -1022,9 +1028,7 @@ def build(prom: Prometheus, req: Request) -> dict:
             res = prom.query(f"quantile(0.5, (max_over_time(timestamp({u})[{w}:1s]) - min_over_time(timestamp({u})"
                              f"[{w}:1s])) / ((count_over_time({u}[{w}]) > 1) - 1))", at=t1)
             scrape = res[0][2] if res and res[0][2] > 0 and not math.isnan(res[0][2]) else None
-        # whole seconds: an estimate of 0.999 or 1.001 s (the scrapes' jitter, seen over another window on the
-        # next call) is one step, so every call asks for the same grid
-        step = req.step or max(float(round(scrape or 1.0)), 1.0)
+        step = req.step or _step_of(scrape)
         step = max(step, math.ceil((t1 - t0) / MAX_POINTS))
         t1 = _grid_end(t1, until, step, req.until is not None)
         t0 = t1 - math.ceil((t1 - max(since, t0 - step)) / step - 1e-9) * step

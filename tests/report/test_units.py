@@ -67,6 +67,13 @@ def test_the_grid_ends_on_a_multiple_of_the_step_whatever_the_time_of_the_call()
     assert _grid_end(1000.0, 1000.0, 5.0, True) == 1000.0           # an --until on the grid stays
 
 
+def test_the_step_is_the_scrape_interval_in_whole_seconds_whatever_its_jitter():
+    from agent.report.build import _step_of
+    assert {_step_of(x) for x in (0.999, 1.0, 1.0004, 1.001, 1.2)} == {1.0}
+    assert {_step_of(x) for x in (14.98, 15.0, 15.02)} == {15.0}
+    assert _step_of(None) == 1.0 and _step_of(0.25) == 1.0
+
+
 def _doc(notes=30, tj=20):
     j = {"slurm_job": "4242", "train_jobs": [f"train-job-with-a-long-name-{i}" for i in range(tj)],
          "state": "finished", "nodes": ["gpu-node-0001", "gpu-node-0002"], "run_seconds": 3600.4,
