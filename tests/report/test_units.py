@@ -48,6 +48,8 @@ def test_increase_is_one_subtraction_per_stretch():
     pts = [(float(t), v) for t, v in enumerate(vals, start=10)]
     assert S.increase(pts, 0, 1000)[0] == vals[-1]
     assert S.increase(pts, 10, 1000)[0] == vals[-1] - vals[0]
+    # a running sum of per-step differences is not that float: (0.2 - 0.1) + (0.9 - 0.2) = 0.7999999999999999
+    assert S.increase([(0, 0.1), (1, 0.2), (2, 0.9)], 0, 2) == (0.9 - 0.1, 0) and 0.9 - 0.1 == 0.8
 
 
 def test_step_figures_in_text_and_summary():
