@@ -64,24 +64,30 @@ R2 = Run(60.7, 600, 0.05, 64, 0.1, 0.2, "compute", pid=200)  # 30 s, 1280 sample
 BLINK = Run(59.2, 2, 0.1, 64, 0.1, 0.2, "compute", pid=150)   # one sample (at 60): inside one step of 5 s
 
 
-def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END):
+def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END, agent_down=None):
     """The samples a 1 s scrape of an agent would store for one job on one node; the job's series exist
-    from the first scrape after its first message, and its counters restart at each run."""
+    from the first scrape after its first message, and its counters restart at each run.  ``agent_down``
+    (from, to): the agent is down then (no sample, up 0) and comes back with nothing of the runs before
+    (its GPU counters from zero)."""
     L = {k: [] for k in ("up", "busy", "sampled", "info", "start", "procs", "steps", "samples", "sum", "count", "dw", "cp",
                          "idw", "icp", "vin", "vcp") + tuple(f"b{le}" for le in LE)}
     busy = 0.0
     j = f'instance="{inst}",job="teye"'
     tj = f'{j},train_job="{name}"'
     for t in range(0, upto + 1):
-        now = [r for r in runs if r.start <= t]
+        now = [r for r in runs if r.start <= t and not (agent_down and r.start < agent_down[0] <= t)]
         r = now[-1] if now else None
         down = r is not None and r.restart is not None and t == int(r.restart)
+        down = down or bool(agent_down and agent_down[0] <= t <= agent_down[1])
         L["up"].append(f"up{{{j}}} {0 if down else 1} {T0 + t}")
         if down:
+            if agent_down:
+                busy = 0.0
             continue
         if gpu:
             busy += r.busy if (r and r.start < t <= r.end + 1e-9) else 0.0
-            L["sampled"].append(f'teye_gpu_sampled_seconds_total{{{j},gpu="0"}} {t} {T0 + t}')
+            since = agent_down[1] + 1 if agent_down and t > agent_down[1] else 0
+            L["sampled"].append(f'teye_gpu_sampled_seconds_total{{{j},gpu="0"}} {t - since} {T0 + t}')
             L["busy"].append(f'teye_gpu_busy_seconds_total{{{j},gpu="0"}} {busy:.6f} {T0 + t}')
         if r is None:
             continue
@@ -172,6 +178,9 @@ def _history(cut_before_second_run=False) -> str:
     _series(lines, "moved-a:9400", "moved", [R1], upto=upto)     # the first run on one node, the second on
     _series(lines, "moved-b:9400", "moved", [R2], upto=upto)     # another: the first node ran an earlier run only
     _steps_series(lines, "mean-a:9400", "mean109", MEAN_START, MEAN_STEPS, upto=upto)
+    # the job ran twice, the agent restarted between the runs (down from 45 to 47 s; the new agent knows
+    # nothing of the first run: its series end at 44 s, the second run's begin with it)
+    _series(lines, "twice-a:9400", "twice", [R1, R2], upto=upto, agent_down=(45, 47))
     _steps_series(lines, "short-a:9400", "short", SHORT_START, SHORT_STEPS, upto=upto)
     # OpenMetrics wants each series' samples together, in time order
     lines.sort(key=lambda x: (x.rsplit(" ", 2)[0].split("{")[0], x.rsplit(" ", 2)[0], float(x.rsplit(" ", 1)[1])))
@@ -461,6 +470,25 @@ def test_three_calls_a_scrape_interval_apart_give_the_same_runs(proms):
             assert rc == 0, err
             got.append(_figures(doc))
         assert got[0] == got[1] == got[2], name
+
+
+def test_two_runs_with_an_agent_restart_between(proms):
+    """Issue 39's bad input: a window in which the job ran twice with a restart of the agent between.  The
+    latest run is reported with its own numbers (no counter reset: the drop of the GPU counters is before
+    its window, and the new agent's job counters start with it), the first is named, and reported alone
+    with its --until, also with its own numbers; the agent's absence between them concerns neither."""
+    rc, doc, err = report(proms["both"], "--train-job", "twice")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    assert j["conditions"] == [] and j["state"] == "finished"
+    assert_run(j, R2, doc["step_seconds"])
+    (e,) = j["earlier_runs"]
+    assert e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3) and e["end"] <= T0 + 45
+    rc, doc, err = report(proms["both"], "--train-job", "twice", "--until", f"{e['until']:.3f}")
+    assert rc == 0, err
+    (k,) = doc["jobs"]
+    assert k["conditions"] == [] and k["earlier_runs"] == []
+    assert_run(k, R1, doc["step_seconds"])
 
 
 # ---------------------------------------------------------------------------------------------- live scrapes
