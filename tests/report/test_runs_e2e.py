@@ -69,7 +69,8 @@ def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END, 
     from the first scrape after its first message, and its counters restart at each run.  ``agent_down``
     (from, to): the agent is down then (no sample, up 0) and comes back with nothing of the runs before
     (its GPU counters from zero)."""
-    L = {k: [] for k in ("up", "busy", "sampled", "info", "start", "procs", "steps", "samples", "sum", "count", "dw", "cp",
+    L = {k: [] for k in ("up", "busy", "sampled", "info", "start", "procs", "steps", "samples", "sum", "count", "dw",
+                         "cp",
                          "idw", "icp", "vin", "vcp") + tuple(f"b{le}" for le in LE)}
     busy = 0.0
     j = f'instance="{inst}",job="teye"'
