@@ -159,13 +159,26 @@ def _fetch_identity(prom: Prometheus, req: Request, since: float, until: float):
     return slurm, train, s1, scrape
 
 
+def _step_of(scrape: Optional[float]) -> float:
+    """The report's step for an estimated scrape interval: whole seconds, at least 1, so that an estimate of
+    0.999 or 1.001 s (the scrapes' jitter, seen over another window on the next call) gives the same grid."""
+    return max(float(round(scrape or 1.0)), 1.0)
+
+
+def _grid_end(t1: float, until: float, step: float, until_given: bool) -> float:
+    """The last point of the report's grid: a multiple of the step (Unix time), so that the grid is the same on
+    every call whatever the time of the call; each grid point holds the newest sample at or before it, so a run's
+    first and last movement land on the same points every time (docs/report.md "Runs").  The multiple at or
+    after t1, except past an --until given (samples after it are not the report's): the multiple before."""
+    end = math.ceil(t1 / step - 1e-9) * step
+    if until_given and end > until + 1e-6:
+        end = math.floor(until / step + 1e-9) * step
+    return round(end, 3)
+
+
 def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: float) -> Fetched:
     n = f"instance=~{_lbl(nodes)}"
-    grid = []
-    t = t0
-    while t <= t1 + 1e-6:
-        grid.append(round(t, 3))
-        t += step
+    grid = [round(t0 + i * step, 3) for i in range(int(round((t1 - t0) / step)) + 1)]
     f = Fetched(t0, t1, step, grid)
     rng = lambda q: prom.query_range(q, t0, t1, step)  # noqa: E731
     # the GPUs each Slurm job's processes held, and (src="alloc") those the prolog says it was allocated
@@ -193,7 +206,8 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
     for m, pts in rng(f"max by (instance, gpu) (max_over_time(teye_gpu_memory_used_bytes{{{n}}}[{_dur(step)}]))"):
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
-                "|step_seconds_sum|processes|rank_phase_seconds_total|rank_step_seconds_total|start_time_seconds)"
+                "|step_seconds_sum|step_seconds_count|processes|rank_phase_seconds_total|rank_step_seconds_total" \
+                "|start_time_seconds)"
     # the run's start time (one value per run, docs/report.md "Runs") and how often it changed over the whole
     # range, sample by sample (evaluated once: @ end()): more changes than the grid shows are runs too short for
     # the grid.  In the same query: the number of queries stays fixed
@@ -445,19 +459,21 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
     windows = {inst: (sp.a, sp.b) for inst, sp in spans.items()}
     phase_s: Dict[str, _Acc] = defaultdict(_Acc)
     idle_s: Dict[str, _Acc] = defaultdict(_Acc)
-    steps, samples, step_sum = _Acc(), _Acc(), _Acc()
+    steps, samples, step_sum, step_count = _Acc(), _Acc(), _Acc(), _Acc()
     buckets: Dict[float, _Acc] = defaultdict(_Acc)
     per_node: Dict[str, dict] = {}
     gpus = set()
     for inst, sp in spans.items():
         a, b, lo = sp.a, sp.b, sp.lo
-        n_steps, n_samples, n_sum = _Acc(), _Acc(), _Acc()
+        n_steps, n_samples, n_sum, n_count = _Acc(), _Acc(), _Acc(), _Acc()
         nb: Dict[float, _Acc] = defaultdict(_Acc)
+        n_phase = _Acc()
         procs = 1.0
         for metric, phase, gpu, le, pts in f.job_by.get((inst, name), []):
             pts = sp.cut(pts)     # this run's points only: the drop at a run boundary is no reset
             if metric == "teye_job_phase_seconds_total":
                 phase_s[phase].add(pts, lo, b)
+                n_phase.add(pts, lo, b)
             elif metric == "teye_job_gpu_idle_seconds_total":
                 idle_s[phase].add(pts, lo, b)
                 gpus.add((inst, gpu))
@@ -467,11 +483,13 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
                 n_samples.add(pts, lo, b)
             elif metric == "teye_job_step_seconds_sum":
                 n_sum.add(pts, lo, b)
+            elif metric == "teye_job_step_seconds_count":
+                n_count.add(pts, lo, b)
             elif metric == "teye_job_step_seconds_bucket":
                 nb[float(le)].add(pts, lo, b)
             elif metric == "teye_job_processes":
                 procs = max([v for _, v in S.window(pts, a, b)] or [1.0])
-        for acc, n_acc in ((steps, n_steps), (samples, n_samples), (step_sum, n_sum)):
+        for acc, n_acc in ((steps, n_steps), (samples, n_samples), (step_sum, n_sum), (step_count, n_count)):
             if n_acc.seen:
                 acc.total += n_acc.total
                 acc.seen = True
@@ -484,9 +502,14 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         hist = [(le, acc.total) for le, acc in nb.items() if acc.seen]
         thr = _ratio(n_samples.value, n_sum.value)
         per_node[inst] = {"node": inst, "start": a, "end": b, "steps": n_steps.value, "samples": n_samples.value,
-                          "step_seconds_p50": _r(S.bucket_quantile(0.5, hist)),
+                          "step_seconds_mean": _mean_step(n_sum, n_count),
+                          "step_seconds_p50_bounds": _bounds(0.5, hist),
                           "samples_per_second": _r(thr * procs if thr is not None else None, 3),
-                          "processes": int(procs)}
+                          "processes": int(procs),
+                          # the time it stepped there, at the least: its steps' wall time, else its phase time
+                          # per process (what a run shorter than the grid's step is timed by)
+                          "active_seconds": _r(n_sum.value if n_sum.value else
+                                               (n_phase.value / procs if n_phase.value else None))}
     phases = {p: acc.value for p, acc in phase_s.items() if acc.value is not None}
     total = sum(phases.values())
     idle = {p: acc.value for p, acc in idle_s.items() if acc.value is not None}
@@ -538,14 +561,17 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         "nodes": sorted(windows),
         "gpus": [{"node": i, "gpu": g} for i, g in sorted(gpus)],
         "start": min(a for a, _ in windows.values()), "end": max(b for _, b in windows.values()),
+        "active_seconds": max([p["active_seconds"] for p in per_node.values() if p["active_seconds"]] or [None],
+                              key=lambda x: x or 0),
         "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
         # null without GPU samples (no teye_job_gpu_idle_seconds_total series): no GPU, no GPU figures
         "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())} if gpus else None,
         "input_bound_ratio": ratio,
         "straggler": straggler,
         "steps": steps.value, "samples": samples.value,
-        "step_seconds_p50": _r(S.bucket_quantile(0.5, hist)), "step_seconds_p95": _r(S.bucket_quantile(0.95, hist)),
-        "step_seconds_mean": _r(_ratio(step_sum.value, steps.value)),
+        # the exact mean (the histogram's own sum / count, never rounded) and the buckets the quantiles fall in
+        "step_seconds_mean": _mean_step(step_sum, step_count),
+        "step_seconds_p50_bounds": _bounds(0.5, hist), "step_seconds_p95_bounds": _bounds(0.95, hist),
         "samples_per_second": _r(thr, 3),
         "verdict": last, "verdict_shares": shares,
         "input_cause": cause,
@@ -556,6 +582,17 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         "run_start": {i: (round(sp.run.start, 3) if sp.run else None) for i, sp in sorted(spans.items())},
         "_resets": resets,
     }
+
+
+def _mean_step(total: _Acc, count: _Acc) -> Optional[float]:
+    """Mean step time from the histogram's own _sum and _count increases (exact: no rounding)."""
+    return total.value / count.value if total.value is not None and count.value else None
+
+
+def _bounds(q: float, hist) -> Optional[List[Optional[float]]]:
+    """[lower, upper] of the step-time bucket the q-quantile falls in; upper null above the last bound."""
+    b = S.bucket_bounds(q, hist)
+    return None if b is None else [b[0], None if math.isinf(b[1]) else b[1]]
 
 
 def _straggler(f: Fetched, name: str, spans: Dict[str, Span], last_kind, last_cause) -> Optional[dict]:
@@ -748,8 +785,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         hosts[inst] = _host_numbers(f, inst, start, end)
         entry = {"node": inst, "gpus": len(ng), "gpu_busy_ratio": _r(_ratio(b_s, s_s)),
                  "cpu_busy_seconds": hosts[inst]["cpu_busy_seconds"], "memory_peak_bytes": hosts[inst]["memory_peak_bytes"]}
-        steps = [p for t in tj_reports for p in t["per_node"] if p["node"] == inst and p["step_seconds_p50"]]
-        entry["step_seconds_p50"] = max([p["step_seconds_p50"] for p in steps]) if steps else None
+        steps = [p for t in tj_reports for p in t["per_node"] if p["node"] == inst and p["step_seconds_mean"]]
+        entry["step_seconds_mean"] = max([p["step_seconds_mean"] for p in steps]) if steps else None
         mine = [(a, b) for (i, _), (a, b) in gpu_windows.items() if i == inst] + \
             [(p["start"], p["end"]) for t in tj_reports for p in t["per_node"] if p["node"] == inst] + \
             [w for i, w in cg_windows.items() if i == inst]
@@ -767,9 +804,9 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
                                    f"its times do not line up with the other nodes' (check NTP/chrony there)"))
     slowest = None
     if len(per_node) > 1:
-        with_steps = [p for p in per_node if p["step_seconds_p50"]]
-        if with_steps:
-            slowest = max(with_steps, key=lambda p: p["step_seconds_p50"])["node"]
+        with_steps = [p for p in per_node if p["step_seconds_mean"]]
+        if with_steps:     # the longest mean step (exact), not a bucket
+            slowest = max(with_steps, key=lambda p: p["step_seconds_mean"])["node"]
         else:
             cands = [p for p in per_node if p["gpu_busy_ratio"] is not None]
             slowest = min(cands, key=lambda p: p["gpu_busy_ratio"])["node"] if cands else None
@@ -793,12 +830,17 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     gaps_n = [g["idle_gaps"] for g in gpus if g["idle_gaps"] is not None]
     gaps_s = [g["idle_gap_seconds"] for g in gpus if g["idle_gap_seconds"] is not None]
     mem_peaks = [g["memory_peak_bytes"] for g in gpus if g["memory_peak_bytes"] is not None]
-    run = end - start
+    # a run's length: from the first to the last grid point at which its counters moved, and at least the time
+    # it stepped (a run inside one scrape interval moved at one point only: 0 s on the grid)
+    active = max([t["active_seconds"] or 0.0 for t in tj_reports] or [0.0])
+    seen = end - start
+    run = max(seen, active)
+    short = bool(tj_reports) and seen < f.step
     # training-job side, pooled over the linked training jobs
     job = {
         "slurm_job": slurm, "train_jobs": [t["train_job"] for t in tj_reports], "user": user,
         "state": state, "nodes": nodes, "start": round(start, 3), "end": round(end, 3),
-        "start_time": _iso(start), "end_time": _iso(end), "run_seconds": round(run, 3),
+        "start_time": _iso(start), "end_time": _iso(end), "run_seconds": round(run, 3), "short_run": short,
         "gpus": [{k: v for k, v in g.items() if not k.startswith("_")} for g in gpus],
         "gpu_busy_ratio": _r(_ratio(sum(busy), sum(sampled))) if sampled else None,
         "gpu_memory_peak_bytes": max(mem_peaks) if mem_peaks else None,
@@ -837,7 +879,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
             "source": main["source"], "source_text": main["source_text"],
             "steps": sum(t["steps"] or 0 for t in tj_reports),
             "samples": _sum([t["samples"] for t in tj_reports]),   # None: no job counted samples (steps only)
-            "step_seconds_p50": main["step_seconds_p50"], "step_seconds_p95": main["step_seconds_p95"],
+            "step_seconds_mean": main["step_seconds_mean"], "step_seconds_p50_bounds": main["step_seconds_p50_bounds"],
+            "step_seconds_p95_bounds": main["step_seconds_p95_bounds"],
             "samples_per_second": main["samples_per_second"],
             "train_job_details": [{k: v for k, v in t.items() if not k.startswith("_")} for t in tj_reports],
             "phases_omitted": None,
@@ -847,7 +890,8 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
                     "straggler": None,
                     "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
                     "source": None, "source_text": None,
-                    "steps": None, "samples": None, "step_seconds_p50": None, "step_seconds_p95": None,
+                    "steps": None, "samples": None, "step_seconds_mean": None, "step_seconds_p50_bounds": None,
+                    "step_seconds_p95_bounds": None,
                     "samples_per_second": None, "train_job_details": [],
                     "phases_omitted": "no training job reported phases on this job's GPUs (not instrumented: "
                                       "see docs/phases.md, or run it under `teye run`)"})
@@ -855,7 +899,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
                                                             "omitted"))
     cpu_busy = sum(h["cpu_busy_seconds"] or 0 for h in hosts.values())
     node_cpus = sum(h["cpus"] or 0 for h in hosts.values())
-    span = run + f.step    # CPU time is differenced from the scrape before the start, as every counter
+    span = seen + f.step    # CPU time is differenced from the scrape before the start, as every counter
     # the job's own cgroup where its nodes' agents saw it; the whole nodes' counters otherwise (marked so)
     job_cpu = _sum([x["cpu_seconds"] for x in cg.values()])
     cg_cpus = _sum([x["cpus"] for x in cg.values()])
@@ -884,6 +928,10 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         job["io"] = None
     job["earlier_runs"] = earlier
     job["notes"] = _notes(job, req) + run_notes
+    if short:
+        job["notes"].append(f"Short run: its counters moved within one step of the report ({f.step:g} s, about one "
+                            f"scrape interval), so its start and end are known to that step only; its run time "
+                            f"({run:.1f} s) is the time it stepped ({active:.1f} s).")
     if earlier:
         name = job["train_jobs"][0] if len(job["train_jobs"]) == 1 else "NAME"
         runs = "; ".join(f"{e['start_time']} to {e['end_time']} ({', '.join(e['nodes'])}): --until {e['until']:.3f}"
@@ -981,9 +1029,10 @@ def build(prom: Prometheus, req: Request) -> dict:
             res = prom.query(f"quantile(0.5, (max_over_time(timestamp({u})[{w}:1s]) - min_over_time(timestamp({u})"
                              f"[{w}:1s])) / ((count_over_time({u}[{w}]) > 1) - 1))", at=t1)
             scrape = res[0][2] if res and res[0][2] > 0 and not math.isnan(res[0][2]) else None
-        step = req.step or max(round(scrape or 1.0, 3), 1.0)
+        step = req.step or _step_of(scrape)
         step = max(step, math.ceil((t1 - t0) / MAX_POINTS))
-        t0 = t1 - math.ceil((t1 - max(since, t0 - step)) / step) * step   # the grid ends exactly at t1
+        t1 = _grid_end(t1, until, step, req.until is not None)
+        t0 = t1 - math.ceil((t1 - max(since, t0 - step)) / step - 1e-9) * step
         f = _fetch(prom, nodes, t0, t1, step)
         f.index()
         f.skew = _skew(prom, nodes, now)

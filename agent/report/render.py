@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from typing import List, Optional
 
@@ -36,8 +37,23 @@ def _dur(s: float) -> str:
     return (f"{d}-" if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
 
 
-def _ms(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{1000 * x:.0f} ms"
+def _step_ms(x: Optional[float]) -> str:
+    """An exact mean step time to three significant figures: 109 ms, 26.6 ms, 2.41 s."""
+    if x is None:
+        return "n/a"
+    v, unit = (1000 * x, "ms") if x < 1 else (x, "s")
+    digits = max(0, 2 - int(math.floor(math.log10(v)))) if v > 0 else 0
+    return f"{v:.{digits}f} {unit}"
+
+
+def _bucket(b) -> str:
+    """A quantile's bucket as the data gives it: "100-250 ms", "1-2.5 s", "> 60 s"."""
+    if not b:
+        return "n/a"
+    lo, hi = b
+    if hi is None:
+        return f"> {1000 * lo:g} ms" if lo < 1 else f"> {lo:g} s"
+    return f"{1000 * lo:g}-{1000 * hi:g} ms" if hi <= 1 else f"{lo:g}-{hi:g} s"
 
 
 def _job_lines(j: dict, md: bool) -> List[str]:
@@ -51,7 +67,8 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     ident = [("Slurm job", j["slurm_job"] or "-"), ("Training jobs", ", ".join(j["train_jobs"]) or "-"),
              ("User", j["user"] or "-"), ("State", state), ("Nodes", ", ".join(j["nodes"])),
              ("GPUs", str(len(j["gpus"]))), ("Start", j["start_time"]), ("End", j["end_time"]),
-             ("Run time", _dur(j["run_seconds"]))]
+             ("Run time", _dur(j["run_seconds"]) + (" (short: under one step of the report, timed by its steps)"
+                                                   if j.get("short_run") else ""))]
     runs = j.get("earlier_runs") or []
     if runs:   # the report is of the latest run; say how to report the others
         name = j["train_jobs"][0] if len(j["train_jobs"]) == 1 else "NAME"
@@ -107,7 +124,9 @@ def _job_lines(j: dict, md: bool) -> List[str]:
             L.append(f"Straggler: rank {st['rank']} on {st['node']} waits {_pct(st['own_wait_ratio'])} of its step on "
                      f"its own input and host work (input {_pct(st['input_bound_ratio'])}{why}); the job's other "
                      f"{st['ranks'] - 1} ranks wait for it")
-        L.append(f"Steps: {j['steps']:.0f}, step time p50 {_ms(j['step_seconds_p50'])}, p95 {_ms(j['step_seconds_p95'])}"
+        # the mean is exact (sum / count); a quantile is only known to its bucket: its bounds are printed
+        L.append(f"Steps: {j['steps']:.0f}, step time mean {_step_ms(j.get('step_seconds_mean'))}, "
+                 f"p50 {_bucket(j.get('step_seconds_p50_bounds'))}, p95 {_bucket(j.get('step_seconds_p95_bounds'))}"
                  + ("" if j["samples_per_second"] is None else f", {j['samples_per_second']:.1f} samples/s"))
     cpu, mem = j["cpu"], j["memory"]
     L += ["", "### Host" if md else "Host"]
@@ -155,7 +174,7 @@ def as_json(doc: dict) -> str:
 
 
 SUMMARY_KEYS = ("slurm_job", "train_jobs", "state", "nodes", "run_seconds", "gpu_busy_ratio", "input_bound_ratio",
-                "verdict", "input_cause", "gpu_energy_joules", "gpu_memory_peak_bytes", "step_seconds_p50",
+                "verdict", "input_cause", "gpu_energy_joules", "gpu_memory_peak_bytes", "step_seconds_mean",
                 "samples_per_second", "slowest_node", "exit_status")
 
 
@@ -170,11 +189,11 @@ def summary(doc: dict, limit: int = 1024) -> str:
     s = {"v": 1, "job": j["slurm_job"], "tj": j["train_jobs"], "st": j["state"][0], "n": j["nodes"],
          "rt": round(j["run_seconds"]), "gb": _p(j["gpu_busy_ratio"]), "ib": _p(j["input_bound_ratio"]),
          "vd": j["verdict"], "ic": j["input_cause"], "ej": _i(j["gpu_energy_joules"]),
-         "gm": _i(j["gpu_memory_peak_bytes"]), "p50": _i(j["step_seconds_p50"], 1000), "sps": _i(j["samples_per_second"]),
+         "gm": _i(j["gpu_memory_peak_bytes"]), "sm": _ms1(j.get("step_seconds_mean")), "sps": _i(j["samples_per_second"]),
          "slow": j["slowest_node"], "x": j["exit_status"],
          "notes": [n.split(":")[0][:80] for n in j["notes"]]}
     s = {k: v for k, v in s.items() if v not in (None, [], "")}
-    for cut in ("notes", "tj", "slow", "p50", "sps", "gm", "n"):
+    for cut in ("notes", "tj", "slow", "sm", "sps", "gm", "n"):
         out = json.dumps(s, separators=(",", ":"))
         if len(out.encode()) <= limit:
             return out
@@ -187,6 +206,10 @@ def summary(doc: dict, limit: int = 1024) -> str:
 
 def _p(x):
     return None if x is None else round(100 * x, 1)
+
+
+def _ms1(x):
+    return None if x is None else round(1000 * x, 1)
 
 
 def _i(x, scale=1):

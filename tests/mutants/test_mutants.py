@@ -43,6 +43,15 @@ MUTANTS = {
     # issue 29: one run per run (the report of a job name's latest run)
     "report_runs_not_cut.patch": (
         ["tests/report/test_runs_e2e.py::test_the_latest_run_is_reported_and_the_earlier_one_named"], False),
+    # issue 39: step times with their resolution, the same runs on every call, short runs
+    "report_step_quantile_a_point.patch": (
+        ["tests/report/test_runs_e2e.py::test_the_109_ms_job_reads_109_ms_and_its_bucket"], False),
+    "report_grid_follows_the_call.patch": (
+        ["tests/report/test_units.py::test_the_grid_ends_on_a_multiple_of_the_step_whatever_the_time_of_the_call"],
+        False),
+    "report_short_run_zero_seconds.patch": (
+        ["tests/report/test_runs_e2e.py::test_a_run_shorter_than_a_scrape_interval_has_its_step_time_and_says_short"],
+        False),
     # issue 29: evaluation apart (Keras' evaluate/predict, Session.evaluation)
     "session_eval_step_not_after_the_evaluation.patch": (
         ["tests/client/test_session_eval.py::test_an_evaluation_between_steps_is_eval_and_the_next_step_starts_after_it"],

@@ -64,24 +64,31 @@ R2 = Run(60.7, 600, 0.05, 64, 0.1, 0.2, "compute", pid=200)  # 30 s, 1280 sample
 BLINK = Run(59.2, 2, 0.1, 64, 0.1, 0.2, "compute", pid=150)   # one sample (at 60): inside one step of 5 s
 
 
-def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END):
+def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END, agent_down=None):
     """The samples a 1 s scrape of an agent would store for one job on one node; the job's series exist
-    from the first scrape after its first message, and its counters restart at each run."""
-    L = {k: [] for k in ("up", "busy", "sampled", "info", "start", "procs", "steps", "samples", "sum", "dw", "cp",
+    from the first scrape after its first message, and its counters restart at each run.  ``agent_down``
+    (from, to): the agent is down then (no sample, up 0) and comes back with nothing of the runs before
+    (its GPU counters from zero)."""
+    L = {k: [] for k in ("up", "busy", "sampled", "info", "start", "procs", "steps", "samples", "sum", "count", "dw",
+                         "cp",
                          "idw", "icp", "vin", "vcp") + tuple(f"b{le}" for le in LE)}
     busy = 0.0
     j = f'instance="{inst}",job="teye"'
     tj = f'{j},train_job="{name}"'
     for t in range(0, upto + 1):
-        now = [r for r in runs if r.start <= t]
+        now = [r for r in runs if r.start <= t and not (agent_down and r.start < agent_down[0] <= t)]
         r = now[-1] if now else None
         down = r is not None and r.restart is not None and t == int(r.restart)
+        down = down or bool(agent_down and agent_down[0] <= t <= agent_down[1])
         L["up"].append(f"up{{{j}}} {0 if down else 1} {T0 + t}")
         if down:
+            if agent_down:
+                busy = 0.0
             continue
         if gpu:
             busy += r.busy if (r and r.start < t <= r.end + 1e-9) else 0.0
-            L["sampled"].append(f'teye_gpu_sampled_seconds_total{{{j},gpu="0"}} {t} {T0 + t}')
+            since = agent_down[1] + 1 if agent_down and t > agent_down[1] else 0
+            L["sampled"].append(f'teye_gpu_sampled_seconds_total{{{j},gpu="0"}} {t - since} {T0 + t}')
             L["busy"].append(f'teye_gpu_busy_seconds_total{{{j},gpu="0"}} {busy:.6f} {T0 + t}')
         if r is None:
             continue
@@ -98,6 +105,7 @@ def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END):
         L["steps"].append(f"teye_job_steps_total{{{tj}}} {n} {ts}")
         L["samples"].append(f"teye_job_samples_total{{{tj}}} {n * r.per_step} {ts}")
         L["sum"].append(f"teye_job_step_seconds_sum{{{tj}}} {n * r.dt:.6f} {ts}")
+        L["count"].append(f"teye_job_step_seconds_count{{{tj}}} {n} {ts}")
         for le in LE:
             L[f"b{le}"].append(f'teye_job_step_seconds_bucket{{{tj},le="{"+Inf" if le == math.inf else le}"}} '
                                f"{n if r.dt <= le else 0} {ts}")
@@ -111,6 +119,44 @@ def _series(lines, inst, name, runs: List[Run], gauge=True, gpu=True, upto=END):
         L["vin"].append(f'teye_job_bottleneck{{{tj},kind="input"}} {int(r.verdict == "input")} {ts}')
         L["vcp"].append(f'teye_job_bottleneck{{{tj},kind="compute"}} {int(r.verdict == "compute")} {ts}')
     for v in L.values():
+        lines.extend(v)
+
+
+# The issue's job: 256 steps whose own clock says 27.94 s (109 ms each on average), the first 60 ms and the others
+# 109.33 ms: 255 of 256 in the 100-250 ms bucket, where an interpolated p50 read 175 ms.
+MEAN_START = 20.3
+MEAN_STEPS = [0.06] + [(27.94 - 0.06) / 255] * 255
+# A run shorter than a scrape interval: 8 steps of 0.1 s from 40.05 s to 40.85 s, all seen by the scrape at 41 s.
+SHORT_START, SHORT_STEPS = 40.05, [0.1] * 8
+
+
+def _steps_series(lines, inst, name, start, durations, upto=END):
+    """A job with the given step durations (its own clock), one process, a 1 s scrape; data_wait 40 % of each."""
+    j = f'instance="{inst}",job="teye"'
+    tj = f'{j},train_job="{name}"'
+    ends = [start + sum(durations[:i + 1]) for i in range(len(durations))]
+    out = {}
+    for t in range(0, upto + 1):
+        out.setdefault("up", []).append(f"up{{{j}}} 1 {T0 + t}")
+        if t < start:
+            continue
+        done = [d for d, e in zip(durations, ends) if e <= t + 1e-9]
+        ts = T0 + t
+        rows = {"info": f'teye_job_info{{{tj},user="alice",uid="1000",pid="400",source="client"}} 1',
+                "start": f"teye_job_start_time_seconds{{{tj}}} {T0 + start:.3f}",
+                "procs": f"teye_job_processes{{{tj}}} 1", "steps": f"teye_job_steps_total{{{tj}}} {len(done)}",
+                "samples": f"teye_job_samples_total{{{tj}}} {32 * len(done)}",
+                "sum": f"teye_job_step_seconds_sum{{{tj}}} {sum(done)!r}",
+                "count": f"teye_job_step_seconds_count{{{tj}}} {len(done)}",
+                "dw": f'teye_job_phase_seconds_total{{{tj},phase="data_wait"}} {0.4 * sum(done)!r}',
+                "cp": f'teye_job_phase_seconds_total{{{tj},phase="compute"}} {0.6 * sum(done)!r}',
+                "vin": f'teye_job_bottleneck{{{tj},kind="input"}} 1'}
+        for le in LE:
+            rows[f"b{le}"] = (f'teye_job_step_seconds_bucket{{{tj},le="{"+Inf" if le == math.inf else le}"}} '
+                              f"{sum(1 for d in done if d <= le)}")
+        for k, v in rows.items():
+            out.setdefault(k, []).append(f"{v} {ts}")
+    for v in out.values():
         lines.extend(v)
 
 
@@ -132,6 +178,11 @@ def _history(cut_before_second_run=False) -> str:
     _series(lines, "restart-a:9400", "restart", [Run(**{**R1.__dict__, "restart": 25.0})], upto=upto)
     _series(lines, "moved-a:9400", "moved", [R1], upto=upto)     # the first run on one node, the second on
     _series(lines, "moved-b:9400", "moved", [R2], upto=upto)     # another: the first node ran an earlier run only
+    _steps_series(lines, "mean-a:9400", "mean109", MEAN_START, MEAN_STEPS, upto=upto)
+    # the job ran twice, the agent restarted between the runs (down from 45 to 47 s; the new agent knows
+    # nothing of the first run: its series end at 44 s, the second run's begin with it)
+    _series(lines, "twice-a:9400", "twice", [R1, R2], upto=upto, agent_down=(45, 47))
+    _steps_series(lines, "short-a:9400", "short", SHORT_START, SHORT_STEPS, upto=upto)
     # OpenMetrics wants each series' samples together, in time order
     lines.sort(key=lambda x: (x.rsplit(" ", 2)[0].split("{")[0], x.rsplit(" ", 2)[0], float(x.rsplit(" ", 1)[1])))
     return "\n".join(lines) + "\n# EOF\n"
@@ -203,10 +254,12 @@ def test_the_latest_run_is_reported_and_the_earlier_one_named(proms):
     assert_run(j, R2, step)
     (tj,) = j["train_job_details"]
     assert tj["run_start"] == {"rerun-a:9400": T0 + R2.start}
-    # step-time quantile: Prometheus' own histogram_quantile of the run's buckets, at its end
-    (p50,) = promql(proms["both"], 'histogram_quantile(0.5, teye_job_step_seconds_bucket{train_job="rerun"})',
-                    T0 + R2.end + 2)
-    assert j["step_seconds_p50"] == pytest.approx(p50, rel=1e-6)
+    # step time: the run's mean is Prometheus' own _sum / _count at its end, exactly; its quantiles are the
+    # bucket its 50 ms steps fall in (25-50 ms: every step is exactly 50 ms, the bucket's upper bound)
+    (mean,) = promql(proms["both"], 'teye_job_step_seconds_sum{train_job="rerun"} / '
+                     'teye_job_step_seconds_count{train_job="rerun"}', T0 + R2.end + 2)
+    assert j["step_seconds_mean"] == mean and mean == pytest.approx(R2.dt, rel=1e-9)
+    assert j["step_seconds_p50_bounds"] == j["step_seconds_p95_bounds"] == [0.025, 0.05]
     # the first run: named, with the --until that reports it
     (e,) = j["earlier_runs"]
     assert e["nodes"] == ["rerun-a:9400"] and e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
@@ -245,7 +298,7 @@ def test_the_earlier_run_reported_with_until_is_unchanged(proms):
     (k,) = now["jobs"]
     assert_run(k, R1, now["step_seconds"])
     for key in ("steps", "samples", "samples_per_second", "phase_seconds", "gpu_idle_seconds_by_phase",
-                "step_seconds_p50", "verdict", "verdict_shares"):
+                "step_seconds_mean", "step_seconds_p50_bounds", "verdict", "verdict_shares"):
         assert k[key] == j[key], key
     assert abs(k["start"] - j["start"]) <= 1.0 and abs(k["end"] - j["end"]) <= 1.0    # a step: other grids
 
@@ -302,13 +355,16 @@ def test_two_start_times_inside_one_step(proms):
     """A run that began and ended within one step of the report's grid (5 s here, 1 s samples): the next run
     counts from zero (its first grid point holds only its own counts), the drop is no counter reset, and
     the report says a run was too short to see."""
-    # a grid ending at T0 + 112.5 every 5 s has no point in [60, 61), the only second that shows BLINK
-    rc, doc, err = report(proms["both"], "--train-job", "blink", "--step", "5", "--until", f"{T0 + 112.5:.3f}")
+    # the report's grid is the multiples of its step (Unix time): a step with no multiple in [60, 61), the only
+    # second that shows BLINK
+    st = next(x for x in (7.0, 6.0, 9.0, 11.0, 13.0) if math.floor((T0 + 61 - 1e-6) / x) * x < T0 + 60 - 1e-6
+              and T0 + R2.start + 2 * x < T0 + R2.end)
+    rc, doc, err = report(proms["both"], "--train-job", "blink", "--step", f"{st:g}", "--until", f"{T0 + 112.5:.3f}")
     assert rc == 0, err
-    assert doc["step_seconds"] == 5.0
+    assert doc["step_seconds"] == st
     (j,) = doc["jobs"]
     assert j["conditions"] == []
-    assert_run(j, R2, 5.0)
+    assert_run(j, R2, st)
     assert any(n.startswith("1 run(s) of blink on blink-a:9400 began and ended within one step") for n in j["notes"])
     (e,) = j["earlier_runs"]
     assert e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3)
@@ -353,6 +409,86 @@ def test_a_node_that_ran_only_the_earlier_run_is_left_out(proms):
     assert rc == 0, err
     (k,) = doc["jobs"]
     assert k["nodes"] == ["moved-a:9400"] and k["earlier_runs"] == [] and k["state"] == "finished"
+    assert_run(k, R1, doc["step_seconds"])
+
+
+# ------------------------------------------------------------------------------------- step times, short runs
+def test_the_109_ms_job_reads_109_ms_and_its_bucket(proms):
+    """The issue's job: 256 steps, 27.94 s by its own clock.  The mean is the histogram's own _sum / _count
+    exactly (PromQL's division of the stored samples), 109 ms to the script's clock; p50 and p95 are the
+    bucket 100-250 ms, in JSON and in text, never an interpolated 175 ms."""
+    rc, doc, err = report(proms["both"], "--train-job", "mean109")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    (mean,) = promql(proms["both"], 'teye_job_step_seconds_sum{train_job="mean109"} / '
+                     'teye_job_step_seconds_count{train_job="mean109"}', T0 + END)
+    assert j["step_seconds_mean"] == mean                             # bit for bit
+    assert mean == pytest.approx(27.94 / 256, rel=1e-12) and j["steps"] == 256
+    assert j["step_seconds_p50_bounds"] == j["step_seconds_p95_bounds"] == [0.1, 0.25]
+    (tj,) = j["train_job_details"]
+    assert tj["per_node"][0]["step_seconds_mean"] == mean and tj["per_node"][0]["step_seconds_p50_bounds"] == [0.1, 0.25]
+    # what interpolation inside the bucket says, for the record: far from the script's 109 ms
+    (interp,) = promql(proms["both"], 'histogram_quantile(0.5, teye_job_step_seconds_bucket{train_job="mean109"})',
+                       T0 + END)
+    assert interp > 0.17
+    p = subprocess.run([sys.executable, "-m", "agent", "report", "--prometheus", proms["both"].url, "--train-job",
+                        "mean109"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "Steps: 256, step time mean 109 ms, p50 100-250 ms, p95 100-250 ms" in p.stdout, p.stdout
+    assert "175" not in p.stdout
+
+
+def test_a_run_shorter_than_a_scrape_interval_has_its_step_time_and_says_short(proms):
+    """8 steps of 0.1 s between two scrapes: its counters moved at one grid point only (0 s on the grid).
+    Its run time is its steps' time (0.8 s by its own clock), and it says it is short; a long run does not."""
+    rc, doc, err = report(proms["both"], "--train-job", "short")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    assert j["steps"] == 8 and j["start"] == j["end"] == T0 + 41
+    assert j["run_seconds"] == pytest.approx(sum(SHORT_STEPS), abs=1e-6) and j["short_run"] is True
+    assert any(n.startswith("Short run: its counters moved within one step") for n in j["notes"]), j["notes"]
+    p = subprocess.run([sys.executable, "-m", "agent", "report", "--prometheus", proms["both"].url, "--train-job",
+                        "short"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert "Run time: 00:00:01 (short: under one step of the report" in p.stdout, p.stdout
+    rc, doc, err = report(proms["both"], "--train-job", "mean109")
+    assert doc["jobs"][0]["short_run"] is False
+
+
+def _figures(doc):
+    """What must not change between calls: every job's run bounds and figures (not the call's own time)."""
+    return [{k: v for k, v in j.items()} for j in doc["jobs"]], doc["step_seconds"]
+
+
+def test_three_calls_a_scrape_interval_apart_give_the_same_runs(proms):
+    """The issue's "a different run on every call": the same finished jobs, reported three times 1.1 s apart
+    (the history's scrape interval is 1 s), give the same JSON: run bounds, lengths and every figure."""
+    for name in ("rerun", "mean109", "short"):
+        got = []
+        for i in range(3):
+            if i:
+                time.sleep(1.1)
+            rc, doc, err = report(proms["both"], "--train-job", name)
+            assert rc == 0, err
+            got.append(_figures(doc))
+        assert got[0] == got[1] == got[2], name
+
+
+def test_two_runs_with_an_agent_restart_between(proms):
+    """Issue 39's bad input: a window in which the job ran twice with a restart of the agent between.  The
+    latest run is reported with its own numbers (no counter reset: the drop of the GPU counters is before
+    its window, and the new agent's job counters start with it), the first is named, and reported alone
+    with its --until, also with its own numbers; the agent's absence between them concerns neither."""
+    rc, doc, err = report(proms["both"], "--train-job", "twice")
+    assert rc == 0, err
+    (j,) = doc["jobs"]
+    assert j["conditions"] == [] and j["state"] == "finished"
+    assert_run(j, R2, doc["step_seconds"])
+    (e,) = j["earlier_runs"]
+    assert e["run_start"] == pytest.approx(T0 + R1.start, abs=1e-3) and e["end"] <= T0 + 45
+    rc, doc, err = report(proms["both"], "--train-job", "twice", "--until", f"{e['until']:.3f}")
+    assert rc == 0, err
+    (k,) = doc["jobs"]
+    assert k["conditions"] == [] and k["earlier_runs"] == []
     assert_run(k, R1, doc["step_seconds"])
 
 
@@ -436,6 +572,20 @@ def test_live_each_slurm_job_reports_its_own_run(live):
     assert j["verdict"] == "compute" and j["verdict_shares"]["compute"] == 1.0
     (e,) = j["earlier_runs"]
     assert e["run_start"] == pytest.approx(w + L1.start, abs=1e-3)
+
+
+def test_live_three_calls_a_scrape_interval_apart_give_the_same_runs(live):
+    """A job that ended seconds ago on a target Prometheus still scrapes every second: three reports a scrape
+    interval apart give the same runs and figures (the grid is the multiples of the step, whenever the call)."""
+    for args in (("--train-job", "live"), ("--slurm-job", "300")):
+        got = []
+        for i in range(3):
+            if i:
+                time.sleep(1.0)
+            rc, doc, err = report(live["prom"], *args)
+            assert rc == 0, err
+            got.append(_figures(doc))
+        assert got[0] == got[1] == got[2], args
 
 
 def test_live_train_job_report_is_the_latest_run_in_its_slurm_job(live):

@@ -27,20 +27,60 @@ def test_first_last_change_and_gaps():
     assert S.gaps([0, 1, 2, 3], [0, 1], 0, 3, 1.0) == [(1, 3)]
 
 
-def test_bucket_quantile_matches_prometheus_interpolation():
-    # 10 observations: 4 <= 0.1, 6 more <= 0.5: p50 is 1/6 of the way from 0.1 to 0.5
+def test_bucket_bounds_are_the_bucket_the_quantile_falls_in():
+    # 10 observations: 4 <= 0.1, 6 more <= 0.5: p50 (rank 5) lies in (0.1, 0.5]; nothing finer is known
     b = [(0.1, 4.0), (0.5, 10.0), (math.inf, 10.0)]
-    assert S.bucket_quantile(0.5, b) == pytest.approx(0.1 + 0.4 * (5 - 4) / 6)
-    assert S.bucket_quantile(0.2, b) == pytest.approx(0.1 * 2 / 4)
-    assert S.bucket_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
-    assert S.bucket_quantile(0.99, [(0.1, 1.0), (math.inf, 5.0)]) == 0.1   # in +Inf: the last finite bound
+    assert S.bucket_bounds(0.5, b) == (0.1, 0.5)
+    assert S.bucket_bounds(0.2, b) == (0.0, 0.1) and S.bucket_bounds(0.4, b) == (0.0, 0.1)   # rank 4: the bound
+    assert S.bucket_bounds(0.41, b) == (0.1, 0.5)
+    assert S.bucket_bounds(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
+    assert S.bucket_bounds(0.99, [(0.1, 1.0), (math.inf, 5.0)]) == (0.1, math.inf)   # above the last bound
+    # the issue's job: 255 of 256 steps in (0.1, 0.25], one in (0.05, 0.1]: p50 and p95 in (0.1, 0.25]
+    le = [(0.005, 0), (0.01, 0), (0.025, 0), (0.05, 0), (0.1, 1), (0.25, 256), (0.5, 256), (math.inf, 256)]
+    assert S.bucket_bounds(0.5, le) == S.bucket_bounds(0.95, le) == (0.1, 0.25)
+    assert S.bucket_bounds(0.001, le) == (0.05, 0.1)
+
+
+def test_increase_is_one_subtraction_per_stretch():
+    """A created series' increase is its last value, bit for bit (no sum of per-step differences): the
+    mean step _sum/_count is then the very float PromQL gives."""
+    vals = [0.1 * k + 0.0137 * k * k for k in range(1, 200)]
+    pts = [(float(t), v) for t, v in enumerate(vals, start=10)]
+    assert S.increase(pts, 0, 1000)[0] == vals[-1]
+    assert S.increase(pts, 10, 1000)[0] == vals[-1] - vals[0]
+    # a running sum of per-step differences is not that float: (0.2 - 0.1) + (0.9 - 0.2) = 0.7999999999999999
+    assert S.increase([(0, 0.1), (1, 0.2), (2, 0.9)], 0, 2) == (0.9 - 0.1, 0) and 0.9 - 0.1 == 0.8
+
+
+def test_step_figures_in_text_and_summary():
+    assert render._step_ms(27.94 / 256) == "109 ms" and render._step_ms(0.0266) == "26.6 ms"
+    assert render._step_ms(2.4134) == "2.41 s" and render._step_ms(None) == "n/a"
+    assert render._bucket([0.1, 0.25]) == "100-250 ms" and render._bucket([0.0, 0.005]) == "0-5 ms"
+    assert render._bucket([1.0, 2.5]) == "1-2.5 s" and render._bucket([60.0, None]) == "> 60 s"
+    assert render._bucket(None) == "n/a"
+
+
+def test_the_grid_ends_on_a_multiple_of_the_step_whatever_the_time_of_the_call():
+    from agent.report.build import _grid_end
+    # three calls 1.3 s apart, the job's end found at different times: the same grid end
+    assert {_grid_end(t, t + 5, 1.0, False) for t in (1000.2, 1000.7, 1001.0)} == {1001.0}
+    assert _grid_end(1003.2, 1003.2, 5.0, False) == 1005.0          # now: the multiple after (no later data)
+    assert _grid_end(1003.2, 1003.2, 5.0, True) == 1000.0           # past an --until given: the one before
+    assert _grid_end(1000.0, 1000.0, 5.0, True) == 1000.0           # an --until on the grid stays
+
+
+def test_the_step_is_the_scrape_interval_in_whole_seconds_whatever_its_jitter():
+    from agent.report.build import _step_of
+    assert {_step_of(x) for x in (0.999, 1.0, 1.0004, 1.001, 1.2)} == {1.0}
+    assert {_step_of(x) for x in (14.98, 15.0, 15.02)} == {15.0}
+    assert _step_of(None) == 1.0 and _step_of(0.25) == 1.0
 
 
 def _doc(notes=30, tj=20):
     j = {"slurm_job": "4242", "train_jobs": [f"train-job-with-a-long-name-{i}" for i in range(tj)],
          "state": "finished", "nodes": ["gpu-node-0001", "gpu-node-0002"], "run_seconds": 3600.4,
          "gpu_busy_ratio": 0.61234, "input_bound_ratio": 0.4, "verdict": "input", "input_cause": "storage",
-         "gpu_energy_joules": 1.5e6, "gpu_memory_peak_bytes": 64e9, "step_seconds_p50": 0.123,
+         "gpu_energy_joules": 1.5e6, "gpu_memory_peak_bytes": 64e9, "step_seconds_mean": 0.10914,
          "samples_per_second": 900.4, "slowest_node": "gpu-node-0002", "exit_status": 0,
          "notes": [f"Note number {i}: something long to say about the job " * 2 for i in range(notes)]}
     return {"jobs": [j], "exit_status": 0}
@@ -57,7 +97,7 @@ def test_summary_is_bounded_and_always_parses(limit):
     if limit < 2000:
         assert s.get("t") == 1
     full = json.loads(render.summary(_doc(notes=1, tj=1), 2000))
-    assert "t" not in full and full["gb"] == 61.2 and full["p50"] == 123 and full["tj"] == ["train-job-with-a-long-name-0"]
+    assert "t" not in full and full["gb"] == 61.2 and full["sm"] == 109.1 and full["tj"] == ["train-job-with-a-long-name-0"]
 
 
 def test_http_config_basic_auth_bearer_and_errors(tmp_path):
