@@ -60,6 +60,20 @@ MUTANTS = {
     "client_pod_name_hostname_first.patch": (["tests/client/test_zero_code.py::test_job_name_order"], False),
     "client_off_switch_skips_users_sitecustomize.patch": (
         ["tests/client/test_zero_code.py::test_the_off_switch_still_runs_the_users_sitecustomize"], False),
+    "http_refused_request_not_counted.patch": (
+        ["tests/web/test_selfmetrics.py::test_every_refused_request_counts_by_path_and_code"], False),
+    # issue 36: basic auth that cannot starve the scrape
+    "auth_verified_credential_hashed_again.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_hash_on_render_pool.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_no_client_bound.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_no_server_bound.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_failure_evicts_verified.patch": (["tests/web/test_tls.py::test_bcrypt_results_are_cached"], False),
+    "auth_rate_limit_before_auth.patch": (
+        ["tests/web/test_auth_flood.py::test_clients_that_never_authenticate_cannot_spend_the_rate_limit"], False),
 }
 
 

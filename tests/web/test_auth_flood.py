@@ -242,9 +242,10 @@ def test_ten_thousand_distinct_wrong_passwords(tmp_path, monkeypatch):
 
 
 def test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck(tmp_path, monkeypatch):
-    """bcrypt held on a gate: a verified credential is still served (from any address, even one at its bound);
-    the third unverified credential from one address gets 429, the fourth in all 503, without being hashed;
-    the same credential on another connection shares the check under way."""
+    """bcrypt held on a gate: a verified credential is still served (from any address, even one at its bound,
+    and with as many checks stuck as there are render threads: hashing has its own thread); the third
+    unverified credential from one address gets 429, the fifth in all 503, without being hashed; the same
+    credential on another connection shares the check under way."""
     import bcrypt
     gate, entered = threading.Event(), threading.Semaphore(0)
     real = bcrypt.checkpw
@@ -255,20 +256,20 @@ def test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck(tmp_path, mo
             gate.wait(20)
         return real(pw, h)
     monkeypatch.setattr(bcrypt, "checkpw", held)
-    srv, _ = serve(web_file(tmp_path), max_auth_hashes=3, max_auth_hashes_per_client=2)
+    srv, _ = serve(web_file(tmp_path), max_auth_hashes=4, max_auth_hashes_per_client=2)
     port = srv.address[1]
     results = {}
     calls = [0]
 
-    def ask(name, source, password):
-        c = connection(port, source=source, timeout=30)
+    def ask(name, source, password, timeout=30):
+        c = connection(port, source=source, timeout=timeout)
         try:
             results[name] = get(c, basic(GOOD[0], password))[0]
         finally:
             c.close()
 
     def checks():
-        c = connection(port, source="127.0.0.2")       # the address at its bound
+        c = connection(port, source="127.0.0.2", timeout=5)   # the address at its bound
         try:
             status, body = get(c, basic(*GOOD))
         finally:
@@ -282,14 +283,15 @@ def test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck(tmp_path, mo
         c = connection(port)
         assert get(c, basic(*GOOD))[0] == 200             # verified before bcrypt gets stuck
         c.close()
-        for name, source in (("a1", "127.0.0.2"), ("a2", "127.0.0.2"), ("b1", "127.0.0.3"), ("dup", "127.0.0.5")):
+        for name, source in (("a1", "127.0.0.2"), ("a2", "127.0.0.2"), ("b1", "127.0.0.3"), ("dup", "127.0.0.5"),
+                             ("b2", "127.0.0.3")):
             t = threading.Thread(target=ask, args=(name, source, "a1" if name == "dup" else name))
             t.start()
             waiting.append(t)
             assert entered.acquire(timeout=10) if name == "a1" else True
             assert eventually(checks, 1 + len(waiting)) == 1 + len(waiting)
-        ask("a3", "127.0.0.2", "a3")                       # a third from 127.0.0.2: its bound
-        ask("c1", "127.0.0.4", "c1")                       # a fresh address, but 3 under way in all
+        ask("a3", "127.0.0.2", "a3", timeout=5)            # a third from 127.0.0.2: its bound
+        ask("c1", "127.0.0.4", "c1", timeout=5)            # a fresh address, but 4 under way in all
         assert (results["a3"], results["c1"]) == (429, 503)
         assert all(t.is_alive() for t in waiting)          # still waiting on the gate
         gate.set()
@@ -302,14 +304,14 @@ def test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck(tmp_path, mo
     finally:
         gate.set()
         srv.stop()
-    assert {k: results[k] for k in ("a1", "a2", "b1", "dup", "dup-again")} == dict.fromkeys(
-        ("a1", "a2", "b1", "dup", "dup-again"), 401)
+    names = ("a1", "a2", "b1", "b2", "dup", "dup-again")
+    assert {k: results.get(k) for k in names} == dict.fromkeys(names, 401)
     assert status == 200
     assert web_series(body, "teye_web_basic_auth_throttled_total") == {("client",): 1, ("server",): 1}
     # cache: each checks() scrape, the refused credential sent again, the last scrape
-    assert web_series(body, "teye_web_basic_auth_checks_total") == {("bcrypt",): 5, ("cache",): calls[0] + 2}
+    assert web_series(body, "teye_web_basic_auth_checks_total") == {("bcrypt",): 6, ("cache",): calls[0] + 2}
     assert web_series(body, "teye_web_requests_total") == {
-        ("200", "/metrics"): 1 + calls[0], ("401", "/metrics"): 5, ("429", "/metrics"): 1, ("503", "/metrics"): 1}
+        ("200", "/metrics"): 1 + calls[0], ("401", "/metrics"): 6, ("429", "/metrics"): 1, ("503", "/metrics"): 1}
 
 
 def test_half_a_header_line_then_silence(tmp_path, pki):
