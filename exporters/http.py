@@ -117,6 +117,9 @@ class Limits:
     # once, 503 and 429; a credential verified before never waits for either)
     max_auth_hashes: int = 8
     max_auth_hashes_per_client: int = 2
+    # a request refused by those bounds is answered after this delay (the connection evictable meanwhile), so a
+    # keep-alive client looping on refusals costs the event loop one answer a second, not thousands
+    auth_throttle_delay_seconds: float = 1.0
     # descriptors sources will open after the server starts (the pmu collector's perf events are
     # opened by its first read, in the sampler's thread), kept out of the connection budget
     reserved_fds: int = 0
@@ -438,7 +441,7 @@ class MetricsServer:
                 self._set_waiting(conn, False)
                 stats.in_flight += 1
                 try:
-                    keep = await self._answer(head, reader, writer, conn.peer)
+                    keep = await self._answer(head, reader, writer, conn)
                 finally:
                     stats.in_flight -= 1
                 if not keep:
@@ -534,7 +537,7 @@ class MetricsServer:
         return start + rest[:-4]
 
     async def _answer(self, head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      peer: str = "") -> bool:
+                      conn: Optional[_Conn] = None) -> bool:
         """Answer one request; returns whether the connection stays open."""
         settings = self._web.current()
         extra = list(settings.headers)
@@ -560,12 +563,13 @@ class MetricsServer:
             problem = self._health()
             code, body = (503, (problem + "\n").encode()) if problem else (200, b"ok\n")
             self._write(writer, code, body, TEXT, extra, is_head, not keep)
-        elif settings.users and (refusal := await self._authenticate(settings, req, peer)):
+        elif settings.users and (refusal := await self._authenticate(settings, req, conn.peer if conn else "")):
             code = refusal
             if code == 401:
                 self._write(writer, 401, b"unauthorized\n", TEXT,
                             extra + [("WWW-Authenticate", 'Basic realm="teye"')], is_head, not keep)
             else:  # the hashing bounds: nothing was checked, try again later
+                await self._throttle_delay(conn)
                 self._write(writer, code, b"too many credentials waiting to be checked\n", TEXT,
                             extra + [("Retry-After", "1")], is_head, not keep)
         elif self._rate_limited(settings.rate_interval, settings.rate_burst):
@@ -646,6 +650,21 @@ class MetricsServer:
             return 0
         stats.auth_failure("wrong_password" if user in settings.users else "unknown_user")
         return 401
+
+    async def _throttle_delay(self, conn: Optional[_Conn]) -> None:
+        """Hold a request refused by the hashing bounds for auth_throttle_delay_seconds before its answer.  The
+        connection is evictable meanwhile (as one waiting for its request), so held refusals never fill the
+        connection table against a scraper."""
+        delay = self.limits.auth_throttle_delay_seconds
+        if delay <= 0:
+            return
+        if conn is not None:
+            self._set_waiting(conn, True)
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            if conn is not None:
+                self._set_waiting(conn, False)
 
     def _start_hash(self, settings, user: str, password: str, key: bytes, peer: str) -> asyncio.Future:
         """Queue one bcrypt check on the hashing thread; it counts against both bounds until it is done."""

@@ -208,7 +208,8 @@ def test_ten_thousand_distinct_wrong_passwords(tmp_path, monkeypatch):
     or 429 (that client's hashing bound), the refused ones churn through their cache many times over and never
     evict the verified credential; a new credential from another address is still hashed and accepted."""
     monkeypatch.setattr(webconfig, "FAILED_CACHE_SIZE", 64)
-    srv, _ = serve(web_file(tmp_path))
+    # refusals answered at once (not held a second): 10,000 answers, mostly 429, in a few seconds
+    srv, _ = serve(web_file(tmp_path), auth_throttle_delay_seconds=0)
     port = srv.address[1]
     legit = connection(port)
     try:
@@ -354,3 +355,40 @@ def test_half_a_header_line_then_silence(tmp_path, pki):
         srv.stop()
     assert web_series(body, "teye_web_basic_auth_checks_total")[("bcrypt",)] == 1   # only the first scrape
     assert sum(web_series(body, "teye_web_basic_auth_failures_total").values()) == 0
+
+
+def test_refusals_held_by_the_throttle_delay_never_fill_the_connection_table(tmp_path, monkeypatch):
+    """Requests refused by the hashing bounds are held auth_throttle_delay_seconds before their answer; held so,
+    their connections are evictable: with the table full of them, a scrape still gets in and is served."""
+    import bcrypt
+    gate = threading.Event()
+    real = bcrypt.checkpw
+    monkeypatch.setattr(bcrypt, "checkpw", lambda pw, h: (pw == GOOD[1].encode() or gate.wait(20)) and real(pw, h))
+    srv, _ = serve(web_file(tmp_path), max_connections=4, max_auth_hashes=1, max_auth_hashes_per_client=1,
+                   auth_throttle_delay_seconds=30)
+    port = srv.address[1]
+    held = []
+    stuck = connection(port, source="127.0.0.2", timeout=30)
+    try:
+        c = connection(port)
+        assert get(c, basic(*GOOD))[0] == 200                      # verified before bcrypt gets stuck
+        c.close()
+        stuck.request("GET", "/metrics", headers=basic(GOOD[0], "stuck"))   # holds the one hashing slot
+        for i in range(3):                                          # refused (503), held 30 s: the table is full
+            h = connection(port, source=f"127.0.0.{3 + i}", timeout=30)
+            h.request("GET", "/metrics", headers=basic(GOOD[0], f"held{i}"))
+            held.append(h)
+        expected = {("client",): 0, ("server",): 3}
+        assert eventually(lambda: {(p.labels[0],): p.value for p in srv.stats.points()
+                                   if p.spec.name == "teye_web_basic_auth_throttled_total"}, expected) == expected
+        c = connection(port, timeout=5)
+        status, body = get(c, basic(*GOOD))                        # evicts a held refusal
+        c.close()
+        gate.set()
+    finally:
+        gate.set()
+        for h in held + [stuck]:
+            h.close()
+        srv.stop()
+    assert status == 200
+    assert web_series(body, "teye_web_connections_evicted_total") == {(): 1}
