@@ -72,6 +72,9 @@ MUTANTS = {
     "auth_no_server_bound.patch": (
         ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
     "auth_failure_evicts_verified.patch": (["tests/web/test_tls.py::test_bcrypt_results_are_cached"], False),
+    "auth_held_refusal_not_evictable.patch": (
+        ["tests/web/test_auth_flood.py::test_refusals_held_by_the_throttle_delay_never_fill_the_connection_table"],
+        False),
     "auth_rate_limit_before_auth.patch": (
         ["tests/web/test_auth_flood.py::test_clients_that_never_authenticate_cannot_spend_the_rate_limit"], False),
 }
