@@ -1,6 +1,7 @@
 """/metrics under attack and under TLS, `teye agent` side by side with Debian's prometheus-node-exporter.
 
     python benchmarks/web.py [--scrapes 100] [--slow 2000] [--scrapers 50] [--nofile 8192] [--baseline DIR]
+    python benchmarks/web.py --auth-flood 16,64,256 [--flood-scrapes 20]     # the password-flood rows only
 
 Both exporters run on this host under the same fd limit (prlimit, default the systemd unit's
 LimitNOFILE) and, for the TLS rows, the same exporter-toolkit web config file (a throwaway CA
@@ -18,6 +19,13 @@ exporters, scrapes alternating between them so that machine noise hits both alik
 
 Per row: scrape latency p50/p99 (ms), failed scrapes, peak threads and peak RSS of the exporter
 (/proc/<pid>/status, sampled after every scrape), and the teye/node_exporter ratio of p50.
+
+``--auth-flood 16,64,256`` (issue 36) runs only the password-flood rows: both exporters with the same
+TLS + basic auth (bcrypt cost 10) web config; scrape p50/p99 quiet, then while N keep-alive TLS clients
+(in child processes, at most 64 threads each, so they share no interpreter lock with the scraper) send a
+new wrong password per request as fast as they are answered, one exporter at a time.  A scrape is failed
+when it takes over 10 s (Prometheus' default scrape timeout) or is not 200.  Each flood row also says
+what the attackers got back (codes, answers per second).
 
 ``--render N`` first times the /metrics body in-process, N times each way, alternating: teye's registry on
 the node_exporter fixture trees and the 8-GPU replay, rendered with the web server's own counters
@@ -285,6 +293,121 @@ def render_cost(n: int) -> None:
         print(f"  p50 ratio with/without: {a / b:.3f} ({(a - b) * 1e6:+.1f} µs per scrape); body {len(body)} bytes")
 
 
+def flood_worker(port: int, n: int, ca: str) -> int:
+    """A child process: n keep-alive TLS clients sending distinct wrong passwords until a line arrives on stdin;
+    prints what they got back (status -> count) as one line of JSON."""
+    import json
+    ctx = ssl.create_default_context(cafile=ca)
+    stop = threading.Event()
+    lock = threading.Lock()
+    codes: dict = {}
+
+    def one(i: int) -> None:
+        conn, k = None, 0
+        while not stop.is_set():
+            k += 1
+            if conn is None:
+                conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
+            auth = base64.b64encode(f"prometheus:wrong-{os.getpid()}-{i}-{k}".encode()).decode()
+            try:
+                conn.request("GET", "/metrics", headers={"Authorization": "Basic " + auth})
+                r = conn.getresponse()
+                r.read()
+                code = str(r.status)
+                if r.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as e:
+                code = type(e).__name__
+                conn.close()
+                conn = None
+            with lock:
+                codes[code] = codes.get(code, 0) + 1
+        if conn is not None:
+            conn.close()
+
+    ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+    for t in ts:
+        t.start()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    stop.set()
+    for t in ts:
+        t.join(35)
+    print(json.dumps(codes), flush=True)
+    return 0
+
+
+class PasswordFlood:
+    """``n`` wrong-password clients against one exporter, in child processes of at most 64 threads each."""
+
+    def __init__(self, ex: "Exporter", n: int, ca: str):
+        self.t0 = time.perf_counter()
+        self.procs = []
+        left = n
+        while left > 0:
+            k = min(64, left)
+            left -= k
+            self.procs.append(subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--flood-worker", f"{ex.port},{k},{ca}"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        for p in self.procs:
+            p.stdout.readline()                      # "ready"
+        time.sleep(1.0)                              # connections up and hashing saturated
+
+    def stop(self) -> str:
+        import json
+        codes: dict = {}
+        for p in self.procs:
+            p.stdin.write("stop\n")
+            p.stdin.flush()
+        for p in self.procs:
+            try:
+                out = p.communicate(timeout=60)[0]
+                for k, v in json.loads(out.strip().splitlines()[-1]).items():
+                    codes[k] = codes.get(k, 0) + v
+            except (subprocess.TimeoutExpired, ValueError, IndexError):
+                p.kill()
+                p.wait()
+        dt = time.perf_counter() - self.t0
+        total = sum(codes.values())
+        return f"attackers got {dict(sorted(codes.items()))} ({total / dt:.0f} answers/s)"
+
+
+def auth_flood(exs, sizes, n_quiet: int, n_flood: int, ca: str) -> None:
+    rows = {ex.name: Row() for ex in exs}
+    for _ in range(n_quiet):
+        for ex in exs:
+            rows[ex.name].scrape(ex)
+    print_rows(f"auth quiet: {n_quiet} sequential scrapes over https + basic auth (bcrypt cost 10), "
+               "verified credential", rows)
+    for n in sizes:
+        rows, notes = {ex.name: Row() for ex in exs}, []
+        for ex in exs:
+            flood = PasswordFlood(ex, n, ca)
+            try:
+                row = rows[ex.name]
+                for _ in range(n_flood):
+                    t0 = time.perf_counter()
+                    try:
+                        ex.get(timeout=10.0)
+                        row.lat.append(time.perf_counter() - t0)
+                    except (OSError, http.client.HTTPException):
+                        row.fail += 1
+                    row.sample(ex)
+            finally:
+                notes.append(f"{ex.name}: {flood.stop()}")
+        print_rows(f"auth flood-{n}: {n_flood} scrapes while {n} keep-alive TLS clients send distinct wrong "
+                   "passwords (failed: not 200 within 10 s)", rows)
+        for note in notes:
+            print("  " + note)
+
+
+def _flood_worker_main(arg: str) -> int:
+    port, n, ca = arg.split(",", 2)
+    return flood_worker(int(port), int(n), ca)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scrapes", type=int, default=100)
@@ -294,8 +417,13 @@ def main() -> int:
     ap.add_argument("--evict-nofile", type=int, default=1024, help="fd limit for the last slow-N row (0: skip)")
     ap.add_argument("--render", type=int, default=0, help="in-process renders each way first (0: skip)")
     ap.add_argument("--baseline", help="another teye checkout to run beside this one (before/after)")
+    ap.add_argument("--auth-flood", default="", help="only the password-flood rows, e.g. 16,64,256 clients")
+    ap.add_argument("--flood-scrapes", type=int, default=20, help="scrapes per password-flood row")
+    ap.add_argument("--flood-worker", help=argparse.SUPPRESS)
     ap.add_argument("--skip", default="", help="comma-separated rows to leave out: slow,parallel,restart,tls")
     args = ap.parse_args()
+    if args.flood_worker:
+        return _flood_worker_main(args.flood_worker)
     skip = set(args.skip.split(",")) - {""}
     if args.render:
         render_cost(args.render)
@@ -336,6 +464,17 @@ def main() -> int:
     print(f"teye: {sys.executable} -m agent agent; teye-base: {args.baseline or '-'}; node_exporter: "
           f"{NODE_EXPORTER or '-'}; fd limit {args.nofile} each; {os.cpu_count()} CPUs; "
           f"scrapes use a new connection each")
+    if args.auth_flood:
+        exs = make(tls=True)
+        try:
+            for ex in exs:  # warm up: the scraper's credential verified once
+                for _ in range(5):
+                    ex.get()
+            auth_flood(exs, [int(n) for n in args.auth_flood.split(",")], args.scrapes, args.flood_scrapes, pki["ca"])
+        finally:
+            for ex in exs:
+                ex.stop()
+        return 0
     exs = make(tls=False)
     try:
         for ex in exs:  # warm up (first renders, bcrypt cache, page-ins)

@@ -1,8 +1,8 @@
 """HTTP(S) endpoint: /metrics (Prometheus text or OpenMetrics), / (landing page), /healthz.
 
 One event-loop thread owns every connection (a selector, not a thread per connection), so
-slow or idle clients cost a few kilobytes each, never a thread.  Rendering and bcrypt run on
-a small fixed pool of worker threads.  The bounds (``web.*`` in the config):
+slow or idle clients cost a few kilobytes each, never a thread.  Rendering runs on a small fixed
+pool of worker threads, bcrypt on a thread of its own.  The bounds (``web.*`` in the config):
 
 - ``max_connections`` open connections, clamped below the process's fd limit (RLIMIT_NOFILE
   minus the fds open when the server starts, minus :data:`FD_RESERVE` for what opens later).  When the
@@ -19,6 +19,22 @@ a small fixed pool of worker threads.  The bounds (``web.*`` in the config):
 TLS, basic auth, security headers and rate limiting come from the exporter-toolkit web
 configuration file (:mod:`exporters.webconfig`).  /healthz answers without credentials (it
 carries no data) so liveness probes need none.
+
+Basic auth cannot be used to starve the scrape (issue 36):
+
+- a credential verified before is recognised on the event loop (a SHA-256 and a dict lookup) and
+  the request goes straight to its render: it never queues behind password hashing, as
+  exporter-toolkit answers it from its cache without taking its bcrypt lock;
+- a credential neither cache holds is hashed on :data:`HASH_THREADS` thread(s) of its own (never the
+  render pool), with at most ``max_auth_hashes`` credentials waiting or hashing in all and
+  ``max_auth_hashes_per_client`` from one client address; beyond them the request is refused at once
+  (429 for the client's bound, 503 for the server's) without hashing.  The same credential sent on
+  several connections at once is hashed once;
+- wrong passwords are remembered apart from verified ones (:class:`exporters.webconfig.WebConfig`), so
+  they never evict a good credential;
+- with basic auth on, ``rate_limit`` is charged after authentication: only requests with a valid
+  credential spend its tokens, so clients that never authenticate cannot spend it to refuse the
+  ones that do.  Without users it applies to every request, as exporter-toolkit's does.
 
 Malformed requests, unknown methods and paths get a 4xx; a client that goes away mid-response
 costs one debug line.  Requests, refusals, evictions, timeouts, failed handshakes and logins are
@@ -63,7 +79,8 @@ TEXT = "text/plain; charset=utf-8"
 # reads (one at a time per collector thread), a GPU coming back (NVML opens its device nodes),
 # the render workers, logs.
 FD_RESERVE = 64
-WORKER_THREADS = 4
+WORKER_THREADS = 4              # renders
+HASH_THREADS = 1                # bcrypt checks at a time (each ~60 ms at cost 10): one core at most
 MAX_HEADERS = 100
 MAX_DISCARDED_BODY = 65536
 LINGER_S = 1.0                  # after the answer, unread client bytes are read for at most this long
@@ -96,6 +113,13 @@ class Limits:
     idle_timeout_seconds: float = 120.0
     write_timeout_seconds: float = 30.0
     max_header_bytes: int = 16384
+    # credentials waiting for or in a bcrypt check: in all, and from one client address (beyond: refused at
+    # once, 503 and 429; a credential verified before never waits for either)
+    max_auth_hashes: int = 8
+    max_auth_hashes_per_client: int = 2
+    # a request refused by those bounds is answered after this delay (the connection evictable meanwhile), so a
+    # keep-alive client looping on refusals costs the event loop one answer a second, not thousands
+    auth_throttle_delay_seconds: float = 1.0
     # descriptors sources will open after the server starts (the pmu collector's perf events are
     # opened by its first read, in the sampler's thread), kept out of the connection budget
     reserved_fds: int = 0
@@ -188,10 +212,11 @@ async def _within(aw, seconds: float, kind: str):
 
 
 class _Conn:
-    __slots__ = ("task", "sock", "transport")
+    __slots__ = ("task", "sock", "transport", "peer")
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, peer: str = ""):
         self.sock = sock
+        self.peer = peer            # the client's address: the unit of the per-client hashing bound
         self.task: Optional[asyncio.Task] = None
         self.transport: Optional[asyncio.BaseTransport] = None
 
@@ -240,6 +265,9 @@ class MetricsServer:
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._on_loop_error)
         self._pool = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="teye-http-worker")
+        self._hash_pool = ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="teye-http-bcrypt")
+        self._hashing: Dict[bytes, asyncio.Future] = {}    # credential key -> its bcrypt check under way
+        self._hashes_by_client: Dict[str, int] = {}         # client address -> its checks under way
         self._conns: Dict[_Conn, None] = {}
         self.stats = stats if stats is not None else WebStats()
         self.stats.attach(self._conns, self.max_connections, self._web)
@@ -268,6 +296,7 @@ class MetricsServer:
             self._thread.join(10)
         self._sock.close()
         self._pool.shutdown(wait=False)
+        self._hash_pool.shutdown(wait=False)
 
     # -- event loop ---------------------------------------------------------------------------
 
@@ -303,7 +332,7 @@ class MetricsServer:
             # connection so that evicted connections release their fds and new ones start reading.
             await asyncio.sleep(0)
             try:
-                sock, _ = await self._loop.sock_accept(self._sock)
+                sock, addr = await self._loop.sock_accept(self._sock)
             except OSError as e:
                 if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     _rlog.warning("accept", "http: accept failed (%s); closing the longest-waiting connection",
@@ -324,7 +353,7 @@ class MetricsServer:
             except OSError:  # reset before we got to it
                 sock.close()
                 continue
-            conn = _Conn(sock)
+            conn = _Conn(sock, str(addr[0]) if isinstance(addr, tuple) and addr else "")
             self._conns[conn] = None
             self._waiting[conn] = None
             conn.task = self._loop.create_task(self._serve(conn))
@@ -412,7 +441,7 @@ class MetricsServer:
                 self._set_waiting(conn, False)
                 stats.in_flight += 1
                 try:
-                    keep = await self._answer(head, reader, writer)
+                    keep = await self._answer(head, reader, writer, conn)
                 finally:
                     stats.in_flight -= 1
                 if not keep:
@@ -507,7 +536,8 @@ class MetricsServer:
             return _BadRequest(431, "request head too large")
         return start + rest[:-4]
 
-    async def _answer(self, head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(self, head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      conn: Optional[_Conn] = None) -> bool:
         """Answer one request; returns whether the connection stays open."""
         settings = self._web.current()
         extra = list(settings.headers)
@@ -533,13 +563,19 @@ class MetricsServer:
             problem = self._health()
             code, body = (503, (problem + "\n").encode()) if problem else (200, b"ok\n")
             self._write(writer, code, body, TEXT, extra, is_head, not keep)
+        elif settings.users and (refusal := await self._authenticate(settings, req, conn.peer if conn else "")):
+            code = refusal
+            if code == 401:
+                self._write(writer, 401, b"unauthorized\n", TEXT,
+                            extra + [("WWW-Authenticate", 'Basic realm="teye"')], is_head, not keep)
+            else:  # the hashing bounds: nothing was checked, try again later
+                await self._throttle_delay(conn)
+                self._write(writer, code, b"too many credentials waiting to be checked\n", TEXT,
+                            extra + [("Retry-After", "1")], is_head, not keep)
         elif self._rate_limited(settings.rate_interval, settings.rate_burst):
+            # after authentication: only a valid credential (or, without users, any request) spends a token
             code = 429
             self._write(writer, 429, b"too many requests\n", TEXT, extra, is_head, not keep)
-        elif settings.users and not await self._authorized(settings, req):
-            code = 401
-            self._write(writer, 401, b"unauthorized\n", TEXT, extra + [("WWW-Authenticate", 'Basic realm="teye"')],
-                        is_head, not keep)
         elif req.path == "/metrics":
             if self._renders >= self.limits.max_requests:
                 _rlog.warning("busy", "http: %d /metrics requests in flight (web.max_requests); answering 503",
@@ -581,16 +617,71 @@ class MetricsServer:
         if n:
             await _within(reader.readexactly(n), self.limits.header_timeout_seconds, "header")
 
-    async def _authorized(self, settings, req: _Request) -> bool:
+    async def _authenticate(self, settings, req: _Request, peer: str) -> int:
+        """0 when the request carries a valid credential; else the status to answer: 401, or 429 / 503 when
+        the credential needs a bcrypt check and the client's / the server's hashing bound is reached."""
         header = req.headers.get("authorization")
         creds = parse_basic_auth(header)
+        stats = self.stats
         if creds is None:
-            self.stats.auth_failure("malformed" if header else "missing")
-            return False
-        if await self._loop.run_in_executor(self._pool, self._web.check_password, settings, *creds):
-            return True
-        self.stats.auth_failure("wrong_password" if creds[0] in settings.users else "unknown_user")
-        return False
+            stats.auth_failure("malformed" if header else "missing")
+            return 401
+        user, password = creds
+        key = self._web.credential(settings, user, password)
+        ok = self._web.cached(key)
+        if ok is None:
+            check = self._hashing.get(key)
+            if check is None:
+                lim = self.limits
+                if self._hashes_by_client.get(peer, 0) >= lim.max_auth_hashes_per_client:
+                    stats.auth_throttle("client")
+                    return 429
+                if len(self._hashing) >= lim.max_auth_hashes:
+                    stats.auth_throttle("server")
+                    return 503
+                check = self._start_hash(settings, user, password, key, peer)
+            stats.auth_check("bcrypt")
+            # shielded: a client that goes away does not cancel the check others wait on (its bound is
+            # released when the hash is done, whoever waits)
+            ok = await asyncio.shield(check)
+        else:
+            stats.auth_check("cache")
+        if ok:
+            return 0
+        stats.auth_failure("wrong_password" if user in settings.users else "unknown_user")
+        return 401
+
+    async def _throttle_delay(self, conn: Optional[_Conn]) -> None:
+        """Hold a request refused by the hashing bounds for auth_throttle_delay_seconds before its answer.  The
+        connection is evictable meanwhile (as one waiting for its request), so held refusals never fill the
+        connection table against a scraper."""
+        delay = self.limits.auth_throttle_delay_seconds
+        if delay <= 0:
+            return
+        if conn is not None:
+            self._set_waiting(conn, True)
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            if conn is not None:
+                self._set_waiting(conn, False)
+
+    def _start_hash(self, settings, user: str, password: str, key: bytes, peer: str) -> asyncio.Future:
+        """Queue one bcrypt check on the hashing thread; it counts against both bounds until it is done."""
+        self._hashes_by_client[peer] = self._hashes_by_client.get(peer, 0) + 1
+        check = asyncio.wrap_future(self._hash_pool.submit(self._web.verify, settings, user, password),
+                                    loop=self._loop)
+        self._hashing[key] = check
+
+        def done(f: asyncio.Future) -> None:
+            self._hashing.pop(key, None)
+            n = self._hashes_by_client.pop(peer, 1) - 1
+            if n > 0:
+                self._hashes_by_client[peer] = n
+            if not f.cancelled() and f.exception() is None:
+                self._web.remember(key, f.result())
+        check.add_done_callback(done)
+        return check
 
     @staticmethod
     def _write(writer: asyncio.StreamWriter, code: int, body: bytes, ctype: str,

@@ -25,8 +25,12 @@ stricter one and the difference is logged once at load:
 and password changes need no restart.  A change that does not load keeps the last good
 configuration and logs why.
 
-bcrypt results are cached (bounded, keyed by a SHA-256 of user, hash and password) so a scrape
-pays the hash once per credential, not once per request.
+bcrypt results are cached, keyed by a SHA-256 of user, hash and password, so a scrape pays the
+hash once per credential, not once per request.  Verified credentials and refused ones are kept
+in two separate bounded LRUs (:data:`AUTH_CACHE_SIZE`, :data:`FAILED_CACHE_SIZE`): any number of
+wrong passwords only ever evicts other wrong passwords, never a credential that verified.  The
+server looks a credential up on its event loop (:meth:`WebConfig.cached`) and hashes only what
+neither cache holds (:meth:`WebConfig.verify`, on its own bounded thread: exporters/http.py).
 """
 from __future__ import annotations
 
@@ -93,7 +97,8 @@ _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # A bcrypt hash of a random password: unknown users pay the same hash as known ones.
 _DUMMY_HASH = b"$2b$10$u8pv5d/dAiK04VFrifWeNusg90XamH0PCFbZj1.RD0/helTL2Yzzi"
-AUTH_CACHE_SIZE = 256
+AUTH_CACHE_SIZE = 256       # credentials that verified (only these: wrong passwords never evict them)
+FAILED_CACHE_SIZE = 1024    # credentials that did not (a stale password is not hashed again every scrape)
 
 
 def go_duration(text: Any, key: str) -> float:
@@ -363,7 +368,8 @@ class WebConfig:
     def __init__(self, path: Optional[str]):
         self.path = path
         self._lock = threading.Lock()
-        self._auth_cache: "OrderedDict[bytes, bool]" = OrderedDict()
+        self._good: "OrderedDict[bytes, None]" = OrderedDict()     # verified credentials, LRU
+        self._failed: "OrderedDict[bytes, None]" = OrderedDict()   # refused credentials, LRU apart
         if path:
             self._settings, self._files = read(path)
             self._sig = _signature(self._files)
@@ -415,26 +421,57 @@ class WebConfig:
             self.reloads_failed += 1
         self.last_reload_ok = ok
 
-    def check_password(self, settings: Settings, user: str, password: str) -> bool:
-        """bcrypt check of one credential, cached (bounded LRU) by user, hash and password."""
-        known = settings.users.get(user)
-        hashed = known if known is not None else _DUMMY_HASH
-        key = hashlib.sha256(b"\0".join((user.encode("utf-8", "surrogateescape"), hashed,
-                                         password.encode("utf-8", "surrogateescape")))).digest()
+    @staticmethod
+    def credential(settings: Settings, user: str, password: str) -> bytes:
+        """The cache key of one credential: a SHA-256 of user, the hash it is checked against, password
+        (a changed hash makes new keys, so a password change needs no cache flush)."""
+        hashed = settings.users.get(user, _DUMMY_HASH)
+        return hashlib.sha256(b"\0".join((user.encode("utf-8", "surrogateescape"), hashed,
+                                           password.encode("utf-8", "surrogateescape")))).digest()
+
+    def cached(self, key: bytes) -> Optional[bool]:
+        """True: verified before; False: refused before; None: never checked (or forgotten).  Cheap
+        (a dict lookup): the server calls it on its event loop."""
         with self._lock:
-            cached = self._auth_cache.get(key)
-            if cached is not None:
-                self._auth_cache.move_to_end(key)
-        if cached is None:
-            import bcrypt
-            try:
-                cached = bcrypt.checkpw(password.encode("utf-8", "surrogateescape"), hashed)
-            except ValueError:
-                cached = False
-            with self._lock:
-                self._auth_cache[key] = cached
-                while len(self._auth_cache) > AUTH_CACHE_SIZE:
-                    self._auth_cache.popitem(last=False)
+            if key in self._good:
+                self._good.move_to_end(key)
+                return True
+            if key in self._failed:
+                self._failed.move_to_end(key)
+                return False
+        return None
+
+    def remember(self, key: bytes, ok: bool) -> None:
+        """Keep a bcrypt result: a verified credential among the verified ones, a refused one among the
+        refused ones; each LRU is bounded on its own, so refusals never evict a verified credential."""
+        cache, size = (self._good, AUTH_CACHE_SIZE) if ok else (self._failed, FAILED_CACHE_SIZE)
+        with self._lock:
+            cache[key] = None
+            cache.move_to_end(key)
+            while len(cache) > size:
+                cache.popitem(last=False)
+
+    @staticmethod
+    def verify(settings: Settings, user: str, password: str) -> bool:
+        """The bcrypt check of one credential (slow on purpose: ~60 ms at cost 10); unknown users pay the
+        same hash as known ones and are refused."""
+        import bcrypt
+        known = settings.users.get(user)
+        try:
+            ok = bcrypt.checkpw(password.encode("utf-8", "surrogateescape"),
+                                known if known is not None else _DUMMY_HASH)
+        except ValueError:
+            ok = False
         # Timing: no secret is compared byte by byte here.  bcrypt's check is constant-time, unknown
-        # users pay the same hash as known ones, and the cache is keyed by a SHA-256 digest.
-        return cached and known is not None
+        # users pay the same hash as known ones, and the caches are keyed by a SHA-256 digest.
+        return ok and known is not None
+
+    def check_password(self, settings: Settings, user: str, password: str) -> bool:
+        """bcrypt check of one credential, cached (:meth:`cached`, :meth:`verify`, :meth:`remember` in one
+        call, on the caller's thread)."""
+        key = self.credential(settings, user, password)
+        ok = self.cached(key)
+        if ok is None:
+            ok = self.verify(settings, user, password)
+            self.remember(key, ok)
+        return ok

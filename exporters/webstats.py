@@ -48,6 +48,16 @@ AUTH_FAILURES = metric("teye_web_basic_auth_failures_total", COUNTER,
                        "malformed (not Basic user:password in base64), unknown_user, wrong_password. The user name "
                        "sent is never exported (an attacker chooses it). Absent without basic_auth_users.",
                        ["reason"])
+AUTH_CHECKS = metric("teye_web_basic_auth_checks_total", COUNTER,
+                     "Credentials checked by basic auth, by how: cache (verified or refused before, answered on "
+                     "the event loop without queuing behind password hashing), bcrypt (hashed on the web "
+                     "server's hashing thread, or waiting for the same credential's hash already under way). "
+                     "Absent without basic_auth_users.", ["by"])
+AUTH_THROTTLED = metric("teye_web_basic_auth_throttled_total", COUNTER,
+                        "Requests refused without checking their credential because too many credentials were "
+                        "already waiting for password hashing, by limit: client (from the same address; answered "
+                        "429), server (in all; answered 503). A credential verified before is never refused so. "
+                        "Absent without basic_auth_users.", ["limit"])
 RELOADS = metric("teye_web_config_reloads_total", COUNTER,
                  "Reloads of the web config file (it is re-read when it or a file it names changes) by result: "
                  "success, or failure (the last good configuration stays in force). Absent without a web config "
@@ -64,6 +74,8 @@ OTHER_PATH = "other"
 TIMEOUT_KINDS = ("header", "idle", "write")
 TLS_REASONS = ("plain_http", "protocol", "client_certificate", "server_certificate", "closed", "other")
 AUTH_REASONS = ("missing", "malformed", "unknown_user", "wrong_password")
+AUTH_CHECK_WAYS = ("cache", "bcrypt")
+AUTH_LIMITS = ("client", "server")
 
 # OpenSSL reasons (ssl.SSLError.reason) -> class.  Alerts the client sends about the agent's certificate
 # mean the client rejected it; the server's own verification of a client certificate is client_certificate.
@@ -106,6 +118,8 @@ class WebStats:
         self.timeouts = dict.fromkeys(TIMEOUT_KINDS, 0)
         self.tls_failures = dict.fromkeys(TLS_REASONS, 0)
         self.auth_failures = dict.fromkeys(AUTH_REASONS, 0)
+        self.auth_checks = dict.fromkeys(AUTH_CHECK_WAYS, 0)
+        self.auth_throttled = dict.fromkeys(AUTH_LIMITS, 0)
         self._connections: Sized = ()
         self._limit: Optional[int] = None
         self._web = None
@@ -131,6 +145,12 @@ class WebStats:
     def auth_failure(self, reason: str) -> None:
         self.auth_failures[reason] += 1
 
+    def auth_check(self, by: str) -> None:
+        self.auth_checks[by] += 1
+
+    def auth_throttle(self, limit: str) -> None:
+        self.auth_throttled[limit] += 1
+
     # -- the series (any thread) -----------------------------------------------------------------
     def state(self) -> Tuple[Layout, List[float]]:
         """(layout, values): every series in a fixed order, the family that changes with every scrape
@@ -155,6 +175,8 @@ class WebStats:
                 entries += ((TLS_FAILURES, (r,)) for r in TLS_REASONS)
             if users:
                 entries += ((AUTH_FAILURES, (r,)) for r in AUTH_REASONS)
+                entries += ((AUTH_CHECKS, (w,)) for w in AUTH_CHECK_WAYS)
+                entries += ((AUTH_THROTTLED, (k,)) for k in AUTH_LIMITS)
             if reloads:
                 entries += ((RELOADS, ("success",)), (RELOADS, ("failure",)), (RELOAD_OK, ()), (RELOAD_TIME, ()))
             self._layout, self._layout_key = Layout(tuple(entries), per_scrape), key
@@ -169,6 +191,8 @@ class WebStats:
             values += self.tls_failures.values()
         if users:
             values += self.auth_failures.values()
+            values += self.auth_checks.values()
+            values += self.auth_throttled.values()
         if reloads:
             values += (web.reloads_ok, web.reloads_failed, 1 if web.last_reload_ok else 0, web.last_success_time)
         if len(values) != len(layout.entries):  # a series appeared between the layout and the values: next time

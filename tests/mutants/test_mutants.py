@@ -100,6 +100,23 @@ MUTANTS = {
     "report_series_without_metric_accepted.patch": (
         ["tests/report/test_report_client.py::test_a_malformed_answer_is_exit_1_naming_the_query"], False),
     "report_cpus_not_range_checked.patch": (["tests/report/test_report_client.py::test_a_flag_out_of_range_is_a_usage_error"], False),
+    "http_refused_request_not_counted.patch": (
+        ["tests/web/test_selfmetrics.py::test_every_refused_request_counts_by_path_and_code"], False),
+    # issue 36: basic auth that cannot starve the scrape
+    "auth_verified_credential_hashed_again.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_hash_on_render_pool.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_no_client_bound.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_no_server_bound.patch": (
+        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
+    "auth_failure_evicts_verified.patch": (["tests/web/test_tls.py::test_bcrypt_results_are_cached"], False),
+    "auth_held_refusal_not_evictable.patch": (
+        ["tests/web/test_auth_flood.py::test_refusals_held_by_the_throttle_delay_never_fill_the_connection_table"],
+        False),
+    "auth_rate_limit_before_auth.patch": (
+        ["tests/web/test_auth_flood.py::test_clients_that_never_authenticate_cannot_spend_the_rate_limit"], False),
 }
 
 

@@ -337,3 +337,38 @@ def test_connections_max_is_the_limit_kept_under_a_low_fd_limit():
     kept = float(r.stdout)
     assert 400 - 64 - 64 - 40 <= kept <= 400 - 64 - 64, r.stdout
     assert f"web.max_connections 4096 lowered to {kept:.0f}: the fd limit is 400" in r.stderr
+
+
+def test_every_refused_request_counts_by_path_and_code(tmp_path):
+    """Each way a request can be refused (malformed 400, body too large 413, head too large 431, method 405,
+    renders busy 503, unknown path 404, rate limit 429) adds exactly one to teye_web_requests_total under
+    its path class and code, as each answer served does (issue 39: a refusal that went uncounted survived)."""
+    path = tmp_path / "web.yml"
+    write_web(path, "rate_limit: {interval: 1h, burst: 4}\n")
+    srv, render = serve(str(path), max_requests=1, max_header_bytes=4096)
+    try:
+        assert request(srv, raw=b"GARBAGE\r\n\r\n")[0] == 400
+        assert request(srv, raw=b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n")[0] == 413
+        assert request(srv, raw=b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n")[0] == 431
+        assert request(srv, "/metrics", method="POST")[0] == 405
+        held = connect(srv)                                                   # token 1
+        held.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: {HOLD}\r\nConnection: close\r\n\r\n".encode())
+        assert render.entered.acquire(timeout=5)
+        assert request(srv, "/metrics")[0] == 503                             # token 2
+        render.gate.set()
+        assert parse_response(read_all(held))[0] == 200
+        held.close()
+        assert request(srv, "/nothing")[0] == 404                             # token 3
+        assert request(srv, "/")[0] == 200                                    # token 4
+        assert request(srv, "/metrics")[0] == 429
+        assert request(srv, "/healthz")[0] == 200                             # exempt from the limit
+        got = eventually(lambda: {(p.labels[1], p.labels[0]): p.value for p in srv.stats.points()
+                                  if p.spec.name == "teye_web_requests_total" and p.value},
+                         {("400", "other"): 1, ("413", "/metrics"): 1, ("431", "other"): 1, ("405", "/metrics"): 1,
+                          ("503", "/metrics"): 1, ("200", "/metrics"): 1, ("404", "other"): 1, ("200", "/"): 1,
+                          ("429", "/metrics"): 1, ("200", "/healthz"): 1})
+    finally:
+        srv.stop()
+    assert got == {("400", "other"): 1, ("413", "/metrics"): 1, ("431", "other"): 1, ("405", "/metrics"): 1,
+                   ("503", "/metrics"): 1, ("200", "/metrics"): 1, ("404", "other"): 1, ("200", "/"): 1,
+                   ("429", "/metrics"): 1, ("200", "/healthz"): 1}

@@ -137,9 +137,14 @@ def test_bcrypt_results_are_cached(tmp_path, monkeypatch):
     assert [wc.check_password(s, "prom", "no") for _ in range(3)] == [False] * 3
     assert wc.check_password(s, "eve", "pw") is False   # unknown users pay a hash too
     assert calls == [b"pw", b"no", b"pw"]
-    for i in range(webconfig.AUTH_CACHE_SIZE + 10):     # bounded
+    for i in range(webconfig.FAILED_CACHE_SIZE + 10):   # bounded
         wc.check_password(s, "prom", f"guess{i}")
-    assert len(wc._auth_cache) == webconfig.AUTH_CACHE_SIZE
+    assert len(wc._failed) == webconfig.FAILED_CACHE_SIZE
+    assert len(calls) == 3 + webconfig.FAILED_CACHE_SIZE + 10
+    assert wc.check_password(s, "prom", "pw") is True   # wrong passwords never evict a verified one:
+    assert len(calls) == 3 + webconfig.FAILED_CACHE_SIZE + 10   # no hash
+    assert wc.check_password(s, "prom", "guess0") is False      # the oldest failures went instead
+    assert calls[-1] == b"guess0"
 
 
 FULL_TOOLKIT_FILE = """
