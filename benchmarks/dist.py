@@ -117,7 +117,7 @@ def main() -> int:
     print(f"  from the wheelhouse's venv          {statistics.median(starts):6.2f} s")
     if have_image:
         run = tempfile.mkdtemp()
-        os.chown(run, 65532, 65532)
+        os.chown(run, 65210, 65210)
         starts = []
         extra = (["--runtime", "runc"] if shutil.which("runc") else []) + \
             ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]

@@ -8,7 +8,7 @@
 #      man pages and locales left out;
 #   2. a venv at /opt/teye/venv gets teye from WHEELHOUSE (pip --no-index: the image build needs the
 #      Debian archive, never PyPI); pip and the wheels are removed afterwards;
-#   3. podman import turns the tarball into an image (entrypoint teye, user 65532, port 9835) and
+#   3. podman import turns the tarball into an image (entrypoint teye, user 65210, port 9835) and
 #      podman save writes OUT.tar (OCI archive: `podman load -i OUT.tar`, `skopeo copy oci-archive:...`).
 # Needs root (or a user namespace) for mmdebstrap, and podman; all Debian packages
 # (apt-get install mmdebstrap podman).
@@ -40,7 +40,7 @@ command -v podman >/dev/null || die "podman is not installed (apt-get install po
 
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-# 65532: the agent's user in the image (no name needed; the DaemonSet runs it as this uid)
+# 65210: the agent's user in the image (no name needed; the DaemonSet runs it as this uid)
 mmdebstrap --variant=essential --include=python3,python3-venv --mode=root --format=tar \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
@@ -49,13 +49,13 @@ mmdebstrap --variant=essential --include=python3,python3-venv --mode=root --form
     --customize-hook="chroot \"\$1\" env PIP_CONFIG_FILE=/dev/null /opt/teye/venv/bin/pip install --quiet --no-index --no-cache-dir --disable-pip-version-check --find-links /tmp/$(basename "$WH")/wheels teye" \
     --customize-hook='chroot "$1" /opt/teye/venv/bin/pip uninstall --quiet --yes pip setuptools' \
     --customize-hook="rm -rf \"\$1/tmp/$(basename "$WH")\" \"\$1\"/var/cache/apt/* \"\$1\"/var/lib/apt/lists/* \"\$1\"/var/log/*" \
-    --customize-hook='mkdir -p "$1/run/teye" "$1/host" && chown 65532:65532 "$1/run/teye"' \
+    --customize-hook='mkdir -p "$1/run/teye" "$1/host" && chown 65210:65210 "$1/run/teye"' \
     --customize-hook='chroot "$1" /opt/teye/venv/bin/python -m compileall -q /opt/teye/venv >/dev/null || true' \
     "$SUITE" "$TMP/rootfs.tar" ${MIRROR:+"$MIRROR"} >&2
 podman import \
     --change 'ENTRYPOINT ["/opt/teye/venv/bin/teye"]' \
     --change 'CMD ["agent", "--listen=0.0.0.0:9835", "--procfs=/host/proc", "--sysfs=/host/sys", "--phase-socket=/run/teye/phases.sock"]' \
-    --change 'USER 65532:65532' \
+    --change 'USER 65210:65210' \
     --change 'EXPOSE 9835/tcp' \
     --change 'ENV PATH=/opt/teye/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'LABEL org.opencontainers.image.title=teye org.opencontainers.image.version=0.1.0 org.opencontainers.image.licenses=Apache-2.0' \

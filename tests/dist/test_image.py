@@ -27,7 +27,7 @@ from tests.procs import REPO, free_port, http_get
 pytestmark = pytest.mark.e2e
 BUILD = os.path.join(REPO, "deploy", "image", "build.sh")
 TAG = "localhost/teye-test:0.1.0"
-UID = 65532
+UID = 65210
 
 
 def _need(tool):
