@@ -50,6 +50,8 @@ test)
     need=()
     command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
     command -v amtool >/dev/null || need+=(prometheus-alertmanager)
+    # node_exporter beside teye: the oracle of tests/e2e/test_node_exporter_parity.py and benchmarks/web.py's peer
+    command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
     command -v systemd-analyze >/dev/null || need+=(systemd)
     # the image test (tests/dist/test_image.py): mmdebstrap builds the root filesystem, podman runs it
     # (runc: crun refuses hybrid cgroup hosts); node runs the prometheus-operator CRD schemas (test_kubernetes.py)

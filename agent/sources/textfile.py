@@ -33,8 +33,9 @@ MAX_FILES = 1000
 MAX_FILE_BYTES = 4 << 20
 MAX_SERIES = 100_000  # over all files
 
-MTIME = metric("teye_textfile_mtime_seconds", GAUGE, "Modification time (Unix seconds) of each textfile "
-               "collector file that was read and exported (node_textfile_mtime_seconds).", ("file",))
+MTIME = metric("teye_textfile_mtime_seconds", GAUGE, "Modification time (Unix seconds, whole) of each textfile "
+               "collector file that was read and exported, labelled with its path (node_textfile_mtime_seconds).",
+               ("file",))
 SCRAPE_ERROR = metric("teye_textfile_scrape_error", GAUGE, "1 when a file of the textfile directory was "
                       "skipped on the last read (unreadable, unparseable, a clash, timestamps, over the bounds: "
                       "the log says which and why), else 0 (node_textfile_scrape_error).")
@@ -138,7 +139,7 @@ class TextfileSource:
                 fam = p.spec.name[:-6] if p.spec.kind == COUNTER else p.spec.name
                 types.setdefault(fam, p.spec.kind)
             pts.extend(got)
-            mtimes.append((base, mtime))
+            mtimes.append((path, float(int(mtime))))  # as node_exporter: the path, whole seconds
         return TextfileReading(tuple(pts), tuple(mtimes), error)
 
     def _file_points(self, fams, own, types, series, base):

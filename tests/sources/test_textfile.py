@@ -55,7 +55,8 @@ def test_a_sites_file_is_exported_as_written(tmp_path):
         ("site_health_check_ok", (("check", "ib_bw"),)): 0.0,
         ("site_node_drains_total", ()): 3.0,
         ("site_rack_position", ()): 12.0,
-        ("teye_textfile_mtime_seconds", (("file", "health.prom"),)): os.stat(tmp_path / "health.prom").st_mtime,
+        ("teye_textfile_mtime_seconds", (("file", str(tmp_path / "health.prom")),)):
+            float(int(os.stat(tmp_path / "health.prom").st_mtime)),
         ("teye_textfile_scrape_error", ()): 0.0,
     }
     assert types["site_health_check_ok"] == "gauge" and types["site_node_drains"] == "counter"
@@ -82,8 +83,8 @@ def test_each_bad_file_is_skipped_alone_counted_and_named(tmp_path, name, caplog
     caplog.set_level("WARNING", logger="teye.textfile")
     got, _ = _samples(TextfileSource(str(tmp_path)))
     assert got[("teye_textfile_scrape_error", ())] == 1.0
-    assert ("teye_textfile_mtime_seconds", (("file", name),)) not in got
-    assert ("teye_textfile_mtime_seconds", (("file", "a_health.prom"),)) in got
+    assert ("teye_textfile_mtime_seconds", (("file", str(tmp_path / name)),)) not in got
+    assert ("teye_textfile_mtime_seconds", (("file", str(tmp_path / "a_health.prom")),)) in got
     assert got[("site_health_check_ok", (("check", "gpu_burn"),))] == 1.0  # the first file's value, unchanged
     assert not [k for k in got if k[0] in ("site_a", "site_b", "site_c", "site_d", "site_h_bucket", "site_h_sum",
                                             "site_h_count", "site_rack_position_total")]
