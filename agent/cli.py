@@ -183,8 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "or the script's name)")
     ru.add_argument("--socket", metavar="PATH", help="the agent's phase socket (default: TEYE_PHASE_SOCKET or "
                     "the agent's default locations)")
-    ru.add_argument("--print-env", action="store_true", help="print the export lines that turn it on (a Slurm "
-                    "TaskProlog's output) instead of running a command")
+    ru.add_argument("--print-env", nargs="?", const="shell", choices=("shell", "taskprolog"), metavar="FORM",
+                    help="print the export lines that turn it on instead of running a command: shell-quoted for "
+                    "eval (the default), or 'taskprolog': literal values, as a Slurm TaskProlog prints them")
     ru.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...",
                     help="the command to run (its exit status is teye's)")
     ru.set_defaults(func=_lazy("agent.run"))

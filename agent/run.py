@@ -8,6 +8,7 @@ signals, same terminal, and the exit status is the command's own (a shell sees 1
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from typing import Dict, List, Mapping, Optional
@@ -39,11 +40,23 @@ def instrumented_env(environ: Mapping[str, str], job: Optional[str] = None,
     return env
 
 
-def env_lines(environ: Mapping[str, str], job: Optional[str] = None, socket_path: Optional[str] = None) -> List[str]:
-    """What a Slurm TaskProlog prints: ``export NAME=value`` lines (values literal: slurmstepd does not expand)."""
+def env_lines(environ: Mapping[str, str], job: Optional[str] = None, socket_path: Optional[str] = None,
+              form: str = "shell") -> List[str]:
+    """The ``export NAME=value`` lines that turn zero-code phases on.
+
+    ``form="shell"``: each value quoted with ``shlex.quote``, so ``eval "$(teye run --print-env)"`` keeps a
+    ``$(...)``, backquotes or spaces in PYTHONPATH literal (a plain value is printed as it is).
+    ``form="taskprolog"``: values literal, as a Slurm TaskProlog prints them (slurmstepd takes the rest of
+    the line as the value and expands nothing); a value holding a newline would start another line there,
+    so it is refused (ValueError naming the variable)."""
     env = instrumented_env(environ, job, socket_path)
     names = ["PYTHONPATH"] + [n for n in ("TEYE_TRAIN_JOB", "TEYE_PHASE_SOCKET") if env.get(n) != environ.get(n)]
-    return [f"export {n}={env[n]}" for n in names]
+    if form == "taskprolog":
+        for n in names:
+            if "\n" in env[n] or "\r" in env[n]:
+                raise ValueError(f"{n} holds a line break: a TaskProlog line cannot carry it literally")
+        return [f"export {n}={env[n]}" for n in names]
+    return [f"export {n}={shlex.quote(env[n])}" for n in names]
 
 
 def main(args) -> int:
@@ -54,7 +67,12 @@ def main(args) -> int:
         if cmd:
             print("teye run: --print-env takes no command", file=sys.stderr)
             return 2
-        sys.stdout.write("".join(line + "\n" for line in env_lines(os.environ, args.job, args.socket)))
+        try:
+            lines = env_lines(os.environ, args.job, args.socket, form=args.print_env)
+        except ValueError as e:
+            print(f"teye run: --print-env=taskprolog: {e}", file=sys.stderr)
+            return 2
+        sys.stdout.write("".join(line + "\n" for line in lines))
         return 0
     if not cmd:
         print("teye run: no command given; usage: teye run [--job NAME] -- CMD ARGS...", file=sys.stderr)

@@ -27,7 +27,9 @@
 #   --etc DIR         config directory (default /etc/teye)
 #   --unit-dir DIR    systemd unit directory (default /etc/systemd/system)
 #   --source DIR      teye source tree to install (default: this repository)
-#   --from DIR        install from a wheelhouse instead (pip --no-index: no network, no compiler)
+#   --from DIR        install from a wheelhouse instead (pip --no-index: no network, no compiler);
+#                     pip may take exactly the wheels teye-wheelhouse.json lists, each pinned by its
+#                     sha256 (--require-hashes); an unlisted file in wheels/ is refused first
 #   --python PY       interpreter for the venv (default python3, >= 3.9)
 #   --system-site-packages   let the venv see the system's Python packages (runtime only:
 #                     teye itself is still built in an isolated environment)
@@ -139,7 +141,12 @@ if [ -n "$WHEELHOUSE" ]; then
     [ -f "$WHEELHOUSE/teye-wheelhouse.json" ] \
         || die "$WHEELHOUSE is not a teye wheelhouse (teye-wheelhouse.json missing; build one with ./dev.sh dist)"
     FILES="$WHEELHOUSE/deploy"      # the example config and the unit travel with the wheels
-    INSTALL_FROM=(--no-index --find-links "$WHEELHOUSE/wheels" teye)
+    # pip takes exactly the manifest: a requirements file of the listed wheels, each with its sha256,
+    # written below once the wheelhouse is checked (no --find-links: pip sees no other file)
+    REQS_DIR="$(mktemp -d)"
+    trap 'rm -rf "$REQS_DIR"' EXIT
+    REQS="$REQS_DIR/wheelhouse-requirements.txt"
+    INSTALL_FROM=(--no-index --require-hashes -r "$REQS")
     export PIP_CONFIG_FILE=/dev/null   # the wheelhouse alone: no index, find-links or constraints from pip.conf
 else
     [ -f "$SOURCE/pyproject.toml" ] || die "no teye source tree at $SOURCE (pyproject.toml missing); use --source"
@@ -154,9 +161,9 @@ command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; install Python 3
 
 # A wheelhouse is for one platform and Python: say which and stop before anything is changed.
 if [ -n "$WHEELHOUSE" ]; then
-    "$PYTHON" - "$WHEELHOUSE" <<'PY' || die "refusing $WHEELHOUSE: nothing was changed"
-import hashlib, json, os, platform, sys
-d = sys.argv[1]
+    "$PYTHON" - "$WHEELHOUSE" "$REQS" <<'PY' || die "refusing $WHEELHOUSE: nothing was changed"
+import hashlib, json, os, pathlib, platform, re, stat, sys
+d, reqs = sys.argv[1], sys.argv[2]
 m = json.load(open(os.path.join(d, "teye-wheelhouse.json")))
 impl = sys.implementation.name
 here = "%s%d%d" % ({"cpython": "cp"}.get(impl, impl), *sys.version_info[:2])
@@ -172,8 +179,20 @@ if m["machine"] != platform.machine():
     problems.append("it was built for %s machines, and this one is %s" % (m["machine"], platform.machine()))
 if m.get("glibc") and (libc != "glibc" or vt(ver) < vt(m["glibc"])):
     problems.append("it needs glibc %s or newer, and this host has %s" % (m["glibc"], ("glibc " + ver) if libc == "glibc" else "no glibc"))
+WHEEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+!-]*\.whl")
+listed = {}
 for name, digest in sorted(m["wheels"].items()):
+    if not WHEEL.fullmatch(name) or ".." in name:
+        problems.append("its manifest lists %r, which is not a wheel file name in wheels/ (no '/', no '..')" % name)
+        continue
+    if not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
+        problems.append("its manifest gives wheels/%s no sha256 (%r)" % (name, digest))
+        continue
     path = os.path.join(d, "wheels", name)
+    if os.path.islink(path):
+        problems.append("wheels/%s is a symbolic link" % name)
+        continue
+    listed[name] = digest
     try:
         with open(path, "rb") as fh:
             ok = hashlib.sha256(fh.read()).hexdigest() == digest
@@ -182,6 +201,20 @@ for name, digest in sorted(m["wheels"].items()):
         continue
     if not ok:
         problems.append("wheels/%s is damaged (its sha256 differs from teye-wheelhouse.json)" % name)
+try:
+    present = sorted(os.listdir(os.path.join(d, "wheels")))
+except OSError as e:
+    present = []
+    problems.append("wheels/ cannot be read: %s" % (e.strerror or e))
+for name in present:
+    if name not in m["wheels"]:
+        problems.append("wheels/%s is not listed in teye-wheelhouse.json (a wheelhouse holds its manifest and "
+                        "nothing else)" % name)
+if not problems:
+    with open(reqs, "w") as fh:
+        for name, digest in sorted(listed.items()):
+            uri = pathlib.Path(os.path.join(d, "wheels", name)).as_uri()
+            fh.write("%s --hash=sha256:%s\n" % (uri, digest))
 for p in problems:
     sys.stderr.write("teye-install: error: this wheelhouse does not fit this host: %s\n" % p)
 if problems:

@@ -13,6 +13,18 @@ is not a socket, or a socket another agent still receives on, is never touched: 
 configured path that is a ConfigError (exit 2), for the default path the phase collector
 reports itself down with the reason and the rest of the agent runs.
 
+The directory of a default location is the agent's own (issue 36): ``$XDG_RUNTIME_DIR/teye`` and
+``<tempdir>/teye-<uid>`` must be a real directory (not a symbolic link) owned by the agent's uid that
+no one else can write to, else the agent refuses to start (ConfigError, exit 2, naming the directory
+and why): another user who made ``/tmp/teye-<uid>`` first could otherwise unlink the socket and receive
+every job's datagrams.  ``/run/teye`` is skipped when it is not writable (another user's, as before) and
+refused when it is writable by others.  The socket's mode is set through a descriptor of the file bound
+(``O_PATH|O_NOFOLLOW``, checked to be a socket of the agent's uid), never by following a path.  Each
+collector pass checks that the path still names the socket bound (device and inode,
+``Receiver.socket_state``); when it is gone or replaced the pass reports ``teye_collector_up 0`` with
+the reason and the agent binds the path again (``PhaseSource``), unless another process now receives
+there (then it stays down, saying so).
+
 The receive loop never blocks the sampler: it holds the job table's lock only to apply
 one validated message, and it spends at most ``phases.max_messages_per_second`` handling
 datagrams.  Past that budget it does not pause (the kernel's queue is shared by every sender:
@@ -79,6 +91,54 @@ def default_candidates() -> List[str]:
     return out
 
 
+def check_own_dir(d: str, run_dir: bool = False) -> bool:
+    """Whether the default socket directory ``d`` may hold the agent's socket.
+
+    Raises ConfigError (the agent refuses to start) when ``d`` is a symbolic link or not a directory, or
+    is writable by other users, or (except ``/run/teye``, ``run_dir``) is owned by another uid.  Returns
+    False for a ``run_dir`` this uid may not write (skip it: another user's, as for a non-root agent)."""
+    try:
+        st = os.lstat(d)
+    except OSError as e:
+        raise ConfigError(f"phase socket directory {d}: {e.strerror or e}") from None
+    me = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(f"phase socket directory {d} is a symbolic link; refusing it (remove it, or pass "
+                          "--phase-socket)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"phase socket directory {d} is not a directory; refusing it")
+    if st.st_mode & 0o022:
+        raise ConfigError(f"phase socket directory {d} is writable by others (owner uid {st.st_uid}, mode "
+                          f"{stat.S_IMODE(st.st_mode):04o}); refusing it (remove it, or pass --phase-socket)")
+    if st.st_uid != me:
+        if run_dir:
+            return False
+        raise ConfigError(f"phase socket directory {d} is owned by uid {st.st_uid}, not this agent's uid {me}; "
+                          "refusing it (remove it, or pass --phase-socket)")
+    return True
+
+
+def _prepare_default_dir(parent: str) -> bool:
+    """Create a default socket directory (0755: other users' jobs must reach the socket) and check it."""
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    return check_own_dir(parent, run_dir=(parent == os.path.dirname(DEFAULT_SOCKET)))
+
+
+def _set_mode(path: str, mode: int) -> Tuple[int, int]:
+    """chmod the socket just bound at path without following the path: open the file itself (O_PATH,
+    O_NOFOLLOW), check it is a socket of this uid, chmod through that descriptor; (dev, inode)."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+            raise ConfigError(f"config key 'phases.socket': {path} was replaced while it was being bound "
+                              f"(now uid {st.st_uid}'s, mode {st.st_mode:o}); not changing its mode")
+        os.chmod(f"/proc/self/fd/{fd}", mode)      # the inode held by fd (glibc's fchmodat does the same)
+        return st.st_dev, st.st_ino
+    finally:
+        os.close(fd)
+
+
 def _someone_receives(path: str) -> bool:
     """True when a process is bound to the Unix socket at path (a datagram connect succeeds)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -131,12 +191,14 @@ def bind_socket(path: str) -> Tuple[socket.socket, Tuple[int, int]]:
         except OSError:
             pass
         sock.bind(path)
-        os.chmod(path, 0o666)
-        st = os.stat(path)
+        ident = _set_mode(path, 0o666)
     except OSError as e:
         sock.close()
         raise ConfigError(f"config key 'phases.socket': cannot bind {path}: {e.strerror or e}") from None
-    return sock, (st.st_dev, st.st_ino)
+    except ConfigError:
+        sock.close()
+        raise
+    return sock, ident
 
 
 def open_socket(configured: Optional[str]) -> Tuple[socket.socket, str, Tuple[int, int]]:
@@ -148,7 +210,9 @@ def open_socket(configured: Optional[str]) -> Tuple[socket.socket, str, Tuple[in
     for path in default_candidates():
         parent = os.path.dirname(path)
         try:
-            os.makedirs(parent, mode=0o755, exist_ok=True)
+            if not _prepare_default_dir(parent):
+                why.append(f"{parent}: another user's")
+                continue
         except OSError as e:
             why.append(f"{parent}: {e.strerror or e}")
             continue
@@ -209,6 +273,26 @@ class Receiver:
         self._shed = shed                      # shed({(uid, pid): datagrams}): charge discarded datagrams
         self._fd = sock.fileno()
         self._recv_batch = None if _speed.module is None else _speed.module.recv_batch
+        # close()'s wake-up goes to this socket itself, even once its path is gone or another's
+        self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            self._waker.connect(path)
+        except OSError:
+            self._waker.close()
+            self._waker = None
+
+    def socket_state(self) -> Optional[str]:
+        """None while the path still names the socket this receiver bound, else why not (one line)."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return f"phase socket {self.path} is gone (removed while the agent ran)"
+        except OSError as e:
+            return f"phase socket {self.path} cannot be checked: {e.strerror or e}"
+        if (st.st_dev, st.st_ino) != tuple(self._ident):
+            return (f"phase socket {self.path} was replaced (now uid {st.st_uid}'s, mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}): jobs' datagrams no longer reach this agent")
+        return None
 
     @property
     def received(self) -> int:
@@ -340,16 +424,15 @@ class Receiver:
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop the thread, close the socket and remove the socket file if it is still ours."""
         self._stop.set()
-        if self._thread.is_alive():
-            wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if self._thread.is_alive() and self._waker is not None:
             try:
-                wake.settimeout(1.0)
-                wake.sendto(b"", self.path)
+                self._waker.settimeout(1.0)
+                self._waker.send(b"")
             except OSError:
-                pass  # socket gone, or the queue stayed full: the thread is busy and sees the flag
-            finally:
-                wake.close()
+                pass  # the queue stayed full: the thread is busy and sees the flag
             self._thread.join(timeout_s)
+        if self._waker is not None:
+            self._waker.close()
         self.sock.close()
         try:
             st = os.stat(self.path)

@@ -7,16 +7,18 @@ sampler, credits GPU idle time to the intervals whose driver samples have arrive
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple
 
+from ..errors import ConfigError, SourceUnavailable
 from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
 from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
 from .pods import PodResolver
 from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
 from . import fast as _speed
-from .receiver import Receiver, open_socket
+from .receiver import DEFAULT_SOCKET, Receiver, bind_socket, check_own_dir, open_socket
 from .verdict import CAUSES, KINDS
 
 log = logging.getLogger("teye.phases")
@@ -184,17 +186,42 @@ class PhaseSource:
         self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals, probe=self.probe, pods=pods)
         # what host collectors (hardware counters) offer as evidence, cited when the host is the limit
         self.table.extra_evidence = lambda: ctx.host_notes
-        sock, path, ident = open_socket(socket_path if socket_path is not None else phases_cfg["socket"])
+        configured = socket_path if socket_path is not None else phases_cfg["socket"]
+        self._default_dir = not configured      # a default location: its directory is checked again on a rebind
+        self._cfg = phases_cfg
+        sock, path, ident = open_socket(configured)
         self.path = path
-        self.receiver = Receiver(sock, path, ident, self.table.handle_batch, phases_cfg["max_message_bytes"],
-                                 phases_cfg["max_messages_per_second"], serve=self.table.compiled_receive(),
-                                 serve_unless=self.table.python_receive, shed=self.table.shed)
-        self.receiver.start()
+        self.rebinds = 0
+        self.receiver = self._receiver(sock, ident)
         if self.probe is not None:
             self.probe.start()
         log.info("receiving training-job phases on %s (C helpers %s)", path, _speed.STATUS)
 
+    def _receiver(self, sock, ident) -> Receiver:
+        r = Receiver(sock, self.path, ident, self.table.handle_batch, self._cfg["max_message_bytes"],
+                     self._cfg["max_messages_per_second"], serve=self.table.compiled_receive(),
+                     serve_unless=self.table.python_receive, shed=self.table.shed)
+        r.start()
+        return r
+
+    def _rebind(self) -> str:
+        """Bind the path again after the socket file went or was replaced; what happened, for the reason."""
+        try:
+            if self._default_dir:
+                check_own_dir(os.path.dirname(self.path), run_dir=self.path == DEFAULT_SOCKET)
+            sock, ident = bind_socket(self.path)
+        except (ConfigError, OSError) as e:
+            return "cannot bind it again: " + str(e).replace("config key 'phases.socket': ", "")
+        old, self.receiver = self.receiver, self._receiver(sock, ident)
+        old.close()
+        self.rebinds += 1
+        log.warning("phase socket %s bound again", self.path)
+        return "bound it again"
+
     def collect(self, force: bool = False) -> PhasesReading:
+        why = self.receiver.socket_state()
+        if why is not None:   # this pass says so (teye_collector_up 0); the next one reads the new socket
+            raise SourceUnavailable(f"{why}; {self._rebind()}")
         now = self.ctx.clock()
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)

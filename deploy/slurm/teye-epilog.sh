@@ -23,10 +23,11 @@ TIMEOUT=${TEYE_EPILOG_TIMEOUT:-20}
 MAXBYTES=${TEYE_EPILOG_MAX_BYTES:-1024}
 CONFIG=${TEYE_CONFIG:-/etc/teye/teye.yml}
 
-log() { logger -t teye-epilog -- "job ${JOB:-?}: $*" 2>/dev/null || true; }
+log() { echo "teye-epilog: job ${JOB:-?}: $*" >&2; logger -t teye-epilog -- "job ${JOB:-?}: $*" 2>/dev/null || true; }
 
+# a job id is a number (an array task as <number>_<number>); anything else is refused before it is used
 case "$JOB" in
-    ''|*[!0-9_]*) log "no usable SLURM_JOB_ID ('$JOB'): nothing to do"; exit 0 ;;
+    ''|*[!0-9_]*|_*|*_|*_*_*) log "no usable SLURM_JOB_ID ('$JOB'): not a number; nothing stored"; exit 0 ;;
 esac
 case "$TIMEOUT" in ''|*[!0-9]*) TIMEOUT=20 ;; esac
 case "$MAXBYTES" in ''|*[!0-9]*) MAXBYTES=1024 ;; esac

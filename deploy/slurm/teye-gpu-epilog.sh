@@ -10,16 +10,17 @@ set -u
 DIR=${TEYE_GPU_JOB_DIR:-/run/teye/gpu-jobs}
 JOB=${SLURM_JOB_ID:-${SLURM_JOBID:-}}
 
-log() { logger -t teye-gpu-epilog -- "job ${JOB:-?}: $*" 2>/dev/null || true; }
+log() { echo "teye-gpu-epilog: job ${JOB:-?}: $*" >&2; logger -t teye-gpu-epilog -- "job ${JOB:-?}: $*" 2>/dev/null || true; }
+is_index() { case "$1" in ''|*[!0-9.]*|.*|*.|*.*.*) return 1 ;; esac; }
 
-case "$JOB" in ''|*[!0-9]*) log "no usable SLURM_JOB_ID ('$JOB'): nothing to do"; exit 0 ;; esac
+case "$JOB" in ''|*[!0-9]*) log "no usable SLURM_JOB_ID ('$JOB'): not a number; nothing changed"; exit 0 ;; esac
 [ -d "$DIR" ] || exit 0
 
 (
     flock -w 10 9 || { log "cannot lock $DIR/.lock"; exit 0; }
     for f in "$DIR"/*; do
         [ -f "$f" ] || continue
-        case "${f##*/}" in ''|*[!0-9.]*) continue ;; esac
+        is_index "${f##*/}" || continue      # only the prolog's files (a GPU index as name)
         grep -qx "$JOB" "$f" 2>/dev/null || continue
         if grep -vx "$JOB" "$f" > "$f.tmp.$$" 2>/dev/null; then
             chmod 644 "$f.tmp.$$" && mv -f "$f.tmp.$$" "$f"

@@ -15,6 +15,7 @@
 # Settings (environment, or /etc/teye/gpu-prolog.env): TEYE_GPU_JOB_DIR (default /run/teye/gpu-jobs, the
 # agent's allocation.slurm_mapping_dir).
 set -u
+set -f          # SLURM_JOB_GPUS is split on commas below: a "*" in it must not glob
 
 [ -r /etc/teye/gpu-prolog.env ] && . /etc/teye/gpu-prolog.env
 
@@ -22,16 +23,20 @@ DIR=${TEYE_GPU_JOB_DIR:-/run/teye/gpu-jobs}
 JOB=${SLURM_JOB_ID:-${SLURM_JOBID:-}}
 GPUS=${SLURM_JOB_GPUS:-}
 
-log() { logger -t teye-gpu-prolog -- "job ${JOB:-?}: $*" 2>/dev/null || true; }
+# every message also goes to stderr (slurmd's log), one line each
+log() { echo "teye-gpu-prolog: job ${JOB:-?}: $*" >&2; logger -t teye-gpu-prolog -- "job ${JOB:-?}: $*" 2>/dev/null || true; }
+# a GPU index: a number, or <number>.<number> for a MIG instance; nothing else becomes a file name
+is_index() { case "$1" in ''|*[!0-9.]*|.*|*.|*.*.*) return 1 ;; esac; }
 
-case "$JOB" in ''|*[!0-9]*) log "no usable SLURM_JOB_ID ('$JOB'): nothing to do"; exit 0 ;; esac
+case "$JOB" in ''|*[!0-9]*) log "no usable SLURM_JOB_ID ('$JOB'): not a number; nothing written"; exit 0 ;; esac
 [ -n "$GPUS" ] || exit 0                      # a job without GPUs
 mkdir -p "$DIR" 2>/dev/null && chmod 755 "$DIR" 2>/dev/null || { log "cannot create $DIR"; exit 0; }
 
 (
     flock -w 10 9 || { log "cannot lock $DIR/.lock"; exit 0; }
-    for gpu in $(printf '%s' "$GPUS" | tr ',' ' '); do
-        case "$gpu" in ''|*[!0-9.]*) log "skipping GPU '$gpu': not an index"; continue ;; esac
+    IFS=,                                       # split on commas only: "1 x" is one (bad) entry
+    for gpu in $GPUS; do
+        is_index "$gpu" || { log "skipping GPU '$gpu' from SLURM_JOB_GPUS: not a GPU index (N or N.M)"; continue; }
         f="$DIR/$gpu"
         # a GPU shared by jobs (sharding, OverSubscribe) lists each job once
         { [ -f "$f" ] && grep -vx "$JOB" "$f"; echo "$JOB"; } > "$f.tmp.$$" 2>/dev/null &&

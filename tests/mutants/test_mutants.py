@@ -65,6 +65,12 @@ MUTANTS = {
         ["tests/web/test_selfmetrics.py::test_no_web_config_no_tls_no_auth_series"], False),
     "http_in_flight_not_in_finally.patch": (
         ["tests/web/test_selfmetrics.py::test_timeouts_by_kind_with_slow_clients"], False),
+    # issue 36: Slurm inputs that are numbers, --print-env safe for eval
+    "slurm_prolog_dots_as_index.patch": (
+        ["tests/deploy/test_slurm_inputs.py::test_prolog_refuses_a_gpu_that_is_not_an_index_and_writes_nothing_outside"],
+        False),
+    "print_env_unquoted.patch": (
+        ["tests/client/test_print_env_quoting.py::test_eval_of_the_default_form_keeps_every_value_literal"], False),
     # issue 39: mutants that survived the suite before it
     "client_pod_name_hostname_first.patch": (["tests/client/test_zero_code.py::test_job_name_order"], False),
     "client_off_switch_skips_users_sitecustomize.patch": (
