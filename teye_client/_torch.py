@@ -58,6 +58,7 @@ def patch_dataloader(module):
         k = getattr(self, "_teye_loader", None)
         if k is None:
             k = self._teye_loader = next(_loaders)
+            s.loader(k, self)
         t = _thread()
         if t != s.wait_thread:   # another thread reads batches: is it the one that steps? (see patch_optimizer)
             if s.wait_thread is not None:
@@ -65,9 +66,11 @@ def patch_dataloader(module):
             s.wait_thread = t
         try:
             batch = orig(self)
-        except BaseException:
+        except BaseException as e:
             # the wait for the end of the epoch is a wait too, and so is one that ends in an error (a worker
             # that died: the training loop waited for its batch until PyTorch noticed)
+            if isinstance(e, StopIteration):
+                s.ended.add(k)
             s.wait(t0, _ns(), 0, k)
             raise
         s.wait(t0, _ns(), batch_size(batch), k)
@@ -91,6 +94,11 @@ def patch_optimizer(module):
         if s.wait_thread is not None and s.wait_thread != _thread():
             s.off_thread = True   # its batches are read in another thread than the one that steps
         s.step_guarded(_ns(), id(optimizer))  # the id, not the optimizer: teye keeps nothing of the job alive
+        if s.leader == id(optimizer):
+            try:
+                s.lead(optimizer)                 # a weak reference: the next optimizer leads once it is gone
+            except Exception as e:  # never into the training loop
+                debug("zero-code phases: the leading optimizer: %s: %s" % (type(e).__name__, e))
 
     register(_teye_step)
     return True
