@@ -39,6 +39,23 @@ def test_every_loader_a_step_reads_is_training(agent, mode):
     assert abs(j.input_bound_ratio - own["wait_share"]) <= 0.03, (j.input_bound_ratio, own)
 
 
+def test_a_validation_pass_between_two_loader_steps_is_eval(agent):
+    """Two training loaders, and every 10 steps a validation pass run to its end over an iterator the job
+    still holds at the next step: that loader ended before the step, so it is evaluation (the script's own
+    clock of it: from the pass's start to the next training batch asked for), and training stays training."""
+    run = teye_run([sys.executable, SCRIPT, "val", "30"], socket_path=agent.path, job="loaders-val")
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    j = agent.jobs()["loaders-val"]
+    phases = dict(j.phase_seconds)
+    print("own", own, "teye", phases, j.steps, j.samples, j.input_bound_ratio)
+    assert (j.steps, j.samples) == (30, own["read"])
+    assert 0.95 * own["eval_s"] <= phases.get("eval", 0.0) <= own["eval_s"] + own["probe_s"] + 0.01, (phases, own)
+    total = phases["data_wait"] + phases["compute"]
+    assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
+    assert abs(j.input_bound_ratio - own["wait_share"]) <= 0.03, (j.input_bound_ratio, own)
+
+
 def test_several_loaders_leave_the_job_as_it_was(agent):
     args = [sys.executable, SCRIPT, "three", "6"]
     bare = plain_run(args)

@@ -6,7 +6,8 @@ semi-supervised, contrastive and multi-task training), with its own clock.
 MODE: ab (the slow labelled loader read first, then the fast unlabelled one), ba (the fast one first), zip
 (``for (x, y), u in zip(la, lb)``), three (a third loader after the two), alt (the second loader read only
 every other step), cycle (the second loader through itertools.cycle: after its 3 batches, replays that read
-no loader).  The labelled loader's __getitem__ sleeps (input-bound training).  A batch-size probe
+no loader), val (as ab, and after every 10th step a validation pass under torch.no_grad() over an iterator
+the job keeps, run to its end: evaluation, its time from its start to the next training batch asked for).  The labelled loader's __getitem__ sleeps (input-bound training).  A batch-size probe
 (next(iter(lb))) comes first, which is evaluation, not training.
 Prints one JSON line: steps, samples read from the loaders for the steps, the time of the steps (from
 asking for the first batch to the end of optimizer.step()) and the input wait inside them (perf_counter
@@ -46,7 +47,9 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 probe_from = clock()
 print("probe batch", len(next(iter(lb))[0]), flush=True)
-wait = total = probe_s = 0.0
+lv = DataLoader(Data(4 * 5, 0.002), batch_size=4)
+wait = total = probe_s = eval_s = 0.0
+eval_from = None
 samples = 0
 
 
@@ -68,12 +71,15 @@ else:
     ia, ib, ic = iter(la), iter(lb), iter(lc)
     fetch = {"ab": [lambda: timed(ia), lambda: timed(ib)], "ba": [lambda: timed(ib), lambda: timed(ia)],
              "three": [lambda: timed(ia), lambda: timed(ib), lambda: timed(ic)],
-             "alt": [lambda: timed(ia), lambda: timed(ib)]}[mode]
+             "alt": [lambda: timed(ia), lambda: timed(ib)], "val": [lambda: timed(ia), lambda: timed(ib)]}[mode]
 read = 0    # samples read from the loaders (a cycle's replays read none)
 for i in range(steps):
     t0 = clock()
     if i == 0:
         probe_s = t0 - probe_from
+    if eval_from is not None:
+        eval_s += t0 - eval_from
+        eval_from = None
     got = [f() for f in (fetch if mode != "alt" or i % 2 == 0 else fetch[:1])]
     if mode == "zip":
         got = list(got[0])
@@ -85,5 +91,10 @@ for i in range(steps):
     samples += sum(len(b[0]) for b in got)
     read += sum(len(b[0]) for b in got) if mode != "cycle" else BA + (BB if i < 3 else 0)
     print("step", i, "%.6f" % loss.item(), flush=True)
+    if mode == "val" and i % 10 == 9 and i + 1 < steps:
+        eval_from = clock()
+        vit = iter(lv)            # kept: still alive (and at its end) at the next step
+        with torch.no_grad():
+            print("val", sum(float(((model(x) - y) ** 2).mean()) for x, y in vit), flush=True)
 print(json.dumps({"steps": steps, "samples": samples, "read": read, "train_s": total, "wait_s": wait,
-                  "wait_share": wait / total, "probe_s": probe_s}))
+                  "wait_share": wait / total, "probe_s": probe_s, "eval_s": eval_s}))
