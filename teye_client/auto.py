@@ -553,6 +553,47 @@ def _keras_trainer(module):
     _tf.patch_keras_trainer(module)
 
 
+def _flush_reporters():
+    rep = sys.modules.get("teye_client.reporter")
+    if rep is not None:
+        rep.flush_all()
+
+
+def patch_pool(module):
+    """multiprocessing.pool.worker, flushing the process's reporters before it sends each task's result: a
+    Pool left by ``with Pool(...)`` is terminated (SIGTERM to its workers) as soon as the last result is in,
+    which no flush can follow.  Sent first, the steps of a task are at the agent before its result is at the
+    parent.  Workers in threads (ThreadPool: a queue.SimpleQueue takes no attribute) are left alone."""
+    orig = module.__dict__.get("worker")
+    if type(orig) is not type(patch_pool) or getattr(orig, "_teye", False):
+        debug("multiprocessing.pool.worker is not the function teye expects: no flush per task")
+        return False
+
+    def worker(inqueue, outqueue, *args, **kwargs):
+        put = getattr(outqueue, "put", None)
+        if callable(put):
+            def flushed_put(obj):
+                try:
+                    _flush_reporters()
+                except Exception as e:  # never into the worker
+                    debug("zero-code phases: the flush before a pool result: %s: %s" % (type(e).__name__, e))
+                return put(obj)
+            try:
+                outqueue.put = flushed_put
+            except (AttributeError, TypeError):
+                pass
+        return orig(inqueue, outqueue, *args, **kwargs)
+
+    wrapper_of(worker, orig)
+    worker.__module__ = orig.__module__   # pickled by reference (spawn, forkserver): multiprocessing.pool.worker
+    module.worker = worker
+    return True
+
+
+def _mp_pool(module):
+    patch_pool(module)
+
+
 # module -> instrumentor, run right after the module has been executed (the instrumentors import
 # nothing of the framework that the module has not already imported)
 HOOKS = {
@@ -563,6 +604,7 @@ HOOKS = {
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,
     "keras.src.backend.tensorflow.trainer": _keras_trainer,
+    "multiprocessing.pool": _mp_pool,
 }
 
 

@@ -1,6 +1,7 @@
 """Nothing lost on the way out (issue 39): a process that ends with os._exit (a forked child, every worker of
 multiprocessing's fork and forkserver contexts) flushes its last steps first, as one that ends with sys.exit
-does; spawn children end with sys.exit.  A SIGKILLed child's buffered records cannot be seen by anyone
+does; spawn children end with sys.exit; a Pool worker sends a task's steps before its result (a Pool left by
+`with` is terminated, SIGTERM, as soon as the results are in).  A SIGKILLed child's buffered records cannot be seen by anyone
 (docs/zero-code.md): the agent counts what it sent before.  Real unmodified PyTorch jobs under `teye run`;
 the oracle is the job's own step count and the exit statuses it saw."""
 from __future__ import annotations
@@ -28,13 +29,14 @@ def _same_job(agent, mode, steps, job):
 
 
 @pytest.mark.parametrize("mode,processes", [("fork", 1), ("pool-fork", 2), ("pool-forkserver", 2),
-                                            ("pool-spawn", 2)])
+                                            ("pool-spawn", 2), ("pool-fork-with", 2), ("pool-spawn-with", 2)])
 def test_children_that_end_without_atexit_send_their_last_steps(agent, mode, processes):
     own, j = _same_job(agent, mode, 30, "exit-" + mode)
     print(own, j.steps, j.samples, j.processes)
     if mode == "fork":
         assert own["statuses"] == [7]        # os._exit's status is the child's, unchanged
-    # every step (2 ms each: the last flush_ms of them were lost before), each process its own
+    # every step (2 ms each: the last flush_ms of them were lost before), each process its own; -with: the
+    # pool is terminated (SIGTERM) once the last result is in: each task's steps are sent before its result
     assert own["steps"] - 1 <= j.steps <= own["steps"], (j.steps, own)
     assert j.samples == 8 * j.steps and j.processes == processes
 

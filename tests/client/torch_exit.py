@@ -4,7 +4,8 @@
 
 MODE: fork (os.fork; the child trains STEPS steps and ends with os._exit(7), as multiprocessing's fork
 context ends every worker), pool-fork, pool-forkserver, pool-spawn (a multiprocessing.Pool of 2 workers of
-that context maps 4 tasks of STEPS steps each, then close() and join()), dlfork (a DataLoader worker whose
+that context maps 4 tasks of STEPS steps each, then close() and join(); pool-fork-with: the block's end terminates
+the pool instead, as `with Pool(...)` does), dlfork (a DataLoader worker whose
 __getitem__ forks a child that ends with os._exit(3); the main process trains STEPS steps), kill (the
 forked child trains STEPS steps and is killed by SIGKILL; the parent then trains STEPS steps).
 Prints one JSON line: the steps trained in all processes and the samples, the exit statuses seen.
@@ -77,10 +78,12 @@ if __name__ == "__main__":
             print("parent", train(STEPS), flush=True)
             out["steps"] += STEPS
     elif mode.startswith("pool-"):
-        with mp.get_context(mode[5:]).Pool(2) as pool:
+        ctx = mp.get_context(mode.split("-")[1])
+        with ctx.Pool(2) as pool:
             res = pool.map(task, range(4))
-            pool.close()
-            pool.join()
+            if not mode.endswith("-with"):   # -with: leaving the block terminates the workers (SIGTERM)
+                pool.close()
+                pool.join()
         print("losses", res, flush=True)
         out["steps"] = 4 * STEPS
     elif mode == "dlfork":
