@@ -67,7 +67,7 @@ FRAMEWORKS = {
     "tf": ("TensorFlow custom loop", "tf_eval_loop.py"),
 }
 EXTRA = {"loaders": ("torch_loaders.py", ["ab", "ba", "zip", "three", "alt", "cycle", "val"]),
-         "exit": ("torch_exit.py", ["fork", "pool-fork", "pool-forkserver", "pool-spawn"])}
+         "exit": ("torch_exit.py", ["fork", "pool-fork", "pool-forkserver", "pool-spawn", "pool-fork-with"])}
 ENV = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
