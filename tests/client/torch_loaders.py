@@ -9,9 +9,11 @@ every other step), cycle (the second loader through itertools.cycle: after its 3
 no loader), val (as ab, and after every 10th step a validation pass under torch.no_grad() over an iterator
 the job keeps, run to its end: evaluation, its time from its start to the next training batch asked for).  The labelled loader's __getitem__ sleeps (input-bound training).  A batch-size probe
 (next(iter(lb))) comes first, which is evaluation, not training.
-Prints one JSON line: steps, samples read from the loaders for the steps, the time of the steps (from
-asking for the first batch to the end of optimizer.step()) and the input wait inside them (perf_counter
-right around each next()), and the probe's time (to the first training batch asked for).
+Prints one JSON line: steps, samples read from the loaders for the steps, the time of the steps (the whole
+loop: from the end of the previous step, its line printed, or for the first step and the first after a
+validation pass from asking for its first batch, to the end of its own line) and the input wait inside them
+(perf_counter right around each next()), the probe's time (to the first training batch asked for) and the
+validation passes' (from their start to the next training batch asked for).
 """
 import itertools
 import json
@@ -73,13 +75,14 @@ else:
              "three": [lambda: timed(ia), lambda: timed(ib), lambda: timed(ic)],
              "alt": [lambda: timed(ia), lambda: timed(ib)], "val": [lambda: timed(ia), lambda: timed(ib)]}[mode]
 read = 0    # samples read from the loaders (a cycle's replays read none)
+t_prev = None   # where the previous step ended (its line printed): a step is the whole loop from there
 for i in range(steps):
     t0 = clock()
     if i == 0:
         probe_s = t0 - probe_from
     if eval_from is not None:
         eval_s += t0 - eval_from
-        eval_from = None
+        eval_from = t_prev = None
     got = [f() for f in (fetch if mode != "alt" or i % 2 == 0 else fetch[:1])]
     if mode == "zip":
         got = list(got[0])
@@ -87,10 +90,12 @@ for i in range(steps):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    total += clock() - t0
     samples += sum(len(b[0]) for b in got)
     read += sum(len(b[0]) for b in got) if mode != "cycle" else BA + (BB if i < 3 else 0)
     print("step", i, "%.6f" % loss.item(), flush=True)
+    t_end = clock()
+    total += t_end - (t0 if t_prev is None else t_prev)
+    t_prev = t_end
     if mode == "val" and i % 10 == 9 and i + 1 < steps:
         eval_from = clock()
         vit = iter(lv)            # kept: still alive (and at its end) at the next step
