@@ -20,6 +20,7 @@
   step follows (validation, test, probes) are the ``eval`` phase, not training (Session._evaluation).
 """
 import itertools
+import sys
 import threading
 import time
 
@@ -31,6 +32,20 @@ SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier")
 _loaders = itertools.count(1)
+_is_grad = None   # torch.is_grad_enabled, once torch has it
+
+
+def _grad_enabled():
+    """Whether autograd is on (off under torch.no_grad() and inference_mode(), where evaluation reads its
+    batches); True where torch cannot tell yet."""
+    global _is_grad
+    f = _is_grad
+    if f is None:
+        f = getattr(sys.modules.get("torch"), "is_grad_enabled", None)
+        if not callable(f):
+            return True
+        _is_grad = f
+    return f()
 
 
 
@@ -59,6 +74,8 @@ def patch_dataloader(module):
         if k is None:
             k = self._teye_loader = next(_loaders)
             s.loader(k, self)
+        if not _grad_enabled():
+            s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
         t = _thread()
         if t != s.wait_thread:   # another thread reads batches: is it the one that steps? (see patch_optimizer)
             if s.wait_thread is not None:

@@ -141,6 +141,7 @@ class Session:
         self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
         self.refs = {}           # loader number -> weak reference to its iterator (None: cannot tell), until it trains
         self.ended = set()       # loaders whose end (StopIteration) was waited for since the last step
+        self.nograd = set()      # loaders read with autograd off since the last step (where the instrumentor tells)
         self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
         self.wait_thread = None  # the thread of the latest input wait (where the instrumentor tells)
         self.off_thread = False  # input waits came from a thread other than the one that steps: steps only
@@ -319,12 +320,13 @@ class Session:
         optimizer steps on the stepping thread is training input (semi-supervised, contrastive, multi-task
         steps read two or three), in whatever order and however often each is read: the one the step
         consumed last, those that trained before, and those still in use at the step.  A loader that never
-        trained is evaluation where its end was reached before the step (a validation or test pass) or the
-        job already dropped it (a probe like next(iter(loader)), a pass cut short with break): from the first
+        trained is evaluation where its end was reached before the step (a validation or test pass), it was
+        read with autograd off (under torch.no_grad() or inference_mode(), as Lightning's validation reads its
+        batches through an iterator it keeps, stopping at the loader's length), or the job already dropped it (a probe like next(iter(loader)), a pass cut short with break): from the first
         of its waits to the training wait that follows the last of them is reported as the ``eval`` phase,
         and the step starts there (its time, samples and histogram count training only).  Returns the
         step's start; removes the evaluation's waits."""
-        keys, refs, ended = self.train_keys, self.refs, self.ended
+        keys, refs, ended, nograd = self.train_keys, self.refs, self.ended, self.nograd
         last = waits[-1][3]
         first = final = -1
         decided = {}
@@ -334,7 +336,7 @@ class Session:
             if train is None:
                 if k == last or k is None or k in keys:
                     train = True
-                elif k in ended:
+                elif k in ended or k in nograd:
                     train = False
                 elif k in refs:   # a loader the instrumentor registered (PyTorch's)
                     ref = refs[k]
@@ -352,6 +354,7 @@ class Session:
                 if first < 0:
                     first = i
         ended.clear()
+        nograd.clear()
         if first < 0:
             return start
         a, b = max(waits[first][0], start), waits[final + 1][0]

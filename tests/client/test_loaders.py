@@ -32,7 +32,7 @@ def test_every_loader_a_step_reads_is_training(agent, mode):
     # no evaluation but the probe (to the first training batch asked for): the slow loader's waits are
     # training's whichever comes first
     assert phases.get("eval", 0.0) <= own["probe_s"] + 0.005, (phases, own)
-    assert own["wait_share"] > 0.5   # the job is input-bound: the bug read it compute-bound
+    assert own["wait_share"] > 0.4   # the job is input-bound (its compute slows on a loaded host): the bug read 0.04-0.06
     total = phases["data_wait"] + phases["compute"]
     assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
     assert abs(phases["data_wait"] / total - own["wait_share"]) <= 0.03, (phases, own)

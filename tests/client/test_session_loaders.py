@@ -86,6 +86,26 @@ def test_a_dropped_probe_and_an_ended_pass_are_eval_a_held_loader_is_not():
     assert shares(s.reporter) == [(5, 30, 12, 15), (45, 70, 12, 15)]
 
 
+def test_a_held_loader_read_under_no_grad_is_eval_unless_it_trained():
+    """Lightning's validation: an iterator it keeps, read under no_grad() and stopped at the loader's length
+    (no StopIteration); a training loader read under no_grad() (a teacher's batch) still trains."""
+    s = session()
+    a, b = loader(s, 1), loader(s, 2)   # noqa: F841
+    s.wait(0, 10, 4, 1)
+    s.wait(10, 15, 8, 2)
+    s.step(20)
+    v = loader(s, 7)                    # noqa: F841 (held)
+    s.wait(20, 30, 4, 7)
+    s.wait(30, 40, 4, 7)
+    s.nograd.add(7)
+    s.wait(40, 50, 4, 1)
+    s.wait(50, 55, 8, 2)
+    s.nograd.add(2)                     # a loader that trained, read under no_grad this time
+    s.step(60)
+    assert s.reporter.phases == [("eval", 20, 40)]
+    assert shares(s.reporter) == [(0, 20, 12, 15), (40, 60, 12, 15)]
+
+
 def test_a_loader_teye_cannot_hold_trains():
     s = session()
     s.loader(1, 5)                      # an int takes no weak reference: cannot tell, so training

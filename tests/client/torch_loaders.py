@@ -42,7 +42,7 @@ class Data(Dataset):
 torch.manual_seed(0)
 mode, steps = sys.argv[1], int(sys.argv[2])
 BA, BB = 4, 8
-la = DataLoader(Data(BA * steps, 0.004), batch_size=BA)          # slow: ~16 ms a batch
+la = DataLoader(Data(BA * steps, 0.008), batch_size=BA)          # slow: ~32 ms a batch
 lb = DataLoader(Data(BB * (3 if mode == "cycle" else steps), 0), batch_size=BB)
 lc = DataLoader(Data(2 * steps, 0), batch_size=2)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
