@@ -54,6 +54,9 @@ MUTANTS = {
     "session_ended_pass_trains.patch": (
         ["tests/client/test_session_loaders.py::test_a_dropped_probe_and_an_ended_pass_are_eval_a_held_loader_is_not"],
         False),
+    "session_nograd_ignored.patch": (
+        ["tests/client/test_session_loaders.py::test_a_held_loader_read_under_no_grad_is_eval_unless_it_trained"],
+        False),
     "session_dropped_loader_trains.patch": (
         ["tests/client/test_session_loaders.py::test_a_dropped_probe_and_an_ended_pass_are_eval_a_held_loader_is_not"],
         False),
