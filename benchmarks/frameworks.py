@@ -1,6 +1,15 @@
 """Real training frameworks under `teye run` (issue 29): teye's figures against each script's own clock.
 
     python benchmarks/frameworks.py [--repeats N] [--steps N] [--fast-steps N] [--only torch,hf,lightning,keras,tf]
+    python benchmarks/frameworks.py --only loaders,exit [--repeats N]
+
+loaders, exit (issue 39): rows of their own, after the matrix.  loaders: tests/client/torch_loaders.py, 30 steps
+of one plain PyTorch loop reading two loaders per step (the slow one first: ab; second: ba; zip(la, lb)), three,
+one read every other step (alt), a second loader through itertools.cycle, two loaders and a validation pass run
+to its end every 10 steps (val); the peer: the loop's own perf_counter around each next().  exit:
+tests/client/torch_exit.py, children that end without atexit hooks: a forked child ending with os._exit, Pools of
+the fork, forkserver and spawn contexts (4 tasks of 30 steps on 2 workers); the peer: the steps and samples the
+job trained.
 
 The matrix: framework x input x evaluation.
 - framework: a plain PyTorch loop with a batch-size probe and validation passes under model.eval()/no_grad()
@@ -57,6 +66,8 @@ FRAMEWORKS = {
     "keras": ("Keras Model.fit", "keras_eval.py"),
     "tf": ("TensorFlow custom loop", "tf_eval_loop.py"),
 }
+EXTRA = {"loaders": ("torch_loaders.py", ["ab", "ba", "zip", "three", "alt", "cycle", "val"]),
+         "exit": ("torch_exit.py", ["fork", "pool-fork", "pool-forkserver", "pool-spawn", "pool-fork-with"])}
 ENV = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
@@ -95,6 +106,63 @@ def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
             "own_steps": own["steps"], "own_samples": own["samples"], "teye_steps": j.steps,
             "teye_samples": j.samples or 0, "own_eval": own["eval_s"], "teye_eval": ph.get("eval", 0.0),
             "own_train": own["train_s"], "teye_train": train, "verdict": verdict}
+
+
+def extra_run(kind: str, mode: str, job: str) -> dict:
+    """One run of a loaders or exit row: the script's own figures and teye's, or {"error": ...}."""
+    d = tempfile.mkdtemp(prefix="teye-fw-")
+    agent = LiveAgent(d)
+    script, _ = EXTRA[kind]
+    args = [sys.executable, os.path.join(HERE, script), mode, "30"]
+    try:
+        r = teye_run(args, socket_path=agent.path, job=job, env=base_env(**ENV), timeout=600)
+        if r.returncode != 0:
+            return {"error": f"exit {r.returncode}: {r.stderr.strip()[-300:]}"}
+        own = last_json(r.stdout)
+        j = agent.jobs().get(job)
+    finally:
+        agent.close()
+    if j is None:
+        return {"error": "teye saw no job"}
+    ph = dict(j.phase_seconds)
+    train = ph.get("data_wait", 0.0) + ph.get("compute", 0.0)
+    return {"own_share": own["wait_s"] / own["train_s"] if "wait_s" in own else float("nan"),
+            "teye_share": ph.get("data_wait", 0.0) / train if train else float("nan"),
+            "own_steps": own["steps"], "teye_steps": j.steps, "own_samples": own.get("read", own["samples"]),
+            "teye_samples": j.samples or 0, "own_eval": own.get("eval_s", 0.0), "teye_eval": ph.get("eval", 0.0),
+            "verdict": j.verdict.kind + (f"/{j.verdict.cause}" if j.verdict.cause else "")}
+
+
+def extra_row(kind: str, mode: str, runs: list, errors: list) -> str:
+    label = f"{kind:7} {mode:15}"
+    if not runs:
+        return f"{label} failed: {errors[0] if errors else '?'}"
+    verdict = collections.Counter(r["verdict"] for r in runs).most_common(1)[0][0]
+    out = (f"{label} {_pct(_med(runs, 'teye_share')):>6} {_pct(_med(runs, 'own_share')):>6}  "
+           f"{_med(runs, 'teye_steps'):5.0f}/{_med(runs, 'own_steps'):<5.0f} "
+           f"{_med(runs, 'teye_samples'):5.0f}/{_med(runs, 'own_samples'):<5.0f}  "
+           f"{_med(runs, 'teye_eval'):6.3f} {_med(runs, 'own_eval'):6.3f}  {verdict}")
+    if errors:
+        out += f"  ({len(errors)} failed: {errors[0]})"
+    return out
+
+
+def extras(kinds: list, repeats: int) -> None:
+    rows = [(k, m) for k in kinds for m in EXTRA[k][1]]
+    results = {r: ([], []) for r in rows}
+    t0 = time.monotonic()
+    for rep in range(repeats):
+        for k, m in rows:
+            r = extra_run(k, m, f"{k}-{m}-{rep}")
+            runs, errors = results[(k, m)]
+            (errors if "error" in r else runs).append(r.get("error", r))
+        print(f"  round {rep + 1} of {repeats} done ({time.monotonic() - t0:.0f} s)", flush=True)
+    print(f"\n{'':23} {'share %':^13}  {'steps':^11} {'samples':^11}  {'eval s':^13}  verdict")
+    print(f"{'row':23} {'teye':>6} {'own':>6}  {'teye/own':^11} {'teye/own':^11}  {'teye':>6} {'own':>6}")
+    for k, m in rows:
+        print(extra_row(k, m, *results[(k, m)]))
+    print(f"\nmedians of {repeats}; own eval: the probe and validation passes are not in it for loaders (the probe "
+          f"is a few ms); own samples: what the loops read from their loaders")
 
 
 def _pct(x: float) -> str:
@@ -143,7 +211,12 @@ def main() -> int:
     ap.add_argument("--fast-steps", type=int, default=200, help="training steps of the fast cells")
     ap.add_argument("--only", default=",".join(FRAMEWORKS), help="frameworks, comma-separated")
     args = ap.parse_args()
-    fws = [f for f in args.only.split(",") if f]
+    fws = [f for f in args.only.split(",") if f and f not in EXTRA]
+    kinds = [f for f in args.only.split(",") if f in EXTRA]
+    if kinds and not fws:
+        print(f"{versions()}; {os.cpu_count()} CPUs, one thread per pool; {args.repeats} repeats")
+        extras(kinds, args.repeats)
+        return 0
     for f in fws:
         if f not in FRAMEWORKS:
             ap.error(f"--only: unknown framework {f!r} (known: {', '.join(FRAMEWORKS)})")
@@ -175,6 +248,8 @@ def main() -> int:
           f"points; gap: lightning_job.py's time between training batches (less validation) / train_s, an upper "
           f"bound of its input wait; diff: median, max: the largest over the repeats; eq: repeats where teye's "
           f"steps and samples both equal the script's")
+    if kinds:
+        extras(kinds, args.repeats)
     return 0
 
 

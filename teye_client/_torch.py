@@ -20,6 +20,7 @@
   step follows (validation, test, probes) are the ``eval`` phase, not training (Session._evaluation).
 """
 import itertools
+import sys
 import threading
 import time
 
@@ -31,6 +32,20 @@ SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier")
 _loaders = itertools.count(1)
+_is_grad = None   # torch.is_grad_enabled, once torch has it
+
+
+def _grad_enabled():
+    """Whether autograd is on (off under torch.no_grad() and inference_mode(), where evaluation reads its
+    batches); True where torch cannot tell yet."""
+    global _is_grad
+    f = _is_grad
+    if f is None:
+        f = getattr(sys.modules.get("torch"), "is_grad_enabled", None)
+        if not callable(f):
+            return True
+        _is_grad = f
+    return f()
 
 
 
@@ -58,6 +73,9 @@ def patch_dataloader(module):
         k = getattr(self, "_teye_loader", None)
         if k is None:
             k = self._teye_loader = next(_loaders)
+            s.loader(k, self)
+        if not _grad_enabled():
+            s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
         t = _thread()
         if t != s.wait_thread:   # another thread reads batches: is it the one that steps? (see patch_optimizer)
             if s.wait_thread is not None:
@@ -65,9 +83,11 @@ def patch_dataloader(module):
             s.wait_thread = t
         try:
             batch = orig(self)
-        except BaseException:
+        except BaseException as e:
             # the wait for the end of the epoch is a wait too, and so is one that ends in an error (a worker
             # that died: the training loop waited for its batch until PyTorch noticed)
+            if isinstance(e, StopIteration):
+                s.ended.add(k)
             s.wait(t0, _ns(), 0, k)
             raise
         s.wait(t0, _ns(), batch_size(batch), k)
@@ -91,6 +111,11 @@ def patch_optimizer(module):
         if s.wait_thread is not None and s.wait_thread != _thread():
             s.off_thread = True   # its batches are read in another thread than the one that steps
         s.step_guarded(_ns(), id(optimizer))  # the id, not the optimizer: teye keeps nothing of the job alive
+        if s.leader == id(optimizer):
+            try:
+                s.lead(optimizer)                 # a weak reference: the next optimizer leads once it is gone
+            except Exception as e:  # never into the training loop
+                debug("zero-code phases: the leading optimizer: %s: %s" % (type(e).__name__, e))
 
     register(_teye_step)
     return True

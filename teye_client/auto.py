@@ -15,6 +15,7 @@ import atexit
 import os
 import sys
 import time
+import weakref
 
 _DEBUG = os.environ.get("TEYE_DEBUG") == "1"
 _C = '"compute"'    # phase names as the reporter's flat buffers hold them (JSON-quoted)
@@ -119,6 +120,8 @@ class Session:
 
     MAX_WAITS = 4096
     MAX_EVALS = 256
+    MAX_LOADERS = 256
+    MAX_TRAIN_KEYS = 64
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -130,11 +133,15 @@ class Session:
         self.source = None       # ... once it has observed one (None: steps only)
         self.step_source = None  # what ends the steps
         self.leader = None       # the optimizer whose steps are the job's steps (see step())
+        self.leader_ref = None   # ... a weak reference to it, where the instrumentor gives one (see lead())
         self.other = None
         self.disabled = False
         self.starting = False    # making its own Reporter (see explicit_client)
         self.aside = False       # the process has its own Reporter: zero-code phases stand aside
         self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
+        self.refs = {}           # loader number -> weak reference to its iterator (None: cannot tell), until it trains
+        self.ended = set()       # loaders whose end (StopIteration) was waited for since the last step
+        self.nograd = set()      # loaders read with autograd off since the last step (where the instrumentor tells)
         self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
         self.wait_thread = None  # the thread of the latest input wait (where the instrumentor tells)
         self.off_thread = False  # input waits came from a thread other than the one that steps: steps only
@@ -188,11 +195,33 @@ class Session:
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
 
+    def loader(self, key, it):
+        """A new loader (iterator) numbered ``key``: kept by a weak reference, so that a step can tell one still
+        in use (a second loader the step consumes) from one already dropped (a probe, a validation pass)."""
+        refs = self.refs
+        try:
+            refs[key] = weakref.ref(it)
+        except TypeError:
+            refs[key] = None
+        if len(refs) > self.MAX_LOADERS:  # iterators that never trained: keep the newest
+            for k in list(refs)[:self.MAX_LOADERS // 2]:
+                del refs[k]
+
     def comm(self, start_ns, end_ns):
         c = self.comms
         c.append((start_ns, end_ns, -1, None))
         if len(c) > self.MAX_WAITS:
             del c[:self.MAX_WAITS // 2]
+
+    def lead(self, optimizer):
+        """A weak reference to the leading optimizer, where ``optimizer`` leads: once the job drops it (a new
+        model and optimizer per task, per fold, per trial), the next optimizer leads from its first step."""
+        ref = self.leader_ref
+        if ref is None or ref() is not optimizer:
+            try:
+                self.leader_ref = weakref.ref(optimizer)
+            except TypeError:
+                self.leader_ref = None
 
     def step(self, end_ns, owner=None, begun_ns=None):
         """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
@@ -201,7 +230,8 @@ class Session:
         step of a process starts there, not at its end, when no input wait came before it)."""
         if owner != self.leader:
             if owner is not None:
-                if self.leader is None or self.other == owner:
+                gone = self.leader_ref is not None and self.leader_ref() is None
+                if self.leader is None or self.other == owner or gone:
                     self.leader = owner
                     self.other = None
                 else:
@@ -286,30 +316,51 @@ class Session:
         rep.record_step(phases, start, end_ns, samples)
 
     def _evaluation(self, waits, start, rep):
-        """Evaluation apart from training.  The batch a step consumed is the last wait's: its loader trains.
-        Waits since the previous step from loaders that never preceded a step (a validation or test loop
-        under model.eval() / torch.no_grad(), a probe like next(iter(loader))) are evaluation: from the
-        first of them to the training wait that follows the last of them is reported as the ``eval``
-        phase, and the step starts there (its time, samples and histogram count training only).  Returns
-        the step's start; removes the evaluation's waits."""
-        keys = self.train_keys
-        train = waits[-1][3]
-        if train not in keys:
-            keys.append(train)
-            if len(keys) > 4:   # this epoch's iterator and the last few (an epoch's end wait comes late)
-                del keys[0]
-        first = last = -1
+        """Evaluation apart from training.  Every loader (iterator) whose batches were read between two
+        optimizer steps on the stepping thread is training input (semi-supervised, contrastive, multi-task
+        steps read two or three), in whatever order and however often each is read: the one the step
+        consumed last, those that trained before, and those still in use at the step.  A loader that never
+        trained is evaluation where its end was reached before the step (a validation or test pass), it was
+        read with autograd off (under torch.no_grad() or inference_mode(), as Lightning's validation reads its
+        batches through an iterator it keeps, stopping at the loader's length), or the job already dropped it (a probe like next(iter(loader)), a pass cut short with break): from the first
+        of its waits to the training wait that follows the last of them is reported as the ``eval`` phase,
+        and the step starts there (its time, samples and histogram count training only).  Returns the
+        step's start; removes the evaluation's waits."""
+        keys, refs, ended, nograd = self.train_keys, self.refs, self.ended, self.nograd
+        last = waits[-1][3]
+        first = final = -1
+        decided = {}
         for i, w in enumerate(waits):
-            if w[3] not in keys:
-                last = i
+            k = w[3]
+            train = decided.get(k)
+            if train is None:
+                if k == last or k is None or k in keys:
+                    train = True
+                elif k in ended or k in nograd:
+                    train = False
+                elif k in refs:   # a loader the instrumentor registered (PyTorch's)
+                    ref = refs[k]
+                    train = ref is None or ref() is not None   # cannot tell: training
+                else:             # one it did not (tf.data's) or long forgotten: the step consumed another's
+                    train = False
+                decided[k] = train
+                if train and k is not None and k not in keys:
+                    keys.append(k)
+                    refs.pop(k, None)
+                    if len(keys) > self.MAX_TRAIN_KEYS:
+                        del keys[0]
+            if not train:
+                final = i
                 if first < 0:
                     first = i
+        ended.clear()
+        nograd.clear()
         if first < 0:
             return start
-        a, b = max(waits[first][0], start), waits[last + 1][0]
+        a, b = max(waits[first][0], start), waits[final + 1][0]
         if b > a:
             rep.record_phase("eval", a, b)
-        del waits[:last + 1]
+        del waits[:final + 1]
         return max(start, b)
 
     def evaluation(self, fn, *args, **kwargs):
@@ -369,6 +420,15 @@ class Session:
         if ev:
             rep.record_phase("eval", max(ev[0][0], self.step_start or 0), ev[-1][1])
         del waits[:]
+
+    def exit_flush(self):
+        """Before os._exit (a forked or multiprocessing child ends that way, atexit never runs): what the exit
+        hooks would have done, the final evaluation reported and every reporter of the process flushed."""
+        if self.exit_hook:
+            self._finish_guarded()
+        rep = sys.modules.get("teye_client.reporter")
+        if rep is not None:
+            rep.flush_all()
 
     def step_guarded(self, end_ns, owner=None, begun_ns=None):
         """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
@@ -496,6 +556,47 @@ def _keras_trainer(module):
     _tf.patch_keras_trainer(module)
 
 
+def _flush_reporters():
+    rep = sys.modules.get("teye_client.reporter")
+    if rep is not None:
+        rep.flush_all()
+
+
+def patch_pool(module):
+    """multiprocessing.pool.worker, flushing the process's reporters before it sends each task's result: a
+    Pool left by ``with Pool(...)`` is terminated (SIGTERM to its workers) as soon as the last result is in,
+    which no flush can follow.  Sent first, the steps of a task are at the agent before its result is at the
+    parent.  Workers in threads (ThreadPool: a queue.SimpleQueue takes no attribute) are left alone."""
+    orig = module.__dict__.get("worker")
+    if type(orig) is not type(patch_pool) or getattr(orig, "_teye", False):
+        debug("multiprocessing.pool.worker is not the function teye expects: no flush per task")
+        return False
+
+    def worker(inqueue, outqueue, *args, **kwargs):
+        put = getattr(outqueue, "put", None)
+        if callable(put):
+            def flushed_put(obj):
+                try:
+                    _flush_reporters()
+                except Exception as e:  # never into the worker
+                    debug("zero-code phases: the flush before a pool result: %s: %s" % (type(e).__name__, e))
+                return put(obj)
+            try:
+                outqueue.put = flushed_put
+            except (AttributeError, TypeError):
+                pass
+        return orig(inqueue, outqueue, *args, **kwargs)
+
+    wrapper_of(worker, orig)
+    worker.__module__ = orig.__module__   # pickled by reference (spawn, forkserver): multiprocessing.pool.worker
+    module.worker = worker
+    return True
+
+
+def _mp_pool(module):
+    patch_pool(module)
+
+
 # module -> instrumentor, run right after the module has been executed (the instrumentors import
 # nothing of the framework that the module has not already imported)
 HOOKS = {
@@ -506,6 +607,7 @@ HOOKS = {
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,
     "keras.src.backend.tensorflow.trainer": _keras_trainer,
+    "multiprocessing.pool": _mp_pool,
 }
 
 
@@ -523,4 +625,23 @@ def install():
             _run_hook(hook, mod)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=session.reset)
+    _wrap_exit()
     return _installed
+
+
+def _wrap_exit():
+    """os._exit, flushing first: multiprocessing ends each fork and forkserver child with os._exit, and a
+    forked child often ends so on its own; atexit hooks never run there, so the last steps (up to one
+    flush_ms of them) would be lost.  The status is passed on unchanged; the flush never raises."""
+    orig = getattr(os, "_exit", None)
+    if orig is None or getattr(orig, "_teye", False):
+        return
+
+    def _exit(status):
+        try:
+            session.exit_flush()
+        except BaseException as e:  # noqa: BLE001 (the process is leaving: nothing of teye's may stop it)
+            debug("zero-code phases: the flush before os._exit: %s: %s" % (type(e).__name__, e))
+        orig(status)
+
+    os._exit = wrapper_of(_exit, orig)

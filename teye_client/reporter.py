@@ -46,6 +46,8 @@ VERSION = 1
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 _RESOLVE_EVERY_NS = 5 * 10**9
 FULL_WAIT_NS = 200 * 10**6   # off the training thread, how long a datagram waits for room in a full agent queue
+EXIT_LOCK_S = 0.5            # at os._exit, how long the flush waits for a lock another thread holds
+_LIVE = weakref.WeakSet()    # the process's reporters (flush_all at os._exit)
 _monotonic_ns = time.monotonic_ns
 QUOTED = {p: _json_str(p) for p in PHASES}  # phase name -> its JSON string
 
@@ -209,6 +211,7 @@ class Reporter:
         if auto is not None:
             auto.session.explicit_client(self)
         ref = weakref.ref(self)
+        _LIVE.add(self)
         atexit.register(_flush_ref, ref)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=lambda: _reinit_ref(ref))
@@ -440,6 +443,22 @@ class Reporter:
         if messages and (self.source is not None or self.rank is not None):
             self._src_due = True  # the agent may not have seen it (or restarted): say it again
 
+    def _exit_flush(self) -> None:
+        """Send what is buffered, from a process that is leaving without its atexit hooks (os._exit): as the
+        exit flush, but never stuck on a lock a thread holds (os._exit called from a signal handler that
+        interrupted record_step): then the records are lost, as they were before."""
+        if self._pid != os.getpid() and not (self._phases or self._steps):
+            return
+        if not self._flush_lock.acquire(timeout=EXIT_LOCK_S):
+            return
+        try:
+            if not self._lock.acquire(timeout=EXIT_LOCK_S):
+                return
+            self._lock.release()
+            self._flush(True)
+        finally:
+            self._flush_lock.release()
+
     def close(self) -> None:
         """Send what is buffered and release the socket (the reporter stays usable: it reopens)."""
         self.flush(True)
@@ -556,6 +575,15 @@ def _quoted(name: str) -> str:
         if len(QUOTED) < 256:
             QUOTED[name] = q
     return q
+
+
+def flush_all() -> None:
+    """Flush every reporter of the process (called before os._exit by teye_client.auto; never raises)."""
+    for rep in list(_LIVE):
+        try:
+            rep._exit_flush()
+        except Exception:  # noqa: BLE001 (the process is leaving)
+            pass
 
 
 def _flush_ref(ref) -> None:

@@ -59,6 +59,22 @@ MUTANTS = {
     "session_eval_that_steps_still_eval.patch": (
         ["tests/client/test_session_eval.py::test_an_evaluation_inside_another_counts_once_and_one_that_steps_trains"],
         False),
+    # issue 39: every loader a step reads trains; the flush before os._exit; a dropped optimizer's lead
+    "session_ended_pass_trains.patch": (
+        ["tests/client/test_session_loaders.py::test_a_dropped_probe_and_an_ended_pass_are_eval_a_held_loader_is_not"],
+        False),
+    "session_nograd_ignored.patch": (
+        ["tests/client/test_session_loaders.py::test_a_held_loader_read_under_no_grad_is_eval_unless_it_trained"],
+        False),
+    "session_dropped_loader_trains.patch": (
+        ["tests/client/test_session_loaders.py::test_a_dropped_probe_and_an_ended_pass_are_eval_a_held_loader_is_not"],
+        False),
+    "session_held_loader_eval.patch": (
+        ["tests/client/test_session_loaders.py::test_every_loader_a_step_reads_trains_in_any_order"], False),
+    "os_exit_no_flush.patch": (
+        ["tests/client/test_session_loaders.py::test_os_exit_flushes_first_and_keeps_its_status"], False),
+    "leader_never_gone.patch": (
+        ["tests/client/test_session_loaders.py::test_a_dropped_leading_optimizer_hands_the_lead_on"], False),
     "webstats_client_path_as_label.patch": (
         ["tests/web/test_selfmetrics.py::test_basic_auth_failures_by_reason_and_requests_by_path_and_code"], False),
     "webstats_connections_max_is_open_count.patch": (
