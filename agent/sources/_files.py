@@ -107,15 +107,25 @@ def refused_points(collector: str, counts: Tuple[Tuple[str, int], ...]) -> Itera
         yield point(FILES_REFUSED, n, collector, reason)
 
 
-def read_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """A whole file, at most ``limit`` bytes; FileRefused when it is not a regular file or is larger.
-    Never blocks on a FIFO or device (O_NONBLOCK, then fstat).  Other OSErrors propagate."""
+def _open_regular(path: str) -> int:
+    """An fd of ``path`` opened without blocking (O_NONBLOCK), closed and refused unless a regular file."""
     fd = os.open(path, _OPEN_FLAGS)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             what = next((w for test, w in _KINDS if test(mode)), "not a regular file")
             raise _refuse(path, NOT_REGULAR, f"{what}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """A whole file, at most ``limit`` bytes; FileRefused when it is not a regular file or is larger.
+    Never blocks on a FIFO or device (O_NONBLOCK, then fstat).  Other OSErrors propagate."""
+    fd = _open_regular(path)
+    try:
         chunks = []
         n = 0
         while True:
@@ -135,12 +145,8 @@ def read_head(path: str, size: int) -> str:
     """At most the first ``size`` bytes of a file as text (the first processor's block of /proc/cpuinfo, which
     on thousands of CPUs is larger than the bound): never blocks, not a regular file refused, never refused
     for its size."""
-    fd = os.open(path, _OPEN_FLAGS)
+    fd = _open_regular(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = next((w for test, w in _KINDS if test(mode)), "not a regular file")
-            raise _refuse(path, NOT_REGULAR, f"{what}, not a regular file")
         chunks = []
         n = 0
         while n < size:
