@@ -17,16 +17,36 @@ import time
 import pytest
 
 from tests.conftest import PROCFS, parse_exposition
+from tests.other_uid import SharedCopies
 from tests.procs import REPO, free_port, http_get, wait_http
 
 pytestmark = pytest.mark.e2e
 
 VICTIM, ATTACKER = 1, 65534          # daemon, nobody
 OTHERS = ("memory", "disk", "network", "infiniband", "nfs", "nfsd", "pressure", "gpu")
-PY = sys.executable
+PY = sys.executable      # replaced by _shared: an interpreter both uids may run
+ROOT = REPO              # ... and a copy of the packages they may read
+PROCFS_COPY = PROCFS
 
 if os.geteuid() != 0 or not shutil.which("setpriv"):
     pytest.skip("needs root and setpriv to run two real uids", allow_module_level=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared():
+    """The tree may sit where neither daemon nor nobody can enter (root's 0700 home): they run copies."""
+    global PY, ROOT, PROCFS_COPY
+    s = SharedCopies()
+    try:
+        for pkg in ("agent", "exporters", "teye", "teye_client"):
+            if os.path.isdir(os.path.join(REPO, pkg)):
+                s.copy(os.path.join(REPO, pkg))
+        PROCFS_COPY = s.copy(PROCFS, "procfs")
+        PY, ROOT = s.python(), s.root
+        yield
+    finally:
+        PY, ROOT, PROCFS_COPY = sys.executable, REPO, PROCFS
+        s.close()
 
 
 def as_uid(uid):
@@ -48,7 +68,7 @@ def tmpdir_1777():
 
 def agent_env(tmpdir):
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
-    env.update(TMPDIR=tmpdir, HOME=tmpdir, PYTHONPATH=REPO)
+    env.update(TMPDIR=tmpdir, HOME=tmpdir, PYTHONPATH=ROOT)
     return env
 
 
@@ -65,8 +85,8 @@ def start_agent(tmpdir, *extra):
     port = free_port()
     log = open(os.path.join(tmpdir, "agent.log"), "w+")
     p = subprocess.Popen(as_uid(VICTIM) + [PY, "-m", "agent", "agent", "--listen", f"127.0.0.1:{port}",
-                                           "--config", conf_file(tmpdir), "--procfs", PROCFS, *extra],
-                         cwd=REPO, env=agent_env(tmpdir), stdout=log, stderr=subprocess.STDOUT)
+                                           "--config", conf_file(tmpdir), "--procfs", PROCFS_COPY, *extra],
+                         cwd=ROOT, env=agent_env(tmpdir), stdout=log, stderr=subprocess.STDOUT)
     p.url, p.logfile = f"http://127.0.0.1:{port}", log
     return p
 
@@ -118,7 +138,7 @@ r.close()
 
 
 def send_steps(uid, job, path, n):
-    p = subprocess.run(as_uid(uid) + [PY, "-c", SENDER, job, path, str(n)], cwd=REPO, env={"PYTHONPATH": REPO},
+    p = subprocess.run(as_uid(uid) + [PY, "-c", SENDER, job, path, str(n)], cwd=ROOT, env={"PYTHONPATH": ROOT},
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
 
