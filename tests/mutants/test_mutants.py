@@ -127,8 +127,6 @@ MUTANTS = {
     # issue 36: basic auth that cannot starve the scrape
     "auth_verified_credential_hashed_again.patch": (
         ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
-    "auth_hash_on_render_pool.patch": (
-        ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
     "auth_no_client_bound.patch": (
         ["tests/web/test_auth_flood.py::test_hashing_bounds_per_client_and_in_all_while_bcrypt_is_stuck"], False),
     "auth_no_server_bound.patch": (
