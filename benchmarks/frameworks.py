@@ -78,21 +78,29 @@ def command(fw: str, steps: int, every: int, fast: bool, tmp: str) -> list:
     return args + (["--fast"] if fast else [])
 
 
-def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
-    """One run of one cell: the script's own figures and teye's, or {"error": ...}."""
+def _under_teye(make_args, job: str):
+    """Run make_args(tempdir) under `teye run` beside a live agent: (the script's own figures, teye's job),
+    or ({"error": ...}, None) when the script failed or teye saw no job."""
     d = tempfile.mkdtemp(prefix="teye-fw-")
     agent = LiveAgent(d)
     try:
-        r = teye_run(command(fw, steps, every, fast, d), socket_path=agent.path, job=job,
-                     env=base_env(**ENV), timeout=600)
+        r = teye_run(make_args(d), socket_path=agent.path, job=job, env=base_env(**ENV), timeout=600)
         if r.returncode != 0:
-            return {"error": f"exit {r.returncode}: {r.stderr.strip()[-300:]}"}
+            return {"error": f"exit {r.returncode}: {r.stderr.strip()[-300:]}"}, None
         own = last_json(r.stdout)
         j = agent.jobs().get(job)
     finally:
         agent.close()
     if j is None:
-        return {"error": "teye saw no job"}
+        return {"error": "teye saw no job"}, None
+    return own, j
+
+
+def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
+    """One run of one cell: the script's own figures and teye's, or {"error": ...}."""
+    own, j = _under_teye(lambda d: command(fw, steps, every, fast, d), job)
+    if j is None:
+        return own
     ph = dict(j.phase_seconds)
     train = ph.get("data_wait", 0.0) + ph.get("compute", 0.0)
     verdict = j.verdict.kind + (f"/{j.verdict.cause}" if j.verdict.cause else "")
@@ -110,20 +118,10 @@ def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
 
 def extra_run(kind: str, mode: str, job: str) -> dict:
     """One run of a loaders or exit row: the script's own figures and teye's, or {"error": ...}."""
-    d = tempfile.mkdtemp(prefix="teye-fw-")
-    agent = LiveAgent(d)
     script, _ = EXTRA[kind]
-    args = [sys.executable, os.path.join(HERE, script), mode, "30"]
-    try:
-        r = teye_run(args, socket_path=agent.path, job=job, env=base_env(**ENV), timeout=600)
-        if r.returncode != 0:
-            return {"error": f"exit {r.returncode}: {r.stderr.strip()[-300:]}"}
-        own = last_json(r.stdout)
-        j = agent.jobs().get(job)
-    finally:
-        agent.close()
+    own, j = _under_teye(lambda d: [sys.executable, os.path.join(HERE, script), mode, "30"], job)
     if j is None:
-        return {"error": "teye saw no job"}
+        return own
     ph = dict(j.phase_seconds)
     train = ph.get("data_wait", 0.0) + ph.get("compute", 0.0)
     return {"own_share": own["wait_s"] / own["train_s"] if "wait_s" in own else float("nan"),
