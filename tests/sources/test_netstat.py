@@ -36,6 +36,10 @@ def test_counters_lie_between_two_nstat_readings():
         if key not in before or spec.kind != "counter":
             continue
         v = out[(spec.name, ())]
+        if before[key] <= after[key] < 2**32 <= v:
+            # some iproute2 releases keep nstat's counters in 32 bits (seen on CI: IpExt_InOctets read
+            # 25229065 by nstat, 4320196361 by teye, 2**32 apart); teye keeps the kernel's 64 bits
+            v %= 2**32
         assert before[key] <= v <= after[key], (field, before[key], v, after[key])
         checked += 1
     assert checked >= 24
