@@ -10,8 +10,10 @@
 - Communication: the collectives a job calls from Python (``COLLECTIVES`` of
   ``torch.distributed.distributed_c10d``, and ``Work.wait()`` on their async handles) are timed as
   ``communication``, after checking that each is a plain Python function (else that one is left
-  alone).  The wrappers pass arguments, results and exceptions through unchanged.  What DDP does
-  inside ``backward()`` runs in C++ and stays ``compute``.
+  alone).  The wrappers pass arguments, results and exceptions through unchanged.
+- DistributedDataParallel's gradient exchange runs inside ``backward()`` in C++: its exposed part (the
+  exchange's time beyond its overlap with the backward computation) is read from DDP's own timers
+  (its logger, set to time every iteration) and reported as ``communication`` (Session.exchange).
 - Batches read in another thread than the one that steps (a prefetching thread feeding a queue, two
   threads sharing one iterator): the training loop's own wait (on the queue) cannot be seen, and the
   loader's waits overlap its compute, so from then on the process reports steps and samples only, no
@@ -160,3 +162,26 @@ def patch_collectives(module):
         except (AttributeError, TypeError) as e:
             debug("torch.distributed Work.wait cannot be wrapped (%s): not timed" % e)
     return done
+
+
+def patch_ddp(module):
+    """Every DistributedDataParallel made from now on has its logger time every iteration (Session.track_ddp),
+    so that its exchange can be read at each step.  The module's results and process group are untouched."""
+    cls = module.__dict__.get("DistributedDataParallel")
+    init = getattr(cls, "__dict__", {}).get("__init__")
+    if (type(init) is not type(patch_ddp) or getattr(init, "_teye", False)
+            or not callable(getattr(cls, "_get_ddp_logging_data", None))
+            or not callable(getattr(cls, "_set_ddp_runtime_logging_sample_rate", None))):
+        debug("torch DistributedDataParallel is not the class teye expects: its gradient exchange stays in compute")
+        return False
+    s = session
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            s.track_ddp(self)
+        except Exception as e:  # never into the job: its exchange stays in compute
+            debug("DDP's exchange not timed: %s: %s" % (type(e).__name__, e))
+
+    cls.__init__ = wrapper_of(__init__, init)
+    return True

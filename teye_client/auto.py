@@ -50,6 +50,37 @@ def batch_size(batch):
         return 0
 
 
+def _sample_rate(environ=None):
+    raw = (os.environ if environ is None else environ).get("TEYE_DDP_SAMPLE_RATE", "1")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        debug("TEYE_DDP_SAMPLE_RATE=%r is not a positive integer: 1" % raw[:40])
+        return 1
+    return n
+
+
+DDP_SAMPLE_RATE = _sample_rate()
+
+
+def carve(phases, a, b):
+    """The flat phases (name, start, end, ...) with their ``compute`` inside [a, b] made ``communication``."""
+    out = []
+    for k in range(0, len(phases), 3):
+        name, x, y = phases[k], phases[k + 1], phases[k + 2]
+        if name != _C or y <= a or x >= b:
+            out += (name, x, y)
+            continue
+        if x < a:
+            out += (_C, x, a)
+        out += (_M, max(x, a), min(y, b))
+        if y > b:
+            out += (_C, b, y)
+    return out
+
+
 def wrapper_of(fn, orig):
     """fn, marked as teye's wrapper of orig: orig's name and doc, __wrapped__, and _teye (never wrapped twice)."""
     fn.__name__ = orig.__name__
@@ -122,6 +153,7 @@ class Session:
     MAX_EVALS = 256
     MAX_LOADERS = 256
     MAX_TRAIN_KEYS = 64
+    MAX_DDP = 16
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -147,6 +179,8 @@ class Session:
         self.off_thread = False  # input waits came from a thread other than the one that steps: steps only
         self.evals = []          # [start_ns, end_ns] of evaluations the framework declared (see evaluation())
         self.evaluating = 0      # evaluation() calls in progress (one inside another counts once)
+        self.ddp = []            # [weak reference, last iteration read] of each DistributedDataParallel (_torch)
+        self.held = None         # a DDP job's last step, (phases, start, end, samples): sent at the next (hold())
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -159,6 +193,7 @@ class Session:
         self.reporter = None
         del self.waits[:]
         del self.comms[:]
+        self.held = None
         debug("zero-code phases stand aside in pid %d: the process reports its own phases (job %r)"
               % (os.getpid(), getattr(rep, "train_job", "?")))
         if mine is not None:
@@ -246,6 +281,8 @@ class Session:
             rep = self._start()
             if rep is None:
                 return
+        if self.held is not None:
+            self.release(rep)
         waits = self.waits
         start = self.step_start
         if start is None:
@@ -313,7 +350,92 @@ class Session:
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
-        rep.record_step(phases, start, end_ns, samples)
+        if self.ddp:
+            self.hold(rep, phases, start, end_ns, samples)
+        else:
+            rep.record_step(phases, start, end_ns, samples)
+
+    def hold(self, rep, phases, start, end_ns, samples):
+        """A step of a process with DistributedDataParallel modules: kept until the next step ends, when DDP
+        has timed this one's gradient exchange (its logger sets a backward's figures at the next forward:
+        exchange()), then sent with the exposed exchange as ``communication`` (release())."""
+        if not self.exit_hook:
+            self.exit_hook = True
+            atexit.register(self._finish_guarded)   # after the reporter's: runs first, the held step goes out
+        self.held = (phases, start, end_ns, samples)
+
+    def release(self, rep):
+        """Send the held step, its exposed gradient exchange carved out of its compute where DDP timed it."""
+        phases, start, end, samples = self.held
+        self.held = None
+        if end - start >= self.DDP_MIN_STEP_NS:
+            for a, b in self.exchange():
+                a, b = max(a, start), min(b, end)
+                if b > a:
+                    phases = carve(phases, a, b)
+        rep.record_step(phases, start, end, samples)
+
+    DDP_MIN_STEP_NS = 500 * 10**3   # shorter steps are not split: reading DDP's logger costs about 4 µs
+
+    def exchange(self):
+        """[start_ns, end_ns] (monotonic) of the exposed gradient exchange of each DDP module's latest backward
+        that DDP's logger has timed since the last call: from the end of its local backward computation
+        (``backward_compute_time_end``) to the end of its exchange (``backward_comm_time_end``), i.e. the
+        exchange's time less its overlap with the computation.  DDP stamps those with the wall clock (CPU
+        timers) or times them with CUDA events (durations only: the interval then ends where the wall-clock
+        stamp says, as near as DDP's host side knows it)."""
+        out = []
+        off = None
+        keep = []
+        for entry in self.ddp:
+            m = entry[0]()
+            if m is None:
+                continue
+            keep.append(entry)
+            try:
+                d = m.logger._get_ddp_logging_data().ints_map   # its figures only: about 4 µs (8 with strings)
+            except Exception as e:  # DDP's logger changed: the exchange stays in compute, the rest goes on
+                debug("DDP's logger cannot be read (%s: %s): its gradient exchange is not timed" % (type(e).__name__, e))
+                del self.ddp[:]
+                return out
+            it = d.get("iteration")
+            if not it or it == entry[1]:
+                continue
+            entry[1] = it
+            comm, overlap, end = (d.get("backward_comm_time"), d.get("backward_compute_comm_overlap_time"),
+                                  d.get("backward_comm_time_end"))
+            if not (isinstance(comm, int) and isinstance(overlap, int) and isinstance(end, int)) or end <= 0:
+                continue
+            exposed = comm - overlap
+            if exposed <= 0:
+                continue
+            if off is None:
+                off = time.time_ns() - _ns()
+            out.append((end - off - exposed, end - off))
+        if len(keep) != len(self.ddp):
+            self.ddp[:] = keep
+        return out
+
+    def settle_ddp(self):
+        """At exit: DDP sets a backward's figures at the next forward, which the last step never has; have its
+        logger set them now (the job is over: DDP's own running averages count that iteration twice, at
+        worst, if a forward with gradients follows after all)."""
+        for entry in self.ddp:
+            m = entry[0]()
+            logger = getattr(m, "logger", None)
+            if logger is not None:
+                try:
+                    logger.set_runtime_stats_and_log()
+                except Exception as e:  # the last step's exchange then stays in compute
+                    debug("DDP's logger: the last step's figures: %s: %s" % (type(e).__name__, e))
+
+    def track_ddp(self, module):
+        """A new DistributedDataParallel module: its logger set to time every iteration (DDP's default: the
+        first 10, then one in 100; ``TEYE_DDP_SAMPLE_RATE``), read at each step (exchange())."""
+        module._set_ddp_runtime_logging_sample_rate(DDP_SAMPLE_RATE)
+        self.ddp.append([weakref.ref(module), None])
+        if len(self.ddp) > self.MAX_DDP:
+            del self.ddp[0]
 
     def _evaluation(self, waits, start, rep):
         """Evaluation apart from training.  Every loader (iterator) whose batches were read between two
@@ -412,6 +534,9 @@ class Session:
         waits, rep = self.waits, self.reporter
         if self.disabled or rep is None:
             return
+        if self.held is not None:
+            self.settle_ddp()
+            self.release(rep)
         if self.evals:
             self._declared(0, rep)
         if not waits or waits[-1][3] is None:
@@ -424,7 +549,7 @@ class Session:
     def exit_flush(self):
         """Before os._exit (a forked or multiprocessing child ends that way, atexit never runs): what the exit
         hooks would have done, the final evaluation reported and every reporter of the process flushed."""
-        if self.exit_hook:
+        if self.exit_hook or self.held is not None:
             self._finish_guarded()
         rep = sys.modules.get("teye_client.reporter")
         if rep is not None:
@@ -536,6 +661,11 @@ def _torch_distributed(module):
     _torch.patch_collectives(module)
 
 
+def _torch_ddp(module):
+    from . import _torch
+    _torch.patch_ddp(module)
+
+
 def _tf_iterator(module):
     from . import _tf
     _tf.patch_iterator(module)
@@ -603,6 +733,7 @@ HOOKS = {
     "torch.utils.data.dataloader": _torch_dataloader,
     "torch.optim.optimizer": _torch_optimizer,
     "torch.distributed.distributed_c10d": _torch_distributed,
+    "torch.nn.parallel.distributed": _torch_ddp,
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,

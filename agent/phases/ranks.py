@@ -12,8 +12,9 @@ protocol, docs/phases.md) is judged by its **critical rank**:
    largest share of its step time: that wait is what the others wait for.
 3. Where no candidate's own wait reaches its threshold (``input_bound_threshold``,
    ``host_threshold``), the candidate with the least ``communication`` share is the one the others
-   wait for in their collectives (a slow GPU, more work); without communication phases, rule 2's
-   largest own wait (ties: the lowest rank).
+   wait for in their collectives (a slow GPU, more work), where the most any candidate spends there
+   exceeds that least by ``communication_threshold`` or more (a spread of a few points between ranks
+   that all exchange alike names nobody); otherwise rule 2's largest own wait (ties: the lowest rank).
 4. The job's verdict is ``verdict.decide()`` on the critical rank's own evidence; the evidence names
    it and the ranks that wait for it.  A waiting rank's verdict is never the job's: its ``compute``
    holds the wait for the straggler.
@@ -72,9 +73,18 @@ def choose(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds()) -> Opti
     if ev.share("data_wait") >= th.input_bound or ev.share("host") >= th.host:
         return cands[best], OWN_WAIT
     comm = [r.evidence.share("communication") for r in cands]
-    if max(comm) > 0:
+    if len(cands) > 1 and max(comm) - min(comm) >= th.communication:
         return cands[min(range(len(cands)), key=lambda i: (comm[i], i))], COMMUNICATION
     return cands[best], NONE_WAITS
+
+
+def per_step(ev: Evidence, phase: str) -> float:
+    """A phase's seconds per step of the window (0 without steps)."""
+    return ev.phase_seconds.get(phase, 0.0) / ev.steps if ev.steps else 0.0
+
+
+def _secs(s: float) -> str:
+    return f"{s:.2f} s" if s >= 1 else f"{1000 * s:.0f} ms" if s >= 0.0095 else f"{1000 * s:.1f} ms"
 
 
 def ranges(ranks: Sequence[int]) -> str:
@@ -115,8 +125,11 @@ def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds(), untracke
                 f"spends {100 * ev.share('host'):.0f} % of its step in host work")
         lead = f"{describe(crit)} {what}; {who} {verb} for it"
     elif rule == COMMUNICATION:
-        lead = (f"{describe(crit)} spends the least of its step in communication "
-                f"({100 * ev.share('communication'):.0f} %); {who} {verb} for it in their collectives")
+        others = [r.evidence for r in candidates(ranks, th) if r.rank != crit.rank]
+        waited = sum(per_step(o, "communication") for o in others) / len(others)
+        lead = (f"{describe(crit)} computes {_secs(per_step(ev, 'compute'))} per step and spends the least of its "
+                f"step in communication ({100 * ev.share('communication'):.0f} %); {who} {verb} for it in "
+                f"their collectives, {_secs(waited)} per step")
     else:
         lead = (f"no rank waits on its own input or host work (the most: {describe(crit)}, "
                 f"{100 * own_wait(ev):.0f} % of its step); {len(waiting) + 1} ranks on this node")

@@ -52,11 +52,22 @@ def test_one_slow_rank_is_the_jobs_verdict_and_is_named(sockdir):
     assert [r.steps for r in j.ranks] == [40] * 4
 
 
-def test_no_slow_rank_is_compute(sockdir):
+def test_no_slow_rank_names_nobody_and_ddps_timers_never_exceed_the_ranks_clocks(sockdir):
+    """No slow rank: nobody is named, and the job's verdict is its ranks' own (a tiny model on 4 ranks
+    sharing 2 cores exchanges most of each step: teye said `compute` until issue 37).  In steps of 3-5 ms
+    DDP's timers see less than the script's clock (oracle as in the slow-rank test): DDP's own work per
+    bucket is in its backward computation, and so is a rank descheduled between its last gradient and
+    the exchange (up to 20 points of one rank's step, measured on this VM), so teye's share is bounded by
+    the clock from above only, and never counts more."""
     j, own = run_ddp(sockdir, 4, 30, slow=-1, slow_ms=0)
     assert all(o["wait_s"] / o["step_s"] < 0.15 for o in own.values())
-    assert j.verdict.kind == "compute" and j.steps == 30
+    comm = {r.rank: dict(r.phase_seconds).get("communication", 0.0) / r.step_seconds for r in j.ranks}
+    truth = {r: max(0.0, own[r]["bwd_s"] - own[r]["alone_s"]) / own[r]["step_s"] for r in own}
+    print(f"\nteye's exchange share per rank {comm}; own clocks {truth}")
+    assert all(0 < comm[r] <= truth[r] + 0.05 for r in own)
     assert j.verdict.evidence.startswith("no rank waits on its own input or host work")
+    crit = next(r for r in j.ranks if r.rank == j.critical_rank)
+    assert j.verdict.kind == ("communication" if comm[crit.rank] >= 0.2 else "compute") and j.steps == 30
     assert j.input_bound_ratio == pytest.approx(max(o["wait_s"] / o["step_s"] for o in own.values()), abs=0.05)
 
 
@@ -74,6 +85,26 @@ def test_collectives_called_from_python_are_communication_and_change_nothing(soc
         j.verdict.evidence
     bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
                       str(free_port()), SCRIPT, "30", "1", "30", "allreduce"], env=base_env(OMP_NUM_THREADS="1"),
+                     timeout=300)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
+        {r: o["loss"] for r, o in own.items()}
+
+
+def test_a_rank_slow_in_compute_is_named_and_the_others_wait_in_ddps_exchange(sockdir):
+    """Issue 37: DDP (gloo), rank 2 computes 60 ms more per step; the others wait for it inside DDP's
+    gradient exchange, in backward().  Oracle, each rank's own clock around backward() and the optimizer
+    step, less what they take on a copy of the model that exchanges nothing (the script times it)."""
+    j, own = run_ddp(sockdir, 4, 30, slow=2, slow_ms=60, mode="ddp_compute")
+    comm = {r.rank: dict(r.phase_seconds).get("communication", 0.0) / r.step_seconds for r in j.ranks}
+    truth = {r: max(0.0, own[r]["bwd_s"] - own[r]["alone_s"]) / own[r]["step_s"] for r in own}
+    print(f"\nteye's exchange share per rank {comm}; own clocks {truth}")
+    assert all(truth[r] > 0.5 for r in (0, 1, 3)) and truth[2] < 0.3
+    assert comm == pytest.approx(truth, abs=0.05)
+    assert j.critical_rank == 2
+    print(j.verdict)
+    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
+                      str(free_port()), SCRIPT, "30", "2", "60", "ddp_compute"], env=base_env(OMP_NUM_THREADS="1"),
                      timeout=300)
     assert bare.returncode == 0, bare.stderr[-2000:]
     assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \

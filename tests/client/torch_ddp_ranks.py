@@ -5,11 +5,14 @@
       MODE ddp:       DistributedDataParallel; the slow rank's Dataset sleeps SLOW_MS per batch (its input)
       MODE allreduce: gradients averaged by an explicit dist.all_reduce per parameter; the slow rank
                       sleeps SLOW_MS in its step (its compute), so the others wait in all_reduce
+      MODE ddp_compute: DistributedDataParallel; the slow rank sleeps SLOW_MS between its forward and its
+                      backward (its compute), so the others wait in DDP's gradient exchange
 
 Each rank prints one JSON line with its own wall-clock timing (the test's oracle, never teye's): the
 time it spent in next() of its DataLoader, in all_reduce, and between its optimizer steps.
 """
 import atexit
+import copy
 import json
 import os
 import sys
@@ -45,9 +48,23 @@ data = Data()
 loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-model = DistributedDataParallel(net) if MODE == "ddp" else net
+model = DistributedDataParallel(net) if MODE in ("ddp", "ddp_compute") else net
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-wait = comm = 0.0
+# this rank's backward and SGD update alone, on a copy that exchanges nothing (median of 15), by hand (an
+# optimizer's step would be a training step of the job): its time in backward() and step() without the others
+ref = copy.deepcopy(net)
+x0, y0 = data.x[:BATCH], data.y[:BATCH]
+alone = []
+for _ in range(15):
+    ref_loss = ((ref(x0) - y0) ** 2).mean()
+    b0 = time.monotonic()
+    grads = torch.autograd.grad(ref_loss, list(ref.parameters()))
+    with torch.no_grad():
+        for p, g in zip(ref.parameters(), grads):
+            p.sub_(0.01 * g)
+    alone.append(time.monotonic() - b0)
+alone = sorted(alone)[len(alone) // 2]
+wait = comm = bwd = 0.0
 it = iter(loader)
 t_start = None
 for i in range(STEPS):
@@ -58,7 +75,10 @@ for i in range(STEPS):
         t_start = t0  # teye's first step starts at the first wait too
     wait += t1 - t0
     loss = ((model(x) - y) ** 2).mean()
+    if slow and MODE == "ddp_compute":
+        time.sleep(SLOW_MS / 1000)  # more work on this rank, before its gradients are ready
     opt.zero_grad()
+    b0 = time.monotonic()
     loss.backward()
     if MODE == "allreduce":
         if slow:
@@ -69,8 +89,9 @@ for i in range(STEPS):
             p.grad /= dist.get_world_size()
         comm += time.monotonic() - c0
     opt.step()
+    bwd += time.monotonic() - b0
 t_end = time.monotonic()
-out = {"rank": RANK, "wait_s": wait, "comm_s": comm, "step_s": t_end - t_start, "steps": STEPS,
+out = {"rank": RANK, "wait_s": wait, "comm_s": comm, "bwd_s": bwd, "alone_s": alone * STEPS, "step_s": t_end - t_start, "steps": STEPS,
        "loss": round(loss.item(), 6)}
 sys.stdout.write(json.dumps(out) + "\n")  # one write: ranks' lines stay whole
 sys.stdout.flush()
