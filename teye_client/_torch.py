@@ -32,7 +32,9 @@ _ns = time.monotonic_ns
 _thread = threading.get_ident
 SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
-COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier")
+COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier",
+               # FSDP's all-gathers and reduce-scatters (torch 2.10+ names; the older ones above)
+               "all_gather", "all_gather_single", "reduce_scatter", "reduce_scatter_single", "all_to_all_single")
 _loaders = itertools.count(1)
 _is_grad = None   # torch.is_grad_enabled, once torch has it
 
@@ -146,6 +148,8 @@ def patch_collectives(module):
     done = []
     for name in COLLECTIVES:
         orig = module.__dict__.get(name)
+        if orig is None:
+            continue   # not in this version
         if type(orig) is not type(patch_collectives) or getattr(orig, "_teye", False):
             debug("torch.distributed.%s is not the function teye expects: not timed" % name)
             continue

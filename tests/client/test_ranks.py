@@ -109,3 +109,22 @@ def test_a_rank_slow_in_compute_is_named_and_the_others_wait_in_ddps_exchange(so
     assert bare.returncode == 0, bare.stderr[-2000:]
     assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
         {r: o["loss"] for r, o in own.items()}
+
+
+def test_fsdp_collective_waits_are_communication_by_the_scripts_own_clock(sockdir):
+    """Issue 37: FSDP (fully_shard, gloo, 2 ranks), rank 1 computes 40 ms more per step: rank 0 waits in
+    FSDP's all-gathers and reduce-scatters.  Oracle: the script's own wrappers around the collectives FSDP
+    calls (comm_s); the losses are those of the job without teye."""
+    j, own = run_ddp(sockdir, 2, 20, slow=1, slow_ms=40, mode="fsdp")
+    comm = {r.rank: dict(r.phase_seconds).get("communication", 0.0) / r.step_seconds for r in j.ranks}
+    truth = {r: own[r]["comm_s"] / own[r]["step_s"] for r in own}
+    print(f"\nteye's collective share per rank {comm}; own clocks {truth}")
+    assert truth[0] > 0.4 and truth[0] - truth[1] > 0.2
+    assert comm == pytest.approx(truth, abs=0.05)
+    assert j.critical_rank == 1
+    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                      str(free_port()), SCRIPT, "20", "1", "40", "fsdp"], env=base_env(OMP_NUM_THREADS="1"),
+                     timeout=300)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
+        {r: o["loss"] for r, o in own.items()}

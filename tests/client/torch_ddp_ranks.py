@@ -5,6 +5,8 @@
       MODE ddp:       DistributedDataParallel; the slow rank's Dataset sleeps SLOW_MS per batch (its input)
       MODE allreduce: gradients averaged by an explicit dist.all_reduce per parameter; the slow rank
                       sleeps SLOW_MS in its step (its compute), so the others wait in all_reduce
+      MODE fsdp:      FSDP (fully_shard on each layer and the model); the slow rank sleeps SLOW_MS between its
+                      forward and backward; the script times the collectives FSDP calls itself (comm_s)
       MODE ddp_compute: DistributedDataParallel; the slow rank sleeps SLOW_MS between its forward and its
                       backward (its compute), so the others wait in DDP's gradient exchange
 
@@ -48,8 +50,6 @@ data = Data()
 loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-model = DistributedDataParallel(net) if MODE in ("ddp", "ddp_compute") else net
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
 # this rank's backward and SGD update alone, on a copy that exchanges nothing (median of 15), by hand (an
 # optimizer's step would be a training step of the job): its time in backward() and step() without the others
 ref = copy.deepcopy(net)
@@ -64,6 +64,37 @@ for _ in range(15):
             p.sub_(0.01 * g)
     alone.append(time.monotonic() - b0)
 alone = sorted(alone)[len(alone) // 2]
+if MODE == "fsdp":
+    # the script's own clock on FSDP's collectives: wrappers of its own around what FSDP calls (outermost
+    # call only: a collective inside another, or its Work.wait, counts once)
+    depth = [0]
+
+    def clocked(fn):
+        def call(*args, **kwargs):
+            global comm
+            if depth[0]:
+                return fn(*args, **kwargs)
+            depth[0] += 1
+            c0 = time.monotonic()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                comm += time.monotonic() - c0
+        return call
+
+    for name in ("all_gather_single", "reduce_scatter_single", "all_reduce", "all_gather_into_tensor",
+                 "reduce_scatter_tensor"):
+        setattr(dist, name, clocked(getattr(dist, name)))
+    dist.Work.wait = clocked(dist.Work.wait)
+    from torch.distributed.fsdp import fully_shard
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    model = fully_shard(net)
+else:
+    model = DistributedDataParallel(net) if MODE in ("ddp", "ddp_compute") else net
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
 wait = comm = bwd = 0.0
 it = iter(loader)
 t_start = None
@@ -75,7 +106,7 @@ for i in range(STEPS):
         t_start = t0  # teye's first step starts at the first wait too
     wait += t1 - t0
     loss = ((model(x) - y) ** 2).mean()
-    if slow and MODE == "ddp_compute":
+    if slow and MODE in ("ddp_compute", "fsdp"):
         time.sleep(SLOW_MS / 1000)  # more work on this rank, before its gradients are ready
     opt.zero_grad()
     b0 = time.monotonic()
