@@ -99,6 +99,7 @@ COLLECTORS = {
     "netstat": (5.0, "protocol counters, socket use and connection tracking (/proc/net/{snmp,netstat,sockstat}, "
                       "nf_conntrack)"),
     "netclass": (5.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
+    "qdisc": (5.0, "root queueing discipline of each interface: bytes, drops, overlimits, a shaper's rate (rtnetlink)"),
     "infiniband": (1.0, "InfiniBand ports (/sys/class/infiniband)"),
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),

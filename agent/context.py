@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, FrozenSet, List, NamedTuple, Tuple
+from typing import Callable, Deque, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 
 class UtilSample(NamedTuple):
@@ -72,6 +72,103 @@ class UtilTimeline:
             return dq[-1].end_ns if dq else 0
 
 
+class LinkWindow(NamedTuple):
+    """One network interface over a window: what the network, netclass and qdisc sources read."""
+
+    device: str
+    seconds: float                  # the span its byte counters cover
+    rx_bps: float                   # bytes per second received
+    tx_bps: float                   # bytes per second sent
+    errors: int                     # receive and transmit errors and drops (/proc/net/dev)
+    carrier_changes: int            # the link went down or up
+    qdisc_drops: int                # packets its root qdisc dropped
+    overlimits: int                 # packets its shaper held back (root qdisc over its rate)
+    speed_bps: Optional[float]      # negotiated link speed, bytes per second (None: not reported)
+    shaper_bps: Optional[float]     # the rate its root qdisc shapes it to (tbf), bytes per second
+    shaper: str = ""                # that qdisc's kind
+
+
+class LinkHistory:
+    """Per interface, the counter readings of the last ``horizon_s`` (written by the network, netclass and
+    qdisc sources at their own intervals; read by the phase verdicts for a communication-bound job's network
+    cause).  At most ``max_devices`` interfaces are kept (the first seen; a node with hundreds of pod veths
+    keeps its first 32); each counter keeps at most ``max_points`` readings."""
+
+    COUNTERS = ("rx_bytes", "tx_bytes", "errors", "carrier_changes", "qdisc_drops", "shaper_overlimits")
+
+    def __init__(self, horizon_s: float = 130.0, max_points: int = 160, max_devices: int = 32):
+        self._horizon_ns = int(horizon_s * 1e9)
+        self._max = max_points
+        self._max_devices = max_devices
+        self._data: Dict[str, Dict[str, Deque[Tuple[int, float]]]] = {}
+        self._gauges: Dict[str, Dict[str, Tuple[Optional[float], Optional[str]]]] = {}
+        self._lock = threading.Lock()
+        self.sampled = False   # set by the network source: the interfaces are read (else None: not sampled)
+
+    def _dev(self, dev: str):
+        d = self._data.get(dev)
+        if d is None:
+            if len(self._data) >= self._max_devices:
+                return None
+            d = self._data[dev] = {}
+            self._gauges[dev] = {}
+        return d
+
+    def add(self, dev: str, name: str, t_ns: int, value: float) -> None:
+        """A cumulative counter's reading."""
+        with self._lock:
+            d = self._dev(dev)
+            if d is None:
+                return
+            dq = d.get(name)
+            if dq is None:
+                dq = d[name] = deque(maxlen=self._max)
+            dq.append((t_ns, value))
+            cutoff = t_ns - self._horizon_ns
+            while len(dq) > 2 and dq[1][0] < cutoff:
+                dq.popleft()
+
+    def set(self, dev: str, name: str, value: Optional[float], what: Optional[str] = None) -> None:
+        """A gauge's latest value (a speed, a shaper's rate); None: not reported."""
+        with self._lock:
+            if self._dev(dev) is not None:
+                self._gauges[dev][name] = (value, what)
+
+    def window(self, start_ns: int, end_ns: int) -> List[LinkWindow]:
+        """Each interface over [start_ns, end_ns]: counters differenced between the last reading at or before
+        the start (else the first after it) and the last at or before the end; an interface whose byte
+        counters cover less than a second of it is left out."""
+        out = []
+        with self._lock:
+            items = [(dev, {k: list(v) for k, v in d.items()}, dict(self._gauges.get(dev, {})))
+                     for dev, d in self._data.items()]
+        for dev, d, g in items:
+            def span(name):
+                pts = [p for p in d.get(name, ()) if p[0] <= end_ns]
+                if not pts:
+                    return None
+                before = [p for p in pts if p[0] <= start_ns]
+                first = before[-1] if before else pts[0]
+                last = pts[-1]
+                return first, last
+
+            def delta(name):
+                sp = span(name)
+                return 0 if sp is None else max(0, int(sp[1][1] - sp[0][1]))
+            rx, tx = span("rx_bytes"), span("tx_bytes")
+            if rx is None or tx is None:
+                continue
+            secs = (rx[1][0] - rx[0][0]) / 1e9
+            if secs < 1.0:
+                continue
+            speed = g.get("speed_bps", (None, None))[0]
+            shaper, kind = g.get("shaper_bps", (None, None))
+            out.append(LinkWindow(dev, secs, max(0.0, rx[1][1] - rx[0][1]) / secs,
+                                  max(0.0, tx[1][1] - tx[0][1]) / secs, delta("errors"), delta("carrier_changes"),
+                                  delta("qdisc_drops"), delta("shaper_overlimits"), speed, shaper, kind or ""))
+        return out
+
+
 @dataclass
 class AgentContext:
     clock: Callable[[], int] = time.monotonic_ns
@@ -88,3 +185,6 @@ class AgentContext:
     # GPU label -> what slows that GPU now (clock events that hold its clocks down, XID errors, lost), from
     # the GPU source each poll; cited for a data-parallel job's critical rank; replaced whole by one writer
     gpu_notes: Dict[str, str] = field(default_factory=dict)
+    # network interfaces' counters over the last minutes (network, netclass and qdisc sources), for the
+    # network cause of a communication-bound job (agent.phases.links)
+    links: LinkHistory = field(default_factory=LinkHistory)

@@ -190,6 +190,7 @@ class JobView:
     ended: bool = False                        # all its processes exited: a new message under its name starts a new run
     namespace: str = ""                        # its pod's namespace (phases.pods; '' outside pods or not named)
     pod: str = ""                              # its pod's name (or uid where not named; '' outside pods)
+    scaling_efficiency: Optional[float] = None  # share of step time not in communication (_scaling_efficiency)
 
     @property
     def source(self) -> str:
@@ -286,6 +287,7 @@ class JobTable:
         self.pods = pods
         self.alive = process_alive if alive is None else alive
         self.ctx = ctx
+        self._links_at = None   # (reading time, the node's interfaces over the window): see _links
         self.probe = probe
         # Optional further evidence for every job's verdict, () -> ((topic, note), ...): e.g. memory
         # bandwidth from hardware counters, cited when the host is the limit (see verdict.Evidence.extra).
@@ -888,7 +890,7 @@ class JobTable:
             silent_s=max(0.0, (now_ns - rk.last_ns) / 1e9),
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
-            source=job.source)
+            source=job.source, network=self._links(now_ns))
 
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
@@ -937,7 +939,18 @@ class JobTable:
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
             source=job.source,
+            network=self._links(now_ns),
         )
+
+    def _links(self, now_ns: int):
+        """The node's interfaces over the window (None: not sampled), once per reading time."""
+        hist = getattr(self.ctx, "links", None)
+        if hist is None or not hist.sampled:
+            return None
+        cached = self._links_at
+        if cached is None or cached[0] != now_ns:
+            cached = self._links_at = (now_ns, tuple(hist.window(now_ns - self.window_ns, now_ns)))
+        return cached[1]
 
     def _input_wait(self, job: _Job, sums) -> Optional[InputWait]:
         if self.probe is None:
@@ -987,6 +1000,7 @@ class JobTable:
         if verdict is None:
             verdict = decide(ev, self.thresholds)
         ratio = _input_ratio(ev)
+        efficiency = _scaling_efficiency([evs[pid] for pid in job.ranks] if job.ranks else [job_ev])
         return JobView(
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES)
@@ -1008,6 +1022,7 @@ class JobTable:
             ended=ended,
             namespace=job.namespace,
             pod=job.pod,
+            scaling_efficiency=efficiency,
         )
 
 
@@ -1030,6 +1045,15 @@ def process_alive(pid: int) -> bool:
         return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
     except (OSError, ValueError):
         return True   # it existed a moment ago; /proc may not be mounted as the agent's
+
+
+def _scaling_efficiency(evs) -> Optional[float]:
+    """The share of step time not lost to the exchange or to waiting for other ranks in it: 1 less the
+    ``communication`` share, over the window, the mean of the job's ranks on this node (each rank's own
+    share: a rank's waits are its own); None without step time or from a source that cannot see the
+    exchange (steps only)."""
+    shares = [e.share("communication") for e in evs if e.step_time > 0 and e.source not in STEPS_ONLY_SOURCES]
+    return 1.0 - sum(shares) / len(shares) if shares else None
 
 
 def _input_ratio(ev: Evidence) -> Optional[float]:

@@ -112,6 +112,8 @@ def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds(), untracke
     if chosen is None:
         return None
     crit, rule = chosen
+    comm = [r.evidence.share("communication") for r in candidates(ranks, th)]
+    crit = crit._replace(evidence=dataclasses.replace(crit.evidence, comm_spread=max(comm) - min(comm)))
     v = decide(crit.evidence, th)
     waiting = tuple(r.rank for r in candidates(ranks, th) if r.rank != crit.rank)
     ev = crit.evidence

@@ -19,6 +19,7 @@ from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
 from . import fast as _speed
 from .receiver import DEFAULT_SOCKET, Receiver, bind_socket, check_own_dir, open_socket
+from .links import COMMUNICATION_CAUSES
 from .verdict import CAUSES, KINDS
 
 log = logging.getLogger("teye.phases")
@@ -51,6 +52,12 @@ INPUT_CAUSE = metric("teye_job_input_cause", GAUGE,
                      "storage (its processes wait with little CPU), host_cpu (their threads are busy decoding, "
                      "augmenting, in Python, or starved of CPU), unknown (not measurable: the process exited, another "
                      "pid namespace, /proc/<pid>/io unreadable). Absent for other verdicts.", ["train_job", "cause"])
+COMM_CAUSE = metric("teye_job_communication_cause", GAUGE,
+                    "For a job whose verdict is communication: 1 for the cause, 0 for the others: network_errors "
+                    "(an interface that carried traffic had errors, drops or carrier changes), network_bandwidth "
+                    "(the busiest interface is full at its speed or shaper rate while the job exchanges), "
+                    "straggler (its ranks on this node differ in communication share: they wait for one), unknown. "
+                    "Absent for other verdicts (docs/phases.md).", ["train_job", "cause"])
 INPUT_WAIT_CPU = metric("teye_job_input_wait_cpu_ratio", GAUGE,
                         "CPU seconds the job's sending processes (all threads) used per second of their data_wait, "
                         "over the sliding window, from /proc/<pid>/stat sampled every "
@@ -92,6 +99,10 @@ RANK_STEPS = metric("teye_job_rank_steps_total", COUNTER, "Training steps each r
 RANK_INPUT_BOUND = metric("teye_job_rank_input_bound_ratio", GAUGE,
                           "Share of each rank's step time spent in data_wait over the sliding window "
                           "(phases.window_seconds).", ["train_job", "rank"])
+SCALING = metric("teye_job_scaling_efficiency_ratio", GAUGE,
+                 "Share of the job's step time not in communication (the exposed gradient exchange, and the waits "
+                 "for other ranks in it) over the sliding window: 1 less the communication share, the mean of its "
+                 "ranks' on this node. Absent for steps-only jobs and jobs without step time.", ["train_job"])
 CRITICAL_RANK = metric("teye_job_critical_rank", GAUGE,
                        "The rank of the job on this node whose verdict is the job's: the one whose own input or "
                        "host wait holds the others back (docs/phases.md). Absent for jobs without ranks.",
@@ -147,14 +158,18 @@ class PhasesReading:
             yield point(SAMPLES, j.samples, name)
             yield point(STEP_SECONDS, j.step_hist, name)
             yield point(INPUT_BOUND, j.input_bound_ratio, name)
+            yield point(SCALING, j.scaling_efficiency, name)
             for gpu, phase, s in j.gpu_idle_seconds:
                 yield point(GPU_IDLE, s, name, gpu, phase)
             yield point(GPU_IDLE_RATIO, j.gpu_idle_ratio, name)
             for kind in KINDS:
                 yield point(BOTTLENECK, 1 if kind == j.verdict.kind else 0, name, kind)
-            if j.verdict.cause is not None:
+            if j.verdict.cause is not None and j.verdict.kind == "input":
                 for c in CAUSES:
                     yield point(INPUT_CAUSE, 1 if c == j.verdict.cause else 0, name, c)
+            elif j.verdict.cause is not None and j.verdict.kind == "communication":
+                for c in COMMUNICATION_CAUSES:
+                    yield point(COMM_CAUSE, 1 if c == j.verdict.cause else 0, name, c)
             yield point(INPUT_WAIT_CPU, j.input_wait_cpu_ratio, name)
             yield point(LAST_AGE, j.last_message_age_s, name)
             yield point(CLIENT_DROPPED, j.client_dropped, name)

@@ -48,6 +48,9 @@ The rules (thresholds from the ``phases`` config section):
    they waited with idle CPUs and no storage I/O (a sleep, a lock, a remote service) or when
    the waits could not be measured (the process exited, lives in another pid namespace,
    /proc/<pid>/io is not readable).  The recommendation is the cause's.
+   A ``communication`` verdict names its cause from the node's interfaces and the job's ranks
+   (``agent.phases.links``: ``network_errors``, ``network_bandwidth``, ``straggler``, ``unknown``),
+   and the advice starts with the cause's.
 7. Every recommendation speaks the job's own framework (:func:`recommendation`): PyTorch advice
    (DataLoader num_workers, pin_memory, persistent_workers, prefetch_factor, decode, storage layout;
    torch.compile, autocast, DDP buckets) for the torch sources, tf.data / Keras advice for
@@ -65,6 +68,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
+from .links import COMMUNICATION_CAUSES, network_cause
 from .protocol import SOURCES, STEPS_ONLY_SOURCES
 
 KINDS = ("input", "host", "communication", "compute", "idle", "not_observed")
@@ -127,6 +131,24 @@ INPUT_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
         "sequentially, stage the data set on local NVMe or in memory, shard the file list across workers, and "
         "check the file system: local disk and NFS throughput and latency (teye_disk_*, teye_nfs_*)."),
     "unknown": RECOMMENDATIONS["input"],
+}
+
+# A communication verdict's cause (agent.phases.links) comes first, then the framework's advice on the exchange.
+COMMUNICATION_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
+    "network_bandwidth": (
+        "The link between the nodes is full while the job exchanges gradients: send fewer bytes (larger "
+        "gradient buckets, fp16 or bf16 gradient compression: a DDP communication hook, Horovod's "
+        "Compression.fp16), overlap the exchange with the backward pass, accumulate gradients over several "
+        "micro-batches (no_sync) to exchange less often, or place the job's ranks on nodes with a faster "
+        "interconnect (InfiniBand, more links)."),
+    "network_errors": (
+        "A link the job exchanges over has errors, drops or went down: check that interface (teye_network_*, "
+        "teye_network_carrier_changes_total, teye_infiniband_*), its cable or optic and the switch port; "
+        "retransmissions and a renegotiated lower speed slow every rank of the job."),
+    "straggler": (
+        "The ranks wait in the exchange for a rank that computes longer: find it (teye_job_critical_rank, the "
+        "job dashboard's ranks panel) and why it is slower: a GPU held down by power or heat, more data per "
+        "rank, another process on its GPU or CPUs."),
 }
 
 # The same advice in the job's own framework: the source (protocol.SOURCES) names it when teye's zero-code
@@ -254,6 +276,8 @@ def framework_of(source: str) -> str:
 
 def recommendation(kind: str, cause: Optional[str] = None, source: str = "client") -> str:
     """The advice for a verdict of ``kind`` (with its input ``cause``) in the framework of ``source``."""
+    if kind == "communication" and cause in COMMUNICATION_CAUSE_RECOMMENDATIONS:
+        return COMMUNICATION_CAUSE_RECOMMENDATIONS[cause] + " " + recommendation(kind, source=source)
     key = (cause or "unknown") if kind == "input" else kind
     own = FRAMEWORK_RECOMMENDATIONS.get(framework_of(source), {}).get(key)
     if own:
@@ -375,6 +399,10 @@ class Evidence:
     extra: Tuple[Tuple[str, str], ...] = ()  # (topic, note) from other collectors; topic "host" is cited
     #                                          when the host is the limit (e.g. PMU memory bandwidth)
     source: str = "client"                   # where the phases come from (protocol.SOURCES)
+    network: Optional[Tuple] = None          # the node's interfaces over the window (context.LinkWindow; None:
+    #                                          not sampled), for the cause of a communication verdict
+    comm_spread: float = 0.0                 # the largest less the least communication share of the job's
+    #                                          ranks on this node (agent.phases.ranks)
 
     def __post_init__(self):
         """Refuse figures that would make a share exceed 1: the producer has a bug."""
@@ -432,7 +460,7 @@ class Verdict:
     evidence: str
     recommendation: str
     scores: Tuple[Tuple[str, float], ...] = ()   # lost share per candidate kind, for the record
-    cause: Optional[str] = None                  # for kind "input": one of CAUSES
+    cause: Optional[str] = None                  # kind "input": one of CAUSES; "communication": COMMUNICATION_CAUSES
 
 
 def _pct(x: float) -> str:
@@ -487,6 +515,10 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
             cited = host_notes if cause == "host_cpu" else ""
             return Verdict(kind, f"{notes[kind]}; {why}{cited}{tail}", recommendation(kind, cause, ev.source),
                            ordered, cause)
+        if kind == "communication":
+            cause, why = network_cause(ev.network, ev.share("communication"), ev.comm_spread, th.communication)
+            return Verdict(kind, f"{notes[kind]}; {why}{tail}", recommendation(kind, cause, ev.source), ordered,
+                           cause)
         return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail,
                        recommendation(kind, source=ev.source), ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "

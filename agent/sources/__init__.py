@@ -24,6 +24,7 @@ FACTORIES = {
     "network": "agent.sources.network:from_config",
     "netclass": "agent.sources.netclass:from_config",
     "netstat": "agent.sources.netstat:from_config",
+    "qdisc": "agent.sources.qdisc:from_config",
     "infiniband": "agent.sources.infiniband:from_config",
     "nfs": "agent.sources.nfs:from_config",
     "nfsd": "agent.sources.nfsd:from_config",

@@ -135,8 +135,9 @@ def read_link(d: str) -> Link:
 class NetclassSource:
     name = "netclass"
 
-    def __init__(self, sysfs: str = "/sys", exclude: Optional[str] = None):
+    def __init__(self, sysfs: str = "/sys", exclude: Optional[str] = None, ctx=None):
         self.dir = under(sysfs, "class", "net")
+        self.ctx = ctx
         self.exclude: Optional[Pattern[str]] = re.compile(exclude) if exclude else None
         self.vanished = 0
         self.unreadable = 0
@@ -157,8 +158,16 @@ class NetclassSource:
             except ParseError as e:  # that interface alone
                 self.unreadable += 1
                 log.warning(e.path, "netclass: %s (interface %s left out)", e, name)
+        if self.ctx is not None:   # for the network cause of communication-bound jobs (AgentContext.links)
+            hist, now = self.ctx.links, self.ctx.clock()
+            for name, link in links.items():
+                if name == "lo":
+                    continue
+                hist.set(name, "speed_bps", link.speed_bytes)
+                if link.changes is not None:
+                    hist.add(name, "carrier_changes", now, link.changes)
         return NetclassReading(tuple(links.items()), self.vanished, self.unreadable)
 
 
 def from_config(cfg, ctx=None) -> NetclassSource:
-    return NetclassSource(cfg["sysfs"], cfg["network"]["exclude"])
+    return NetclassSource(cfg["sysfs"], cfg["network"]["exclude"], ctx)

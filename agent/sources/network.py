@@ -129,13 +129,24 @@ def parse_net_dev(text: str, path: str = "net/dev",
 class NetworkSource:
     name = "network"
 
-    def __init__(self, procfs: str = "/proc", exclude: Optional[str] = None):
+    def __init__(self, procfs: str = "/proc", exclude: Optional[str] = None, ctx=None):
         self.path = under(procfs, "net", "dev")
         self.exclude = re.compile(exclude) if exclude else None
+        self.ctx = ctx
 
     def collect(self) -> NetworkReading:
-        return parse_net_dev(read_text(self.path), self.path, self.exclude)
+        reading = parse_net_dev(read_text(self.path), self.path, self.exclude)
+        if self.ctx is not None:   # for the network cause of communication-bound jobs (AgentContext.links)
+            links, now = self.ctx.links, self.ctx.clock()
+            links.sampled = True
+            for dev, st in reading.interfaces.items():
+                if dev == "lo":
+                    continue
+                links.add(dev, "rx_bytes", now, st.rx_bytes)
+                links.add(dev, "tx_bytes", now, st.tx_bytes)
+                links.add(dev, "errors", now, st.rx_errors + st.rx_drops + st.tx_errors + st.tx_drops)
+        return reading
 
 
 def from_config(cfg, ctx=None) -> NetworkSource:
-    return NetworkSource(cfg["procfs"], cfg["network"]["exclude"])
+    return NetworkSource(cfg["procfs"], cfg["network"]["exclude"], ctx)
