@@ -12,11 +12,15 @@ from agent.context import AgentContext
 from agent.daemon import build_sources
 from agent.sampler import Sampler
 from agent.sources.network import NetworkSource
+from agent.sources.qdisc import TC_H_ROOT, QdiscSource
+from tests.sources.test_qdisc import DONE, _qdisc
 from exporters.render import Exposition
 from tests.conftest import DATA, PROCFS, SYSFS, parse_exposition
 from tests.gpu.conftest import TRACE_8GPU
 from tests.test_render import NET_PROCFS, Fixed, jobs_reading
 
+QDISCS = _qdisc(2, "tbf", rate=2_500_000) + _qdisc(2, "pfifo", parent=0x80020001) + _qdisc(3, "mq") + \
+    _qdisc(1, "noqueue", parent=TC_H_ROOT) + DONE   # a shaped eth0, ib0 unshaped, loopback (ifindex 1) left out
 CGROUPS = os.path.join(DATA, "cgroups", "v2_slurm")   # two Slurm jobs, one with every file (PSI too)
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "operations.md")
 
@@ -38,8 +42,8 @@ def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
 
 
 def job_budget(j: int, input_bound: int = 0) -> int:
-    """docs/operations.md: 19 + 36 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
-    return 19 + 36 * j + 3 * input_bound
+    """docs/operations.md: 19 + 37 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
+    return 19 + 37 * j + 3 * input_bound
 
 
 def node(n_jobs: int):
@@ -51,6 +55,7 @@ def node(n_jobs: int):
     cfg["collectors"]["phases"]["enabled"] = False
     srcs = build_sources(cfg, ctx)
     srcs["network"] = (NetworkSource(NET_PROCFS), 1.0)
+    srcs["qdisc"] = (QdiscSource(dump_fn=lambda: QDISCS, name_fn={2: "eth0", 3: "ib0"}.get), 5.0)
     srcs["phases"] = (Fixed("phases", jobs_reading(n_jobs)), 1.0)
     sampler = Sampler(srcs)
     for _ in range(2):  # GPM ratios need two samples
@@ -90,8 +95,10 @@ def test_series_per_node_follow_the_documented_budget(n_jobs):
     # per device or port: at most the documented series
     per_entity = {"teye_disk_": ("device", 17), "teye_network_": ("device", 16)}
     for prefix, (label, most) in per_entity.items():
-        rows = per_prefix(series, prefix)
+        rows = [r for r in per_prefix(series, prefix) if not r[0].startswith("teye_network_qdisc_")]
         assert 0 < len(rows) <= most * len({lb[label] for _, lb in rows})
+    qd = per_prefix(series, "teye_network_qdisc_")   # 7 per interface's root qdisc, +1 for a tbf rate
+    assert sorted({lb["device"] for _, lb in qd}) == ["eth0", "ib0"] and len(qd) == 7 * 2 + 1
     ib = per_prefix(series, "teye_infiniband_")
     ports = {(lb["device"], lb["port"]) for _, lb in ib if "port" in lb}
     hcas = {lb["device"] for _, lb in ib}
@@ -115,7 +122,7 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
     section = doc[doc.index("## Series budget per node"):]
     for label in BOUNDED_LABELS:
         assert f"`{label}`" in section, label
-    for formula in ("7 + 10·N", "G·(44 + B)", "19 + 36·J", "1 + 5·C", "5 + 16·K"):
+    for formula in ("7 + 10·N", "G·(44 + B)", "19 + 37·J", "1 + 5·C", "5 + 16·K"):
         assert formula in section, formula
 
 
@@ -129,7 +136,7 @@ def test_jobs_scale_linearly_and_nothing_else_moves():
     moved = {n: after[n] - before[n] for n in before.keys() | after.keys() if after[n] != before[n]}
     assert sorted(n for n in moved if not n.startswith("teye_job_")) == [], moved
     assert all(d > 0 for d in moved.values()), moved
-    assert sum(moved.values()) == (36 + 3) * 10  # the test jobs are input-bound: 3 cause series each
+    assert sum(moved.values()) == (37 + 3) * 10  # the test jobs are input-bound: 3 cause series each
     # and the series of everything but the jobs are the same series, label for label
     assert {k for k in zero if not k[0].startswith("teye_job_")} == {k for k in ten if not k[0].startswith("teye_job_")}
 
