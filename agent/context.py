@@ -101,7 +101,7 @@ class LinkHistory:
         self._max = max_points
         self._max_devices = max_devices
         self._data: Dict[str, Dict[str, Deque[Tuple[int, float]]]] = {}
-        self._gauges: Dict[str, Dict[str, Tuple[Optional[float], Optional[str]]]] = {}
+        self._gauges: Dict[str, Dict[str, Deque[Tuple[int, Optional[float], Optional[str]]]]] = {}
         self._lock = threading.Lock()
         self.sampled = False   # set by the network source: the interfaces are read (else None: not sampled)
 
@@ -128,11 +128,21 @@ class LinkHistory:
             while len(dq) > 2 and dq[1][0] < cutoff:
                 dq.popleft()
 
-    def set(self, dev: str, name: str, value: Optional[float], what: Optional[str] = None) -> None:
-        """A gauge's latest value (a speed, a shaper's rate); None: not reported."""
+    def set(self, dev: str, name: str, t_ns: int, value: Optional[float], what: Optional[str] = None) -> None:
+        """A gauge's reading (a speed, a shaper's rate; None: not reported), kept while it lasts: a window
+        reads the value of its end (a link shaped after a job ended was not shaped for that job)."""
         with self._lock:
-            if self._dev(dev) is not None:
-                self._gauges[dev][name] = (value, what)
+            if self._dev(dev) is None:
+                return
+            dq = self._gauges[dev].get(name)
+            if dq is None:
+                dq = self._gauges[dev][name] = deque(maxlen=self._max)
+            if dq and dq[-1][1:] == (value, what):
+                return            # unchanged: the reading that set it stands
+            dq.append((t_ns, value, what))
+            cutoff = t_ns - self._horizon_ns
+            while len(dq) > 1 and dq[1][0] < cutoff:
+                dq.popleft()
 
     def window(self, start_ns: int, end_ns: int) -> List[LinkWindow]:
         """Each interface over [start_ns, end_ns]: counters differenced between the last reading at or before
@@ -140,8 +150,8 @@ class LinkHistory:
         counters cover less than a second of it is left out."""
         out = []
         with self._lock:
-            items = [(dev, {k: list(v) for k, v in d.items()}, dict(self._gauges.get(dev, {})))
-                     for dev, d in self._data.items()]
+            items = [(dev, {k: list(v) for k, v in d.items()},
+                      {k: list(v) for k, v in self._gauges.get(dev, {}).items()}) for dev, d in self._data.items()]
         for dev, d, g in items:
             def span(name):
                 pts = [p for p in d.get(name, ()) if p[0] <= end_ns]
@@ -161,8 +171,12 @@ class LinkHistory:
             secs = (rx[1][0] - rx[0][0]) / 1e9
             if secs < 1.0:
                 continue
-            speed = g.get("speed_bps", (None, None))[0]
-            shaper, kind = g.get("shaper_bps", (None, None))
+            def gauge(name):
+                pts = g.get(name) or [(0, None, None)]
+                at_end = [p for p in pts if p[0] <= end_ns]
+                return (at_end[-1] if at_end else pts[0])[1:]
+            speed = gauge("speed_bps")[0]
+            shaper, kind = gauge("shaper_bps")
             out.append(LinkWindow(dev, secs, max(0.0, rx[1][1] - rx[0][1]) / secs,
                                   max(0.0, tx[1][1] - tx[0][1]) / secs, delta("errors"), delta("carrier_changes"),
                                   delta("qdisc_drops"), delta("shaper_overlimits"), speed, shaper, kind or ""))

@@ -890,7 +890,7 @@ class JobTable:
             silent_s=max(0.0, (now_ns - rk.last_ns) / 1e9),
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
-            source=job.source, network=self._links(now_ns))
+            source=job.source, network=self._links(job, now_ns))
 
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
@@ -939,17 +939,19 @@ class JobTable:
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
             source=job.source,
-            network=self._links(now_ns),
+            network=self._links(job, now_ns),
         )
 
-    def _links(self, now_ns: int):
-        """The node's interfaces over the window (None: not sampled), once per reading time."""
+    def _links(self, job: _Job, now_ns: int):
+        """The node's interfaces over the job's window, from its first message where that is later and to its
+        last (its share of time in the exchange is of that span), None where not sampled; once per span."""
         hist = getattr(self.ctx, "links", None)
         if hist is None or not hist.sampled:
             return None
+        span = (max(now_ns - self.window_ns, job.created_ns), min(now_ns, job.last_ns))
         cached = self._links_at
-        if cached is None or cached[0] != now_ns:
-            cached = self._links_at = (now_ns, tuple(hist.window(now_ns - self.window_ns, now_ns)))
+        if cached is None or cached[0] != span:
+            cached = self._links_at = (span, tuple(hist.window(*span)))
         return cached[1]
 
     def _input_wait(self, job: _Job, sums) -> Optional[InputWait]:

@@ -163,7 +163,7 @@ class NetclassSource:
             for name, link in links.items():
                 if name == "lo":
                     continue
-                hist.set(name, "speed_bps", link.speed_bytes)
+                hist.set(name, "speed_bps", now, link.speed_bytes)
                 if link.changes is not None:
                     hist.add(name, "carrier_changes", now, link.changes)
         return NetclassReading(tuple(links.items()), self.vanished, self.unreadable)

@@ -233,7 +233,7 @@ class QdiscSource:
             for dev, q in reading.qdiscs:
                 links.add(dev, "shaper_overlimits", now, q.overlimits)
                 links.add(dev, "qdisc_drops", now, q.drops)
-                links.set(dev, "shaper_bps", q.rate_bps, q.kind if q.rate_bps is not None else None)
+                links.set(dev, "shaper_bps", now, q.rate_bps, q.kind if q.rate_bps is not None else None)
         return reading
 
 

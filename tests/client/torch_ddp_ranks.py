@@ -7,6 +7,9 @@
                       sleeps SLOW_MS in its step (its compute), so the others wait in all_reduce
       MODE fsdp:      FSDP (fully_shard on each layer and the model); the slow rank sleeps SLOW_MS between its
                       forward and backward; the script times the collectives FSDP calls itself (comm_s)
+      MODE ddp_wide:  DistributedDataParallel on a wider model (about 280,000 parameters: 1.1 MB of gradients
+                      per step, its middle layer applied 24 times) and batches of 256: an exchange that a shaped
+                      link holds back and an unshaped one does not; SLOW_RANK as in ddp
       MODE ddp_compute: DistributedDataParallel; the slow rank sleeps SLOW_MS between its forward and its
                       backward (its compute), so the others wait in DDP's gradient exchange
 
@@ -26,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 STEPS, SLOW, SLOW_MS, MODE = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-BATCH = 4
+BATCH = 256 if MODE == "ddp_wide" else 4   # wide: compute enough that an unshaped exchange is the smaller part
 dist.init_process_group("gloo")
 RANK = dist.get_rank()
 slow = RANK == SLOW
@@ -35,13 +38,14 @@ slow = RANK == SLOW
 class Data(Dataset):
     def __init__(self):
         g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(4096, 16, generator=g), torch.randn(4096, 1, generator=g)
+        n = max(4096, 4 * STEPS * BATCH)   # every rank of up to 4 reads STEPS batches of its own
+        self.x, self.y = torch.randn(n, 16, generator=g), torch.randn(n, 1, generator=g)
 
     def __len__(self):
         return len(self.x)
 
     def __getitem__(self, i):
-        if slow and MODE == "ddp":
+        if slow and MODE in ("ddp", "ddp_wide"):
             time.sleep(SLOW_MS / 1000 / BATCH)  # a slow read, per sample
         return self.x[i], self.y[i]
 
@@ -49,7 +53,24 @@ class Data(Dataset):
 data = Data()
 loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
 torch.manual_seed(0)
-net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+class Wide(torch.nn.Module):
+    """1.1 MB of gradients; its middle layer applied REPEAT times (shared weights): compute grows, the
+    exchange does not."""
+    REPEAT = 24
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.mid, self.out = torch.nn.Linear(16, 512), torch.nn.Linear(512, 512), torch.nn.Linear(512, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.l1(x))
+        for _ in range(self.REPEAT):
+            h = torch.relu(self.mid(h))
+        return self.out(h)
+
+
+net = Wide() if MODE == "ddp_wide" else \
+    torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 # this rank's backward and SGD update alone, on a copy that exchanges nothing (median of 15), by hand (an
 # optimizer's step would be a training step of the job): its time in backward() and step() without the others
 ref = copy.deepcopy(net)
@@ -93,7 +114,7 @@ if MODE == "fsdp":
             fully_shard(layer)
     model = fully_shard(net)
 else:
-    model = DistributedDataParallel(net) if MODE in ("ddp", "ddp_compute") else net
+    model = DistributedDataParallel(net) if MODE in ("ddp", "ddp_wide", "ddp_compute") else net
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 wait = comm = bwd = 0.0
 it = iter(loader)

@@ -71,15 +71,18 @@ def test_history_differences_counters_over_the_window():
         h.add("eth0", "tx_bytes", t * S, k * 10_000_000)
         h.add("eth0", "rx_bytes", t * S, 5 * k)
         h.add("eth0", "errors", t * S, 2 * k)
-    h.set("eth0", "speed_bps", 1e9 / 8)
-    h.set("eth0", "shaper_bps", 2_500_000, "tbf")
+    h.set("eth0", "speed_bps", 0, 1e9 / 8)
+    h.set("eth0", "shaper_bps", 0, 2_500_000, "tbf")
+    h.set("eth0", "shaper_bps", 90 * S, None)       # the shaper taken off after the window: still shaped in it
     (w,) = h.window(25 * S, 85 * S)                 # from the reading at 20 s to the one at 80 s
     assert w == LinkWindow("eth0", 60.0, 0.5, 1_000_000.0, 12, 0, 0, 0, 1e9 / 8, 2_500_000, "tbf")
+    h.set("eth0", "shaper_bps", 95 * S, None)       # unchanged: no new reading
+    assert h.window(85 * S, 99 * S)[0].shaper_bps is None   # a window ending after the shaper went
     h.add("lo2", "tx_bytes", 80 * S, 1)             # byte counters covering under a second: left out
     h.add("lo2", "rx_bytes", 80 * S, 1)
     assert [x.device for x in h.window(25 * S, 85 * S)] == ["eth0"]
     small = LinkHistory(max_devices=1)
     small.add("a", "tx_bytes", 0, 0)
     small.add("b", "tx_bytes", 0, 0)
-    small.set("b", "speed_bps", 1.0)
+    small.set("b", "speed_bps", 0, 1.0)
     assert list(small._data) == ["a"]

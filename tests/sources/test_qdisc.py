@@ -35,7 +35,7 @@ def shaped():
     why = netns.available()
     if why:
         pytest.skip(why)
-    with netns.veth_pair("qd", rate_mbit=20, subnet=214) as pair:
+    with netns.veth_pair("qd", rate_mbit=20, subnet=220) as pair:
         yield pair
 
 
