@@ -168,9 +168,10 @@ def build():
         w=6, h=8, thresholds=[(None, "green"), (0.2, "red")]))
     ranks = table(
         "Ranks × phases", "Each rank's share of its step time in each phase over 5 minutes "
-        "(teye_job_rank_phase_seconds_total / teye_job_rank_step_seconds_total), over all nodes: the straggler "
-        "waits on its own input; the ranks waiting for it show compute (DDP waits inside backward()) or "
-        "communication (collectives called from Python).",
+        "(teye_job_rank_phase_seconds_total / teye_job_rank_step_seconds_total), over all nodes: a straggler "
+        "waits on its own input, or (a compute straggler) spends the least of its step in communication; the "
+        "ranks waiting for it show communication (DDP's exposed gradient exchange, collectives called from "
+        "Python) or, where teye cannot see the exchange, compute.",
         "percentunit",
         [target(f"sum by (rank, phase) (rate(teye_job_rank_phase_seconds_total{{{JOB}}}[5m]))"
                 f" / on (rank) group_left () sum by (rank) (rate(teye_job_rank_step_seconds_total{{{JOB}}}[5m]))",
@@ -178,6 +179,24 @@ def build():
         w=18, h=8)
     d = d.with_panel(ranks.with_transformation(dash_m.DataTransformerConfig(
         id_val="groupingToMatrix", options={"columnField": "phase", "rowField": "rank", "valueField": "Value"})))
+    d = d.with_panel(timeseries(
+        "Scaling efficiency", "The share of the job's ranks' step time outside the gradient exchange over all its "
+        "nodes, 1 - communication seconds / step seconds summed over its ranks over 5 minutes "
+        "(teye:job_scaling_efficiency:ratio5m), and the line under which TeyeJobCommunicationBound fires "
+        "(1 - teye:threshold:job_communication_ratio): the job loses the rest to the exchange. Empty for a job "
+        "whose processes do not say their rank.",
+        "percentunit",
+        [target('teye:job_scaling_efficiency:ratio5m{train_job="$train_job"}', "all nodes"),
+         target("1 - teye:threshold:job_communication_ratio", "threshold")],
+        min=0, max=1))
+    d = d.with_panel(timeseries(
+        "Communication share by rank", "Each rank's share of its step time in communication over 5 minutes "
+        "(teye:job_rank_communication:ratio5m). Where no rank waits on its own input, the rank far below the "
+        "others computes longest and they wait for it in the gradient exchange (TeyeJobComputeStraggler, "
+        "teye:job_compute_straggler:communication_ratio5m).",
+        "percentunit",
+        [target('teye:job_rank_communication:ratio5m{train_job="$train_job"}', "rank {{rank}} on {{instance}}")],
+        min=0, max=1))
 
     d = d.with_row(row("Throughput"))
     d = d.with_panel(timeseries(

@@ -207,7 +207,7 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
                 "|step_seconds_sum|step_seconds_count|processes|rank_phase_seconds_total|rank_step_seconds_total" \
-                "|start_time_seconds)"
+                "|rank_steps_total|start_time_seconds)"
     # the run's start time (one value per run, docs/report.md "Runs") and how often it changed over the whole
     # range, sample by sample (evaluated once: @ end()): more changes than the grid shows are runs too short for
     # the grid.  In the same query: the number of queries stays fixed
@@ -546,7 +546,8 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         thr = sum(rates) if rates else None
     resets = sum(a.resets for a in list(phase_s.values()) + list(idle_s.values()) + [steps, samples])
     ratio = _r(_ratio(phases.get("data_wait", 0.0), total)) if total else None
-    straggler = _straggler(f, name, spans, last_kind, last_cause)
+    rank_sums = _rank_sums(f, name, spans)
+    straggler = _straggler(rank_sums, last_kind, last_cause)
     if straggler is not None:
         # a data-parallel job: its pace, verdict and cause are its critical rank's, over all its nodes; each
         # node counts the job's global steps, so the job made as many as its busiest node counted
@@ -568,6 +569,7 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())} if gpus else None,
         "input_bound_ratio": ratio,
         "straggler": straggler,
+        "scaling_efficiency": _scaling_efficiency(rank_sums),
         "steps": steps.value, "samples": samples.value,
         # the exact mean (the histogram's own sum / count, never rounded) and the buckets the quantiles fall in
         "step_seconds_mean": _mean_step(step_sum, step_count),
@@ -595,28 +597,70 @@ def _bounds(q: float, hist) -> Optional[List[Optional[float]]]:
     return None if b is None else [b[0], None if math.isinf(b[1]) else b[1]]
 
 
-def _straggler(f: Fetched, name: str, spans: Dict[str, Span], last_kind, last_cause) -> Optional[dict]:
-    """The critical rank of a data-parallel job over all its nodes (docs/phases.md): of the ranks that made
-    steps, the one whose own input and host wait is the largest share of its step time (ties: the lowest
-    rank); None for a job without at least two such ranks.  Its cause is its node's: each node's verdict
-    is that of its own critical rank."""
-    sums: Dict[Tuple[str, str], List[float]] = {}
+# the per-rank sums (step seconds, phases, steps) of one rank over its node's window: their index in _rank_sums
+_RANK_SUM = {"teye_job_rank_step_seconds_total": 0, "teye_job_rank_steps_total": 5}
+_RANK_PHASE = {"data_wait": 1, "host": 2, "communication": 3, "compute": 4}
+OWN_WAIT_THRESHOLD = 0.2         # teye:threshold:job_input_bound_ratio, the agent's input_bound_threshold
+COMMUNICATION_THRESHOLD = 0.2    # teye:threshold:job_communication_ratio, the agent's communication_threshold
+
+
+def _rank_sums(f: Fetched, name: str, spans: Dict[str, Span]) -> Dict[Tuple[str, str], List[Optional[float]]]:
+    """(node, rank) -> [step seconds, data_wait, host, communication, compute seconds, steps] over the job's
+    window on that node (steps None where the agent exports no teye_job_rank_steps_total)."""
+    sums: Dict[Tuple[str, str], List[Optional[float]]] = {}
     for inst, sp in spans.items():
         for metric, rank, phase, pts in f.rank_by.get((inst, name), []):
-            k = 0 if metric == "teye_job_rank_step_seconds_total" else 1 if phase == "data_wait" else \
-                2 if phase == "host" else None
+            k = _RANK_SUM.get(metric) if metric != "teye_job_rank_phase_seconds_total" else _RANK_PHASE.get(phase)
             v, _ = S.increase(sp.cut(pts), sp.lo, sp.b) if k is not None else (None, 0)
             if v is None:
                 continue
-            sums.setdefault((inst, rank), [0.0, 0.0, 0.0])[k] += v
-    cands = [(inst, rank, st, dw, host) for (inst, rank), (st, dw, host) in sums.items() if st > 0]
+            acc = sums.setdefault((inst, rank), [0.0, 0.0, 0.0, 0.0, 0.0, None])
+            acc[k] = (acc[k] or 0.0) + v
+    return sums
+
+
+def _scaling_efficiency(sums) -> Optional[float]:
+    """1 - communication seconds / step seconds over the job's ranks that stepped, on all its nodes (the
+    recording rule teye:job_scaling_efficiency:ratio5m over the whole run); None without rank series."""
+    st = sum(s[0] for s in sums.values() if s[0] > 0)
+    return _r(1 - sum(s[3] for s in sums.values() if s[0] > 0) / st) if st else None
+
+
+def _straggler(sums, last_kind, last_cause) -> Optional[dict]:
+    """The critical rank of a data-parallel job over all its nodes (docs/phases.md): of the ranks that made
+    steps, the one whose own input and host wait is the largest share of its step time (ties: the lowest
+    rank; ``rule`` own_wait); where no rank's own wait reaches 0.2 and the ranks' communication shares
+    differ by 0.2 or more, the rank with the least communication share (ties: the lowest rank; ``rule``
+    communication, verdict compute): it computes longest and the others wait for it in the gradient
+    exchange.  None for a job without at least two such ranks.  An own-wait straggler's cause and verdict
+    are its node's: each node's verdict is that of its own critical rank."""
+    cands = [(inst, rank, s) for (inst, rank), s in sums.items() if s[0] > 0]
     if len(cands) < 2:
         return None
-    inst, rank, st, dw, host = max(cands, key=lambda c: ((c[3] + c[4]) / c[2], -int(c[1]) if c[1].isdigit() else 0))
+    order = lambda c: int(c[1]) if c[1].isdigit() else 0   # noqa: E731
+    own = lambda c: (c[2][1] + c[2][2]) / c[2][0]          # noqa: E731
+    comm = lambda c: c[2][3] / c[2][0]                     # noqa: E731
+    inst, rank, s = max(cands, key=lambda c: (own(c), -order(c)))
+    if own((inst, rank, s)) < OWN_WAIT_THRESHOLD and \
+            max(map(comm, cands)) - min(map(comm, cands)) >= COMMUNICATION_THRESHOLD:
+        crit = min(cands, key=lambda c: (comm(c), order(c)))
+        inst, rank, s = crit
+        others = [c for c in cands if c is not crit]
+        per_step = [c[2][3] / c[2][5] for c in others if c[2][5]]
+        return {"rank": int(rank) if rank.isdigit() else rank, "node": inst, "rule": "communication",
+                "input_bound_ratio": _r(s[1] / s[0]), "own_wait_ratio": _r((s[1] + s[2]) / s[0]),
+                "communication_ratio": _r(comm(crit)),
+                "waiting_communication_ratio": _r(sum(map(comm, others)) / len(others)),
+                # seconds per step (null where the agent exports no per-rank step counts)
+                "compute_seconds_per_step": _r(s[4] / s[5]) if s[5] else None,
+                "waiting_communication_seconds_per_step": (_r(sum(per_step) / len(per_step))
+                                                           if len(per_step) == len(others) else None),
+                "cause": None, "verdict": "compute", "ranks": len(cands)}
     kind = last_kind.get(inst, (0, None))[1]
     cause = last_cause.get(inst, (0, None))[1] if kind == "input" else ("host" if kind == "host" else None)
-    return {"rank": int(rank) if rank.isdigit() else rank, "node": inst, "input_bound_ratio": _r(dw / st),
-            "own_wait_ratio": _r((dw + host) / st), "cause": cause, "verdict": kind, "ranks": len(cands)}
+    return {"rank": int(rank) if rank.isdigit() else rank, "node": inst, "rule": "own_wait",
+            "input_bound_ratio": _r(s[1] / s[0]), "own_wait_ratio": _r((s[1] + s[2]) / s[0]),
+            "communication_ratio": _r(s[3] / s[0]), "cause": cause, "verdict": kind, "ranks": len(cands)}
 
 
 def _gpu_numbers(f: Fetched, inst: str, gpu: str, a: float, b: float) -> dict:
@@ -874,6 +918,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
             "input_bound_ratio": (straggler["input_bound_ratio"] if straggler is not None
                                   else _r(phases.get("data_wait", 0.0) / total) if total else None),
             "straggler": straggler,
+            "scaling_efficiency": main["scaling_efficiency"],
             "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
             "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],
             "source": main["source"], "source_text": main["source_text"],
@@ -887,7 +932,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
         })
     else:
         job.update({"phase_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
-                    "straggler": None,
+                    "straggler": None, "scaling_efficiency": None,
                     "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
                     "source": None, "source_text": None,
                     "steps": None, "samples": None, "step_seconds_mean": None, "step_seconds_p50_bounds": None,

@@ -119,11 +119,26 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}"
                  + (f"; phases from {j['source_text']}" if j.get("source_text") else ""))
         st = j.get("straggler")
-        if st:
+        if st and st.get("rule") == "communication":   # it computes longest: the others wait in the exchange
+            share = (f"communication {_pct(st['communication_ratio'])} of its step, "
+                     f"{_pct(st['waiting_communication_ratio'])} of theirs")
+            if st.get("compute_seconds_per_step") is not None and \
+                    st.get("waiting_communication_seconds_per_step") is not None:
+                L.append(f"Straggler: rank {st['rank']} on {st['node']} computes "
+                         f"{_step_ms(st['compute_seconds_per_step'])} per step; the job's other {st['ranks'] - 1} "
+                         f"ranks wait {_step_ms(st['waiting_communication_seconds_per_step'])} of it in gradient "
+                         f"exchange ({share})")
+            else:
+                L.append(f"Straggler: rank {st['rank']} on {st['node']} computes longest; the job's other "
+                         f"{st['ranks'] - 1} ranks wait for it in gradient exchange ({share})")
+        elif st:
             why = f", cause {st['cause']}" if st["cause"] else ""
             L.append(f"Straggler: rank {st['rank']} on {st['node']} waits {_pct(st['own_wait_ratio'])} of its step on "
                      f"its own input and host work (input {_pct(st['input_bound_ratio'])}{why}); the job's other "
                      f"{st['ranks'] - 1} ranks wait for it")
+        se = j.get("scaling_efficiency")
+        if se is not None:
+            L.append(f"Scaling efficiency: {_pct(se)} ({_pct(1 - se)} of step time in the exchange)")
         # the mean is exact (sum / count); a quantile is only known to its bucket: its bounds are printed
         L.append(f"Steps: {j['steps']:.0f}, step time mean {_step_ms(j.get('step_seconds_mean'))}, "
                  f"p50 {_bucket(j.get('step_seconds_p50_bounds'))}, p95 {_bucket(j.get('step_seconds_p95_bounds'))}"

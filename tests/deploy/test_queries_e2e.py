@@ -80,6 +80,11 @@ def base_metrics(expr: str, records: dict, seen=None) -> set:
 IDLE_ABSENT_RE = re.compile(r"/ \(rate\((teye_[a-z0-9_]+)\[5m\]\) > 0\)\s*$")
 
 
+# Records that name a finding, as an alert does: absent on this stack's one healthy rank by design (their
+# rules are promtool-tested both ways in deploy/prometheus/tests/teye-job-communication.test.yml).
+FINDINGS = {"teye:job_compute_straggler:communication_ratio5m"}
+
+
 def idle_absent(records: dict) -> dict:
     """record -> the counter whose movement it needs, for the records absent while nothing moved."""
     out = {}
@@ -278,7 +283,7 @@ def test_every_rule_expression_runs(stack):
             res = prom.api("query", query=r["expr"], time=at)["result"]
             moved = prom.api("query", query=f"rate({idle[r['record']]}[5m]) > 0", time=at)["result"]
             assert {_series(x) for x in res} == {_series(x) for x in moved}, (r["record"], res, moved)
-        elif "record" in r and base_metrics(r["expr"], records) <= have:
+        elif "record" in r and r["record"] not in FINDINGS and base_metrics(r["expr"], records) <= have:
             # what the rule computes now is what Prometheus recorded from it
             assert res, f"recording rule {r['record']} returns nothing although its metrics exist"
             assert r["record"] in not_yet or prom.query(r["record"]), f"{r['record']} was not recorded"
