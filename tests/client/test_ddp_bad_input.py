@@ -1,0 +1,151 @@
+"""Issue 37's bad inputs for the zero-code DDP exchange: real torchrun jobs (gloo, CPU, 2 ranks) run with and
+without teye (tests/client/torch_ddp_bad.py MODE).  Each case: the same printed losses, bit for bit, the
+same exit status and the same errors; teye's per-rank communication share against the script's own clock
+(its time in backward() and the optimizer step, less that of a copy that exchanges nothing, plus its
+explicit all_reduce), or bounded where the clock cannot say."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.client.helpers import HERE, LiveAgent, base_env, plain_run, teye_run
+from tests.procs import free_port
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"),
+                                 reason="the torch extra (./dev.sh test installs it)")]
+SCRIPT = os.path.join(HERE, "torch_ddp_bad.py")
+JOB = "torch_ddp_bad"
+
+
+def _torchrun(mode, steps, nproc):
+    # --monitor-interval 2: every rank has seen the failure of a dying one (and ended on its own error)
+    # before torchrun looks, so that no rank is stopped by torchrun's SIGTERM first, with teye or without
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--monitor-interval",
+            "2", "--master_port", str(free_port()), SCRIPT, mode, str(steps)]
+
+
+def _lines(stdout):
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            o = json.loads(line)
+            out.setdefault(o["rank"], []).append(o)
+    return out
+
+
+def _same(field, value):
+    """A rank's error message as the comparison sees it: gloo words a vanished peer as "Connection closed by
+    peer" or "Read error ...: Connection reset by peer", whichever its socket saw first (both occur without
+    teye, run to run)."""
+    if field == "message" and re.search(r"Connection (closed|reset) by peer", value):
+        return "gloo: the peer's connection ended"
+    return value
+
+
+def run_both(sockdir, mode, steps=12, nproc=2):
+    """The job under teye beside a live agent and, at the same time, without teye: (teye's job view or None,
+    the ranks' lines under teye, its result, its seconds, the bare run's seconds).  Asserted here: the ranks'
+    lines (losses bit for bit, errors) and the exit status are the same with teye and without."""
+    env = base_env(OMP_NUM_THREADS="1")
+    agent = LiveAgent(sockdir)
+
+    def timed(fn, *a, **kw):
+        t0 = time.monotonic()
+        r = fn(*a, **kw)
+        return r, time.monotonic() - t0
+
+    try:
+        with ThreadPoolExecutor(2) as pool:   # side by side: the file's time halved, both under the same load
+            mine = pool.submit(timed, teye_run, _torchrun(mode, steps, nproc), socket_path=agent.path, env=env,
+                               timeout=120)
+            theirs = pool.submit(timed, plain_run, _torchrun(mode, steps, nproc), env=env, timeout=120)
+            (r, took), (bare, bare_took) = mine.result(), theirs.result()
+        jobs = agent.jobs()
+    finally:
+        agent.close()
+    lines, bare_lines = _lines(r.stdout), _lines(bare.stdout)
+    print(f"\n{mode}: exit {r.returncode} ({took:.1f} s) under teye, {bare.returncode} ({bare_took:.1f} s) without")
+    assert r.returncode == bare.returncode, (r.stderr[-3000:], bare.stderr[-3000:])
+    clocks = {"bwd_s", "alone_s", "comm_s", "step_s"}   # the clocks differ run to run
+
+    def results(by_rank):
+        return {k: [{f: _same(f, x) for f, x in o.items() if f not in clocks} for o in v] for k, v in by_rank.items()}
+
+    assert results(lines) == results(bare_lines)
+    assert sorted(lines) == list(range(nproc))
+    assert list(jobs) in ([JOB], []), list(jobs)
+    return jobs.get(JOB), lines, r, took, bare_took
+
+
+def shares(j, lines):
+    """teye's communication share per rank, and the script's own clock's (its last step's line)."""
+    comm = {r.rank: dict(r.phase_seconds).get("communication", 0.0) / r.step_seconds for r in j.ranks}
+    if not j.ranks:   # one process: the job is its only rank
+        comm = {0: dict(j.phase_seconds).get("communication", 0.0) / sum(dict(j.phase_seconds).values())}
+    last = {k: [o for o in v if "bwd_s" in o][-1] for k, v in lines.items()}
+    truth = {k: (max(0.0, o["bwd_s"] - o["alone_s"]) + o["comm_s"]) / o["step_s"] for k, o in last.items()}
+    print(f"teye's communication share per rank {comm}; own clocks {truth}")
+    print("per rank: steps, phases, step seconds",
+          [(x.rank, x.steps, dict(x.phase_seconds), x.step_seconds) for x in j.ranks])
+    return comm, truth
+
+
+def steps_done(lines):
+    return {k: sum("step" in o for o in v) for k, v in lines.items()}
+
+
+@pytest.mark.parametrize("mode", ["fp16hook", "pyhook", "nosync", "unused+static", "twice", "mixed"])
+def test_a_job_that_trains_keeps_its_losses_and_teyes_exchange_stays_under_its_own_clock(sockdir, mode):
+    """(a) a communication hook, PyTorch's fp16 compression or the script's own Python one (its async
+    all_reduce is also a collective called from Python: timed once, never on top of DDP's window); (b)
+    no_sync() accumulation, 2 micro-batches per step (the exchange of the synced one is read); (c)
+    find_unused_parameters with a parameter that never gets a gradient, and (e) static_graph, in one job
+    (one job fewer: each costs about 10 s here); (d) DDP(DDP(net)), which PyTorch 2.13 accepts (both
+    modules exchange; their windows overlap and are carved once); (g)
+    an explicit all_reduce of the loss each step beside DDP.  teye's share is within the rank's own clock
+    (bounded from above: in steps of a few ms DDP's timers see less than the clock, see test_ranks.py) and
+    never 0."""
+    j, lines, r, _, _ = run_both(sockdir, mode)
+    assert r.returncode == 0, r.stderr[-3000:]
+    comm, truth = shares(j, lines)
+    assert all(0 < comm[k] <= truth[k] + 0.05 for k in truth), (comm, truth)
+    assert [x.steps for x in j.ranks] == [12, 12] and j.steps == 12
+
+
+def test_a_rank_that_dies_mid_exchange_ends_the_job_as_without_teye_and_no_held_step_is_lost(sockdir):
+    """(f) Rank 1 ends with os._exit(3) at step 5, before its backward; rank 0 fails in DDP's exchange
+    (gloo: connection closed by peer) and raises it: the same lines, errors and torchrun status (1) with
+    teye and without, in about the same time.  teye's os._exit flush sends rank 1's held step, and rank 0's
+    exit hook its own: each rank reports the 5 steps it made, its share within its own clock."""
+    j, lines, r, took, bare_took = run_both(sockdir, "die")
+    assert r.returncode == 1 and "exitcode  : 3" in r.stderr
+    assert [o.get("error") for o in lines[0] if "error" in o] == ["RuntimeError"]
+    assert re.search(r"Connection (closed|reset) by peer", lines[0][-1]["message"])
+    assert took < bare_took + 5
+    assert steps_done(lines) == {0: 5, 1: 5}
+    assert {x.rank: x.steps for x in j.ranks} == {0: 5, 1: 5}
+    comm, truth = shares(j, lines)
+    assert all(comm[k] <= truth[k] + 0.05 for k in truth), (comm, truth)
+
+
+def test_a_process_group_timeout_ends_the_job_as_without_teye(sockdir):
+    """(h) A 3 s process-group timeout; rank 1 sleeps 30 s at step 3: rank 0's exchange times out (gloo)
+    and it raises; torchrun then stops rank 1 with SIGTERM.  Same lines, errors, status with teye and
+    without, in about the same time.  Rank 0 reports its 3 steps; rank 1, killed by a signal, reports what
+    it had sent: at most its 3, never its last (held) one, which only an exit that runs Python can send."""
+    j, lines, r, took, bare_took = run_both(sockdir, "timeout")
+    assert r.returncode == 1 and "Signal 15 (SIGTERM) received by PID" in r.stderr
+    assert [o.get("error") for o in lines[0] if "error" in o] == ["RuntimeError"]
+    assert "Timed out waiting 3000ms" in r.stderr
+    assert took < bare_took + 5
+    assert steps_done(lines) == {0: 3, 1: 3}
+    got = {x.rank: x.steps for x in j.ranks}
+    assert got[0] == 3 and got.get(1, 0) <= 2, got
+
