@@ -149,3 +149,99 @@ def test_a_process_group_timeout_ends_the_job_as_without_teye(sockdir):
     got = {x.rank: x.steps for x in j.ranks}
     assert got[0] == 3 and got.get(1, 0) <= 2, got
 
+
+# In-process: the held step at exit, and the world size, with a stand-in for DDP's module and logger (the
+# times are the test's: monotonic and wall clock both 0 at the start, in ns).
+
+MS = 10**6
+
+
+class Recorder:
+    source = _src_due = None
+
+    def __init__(self):
+        self.steps = []
+
+    def record_step(self, phases, a, b, samples):
+        self.steps.append((a, b, [(phases[i], phases[i + 1], phases[i + 2]) for i in range(0, len(phases), 3)]))
+
+
+class FakeDDP:
+    """DDP's logger as teye reads it: ints_map set at a forward with gradients (``forward``), or by
+    set_runtime_stats_and_log() (``settles`` gives what that sets: None raises)."""
+
+    def __init__(self, world=2, settles=None):
+        self.map = {}
+        self.settles = settles
+        self.rate = None
+        self.process_group = self
+        self.world = world
+        self.logger = self
+
+    def size(self):
+        return self.world
+
+    def _set_ddp_runtime_logging_sample_rate(self, n):
+        self.rate = n
+
+    def _get_ddp_logging_data(self):
+        return self
+
+    @property
+    def ints_map(self):
+        return dict(self.map)
+
+    def forward(self, iteration, comm, overlap, end):
+        self.map = {"iteration": iteration, "backward_comm_time": comm, "backward_compute_comm_overlap_time": overlap,
+                    "backward_comm_time_end": end}
+
+    def set_runtime_stats_and_log(self):
+        if self.settles is None:
+            raise RuntimeError("the reducer is gone")
+        self.forward(*self.settles)
+
+
+@pytest.fixture
+def ddp_session(monkeypatch):
+    from teye_client import auto
+    monkeypatch.setattr(auto.time, "time_ns", lambda: 0)
+    monkeypatch.setattr(auto, "_ns", lambda: 0)
+    s = auto.Session()
+    s.wait_source = "torch"
+    s.reporter = Recorder()
+    s.exit_hook = True   # no atexit registration from a test
+    return s
+
+
+def _one_held_step(s, m):
+    s.track_ddp(m)
+    s.wait(0, 1 * MS, 4, None)
+    s.step(10 * MS)                      # held: its figures come at the next forward
+    assert s.held is not None and s.reporter.steps == []
+
+
+def test_at_exit_a_held_step_whose_figures_a_forward_already_set_is_not_settled_again(ddp_session):
+    """The next forward set the held step's figures (exposed 3 - 1 = 2 ms, ending at 9 ms), then the job
+    ended in that iteration's backward (a rank died mid-exchange): settling again would read the unfinished
+    backward's (DDP keeps an event's previous figure where it has no new one: here exposed 3 ms)."""
+    s = ddp_session
+    m = FakeDDP(settles=(2, 3 * MS, 0, 9 * MS))
+    _one_held_step(s, m)
+    m.forward(1, 3 * MS, 1 * MS, 9 * MS)
+    s.finish()
+    assert s.reporter.steps == [(0, 10 * MS, [('"data_wait"', 0, MS), ('"compute"', MS, 7 * MS),
+                                              ('"communication"', 7 * MS, 9 * MS), ('"compute"', 9 * MS, 10 * MS)])]
+
+
+def test_at_exit_the_last_step_is_settled_and_a_logger_that_fails_leaves_it_in_compute(ddp_session):
+    s = ddp_session
+    m = FakeDDP(settles=(1, 3 * MS, 1 * MS, 9 * MS))   # the job's normal end: no forward followed
+    _one_held_step(s, m)
+    s.finish()
+    assert s.reporter.steps[0][2][2] == ('"communication"', 7 * MS, 9 * MS)
+    s.reporter.steps.clear()
+    s.step(20 * MS)
+    m.settles = None                     # the logger raises: the step goes out, its exchange in compute
+    s.finish()
+    assert s.reporter.steps == [(10 * MS, 20 * MS, [('"compute"', 10 * MS, 20 * MS)])]
+
