@@ -150,6 +150,15 @@ def test_a_process_group_timeout_ends_the_job_as_without_teye(sockdir):
     assert got[0] == 3 and got.get(1, 0) <= 2, got
 
 
+def test_world_size_one_has_nothing_to_exchange_and_a_small_share(sockdir):
+    """(i) DDP on one rank: its exchange is a local copy; nothing is timed (DDP's timers saw 2 to 17 % of its
+    1 ms steps, its own bucket work, before teye left a group of one rank alone)."""
+    j, lines, r, _, _ = run_both(sockdir, "ddp", steps=20, nproc=1)
+    assert r.returncode == 0, r.stderr[-3000:]
+    comm, truth = shares(j, lines)
+    assert comm[0] == 0.0 and j.steps == 20
+
+
 # In-process: the held step at exit, and the world size, with a stand-in for DDP's module and logger (the
 # times are the test's: monotonic and wall clock both 0 at the start, in ns).
 
@@ -245,3 +254,11 @@ def test_at_exit_the_last_step_is_settled_and_a_logger_that_fails_leaves_it_in_c
     s.finish()
     assert s.reporter.steps == [(10 * MS, 20 * MS, [('"compute"', 10 * MS, 20 * MS)])]
 
+
+def test_ddp_over_one_rank_is_left_alone(ddp_session):
+    s = ddp_session
+    one, two = FakeDDP(world=1), FakeDDP(world=2)
+    s.track_ddp(one)
+    assert (one.rate, s.ddp) == (None, [])
+    s.track_ddp(two)
+    assert two.rate == 1 and len(s.ddp) == 1
