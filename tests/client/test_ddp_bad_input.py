@@ -138,8 +138,9 @@ def test_a_rank_that_dies_mid_exchange_ends_the_job_as_without_teye_and_no_held_
 def test_a_process_group_timeout_ends_the_job_as_without_teye(sockdir):
     """(h) A 3 s process-group timeout; rank 1 sleeps 30 s at step 3: rank 0's exchange times out (gloo)
     and it raises; torchrun then stops rank 1 with SIGTERM.  Same lines, errors, status with teye and
-    without, in about the same time.  Rank 0 reports its 3 steps; rank 1, killed by a signal, reports what
-    it had sent: at most its 3, never its last (held) one, which only an exit that runs Python can send."""
+    without, in about the same time.  Rank 0 reports its 3 steps; rank 1, killed by a signal, 2 of its 3:
+    its last one was held for DDP's figures, and only an exit that runs Python sends a held step (the one
+    before went out within a flush_ms of its release, long before the signal)."""
     j, lines, r, took, bare_took = run_both(sockdir, "timeout")
     assert r.returncode == 1 and "Signal 15 (SIGTERM) received by PID" in r.stderr
     assert [o.get("error") for o in lines[0] if "error" in o] == ["RuntimeError"]
@@ -147,7 +148,8 @@ def test_a_process_group_timeout_ends_the_job_as_without_teye(sockdir):
     assert took < bare_took + 5
     assert steps_done(lines) == {0: 3, 1: 3}
     got = {x.rank: x.steps for x in j.ranks}
-    assert got[0] == 3 and got.get(1, 0) <= 2, got
+    print("steps teye has per rank", got)
+    assert got == {0: 3, 1: 2}
 
 
 def test_world_size_one_has_nothing_to_exchange_and_a_small_share(sockdir):
