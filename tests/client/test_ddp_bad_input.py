@@ -24,11 +24,11 @@ SCRIPT = os.path.join(HERE, "torch_ddp_bad.py")
 JOB = "torch_ddp_bad"
 
 
-def _torchrun(mode, steps, nproc):
+def _torchrun(mode, steps, nproc, port):
     # --monitor-interval 2: every rank has seen the failure of a dying one (and ended on its own error)
     # before torchrun looks, so that no rank is stopped by torchrun's SIGTERM first, with teye or without
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--monitor-interval",
-            "2", "--master_port", str(free_port()), SCRIPT, mode, str(steps)]
+            "2", "--master_port", str(port), SCRIPT, mode, str(steps)]
 
 
 def _lines(stdout):
@@ -61,11 +61,16 @@ def run_both(sockdir, mode, steps=12, nproc=2):
         r = fn(*a, **kw)
         return r, time.monotonic() - t0
 
+    ports = [free_port()]
+    while len(ports) < 2:   # the two jobs side by side: two rendezvous ports
+        p = free_port()
+        if p != ports[0]:
+            ports.append(p)
     try:
         with ThreadPoolExecutor(2) as pool:   # side by side: the file's time halved, both under the same load
-            mine = pool.submit(timed, teye_run, _torchrun(mode, steps, nproc), socket_path=agent.path, env=env,
+            mine = pool.submit(timed, teye_run, _torchrun(mode, steps, nproc, ports[0]), socket_path=agent.path, env=env,
                                timeout=120)
-            theirs = pool.submit(timed, plain_run, _torchrun(mode, steps, nproc), env=env, timeout=120)
+            theirs = pool.submit(timed, plain_run, _torchrun(mode, steps, nproc, ports[1]), env=env, timeout=120)
             (r, took), (bare, bare_took) = mine.result(), theirs.result()
         jobs = agent.jobs()
     finally:
