@@ -364,12 +364,13 @@ class Session:
             atexit.register(self._finish_guarded)   # after the reporter's: runs first, the held step goes out
         self.held = (phases, start, end_ns, samples)
 
-    def release(self, rep):
-        """Send the held step, its exposed gradient exchange carved out of its compute where DDP timed it."""
+    def release(self, rep, settle=False):
+        """Send the held step, its exposed gradient exchange carved out of its compute where DDP timed it
+        (``settle``: at exit, see exchange())."""
         phases, start, end, samples = self.held
         self.held = None
         if end - start >= self.DDP_MIN_STEP_NS:
-            for a, b in self.exchange():
+            for a, b in self.exchange(settle):
                 a, b = max(a, start), min(b, end)
                 if b > a:
                     phases = carve(phases, a, b)
@@ -377,13 +378,19 @@ class Session:
 
     DDP_MIN_STEP_NS = 500 * 10**3   # shorter steps are not split: reading DDP's logger costs about 4 µs
 
-    def exchange(self):
+    def exchange(self, settle=False):
         """[start_ns, end_ns] (monotonic) of the exposed gradient exchange of each DDP module's latest backward
         that DDP's logger has timed since the last call: from the end of its local backward computation
         (``backward_compute_time_end``) to the end of its exchange (``backward_comm_time_end``), i.e. the
         exchange's time less its overlap with the computation.  DDP stamps those with the wall clock (CPU
         timers) or times them with CUDA events (durations only: the interval then ends where the wall-clock
-        stamp says, as near as DDP's host side knows it)."""
+        stamp says, as near as DDP's host side knows it).
+
+        ``settle`` (at exit, for the held step): a module whose logger has set nothing new since the last
+        call (no forward with gradients followed the held step: the job's normal end) has it set now
+        (settle_ddp()).  One that has (a forward followed, then the job ended: an error in the next backward,
+        a rank that died mid-exchange, os._exit) already holds the held step's figures; setting them again
+        would mix in the unfinished backward's (DDP keeps an event's previous figure where it has no new one)."""
         out = []
         off = None
         keep = []
@@ -394,11 +401,15 @@ class Session:
             keep.append(entry)
             try:
                 d = m.logger._get_ddp_logging_data().ints_map   # its figures only: about 4 µs (8 with strings)
+                it = d.get("iteration")
+                if settle and (not it or it == entry[1]):
+                    self.settle_ddp(m)
+                    d = m.logger._get_ddp_logging_data().ints_map
+                    it = d.get("iteration")
             except Exception as e:  # DDP's logger changed: the exchange stays in compute, the rest goes on
                 debug("DDP's logger cannot be read (%s: %s): its gradient exchange is not timed" % (type(e).__name__, e))
                 del self.ddp[:]
                 return out
-            it = d.get("iteration")
             if not it or it == entry[1]:
                 continue
             entry[1] = it
@@ -416,22 +427,28 @@ class Session:
             self.ddp[:] = keep
         return out
 
-    def settle_ddp(self):
-        """At exit: DDP sets a backward's figures at the next forward, which the last step never has; have its
-        logger set them now (the job is over: DDP's own running averages count that iteration twice, at
-        worst, if a forward with gradients follows after all)."""
-        for entry in self.ddp:
-            m = entry[0]()
-            logger = getattr(m, "logger", None)
-            if logger is not None:
-                try:
-                    logger.set_runtime_stats_and_log()
-                except Exception as e:  # the last step's exchange then stays in compute
-                    debug("DDP's logger: the last step's figures: %s: %s" % (type(e).__name__, e))
+    @staticmethod
+    def settle_ddp(module):
+        """At exit: DDP sets a backward's figures at the next forward, which the last step never has; have the
+        module's logger set them now (the job is over: DDP's own running averages count that iteration twice,
+        at worst, if a forward with gradients follows after all)."""
+        logger = getattr(module, "logger", None)
+        if logger is not None:
+            try:
+                logger.set_runtime_stats_and_log()
+            except Exception as e:  # the last step's exchange then stays in compute
+                debug("DDP's logger: the last step's figures: %s: %s" % (type(e).__name__, e))
 
     def track_ddp(self, module):
         """A new DistributedDataParallel module: its logger set to time every iteration (DDP's default: the
-        first 10, then one in 100; ``TEYE_DDP_SAMPLE_RATE``), read at each step (exchange())."""
+        first 10, then one in 100; ``TEYE_DDP_SAMPLE_RATE``), read at each step (exchange()).  A module over a
+        process group of one rank exchanges nothing: DDP's timers would see only its own bucket work (2 to 17 %
+        of 1 ms steps measured at world size 1), so it is left as it is and its steps go out unheld."""
+        pg = getattr(module, "process_group", None)
+        size = getattr(pg, "size", None)
+        if callable(size) and size() == 1:
+            debug("DDP over a process group of one rank: nothing to exchange, nothing timed")
+            return
         module._set_ddp_runtime_logging_sample_rate(DDP_SAMPLE_RATE)
         self.ddp.append([weakref.ref(module), None])
         if len(self.ddp) > self.MAX_DDP:
@@ -535,8 +552,7 @@ class Session:
         if self.disabled or rep is None:
             return
         if self.held is not None:
-            self.settle_ddp()
-            self.release(rep)
+            self.release(rep, settle=True)
         if self.evals:
             self._declared(0, rep)
         if not waits or waits[-1][3] is None:
