@@ -107,7 +107,34 @@ def rank_from_env(environ=None):
         if world == 1:
             return None, None, "%s=1: one rank, not a data-parallel job" % size_var
         return rank, world, "%s=%d" % (rank_var, rank) + ("" if world is None else ", %s=%d" % (size_var, world))
+    if env.get("TF_CONFIG"):
+        return rank_from_tf_config(env["TF_CONFIG"])
     return None, None, "no launcher rank variable set"
+
+
+def rank_from_tf_config(raw):
+    """(rank, world, why) of a TensorFlow multi-worker task (MultiWorkerMirroredStrategy's TF_CONFIG): the
+    chief first, then the workers by index; a parameter server or evaluator has none."""
+    import json
+    try:
+        cfg = json.loads(raw)
+        cluster, task = cfg.get("cluster") or {}, cfg.get("task") or {}
+        chiefs, workers = len(cluster.get("chief") or ()), len(cluster.get("worker") or ())
+        kind, index = task.get("type"), int(task.get("index", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None, None, "TF_CONFIG is not the JSON TensorFlow reads: no rank"
+    world = chiefs + workers
+    if kind == "chief":
+        rank = index
+    elif kind == "worker":
+        rank = chiefs + index
+    else:
+        return None, None, "TF_CONFIG task type %r: not a training rank" % (str(kind)[:20],)
+    if world == 1:
+        return None, None, "TF_CONFIG: one task, not a data-parallel job"
+    if not 0 <= rank < world <= MAX_RANK:
+        return None, None, "TF_CONFIG task %s %d: not a rank of its cluster (%d tasks)" % (kind, index, world)
+    return rank, world, "TF_CONFIG %s %d of %d tasks" % (kind, index, world)
 
 
 def rank_from_torch():

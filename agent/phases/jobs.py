@@ -890,7 +890,7 @@ class JobTable:
             silent_s=max(0.0, (now_ns - rk.last_ns) / 1e9),
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
-            source=job.source, network=self._links(job, now_ns))
+            source=job.source, network=self._links(job, now_ns), exchange_observed=_exchange_observed(job))
 
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
@@ -940,6 +940,7 @@ class JobTable:
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
             source=job.source,
             network=self._links(job, now_ns),
+            exchange_observed=_exchange_observed(job),
         )
 
     def _links(self, job: _Job, now_ns: int):
@@ -1049,12 +1050,22 @@ def process_alive(pid: int) -> bool:
         return True   # it existed a moment ago; /proc may not be mounted as the agent's
 
 
+UNTIMED_EXCHANGE_SOURCES = frozenset({"tf.data", "tf-steps", "keras"})   # zero-code TensorFlow: its collectives
+
+
+def _exchange_observed(job: _Job) -> bool:
+    """False for a data-parallel job (ranks, or a world size said) whose framework's gradient exchange teye
+    cannot time: TensorFlow's, inside its step functions."""
+    return not (job.source in UNTIMED_EXCHANGE_SOURCES and (job.ranks or (job.world or 0) > 1))
+
+
 def _scaling_efficiency(evs) -> Optional[float]:
     """The share of step time not lost to the exchange or to waiting for other ranks in it: 1 less the
     ``communication`` share, over the window, the mean of the job's ranks on this node (each rank's own
     share: a rank's waits are its own); None without step time or from a source that cannot see the
     exchange (steps only)."""
-    shares = [e.share("communication") for e in evs if e.step_time > 0 and e.source not in STEPS_ONLY_SOURCES]
+    shares = [e.share("communication") for e in evs
+              if e.step_time > 0 and e.source not in STEPS_ONLY_SOURCES and e.exchange_observed]
     return 1.0 - sum(shares) / len(shares) if shares else None
 
 

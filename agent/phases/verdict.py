@@ -29,7 +29,10 @@ The rules (thresholds from the ``phases`` config section):
 4. The candidate with the largest lost share wins (ties: input, communication, host,
    idle); with no candidate the step is ``compute``-bound: the device does the work,
    and what is left is making that work cheaper.
-5. A job whose input wait is not observed (a steps-only source: ``tf-steps``, ``torch-steps``;
+5. A data-parallel job whose gradient exchange is not observed (``Evidence.exchange_observed``:
+   TensorFlow's multi-worker strategies run it inside the step) and that rules 2-4 would call
+   ``compute`` is ``not_observed``: "communication not observed", never ``compute``.
+   A job whose input wait is not observed (a steps-only source: ``tf-steps``, ``torch-steps``;
    see :func:`unobserved_input`) is never judged by rules 2-4, whose "no candidate, so
    ``compute``" would be a guess: its GPUs' samples decide what can be said.  GPUs idle less
    than ``gpu_idle_min_ratio`` of its steps: ``compute`` (the GPU is the limit, whatever the
@@ -132,6 +135,14 @@ INPUT_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
         "check the file system: local disk and NFS throughput and latency (teye_disk_*, teye_nfs_*)."),
     "unknown": RECOMMENDATIONS["input"],
 }
+
+# a data-parallel job whose exchange teye cannot time, and whose other phases name nothing (rule 4's compute)
+EXCHANGE_NOT_OBSERVED = (
+    "teye cannot say whether this job computes or exchanges gradients: its framework's exchange (TensorFlow's "
+    "MultiWorkerMirroredStrategy, Horovod) runs inside the step, where it is not timed. Compare its step time "
+    "with one worker's (scaling efficiency by hand), look at the interconnect (teye_network_*, "
+    "teye_infiniband_*, teye_network_qdisc_*), or report the exchange with teye_client.Reporter's "
+    "'communication' phase; a PyTorch DDP or FSDP job is timed zero-code.")
 
 # A communication verdict's cause (agent.phases.links) comes first, then the framework's advice on the exchange.
 COMMUNICATION_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
@@ -403,6 +414,8 @@ class Evidence:
     #                                          not sampled), for the cause of a communication verdict
     comm_spread: float = 0.0                 # the largest less the least communication share of the job's
     #                                          ranks on this node (agent.phases.ranks)
+    exchange_observed: bool = True           # False: a data-parallel job whose framework's gradient exchange
+    #                                          teye cannot time (TensorFlow's collectives): it is in compute
 
     def __post_init__(self):
         """Refuse figures that would make a share exceed 1: the producer has a bug."""
@@ -521,6 +534,12 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
                            cause)
         return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail,
                        recommendation(kind, source=ev.source), ordered)
+    if not ev.exchange_observed:
+        return Verdict("not_observed", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
+                                       f"{_pct(ev.share('data_wait'))}; communication not observed: the gradient "
+                                       f"exchange of this data-parallel job runs inside its steps where teye "
+                                       f"cannot time it (TensorFlow's collective all-reduce), so compute holds "
+                                       f"it too" + tail, EXCHANGE_NOT_OBSERVED, ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
                               f"{_pct(ev.share('data_wait'))}" + tail, recommendation("compute", source=ev.source),
                    ordered)

@@ -86,3 +86,15 @@ def test_history_differences_counters_over_the_window():
     small.add("b", "tx_bytes", 0, 0)
     small.set("b", "speed_bps", 0, 1.0)
     assert list(small._data) == ["a"]
+
+
+def test_a_data_parallel_job_whose_exchange_is_not_timed_is_not_observed_never_compute():
+    """Issue 37: TensorFlow's multi-worker exchange runs inside its steps: what rule 4 would call compute is
+    'communication not observed'; an input-bound job stays input (its wait is observed)."""
+    base = dict(window_s=60, step_seconds=10.0, steps=100, source="tf.data")
+    v = decide(Evidence(phase_seconds={"compute": 9.5, "data_wait": 0.5}, exchange_observed=False, **base))
+    assert v.kind == "not_observed" and "communication not observed" in v.evidence
+    assert v.recommendation.startswith("teye cannot say whether this job computes or exchanges gradients")
+    assert decide(Evidence(phase_seconds={"compute": 9.5, "data_wait": 0.5}, **base)).kind == "compute"
+    assert decide(Evidence(phase_seconds={"compute": 5.0, "data_wait": 5.0}, exchange_observed=False,
+                           **base)).kind == "input"

@@ -21,6 +21,10 @@ from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
     ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8"}, 5, 8),
     ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}, 1, 2),
     ({"RANK": " 2 "}, 2, None),                                 # no size: the rank alone
+    # TensorFlow's MultiWorkerMirroredStrategy: the chief first, then the workers (issue 37)
+    ({"TF_CONFIG": '{"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]}, "task": {"type": "worker", '
+                   '"index": 1}}'}, 2, 3),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["b:1", "c:1"]}, "task": {"type": "worker", "index": 0}}'}, 0, 2),
 ])
 def test_rank_from_the_launchers_variables(env, rank, world):
     assert rep_mod.rank_from_env(env)[:2] == (rank, world)
@@ -35,6 +39,12 @@ def test_rank_from_the_launchers_variables(env, rank, world):
     ({"RANK": "0", "WORLD_SIZE": "x"}, "WORLD_SIZE='x' is not an integer"),
     ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, "one rank, not a data-parallel job"),
     ({}, "no launcher rank variable set"),
+    ({"TF_CONFIG": "{not json"}, "TF_CONFIG is not the JSON"),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "ps", "index": 0}}'},
+     "task type 'ps': not a training rank"),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}'}, "one task"),
+    ({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}'},
+     "not a rank of its cluster"),
 ])
 def test_bad_rank_variables_give_no_rank_and_say_why(env, why):
     rank, world, said = rep_mod.rank_from_env(env)
@@ -279,3 +289,22 @@ def test_the_critical_ranks_slowed_gpu_is_named():
     j = view(t)["ddp"]
     assert j.verdict.evidence.startswith("rank 1 (pid 101, GPU 1) waits 60 % of its step on input; ranks 0, 2, 3 "
                                          "wait for it; its GPU 1: clocks held down by hw_thermal, SM clock 1005 MHz")
+
+
+def test_tensorflow_ranks_have_no_scaling_efficiency_and_the_exchange_not_observed():
+    """Issue 37: a TensorFlow job with ranks (TF_CONFIG) cannot show its exchange: its verdict says so and its
+    scaling efficiency is absent; the same job from PyTorch's DataLoader has both."""
+    for src, kind, eff in (("tf.data", "not_observed", None), ("torch", "compute", 1.0)):
+        t, _ = table()
+        for pid, rank in ((101, 0), (102, 1)):
+            for k in range(10):
+                s = NOW - 20 * S + k * 100 * MS
+                msg = json.loads(encode("dp", [("data_wait", s, s + 5 * MS), ("compute", s + 5 * MS, s + 100 * MS)],
+                                        [(s, s + 100 * MS, 8)], rank=rank if k == 0 else None,
+                                        world=2 if k == 0 else None))
+                if k == 0:
+                    msg["src"] = src
+                assert t.handle(json.dumps(msg).encode(), pid, 0, NOW) == "accepted"
+        j = view(t)["dp"]
+        assert (j.source, j.verdict.kind, j.scaling_efficiency) == (src, kind, eff)
+        assert ("communication not observed" in j.verdict.evidence) == (kind == "not_observed")
