@@ -269,3 +269,25 @@ def test_ddp_over_one_rank_is_left_alone(ddp_session):
     assert (one.rate, s.ddp) == (None, [])
     s.track_ddp(two)
     assert two.rate == 1 and len(s.ddp) == 1
+
+
+def test_a_held_step_goes_out_at_the_next_with_its_exposed_exchange_carved_from_compute_only(ddp_session):
+    """Two steps: the first is sent when the second ends, with DDP's exposed exchange (5 - 1 = 4 ms, ending at
+    9.5 ms) carved out of its compute; an interval reaching into the step's input wait takes only compute; a
+    figure already read (the same iteration) is not carved again."""
+    s = ddp_session
+    m = FakeDDP()
+    _one_held_step(s, m)
+    m.forward(1, 5 * MS, 1 * MS, 9 * MS + MS // 2)
+    s.wait(10 * MS, 11 * MS, 4, None)
+    s.step(20 * MS)
+    assert s.reporter.steps == [(0, 10 * MS, [('"data_wait"', 0, MS), ('"compute"', MS, 5 * MS + MS // 2),
+                                              ('"communication"', 5 * MS + MS // 2, 9 * MS + MS // 2),
+                                              ('"compute"', 9 * MS + MS // 2, 10 * MS)])]
+    s.wait(20 * MS, 29 * MS, 4, None)    # a long input wait: the exchange below reaches into it
+    s.step(30 * MS)                      # iteration 1 again: nothing new to carve into the second step
+    m.forward(2, 12 * MS, 0, 30 * MS)    # the third step's figures: 18-30 ms, over its wait and compute
+    s.step(40 * MS)
+    assert s.reporter.steps[1] == (10 * MS, 20 * MS, [('"data_wait"', 10 * MS, 11 * MS), ('"compute"', 11 * MS, 20 * MS)])
+    assert s.reporter.steps[2] == (20 * MS, 30 * MS, [('"data_wait"', 20 * MS, 29 * MS),
+                                                      ('"communication"', 29 * MS, 30 * MS)])

@@ -35,6 +35,16 @@ def run_ddp(sockdir, nproc, steps, slow, slow_ms, mode="ddp"):
     return jobs["torch_ddp_ranks"], own
 
 
+def assert_same_losses_without_teye(own, nproc, steps, slow, slow_ms, mode):
+    """The job run again without teye: each rank's final loss is the one it printed under teye."""
+    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+                      str(free_port()), SCRIPT, str(steps), str(slow), str(slow_ms), mode],
+                     env=base_env(OMP_NUM_THREADS="1"), timeout=300)
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
+        {r: o["loss"] for r, o in own.items()}
+
+
 def test_one_slow_rank_is_the_jobs_verdict_and_is_named(sockdir):
     j, own = run_ddp(sockdir, 4, 40, slow=3, slow_ms=20)
     truth = own[3]["wait_s"] / own[3]["step_s"]  # the slow rank's own wait share, by its own clock
@@ -83,12 +93,7 @@ def test_collectives_called_from_python_are_communication_and_change_nothing(soc
     assert j.critical_rank == 1
     assert "rank 1 (pid" in j.verdict.evidence and "ranks 0, 2, 3 wait for it in their collectives" in \
         j.verdict.evidence
-    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
-                      str(free_port()), SCRIPT, "30", "1", "30", "allreduce"], env=base_env(OMP_NUM_THREADS="1"),
-                     timeout=300)
-    assert bare.returncode == 0, bare.stderr[-2000:]
-    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
-        {r: o["loss"] for r, o in own.items()}
+    assert_same_losses_without_teye(own, 4, 30, 1, 30, "allreduce")
 
 
 def test_a_rank_slow_in_compute_is_named_and_the_others_wait_in_ddps_exchange(sockdir):
@@ -103,12 +108,7 @@ def test_a_rank_slow_in_compute_is_named_and_the_others_wait_in_ddps_exchange(so
     assert comm == pytest.approx(truth, abs=0.05)
     assert j.critical_rank == 2
     print(j.verdict)
-    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
-                      str(free_port()), SCRIPT, "30", "2", "60", "ddp_compute"], env=base_env(OMP_NUM_THREADS="1"),
-                     timeout=300)
-    assert bare.returncode == 0, bare.stderr[-2000:]
-    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
-        {r: o["loss"] for r, o in own.items()}
+    assert_same_losses_without_teye(own, 4, 30, 2, 60, "ddp_compute")
 
 
 def test_fsdp_collective_waits_are_communication_by_the_scripts_own_clock(sockdir):
@@ -122,9 +122,4 @@ def test_fsdp_collective_waits_are_communication_by_the_scripts_own_clock(sockdi
     assert truth[0] > 0.4 and truth[0] - truth[1] > 0.2
     assert comm == pytest.approx(truth, abs=0.05)
     assert j.critical_rank == 1
-    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                      str(free_port()), SCRIPT, "20", "1", "40", "fsdp"], env=base_env(OMP_NUM_THREADS="1"),
-                     timeout=300)
-    assert bare.returncode == 0, bare.stderr[-2000:]
-    assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
-        {r: o["loss"] for r, o in own.items()}
+    assert_same_losses_without_teye(own, 2, 20, 1, 40, "fsdp")

@@ -22,7 +22,6 @@ its first batch wait to this optimizer step.  A rank whose training loop raises 
 "error": the exception's type, "message": its first line, digits as N} and raises it on.
 """
 import atexit
-import copy
 import datetime
 import json
 import os
@@ -34,6 +33,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from tests.client.ddp_clock import alone_seconds
 
 MODE, STEPS = set(sys.argv[1].split("+")), int(sys.argv[2])
 BATCH = 4
@@ -77,20 +78,7 @@ data = Data()
 loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, shuffle=False))
 torch.manual_seed(0)
 net = Net()
-ref = copy.deepcopy(net)
-x0, y0 = data.x[:BATCH], data.y[:BATCH]
-alone = []
-for _ in range(15):
-    ref_loss = ((ref(x0) - y0) ** 2).mean()
-    b0 = time.monotonic()
-    ps = list(ref.parameters())
-    grads = torch.autograd.grad(ref_loss, ps, allow_unused=True)
-    with torch.no_grad():
-        for p, g in zip(ps, grads):
-            if g is not None:
-                p.sub_(0.01 * g)
-    alone.append(time.monotonic() - b0)
-alone = sorted(alone)[len(alone) // 2]
+alone = alone_seconds(net, data.x[:BATCH], data.y[:BATCH])  # tests/client/ddp_clock.py
 
 
 def pyhook(state, bucket):

@@ -17,7 +17,6 @@ Each rank prints one JSON line with its own wall-clock timing (the test's oracle
 time it spent in next() of its DataLoader, in all_reduce, and between its optimizer steps.
 """
 import atexit
-import copy
 import json
 import os
 import sys
@@ -27,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from tests.client.ddp_clock import alone_seconds
 
 STEPS, SLOW, SLOW_MS, MODE = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 BATCH = 256 if MODE == "ddp_wide" else 4   # wide: compute enough that an unshaped exchange is the smaller part
@@ -71,20 +72,7 @@ class Wide(torch.nn.Module):
 
 net = Wide() if MODE == "ddp_wide" else \
     torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-# this rank's backward and SGD update alone, on a copy that exchanges nothing (median of 15), by hand (an
-# optimizer's step would be a training step of the job): its time in backward() and step() without the others
-ref = copy.deepcopy(net)
-x0, y0 = data.x[:BATCH], data.y[:BATCH]
-alone = []
-for _ in range(15):
-    ref_loss = ((ref(x0) - y0) ** 2).mean()
-    b0 = time.monotonic()
-    grads = torch.autograd.grad(ref_loss, list(ref.parameters()))
-    with torch.no_grad():
-        for p, g in zip(ref.parameters(), grads):
-            p.sub_(0.01 * g)
-    alone.append(time.monotonic() - b0)
-alone = sorted(alone)[len(alone) // 2]
+alone = alone_seconds(net, data.x[:BATCH], data.y[:BATCH])  # tests/client/ddp_clock.py
 if MODE == "fsdp":
     # the script's own clock on FSDP's collectives: wrappers of its own around what FSDP calls (outermost
     # call only: a collective inside another, or its Work.wait, counts once)
