@@ -9,7 +9,9 @@
                       forward and backward; the script times the collectives FSDP calls itself (comm_s)
       MODE ddp_wide:  DistributedDataParallel on a wider model (about 280,000 parameters: 1.1 MB of gradients
                       per step, its middle layer applied 24 times) and batches of 256: an exchange that a shaped
-                      link holds back and an unshaped one does not; SLOW_RANK as in ddp
+                      link holds back and an unshaped one does not; SLOW_RANK as in ddp.  A communication
+                      hook of the script's own (DDP's default exchange) notes when the gradients were ready:
+                      exposed_s, its wait from there to the end of backward()
       MODE ddp_compute: DistributedDataParallel; the slow rank sleeps SLOW_MS between its forward and its
                       backward (its compute), so the others wait in DDP's gradient exchange
 
@@ -103,8 +105,21 @@ if MODE == "fsdp":
     model = fully_shard(net)
 else:
     model = DistributedDataParallel(net) if MODE in ("ddp", "ddp_wide", "ddp_compute") else net
+ready = [0.0]   # ddp_wide: when DDP handed over the last gradient bucket (the script's own communication hook)
+if MODE == "ddp_wide":
+    world_group, size = dist.group.WORLD, dist.get_world_size()
+
+    def own_clock_hook(state, bucket):
+        """DDP's default exchange (the bucket divided by the world size, then summed over the ranks), with
+        the time its gradients were ready: the rank waits from there to the end of backward()."""
+        ready[0] = time.monotonic()
+        buf = bucket.buffer()
+        buf.div_(size)
+        return world_group.allreduce([buf]).get_future().then(lambda f: f.value()[0])
+
+    model.register_comm_hook(None, own_clock_hook)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-wait = comm = bwd = 0.0
+wait = comm = bwd = exposed = 0.0
 it = iter(loader)
 t_start = None
 for i in range(STEPS):
@@ -120,6 +135,8 @@ for i in range(STEPS):
     opt.zero_grad()
     b0 = time.monotonic()
     loss.backward()
+    if MODE == "ddp_wide":
+        exposed += time.monotonic() - ready[0]
     if MODE == "allreduce":
         if slow:
             time.sleep(SLOW_MS / 1000)  # more work on this rank
@@ -131,7 +148,7 @@ for i in range(STEPS):
     opt.step()
     bwd += time.monotonic() - b0
 t_end = time.monotonic()
-out = {"rank": RANK, "wait_s": wait, "comm_s": comm, "bwd_s": bwd, "alone_s": alone * STEPS, "step_s": t_end - t_start, "steps": STEPS,
+out = {"rank": RANK, "wait_s": wait, "comm_s": comm, "bwd_s": bwd, "exposed_s": exposed, "alone_s": alone * STEPS, "step_s": t_end - t_start, "steps": STEPS,
        "loss": round(loss.item(), 6)}
 sys.stdout.write(json.dumps(out) + "\n")  # one write: ranks' lines stay whole
 sys.stdout.flush()
