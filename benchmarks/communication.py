@@ -8,9 +8,10 @@ and what timing the exchange costs the job.
 matrix: two network namespaces joined by a veth pair shaped with tc tbf at each rate (0: unshaped), an
         agent in each, and the 2 x 2-rank DDP job of tests/e2e/test_communication_netns.py (gloo, 1.1 MB of
         gradients a step) under `teye run` on both; per rate: teye's exposed-exchange share per rank against
-        the rank's own clock around backward() and the optimizer step less a copy's backward that exchanges
-        nothing (the script's alone_s), and what the shaping added against the unshaped run, by both; the
-        verdict and cause of both nodes.  Needs root (namespaces).
+        the rank's own clocks: 'exposed', from its last gradient bucket ready (the script's own communication
+        hook) to the end of backward(); 'bwd-alone', its backward() and optimizer step less a copy's backward
+        that exchanges nothing; and what the shaping added against the unshaped run, by teye and by the
+        clock around backward() and the step; the verdict and cause of both nodes.  Needs root.
 ranks:  one node, 4 ranks of DDP with rank 2 computing 60 ms more per step, and FSDP (fully_shard) on 2 ranks
         with rank 1 computing 40 ms more: teye's per-rank communication share against each rank's clock,
         the critical rank and the job's verdict.
@@ -47,8 +48,8 @@ def matrix(rates, steps: int) -> int:
     with open(conf, "w") as fh:
         fh.write("collectors:\n" + "".join(f"  {c}: {{enabled: {'true' if c in T.ON else 'false'}}}\n"
                                            for c in COLLECTORS))
-    print(f"{'rate':>9} {'rank':>4} {'teye':>6} {'clock':>6} {'added teye':>10} {'added clock':>11} {'step ms':>7} "
-          f"verdict/cause (node a; node b)")
+    print(f"{'rate':>9} {'rank':>4} {'teye':>6} {'exposed':>7} {'bwd-alone':>9} {'added teye':>10} {'added clock':>11} "
+          f"{'step ms':>7} verdict/cause (node a; node b)")
     agents = []
     try:
         with netns.veth_pair("bm", rate_mbit=None, subnet=223, mgmt=True) as pair:
@@ -74,7 +75,8 @@ def matrix(rates, steps: int) -> int:
                     added_clock = (o["bwd_s"] - bo["bwd_s"]) / o["step_s"]
                     added_teye = (seen.get(r, 0.0) * o["step_s"] - bs * bo["step_s"]) / o["step_s"]
                     label = f"{rate} Mbit" if rate else "none"
-                    print(f"{label:>9} {r:>4} {seen.get(r, 0.0):6.3f} {clock:6.3f} {added_teye:10.3f} "
+                    print(f"{label:>9} {r:>4} {seen.get(r, 0.0):6.3f} {o['exposed_s'] / o['step_s']:7.3f} {clock:9.3f} "
+                          f"{added_teye:10.3f} "
                           f"{added_clock:11.3f} {1000 * o['step_s'] / o['steps']:7.0f} "
                           f"{'; '.join(verdicts) if r == 0 else ''}")
     finally:

@@ -131,7 +131,7 @@ def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds(), untracke
         waited = sum(per_step(o, "communication") for o in others) / len(others)
         lead = (f"{describe(crit)} computes {_secs(per_step(ev, 'compute'))} per step and spends the least of its "
                 f"step in communication ({100 * ev.share('communication'):.0f} %); {who} {verb} for it in "
-                f"their collectives, {_secs(waited)} per step")
+                f"{'its' if len(waiting) == 1 else 'their'} collectives, {_secs(waited)} per step")
     else:
         lead = (f"no rank waits on its own input or host work (the most: {describe(crit)}, "
                 f"{100 * own_wait(ev):.0f} % of its step); {len(waiting) + 1} ranks on this node")
