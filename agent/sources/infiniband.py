@@ -274,9 +274,10 @@ def _port_key(name: str):
 class InfinibandSource:
     name = "infiniband"
 
-    def __init__(self, sysfs: str = "/sys"):
+    def __init__(self, sysfs: str = "/sys", ctx=None):
         self.root = under(sysfs, "class", "infiniband")
         self._refusals = Refusals(self.name)
+        self.ctx = ctx
 
     def read_port_files(self, port_dir: str) -> Optional[Dict[str, Optional[str]]]:
         """Contents of the files this module reads under one port dir; None when the port has vanished."""
@@ -295,7 +296,10 @@ class InfinibandSource:
 
     def collect(self) -> InfinibandReading:
         with counting(self._refusals):
-            return replace(self._collect(), refused=self._refusals.counts())
+            reading = replace(self._collect(), refused=self._refusals.counts())
+        if self.ctx is not None:
+            publish(reading, self.ctx)
+        return reading
 
     def _collect(self) -> InfinibandReading:
         names = _listdir(self.root)
@@ -318,5 +322,28 @@ class InfinibandSource:
         return InfinibandReading(tuple(devices), tuple(ports))
 
 
+# the port counters that say a link loses data or recovers from errors (the network cause's "errors")
+LINK_ERRORS = ("symbol_errors", "link_error_recovery", "receive_errors", "receive_discards", "transmit_discards",
+               "receive_remote_physical_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+
+
+def publish(reading: InfinibandReading, ctx) -> None:
+    """Each port's data, errors, downs and rate into the interface history (AgentContext.links) as
+    '<device>/<port>': RDMA traffic (NCCL over verbs) never passes /proc/net/dev, so a communication-bound
+    job's network cause reads the ports too."""
+    links, now = ctx.links, ctx.clock()
+    links.sampled = True
+    for p in reading.ports:
+        c = p.counters
+        if "transmit_bytes" not in c or "receive_bytes" not in c:
+            continue
+        name = f"{p.device}/{p.port}"
+        links.add(name, "rx_bytes", now, c["receive_bytes"])
+        links.add(name, "tx_bytes", now, c["transmit_bytes"])
+        links.add(name, "errors", now, sum(c.get(k, 0) for k in LINK_ERRORS))
+        links.add(name, "carrier_changes", now, c.get("link_downed", 0))
+        links.set(name, "speed_bps", now, p.rate_bytes_per_second)
+
+
 def from_config(cfg, ctx=None) -> InfinibandSource:
-    return InfinibandSource(cfg["sysfs"])
+    return InfinibandSource(cfg["sysfs"], ctx)

@@ -2,6 +2,8 @@
 (agent.context.LinkHistory): values computed by hand."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from agent.context import LinkHistory, LinkWindow
@@ -98,3 +100,31 @@ def test_a_data_parallel_job_whose_exchange_is_not_timed_is_not_observed_never_c
     assert decide(Evidence(phase_seconds={"compute": 9.5, "data_wait": 0.5}, **base)).kind == "compute"
     assert decide(Evidence(phase_seconds={"compute": 5.0, "data_wait": 5.0}, exchange_observed=False,
                            **base)).kind == "input"
+
+
+def test_infiniband_ports_join_the_history_so_rdma_traffic_counts(tmp_path):
+    """NCCL over verbs never passes /proc/net/dev: the InfiniBand ports are in the history as '<hca>/<port>'
+    with their data (4-byte words), errors, downs and rate.  Fixture port mlx4_0/1 (40 Gb/sec 4X QDR), its
+    xmit data raised by 1,250,000 words (5 MB) and link_downed by 1 between two reads 10 s apart."""
+    import itertools
+    import shutil
+    from agent.context import AgentContext
+    from agent.sources.infiniband import InfinibandSource
+    from tests.conftest import SYSFS
+    sys_copy = tmp_path / "sys"
+    shutil.copytree(os.path.join(SYSFS, "class", "infiniband"), sys_copy / "class" / "infiniband", symlinks=True)
+    t = itertools.count(0, 10 * S)
+    ctx = AgentContext(clock=lambda: next(t))
+    src = InfinibandSource(str(sys_copy), ctx)
+    src.collect()
+    port = sys_copy / "class" / "infiniband" / "mlx4_0" / "ports" / "1"
+    xmit = port / "counters_ext" / "port_xmit_data_64"
+    xmit.write_text(f"{int(xmit.read_text()) + 1_250_000}\n")
+    down = port / "counters" / "link_downed"
+    down.write_text(f"{int(down.read_text()) + 1}\n")
+    src.collect()
+    w = {x.device: x for x in ctx.links.window(0, 10 * S)}["mlx4_0/1"]
+    assert (w.seconds, w.tx_bps, w.rx_bps, w.carrier_changes, w.speed_bps) == (10.0, 500_000.0, 0.0, 1, 40e9 / 8)
+    assert ctx.links.sampled
+    cause, why = links.network_cause([w], 0.5)
+    assert cause == "network_errors" and why.startswith("network errors: mlx4_0/1 carried 0 bit/s in, 4 Mbit/s out")
