@@ -11,6 +11,7 @@
   ``torch.distributed.distributed_c10d``, and ``Work.wait()`` on their async handles) are timed as
   ``communication``, after checking that each is a plain Python function (else that one is left
   alone).  The wrappers pass arguments, results and exceptions through unchanged.
+- Horovod (``horovod.torch``): the waits in ``synchronize(handle)`` are ``communication``.
 - DistributedDataParallel's gradient exchange runs inside ``backward()`` in C++: its exposed part (the
   exchange's time beyond its overlap with the backward computation) is read from DDP's own timers
   (its logger, set to time every iteration) and reported as ``communication`` (Session.exchange).
@@ -188,4 +189,17 @@ def patch_ddp(module):
             debug("DDP's exchange not timed: %s: %s" % (type(e).__name__, e))
 
     cls.__init__ = wrapper_of(__init__, init)
+    return True
+
+
+def patch_horovod(module):
+    """Horovod for PyTorch (``horovod.torch.mpi_ops``): its all-reduce runs in Horovod's own background
+    thread, overlapping the backward pass; what the step waits for is ``synchronize(handle)`` (called by
+    ``hvd.DistributedOptimizer.step()`` and by the job's own ``hvd.allreduce``), timed as communication.
+    Anything other than the plain function teye expects is left alone."""
+    orig = module.__dict__.get("synchronize")
+    if type(orig) is not type(patch_horovod) or getattr(orig, "_teye", False):
+        debug("horovod.torch.mpi_ops.synchronize is not the function teye expects: Horovod's exchange not timed")
+        return False
+    module.synchronize = _timed(orig)
     return True

@@ -682,6 +682,11 @@ def _torch_ddp(module):
     _torch.patch_ddp(module)
 
 
+def _horovod_torch(module):
+    from . import _torch
+    _torch.patch_horovod(module)
+
+
 def _tf_iterator(module):
     from . import _tf
     _tf.patch_iterator(module)
@@ -750,6 +755,7 @@ HOOKS = {
     "torch.optim.optimizer": _torch_optimizer,
     "torch.distributed.distributed_c10d": _torch_distributed,
     "torch.nn.parallel.distributed": _torch_ddp,
+    "horovod.torch.mpi_ops": _horovod_torch,
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,

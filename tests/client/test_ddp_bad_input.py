@@ -291,3 +291,31 @@ def test_a_held_step_goes_out_at_the_next_with_its_exposed_exchange_carved_from_
     assert s.reporter.steps[1] == (10 * MS, 20 * MS, [('"data_wait"', 10 * MS, 11 * MS), ('"compute"', 11 * MS, 20 * MS)])
     assert s.reporter.steps[2] == (20 * MS, 30 * MS, [('"data_wait"', 20 * MS, 29 * MS),
                                                       ('"communication"', 29 * MS, 30 * MS)])
+
+
+def test_horovods_synchronize_is_communication_and_passes_everything_through(ddp_session, monkeypatch):
+    """Horovod is not installed here: a module shaped like horovod.torch.mpi_ops (its synchronize, a plain
+    function) stands in at the boundary teye patches.  The wait in synchronize() is communication; its
+    result and exceptions pass through; anything else is left alone."""
+    import types
+    from teye_client import _torch, auto
+    clock = iter(range(0, 10**9, MS))
+    monkeypatch.setattr(_torch, "_ns", lambda: next(clock))
+    monkeypatch.setattr(_torch, "session", ddp_session)
+    mod = types.ModuleType("horovod.torch.mpi_ops")
+
+    def synchronize(handle):
+        if handle is None:
+            raise ValueError("no such handle")
+        return ("reduced", handle)
+
+    mod.synchronize = synchronize
+    assert _torch.patch_horovod(mod) and mod.synchronize.__wrapped__ is synchronize
+    assert mod.synchronize(7) == ("reduced", 7)
+    with pytest.raises(ValueError, match="no such handle"):
+        mod.synchronize(None)
+    assert [c[:2] for c in ddp_session.comms] == [(0, MS), (2 * MS, 3 * MS)]
+    assert not _torch.patch_horovod(mod)             # never wrapped twice
+    other = types.ModuleType("horovod.torch.mpi_ops")
+    other.synchronize = len                           # a builtin: not the function teye expects
+    assert not _torch.patch_horovod(other) and other.synchronize is len
