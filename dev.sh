@@ -53,6 +53,8 @@ test)
     # node_exporter beside teye: the oracle of tests/e2e/test_node_exporter_parity.py and benchmarks/web.py's peer
     command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
     command -v systemd-analyze >/dev/null || need+=(systemd)
+    # network namespaces, veth pairs and tbf shaping (tests/netns.py), nstat (tests/sources/test_netstat.py)
+    command -v ip >/dev/null && command -v tc >/dev/null && command -v nstat >/dev/null || need+=(iproute2)
     # the image test (tests/dist/test_image.py): mmdebstrap builds the root filesystem, podman runs it
     # (runc: crun refuses hybrid cgroup hosts); node runs the prometheus-operator CRD schemas (test_kubernetes.py)
     command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
