@@ -38,6 +38,8 @@ exceed 1, whatever the client sends.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import logging
 import os
@@ -287,7 +289,6 @@ class JobTable:
         self.pods = pods
         self.alive = process_alive if alive is None else alive
         self.ctx = ctx
-        self._links_at = None   # (reading time, the node's interfaces over the window): see _links
         self.probe = probe
         # Optional further evidence for every job's verdict, () -> ((topic, note), ...): e.g. memory
         # bandwidth from hardware counters, cited when the host is the limit (see verdict.Evidence.extra).
@@ -890,7 +891,7 @@ class JobTable:
             silent_s=max(0.0, (now_ns - rk.last_ns) / 1e9),
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
-            source=job.source, network=self._links(job, now_ns), exchange_observed=_exchange_observed(job))
+            source=job.source, exchange_observed=_exchange_observed(job))
 
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
@@ -939,21 +940,17 @@ class JobTable:
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
             source=job.source,
-            network=self._links(job, now_ns),
             exchange_observed=_exchange_observed(job),
         )
 
     def _links(self, job: _Job, now_ns: int):
         """The node's interfaces over the job's window, from its first message where that is later and to its
-        last (its share of time in the exchange is of that span), None where not sampled; once per span."""
+        last (its share of time in the exchange is of that span), None where not sampled.  Read only for a
+        job judged communication-bound (_view): no other verdict uses it."""
         hist = getattr(self.ctx, "links", None)
         if hist is None or not hist.sampled:
             return None
-        span = (max(now_ns - self.window_ns, job.created_ns), min(now_ns, job.last_ns))
-        cached = self._links_at
-        if cached is None or cached[0] != span:
-            cached = self._links_at = (span, tuple(hist.window(*span)))
-        return cached[1]
+        return tuple(hist.window(max(now_ns - self.window_ns, job.created_ns), min(now_ns, job.last_ns)))
 
     def _input_wait(self, job: _Job, sums) -> Optional[InputWait]:
         if self.probe is None:
@@ -970,6 +967,18 @@ class JobTable:
             run_delay_s=sum(w.rd_s for w in sums) if rd_n == n else None,
             problem=job.wait_problem)
 
+    def _judge(self, job: _Job, job_ev: Evidence, evs):
+        """(verdict, critical rank or None, the evidence judged): the critical rank's where the job has ranks
+        (agent.phases.ranks; a single process is its own rank, with the job's GPU figures), else the job's."""
+        if job.ranks:
+            notes = self.ctx.gpu_notes
+            crit = ranks.judge([ranks.RankEvidence(rk.rank, pid, rk.gpus, evs[pid],
+                                                   "; ".join(f"GPU {g}: {notes[g]}" for g in rk.gpus if g in notes))
+                                for pid, rk in job.ranks.items()], self.thresholds, untracked=len(job.untracked))
+            if crit is not None:
+                return crit.verdict, crit.rank.rank, crit.rank.evidence
+        return decide(job_ev, self.thresholds), None, job_ev
+
     def _view(self, job: _Job, now_ns: int, ended: bool = False) -> JobView:
         ev = job_ev = self._evidence(job, now_ns)
         # a steps-only source cannot see input waits: its input-bound ratio is absent, not 0 (_input_ratio);
@@ -977,31 +986,24 @@ class JobTable:
         # increase); a steps-only job reports none, so its phase counters are absent, as are its samples
         # while it has counted none (a steps-only source may not know its batch size)
         steps_only = job_ev.source in STEPS_ONLY_SOURCES
-        verdict = None
-        rank_views = ()
-        critical = None
-        if job.ranks:
-            # the job's verdict is its critical rank's (agent.phases.ranks); a single process is its own
-            # rank, with the job's GPU figures
-            evs = {pid: job_ev if len(job.pids) == 1 else self._rank_evidence(job, rk, now_ns)
-                   for pid, rk in job.ranks.items()}
-            notes = self.ctx.gpu_notes
-            crit = ranks.judge([ranks.RankEvidence(rk.rank, pid, rk.gpus, evs[pid],
-                                                   "; ".join(f"GPU {g}: {notes[g]}" for g in rk.gpus if g in notes))
-                                for pid, rk in job.ranks.items()], self.thresholds, untracked=len(job.untracked))
-            if crit is not None:
-                critical = crit.rank.rank
-                verdict = crit.verdict
-                ev = crit.rank.evidence
-            rank_views = tuple(sorted((RankView(
-                rank=rk.rank, pid=pid,
-                phase_seconds=tuple((p, rk.phase_s[k]) for k, p in enumerate(PHASES)
-                                    if rk.phase_s[k] or (k < 4 and not steps_only)),
-                steps=rk.steps, step_seconds=rk.step_s,
-                input_bound_ratio=_input_ratio(evs[pid]), gpus=rk.gpus) for pid, rk in job.ranks.items()),
-                key=lambda r: r.rank))
-        if verdict is None:
-            verdict = decide(ev, self.thresholds)
+        evs = {pid: job_ev if len(job.pids) == 1 else self._rank_evidence(job, rk, now_ns)
+               for pid, rk in job.ranks.items()}
+        verdict, critical, ev = self._judge(job, job_ev, evs)
+        if verdict.kind == "communication":
+            # its cause reads the node's interfaces over the job's window: only now, for this verdict
+            links = self._links(job, now_ns)
+            if links is not None:
+                job_ev = dataclasses.replace(job_ev, network=links)
+                evs = {pid: job_ev if len(job.pids) == 1 else dataclasses.replace(e, network=links)
+                       for pid, e in evs.items()}
+                verdict, critical, ev = self._judge(job, job_ev, evs)
+        rank_views = tuple(sorted((RankView(
+            rank=rk.rank, pid=pid,
+            phase_seconds=tuple((p, rk.phase_s[k]) for k, p in enumerate(PHASES)
+                                if rk.phase_s[k] or (k < 4 and not steps_only)),
+            steps=rk.steps, step_seconds=rk.step_s,
+            input_bound_ratio=_input_ratio(evs[pid]), gpus=rk.gpus) for pid, rk in job.ranks.items()),
+            key=lambda r: r.rank))
         ratio = _input_ratio(ev)
         efficiency = _scaling_efficiency([evs[pid] for pid in job.ranks] if job.ranks else [job_ev])
         return JobView(
