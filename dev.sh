@@ -74,7 +74,7 @@ test)
     export TEYE_WHEELHOUSE
     export TEYE_REQUIRE_FAST=1  # a C helper that failed to build fails its tests instead of skipping them
     set +e
-    "$VENV/bin/python" -m pytest "$@"
+    "$VENV/bin/python" -m pytest --durations=25 "$@"
     rc=$?
     set -e
     if [ $rc = 5 ]; then
