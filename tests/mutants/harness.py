@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import pytest
 
@@ -83,17 +83,34 @@ def _show(recs: List[dict]) -> str:
     return "\n".join(rows) + f"\n--- pytest exit {recs[-1]['rc']}:\n{recs[-1]['stdout']}\n{recs[-1]['stderr']}"
 
 
-def check(repo: str, patch: str, tests: Sequence[str], rebuild: bool, workdir: str) -> None:
+def baseline(repo: str, tests: Sequence[str], workdir: str) -> List[dict]:
+    """Step 1 for many patches at once: the outcomes of all their named tests in one run on one copy of the
+    tree (each patch's own run of them cost a pytest start and the tests again: minutes over the kept set).
+    Hand the result to :func:`check` as ``base``; it takes the records of its own tests from it."""
+    tree = os.path.join(workdir, "tree")
+    copy_tree(repo, tree)
+    return run_tests(tree, sorted(set(tests)), os.path.join(workdir, "outcomes.jsonl"), first_failure=False)
+
+
+def check(repo: str, patch: str, tests: Sequence[str], rebuild: bool, workdir: str,
+          base: Optional[List[dict]] = None) -> None:
     """Raises AssertionError unless the named tests pass on the tree and fail, themselves, on the patched tree;
-    pytest.skip where they only skip here (the machine lacks what they need)."""
+    pytest.skip where they only skip here (the machine lacks what they need).  ``base``: the outcomes of a
+    :func:`baseline` run that included these tests (step 1 is then not run again)."""
     name = os.path.basename(patch)
     tree = os.path.join(workdir, "tree")
     copy_tree(repo, tree)
     out = os.path.join(workdir, "outcomes.jsonl")
     # 1. without the patch: the named tests pass
-    base = run_tests(tree, tests, out, first_failure=False)
+    if base is None:
+        base = run_tests(tree, tests, out, first_failure=False)
+        rc = base[-1]["rc"]
+    else:   # this patch's records of the shared run; its exit status stands for them only if none failed
+        mine = [r for r in base[:-1] if named(r["nodeid"], tests)]
+        rc = 0 if mine and not [r for r in mine if r["outcome"] == "failed"] else base[-1]["rc"] or 1
+        base = mine + [base[-1]]
     bad = [r for r in base[:-1] if r["outcome"] == "failed"]
-    assert not bad and base[-1]["rc"] == 0, f"{name}: {' '.join(tests)} fail without the patch:\n{_show(base)}"
+    assert not bad and rc == 0, f"{name}: {' '.join(tests)} fail without the patch:\n{_show(base)}"
     ran = [r for r in base[:-1] if r["when"] == "call" and r["outcome"] == "passed"]
     if not ran:
         pytest.skip(f"{name}: its tests only skip here: " + "; ".join(r["text"][-200:] for r in base[:-1]))

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.mutants.harness import check, named
+from tests.mutants.harness import baseline, check, named
 
 CALC = "def add(a, b):\n    return a + b\n"
 TESTS = """\
@@ -107,6 +107,34 @@ def test_a_failing_fixture_is_not_the_named_tests_failure(tiny):
     patch = _patch("    return a + b", "    return a + b if (a, b) != (1, 1) else 1 / 0")
     with pytest.raises(AssertionError, match="not the named test's own"):
         tiny(patch, ["tests/test_calc.py::test_with_fixture"])
+
+
+def test_a_shared_baseline_stands_for_step_one_of_each_patch(tiny, tmp_path):
+    """One baseline run of several patches' tests: each patch reads its own tests' records from it, so a test
+    of another patch failing there does not fail this one, and its own failing there does."""
+    (tiny.repo / "tests" / "test_calc.py").write_text(TESTS.replace("assert add(0, 0) == 0", "assert add(0, 0) == 1"))
+    base = baseline(str(tiny.repo), ["tests/test_calc.py::test_add", "tests/test_calc.py::test_other"],
+                    str(tmp_path / "base"))
+    assert [r["outcome"] for r in base[:-1] if r["when"] == "call"] == ["passed", "failed"] and base[-1]["rc"] == 1
+    patch = tmp_path / "m.patch"
+    patch.write_text(_patch("    return a + b", "    return a - b"))
+    for i, (tests, fails) in enumerate([(["tests/test_calc.py::test_add"], None),
+                                        (["tests/test_calc.py::test_other"], "fail without the patch")]):
+        work = tmp_path / f"w{i}"
+        work.mkdir()
+        if fails:
+            with pytest.raises(AssertionError, match=fails):
+                check(str(tiny.repo), str(patch), tests, False, str(work), base=base)
+        else:
+            check(str(tiny.repo), str(patch), tests, False, str(work), base=base)
+    # a patch whose tests the baseline never ran (collected nothing of them) is not taken as passing
+    work = tmp_path / "w9"
+    work.mkdir()
+    with pytest.raises(AssertionError, match="fail without the patch"):
+        try:
+            check(str(tiny.repo), str(patch), ["tests/test_calc.py::test_with_fixture"], False, str(work), base=base)
+        except pytest.skip.Exception as e:   # "its tests only skip here" would hide the hole as a skip
+            pytest.fail(f"a baseline without the patch's tests taken as passing: {e}")
 
 
 def test_what_a_name_covers():

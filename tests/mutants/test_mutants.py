@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.mutants.harness import HERE, check
+from tests.mutants.harness import HERE, baseline, check
 from tests.procs import REPO
 
 # patch -> (tests that must fail on it, whether the C helpers must be rebuilt)
@@ -158,7 +158,16 @@ def test_every_patch_here_is_listed():
     assert sorted(f for f in os.listdir(HERE) if f.endswith(".patch")) == sorted(MUTANTS)
 
 
+@pytest.fixture(scope="module")
+def base(request, tmp_path_factory):
+    """The named tests of every selected mutant, run once on one copy of the tree (step 1 of the harness)."""
+    chosen = {it.callspec.params["patch"] for it in request.session.items
+              if getattr(it, "callspec", None) and "patch" in it.callspec.params
+              and it.name.startswith("test_the_named_tests_fail_on_the_mutant")}
+    return baseline(REPO, [t for p in sorted(chosen) for t in MUTANTS[p][0]], str(tmp_path_factory.mktemp("base")))
+
+
 @pytest.mark.parametrize("patch", sorted(MUTANTS))
-def test_the_named_tests_fail_on_the_mutant(tmp_path, patch):
+def test_the_named_tests_fail_on_the_mutant(tmp_path, patch, base):
     tests, rebuild = MUTANTS[patch]
-    check(REPO, os.path.join(HERE, patch), tests, rebuild, str(tmp_path))
+    check(REPO, os.path.join(HERE, patch), tests, rebuild, str(tmp_path), base=base)
