@@ -390,7 +390,7 @@ def timeline_figure(t0: int, t1: int, intervals, jobs: List[str], ctx, cpu_serie
     rows: List[Tuple[str, Any]] = []
     for job in jobs[:3]:
         rows.append((f"{job}\nCPU (input, host)", ("host", job)))
-        rows.append((f"{job}\ndevice (compute)", ("device", job)))
+        rows.append((f"{job}\ndevice (compute, comm.)", ("device", job)))
     for g in gpus:
         rows.append((f"GPU {g} busy", ("gpu", g)))
     if not gpus:

@@ -153,3 +153,43 @@ def test_fast_steps_read_as_steady_bands_not_a_block_of_ticks(tmp_path, steps):
     assert len(rows) > 25   # both lanes' phase rows
     changes = max(int((np.diff(phase[r][phase[r] >= 0]) != 0).sum()) for r in rows)
     assert changes <= 2, changes
+
+
+def test_two_processes_of_one_job_share_each_band_and_stay_inside_their_lane(tmp_path):
+    # two ranks with the same steps: their phase times add up to twice the band's width; each band's bar is their
+    # shares of the sum, never taller than its lane
+    iv = _job(400, 9.0) + _job(400, 9.0)
+    got = _shares(_render(tmp_path, iv, AgentContext()))
+    for ph, want in _want().items():
+        assert got[ph] == pytest.approx(want, abs=0.02), (ph, got)
+    fig = timeline_figure(T0, T0 + 9 * 10**9, iv, ["job"], AgentContext(), [], 0.0)
+    try:
+        tops = {}
+        for p in fig.axes[0].patches:
+            lane = round(p.get_y() + 0.35) if p.get_height() else None
+            tops[lane] = max(tops.get(lane, -9.0), p.get_y() + p.get_height())
+        assert tops and all(top <= lane + 0.35 + 1e-9 for lane, top in tops.items())
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+
+
+def test_an_hour_of_gpu_samples_is_averaged_over_bands(tmp_path):
+    # 18,000 samples of 200 ms, busy 0.2 and 0.8 in turn: drawn as bands a few pixels wide whose height is the
+    # mean busy (0.5 of the lane), not 18,000 slivers
+    from agent.context import UtilTimeline
+    ctx = AgentContext(timeline=UtilTimeline(horizon_s=7200, max_samples=20000))
+    for k in range(18000):
+        ctx.timeline.add("0", T0 + k * 200 * MS, T0 + (k + 1) * 200 * MS, 0.2 if k % 2 else 0.8)
+    fig = timeline_figure(T0, T0 + 3600 * 10**9, [], ["job"], ctx, [], 0.0)
+    try:
+        from matplotlib.collections import PolyCollection
+        paths = [p for c in fig.axes[0].collections if isinstance(c, PolyCollection) and not c.get_hatch()
+                 for p in c.get_paths()]
+        assert 50 < len(paths) < 400
+        for p in paths:
+            ys = p.vertices[:, 1]
+            assert ys.max() - ys.min() == pytest.approx(0.35, abs=0.01)
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
