@@ -193,3 +193,13 @@ def test_an_hour_of_gpu_samples_is_averaged_over_bands(tmp_path):
     finally:
         import matplotlib.pyplot as plt
         plt.close(fig)
+
+
+def test_phases_without_steps_are_banded_on_a_grid_and_none_is_lost():
+    # a job whose steps never arrived (or a source without them): 3,000 phase intervals, no step to cut bands at
+    iv = [(ph, s, e) for _, ph, s, e in _job(600, 9.0) if ph != "step"]
+    bands = phase_bands(iv, [], ("data_wait", "host"), 100 * MS)
+    for ph in ("data_wait", "host"):
+        assert sum(acc.get(ph, 0) for _, _, acc in bands) == sum(e - s for p, s, e in iv if p == ph)
+    assert all(b - a >= 100 * MS for a, b, _ in bands) and 80 <= len(bands) <= 90
+    assert phase_bands(iv, [], ("eval",), 100 * MS) == []
