@@ -10,6 +10,7 @@ device work per step, idle gaps marked), and exits with the command's exit statu
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import importlib.util
 import json
@@ -268,78 +269,186 @@ def render_overview(summary: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_timeline(path: str, t0: int, t1: int, intervals, jobs: List[str], ctx, cpu_series,
-                  threshold: float) -> None:
-    """The 'software pipeline' figure: per job, host phases vs device work; GPU busy; idle gaps in red."""
+PHASE_COLORS = {"data_wait": "#d62728", "host": "#7f7f7f", "compute": "#2ca02c", "communication": "#9467bd",
+                "checkpoint": "#8c564b", "eval": "#17becf", "other": "#bcbd22"}
+HOST_LANE = ("data_wait", "host", "checkpoint", "eval", "other")
+DEVICE_LANE = ("compute", "communication")
+GPU_BUSY_COLOR = "#98df8a"   # a GPU's utilization (its own colour: it is not a phase the job reported)
+IDLE_COLOR = "#ff7f0e"       # device idle: hatched, drawn from GPU samples only
+CPU_COLOR = "#1f77b4"
+FIG_WIDTH_IN, DPI = 12.0, 100
+BAND_PX = 8                  # steps narrower than this are drawn in bands at least this wide
+TICK_PX = 8                  # step boundaries are ticked only where a step is at least this wide
+
+
+def _band_edges(steps: Sequence[Tuple[int, int]], lo: int, hi: int, width_ns: float) -> List[int]:
+    """Contiguous band edges over [lo, hi]: at step starts, each band at least ``width_ns`` wide (a regular
+    grid when there are no steps)."""
+    if steps:
+        starts = [s for s, _ in steps]
+    else:
+        n = max(1, int((hi - lo) // max(width_ns, 1)))
+        starts = [lo + (hi - lo) * i // n for i in range(n)]
+    edges = [lo]
+    for s in starts:
+        if s - edges[-1] >= width_ns:
+            edges.append(s)
+    if hi - edges[-1] < width_ns and len(edges) > 1:
+        edges.pop()      # a narrow last band joins the one before it
+    edges.append(hi)
+    return edges
+
+
+def phase_bands(intervals: Sequence[Tuple[str, int, int]], steps: Sequence[Tuple[int, int]], want: Sequence[str],
+                width_ns: float) -> List[Tuple[int, int, Dict[str, float]]]:
+    """The lane's phases summed into bands of whole steps at least ``width_ns`` wide: (start_ns, end_ns,
+    {phase: ns inside the band}); every nanosecond of every interval lands in exactly one band."""
+    mine = [(ph, s, e) for ph, s, e in intervals if ph in want and e > s]
+    if not mine:
+        return []
+    lo = min(min(s for _, s, _ in mine), steps[0][0] if steps else 1 << 62)
+    hi = max(max(e for _, _, e in mine), steps[-1][1] if steps else 0)
+    edges = _band_edges(steps, lo, hi, width_ns)
+    bands = [(a, b, {}) for a, b in zip(edges, edges[1:])]
+    for ph, s, e in mine:
+        i = max(0, bisect.bisect_right(edges, s) - 1)
+        while i < len(bands) and bands[i][0] < e:
+            a, b, acc = bands[i]
+            ov = min(e, b) - max(s, a)
+            if ov > 0:
+                acc[ph] = acc.get(ph, 0.0) + ov
+            i += 1
+    return bands
+
+
+def _draw_lane(ax, y: float, intervals, steps, want, band_ns: float, sec, seen: set) -> bool:
+    """One job lane: each interval as it is where steps are wide enough, else bands of whole steps, each a
+    stacked bar whose colours share its height in proportion to its phases' time (summed over the job's
+    processes).  True: banded."""
+    widths = sorted(e - s for s, e in steps)
+    banded = bool(widths) and widths[len(widths) // 2] < band_ns or (not steps and len(intervals) > 2000)
+    if not banded:
+        for ph in want:
+            segs = [(sec(s), max((e - s) / 1e9, 1e-4)) for p, s, e in intervals if p == ph]
+            if segs:
+                # no antialiasing: edges fall on whole pixels, each pixel has one phase's colour
+                ax.broken_barh(segs, (y - 0.35, 0.7), color=PHASE_COLORS[ph], antialiased=False, linewidth=0,
+                               label=None if ph in seen else ph)
+                seen.add(ph)
+        return False
+    # a stacked bar per band: each phase's height is its share of the band's time, so its area is its time
+    bars: Dict[str, Tuple[List[float], List[float], List[float], List[float]]] = {}
+    for a, b, acc in phase_bands(intervals, steps, want, band_ns):
+        total = sum(acc.values())
+        scale = 1.0 / max(total, b - a)   # overlapping processes: shares of their sum
+        bottom = y - 0.35
+        for ph in want:
+            h = 0.7 * acc.get(ph, 0.0) * scale
+            if h > 0:
+                xs, ws, ys, hs = bars.setdefault(ph, ([], [], [], []))
+                xs.append(sec(a)), ws.append((b - a) / 1e9), ys.append(bottom), hs.append(h)
+                bottom += h
+    for ph in want:
+        if ph in bars:
+            xs, ws, ys, hs = bars[ph]
+            ax.bar(xs, hs, width=ws, bottom=ys, align="edge", color=PHASE_COLORS[ph], antialiased=False,
+                   linewidth=0, label=None if ph in seen else ph)
+            seen.add(ph)
+    return banded
+
+
+def _gpu_lane(ax, y: float, samples, threshold: float, t0: int, band_ns: float, sec, seen: set) -> None:
+    """A GPU's utilization (bar height: busy), averaged over bands where samples are narrower than a band, and
+    its idle gaps (samples at or below the busy threshold) hatched."""
+    bars: List[Tuple[int, int, float]] = []
+    for s in samples:
+        if bars and s.end_ns - bars[-1][0] < band_ns and s.start_ns <= bars[-1][1]:
+            a, b, busy_ns = bars[-1]
+            bars[-1] = (a, s.end_ns, busy_ns + s.busy * (s.end_ns - s.start_ns))
+        else:
+            bars.append((s.start_ns, s.end_ns, s.busy * (s.end_ns - s.start_ns)))
+    for a, b, busy_ns in bars:
+        ax.broken_barh([(sec(a), (b - a) / 1e9)], (y - 0.35, 0.7 * busy_ns / (b - a)), color=GPU_BUSY_COLOR,
+                       label=None if "gpu" in seen else "GPU busy")
+        seen.add("gpu")
+    gaps = [(g["start_s"], g["duration_s"]) for g in idle_gaps(samples, threshold, t0)]
+    if gaps:
+        ax.broken_barh(gaps, (y - 0.35, 0.7), facecolor="none", edgecolor=IDLE_COLOR, hatch="///",
+                       label=None if "idle" in seen else "device idle (GPU samples)")
+        seen.add("idle")
+
+
+def timeline_figure(t0: int, t1: int, intervals, jobs: List[str], ctx, cpu_series, threshold: float,
+                    gpu_note: Optional[str] = None, cpus: int = 0):
+    """The 'software pipeline' figure: per job, host phases vs device phases as reported; per GPU its
+    utilization with its idle gaps hatched (from GPU samples only: without them the lane says so); the host
+    CPU busy share on an axis of its own, in per cent."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    colors = {"data_wait": "#d62728", "host": "#7f7f7f", "compute": "#2ca02c", "communication": "#9467bd",
-              "checkpoint": "#8c564b", "eval": "#17becf", "other": "#bcbd22"}
-    host_phases = ("data_wait", "host", "checkpoint", "eval", "other")
-    gpus = ctx.timeline.gpus()
+    gpus = [g for g in ctx.timeline.gpus() if ctx.timeline.window(g, t0, t1)][:8]
     rows: List[Tuple[str, Any]] = []
     for job in jobs[:3]:
         rows.append((f"{job}\nCPU (input, host)", ("host", job)))
-        rows.append((f"{job}\ndevice (compute)", ("device", job)))
-    for g in gpus[:8]:
+        rows.append((f"{job}\ndevice (compute, comm.)", ("device", job)))
+    for g in gpus:
         rows.append((f"GPU {g} busy", ("gpu", g)))
-    rows.append(("host CPU busy", ("cpu", None)))
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.7 * len(rows)))
+    if not gpus:
+        rows.append(("GPUs", ("nogpu", None)))
+    height = 0.7 * len(rows)
+    fig, (ax, cax) = plt.subplots(2, 1, sharex=True, figsize=(FIG_WIDTH_IN, 2.4 + height),
+                                  gridspec_kw={"height_ratios": [height, 1.1]}, dpi=DPI)
+    span_s = max(1e-3, (t1 - t0) / 1e9)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([lab for lab, _ in reversed(rows)], fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    cax.set_xlim(0, span_s)
+    cax.set_ylim(0, 100)
+    cax.set_yticks([0, 50, 100])
+    cax.set_ylabel(f"host CPU busy, %\n(of {cpus} CPUs)" if cpus else "host CPU busy, %", fontsize=8)
+    cax.set_xlabel("seconds since the command started")
+    ax.set_title("teye profile: host preparing batches vs device training "
+                 "(hatched: device idle, from GPU samples)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))   # the legend goes below, outside the lanes
+    px = max(1.0, ax.get_window_extent().width)
+    band_ns = BAND_PX * span_s * 1e9 / px
     sec = lambda t: (t - t0) / 1e9  # noqa: E731
-    seen = set()
+    seen: set = set()
+    by_job: Dict[str, List[Tuple[str, int, int]]] = {}
+    for job, ph, s, e in intervals:
+        by_job.setdefault(job, []).append((ph, s, e))
     for r, (_, (kind, key)) in enumerate(rows):
         y = len(rows) - 1 - r
         if kind in ("host", "device"):
-            mine = [iv for iv in intervals if iv[0] == key]
-            want = host_phases if kind == "host" else ("compute", "communication")
-            for _, ph, s, e in mine:
-                if ph in want:
-                    lab = ph if ph not in seen else None
-                    seen.add(ph)
-                    ax.broken_barh([(sec(s), max((e - s) / 1e9, 1e-4))], (y - 0.35, 0.7), color=colors[ph], label=lab)
-            if kind == "device":  # idle gaps: step time with no compute/communication reported
-                busy = sorted((s, e) for _, ph, s, e in mine if ph in want)
-                steps = sorted((s, e) for _, ph, s, e in mine if ph == "step")
-                lo = steps[0][0] if steps else (busy[0][0] if busy else t0)
-                hi = steps[-1][1] if steps else (busy[-1][1] if busy else t0)
-                cur, gaps = lo, []
-                for s, e in busy:
-                    if s > cur:
-                        gaps.append((sec(cur), (s - cur) / 1e9))
-                    cur = max(cur, e)
-                if hi > cur:
-                    gaps.append((sec(cur), (hi - cur) / 1e9))
-                if gaps:
-                    ax.broken_barh(gaps, (y - 0.35, 0.7), facecolor="none", edgecolor="#d62728", hatch="///",
-                                   label=None if "idle" in seen else "device idle")
-                    seen.add("idle")
-                for s, _e in steps[:400]:
-                    ax.vlines(sec(s), y - 0.45, y + 0.45, colors="black", linewidth=0.4)
+            mine = by_job.get(key, [])
+            steps = sorted((s, e) for ph, s, e in mine if ph == "step")
+            banded = _draw_lane(ax, y, mine, steps, HOST_LANE if kind == "host" else DEVICE_LANE, band_ns, sec, seen)
+            wide = [(s, e) for s, e in steps if (e - s) >= TICK_PX * span_s * 1e9 / px]
+            if kind == "device" and not banded and len(wide) == len(steps):
+                ax.vlines([sec(s) for s, _ in steps], y - 0.45, y + 0.45, colors="black", linewidth=0.4)
         elif kind == "gpu":
-            samples = ctx.timeline.window(key, t0, t1)
-            for s in samples:
-                ax.broken_barh([(sec(s.start_ns), (s.end_ns - s.start_ns) / 1e9)], (y - 0.35, 0.7 * s.busy),
-                               color="#2ca02c")
-            gaps = [(g["start_s"], g["duration_s"]) for g in idle_gaps(samples, threshold, t0)]
-            if gaps:
-                ax.broken_barh(gaps, (y - 0.35, 0.7), facecolor="none", edgecolor="#d62728", hatch="///",
-                               label=None if "idle" in seen else "device idle")
-                seen.add("idle")
+            _gpu_lane(ax, y, ctx.timeline.window(key, t0, t1), threshold, t0, band_ns, sec, seen)
         else:
-            if cpu_series:
-                xs = [sec(t) for t, _ in cpu_series]
-                ax.step(xs, [y - 0.35 + 0.7 * b for _, b in cpu_series], where="pre", color="#1f77b4")
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([lab for lab, _ in reversed(rows)], fontsize=8)
-    ax.set_xlim(0, max(1e-3, (t1 - t0) / 1e9))
-    ax.set_xlabel("seconds since the command started")
-    ax.set_title("teye profile: host preparing batches vs device training (red hatching: device idle)")
+            ax.text(span_s / 2, y, "no GPU samples" + (f" ({gpu_note})" if gpu_note else ""), ha="center",
+                    va="center", fontsize=8, color="#555555")
+    if cpu_series:
+        cax.step([0.0] + [sec(t) for t, _ in cpu_series], [100 * cpu_series[0][1]] + [100 * b for _, b in cpu_series],
+                 where="pre", color=CPU_COLOR, linewidth=1)
+    cax.grid(axis="y", linewidth=0.3)
     if seen:
-        ax.legend(loc="upper right", fontsize=7, ncol=4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", fontsize=7, ncol=8, frameon=False)
+    return fig
+
+
+def plot_timeline(path: str, t0: int, t1: int, intervals, jobs: List[str], ctx, cpu_series,
+                  threshold: float, gpu_note: Optional[str] = None, cpus: int = 0) -> None:
+    """Write ``timeline_figure`` as a PNG."""
+    import matplotlib.pyplot as plt
+    fig = timeline_figure(t0, t1, intervals, jobs, ctx, cpu_series, threshold, gpu_note, cpus)
+    try:
+        fig.savefig(path, dpi=DPI)
+    finally:
+        plt.close(fig)
 
 
 def _wait_quiet(src: PhaseSource, quiet_s: float = 0.15, limit_s: float = 2.0) -> None:
@@ -449,7 +558,8 @@ def main(args, cfg: dict) -> int:
     else:
         try:
             plot_timeline(os.path.join(out_dir, "timeline.png"), t0, t1, intervals, [j.train_job for j in jobs],
-                          ctx, cpu.series, cfg["gpu"]["busy_threshold"])
+                          ctx, cpu.series, cfg["gpu"]["busy_threshold"], gpu_note=gpu_note,
+                          cpus=cpu.cpus)
             summary["timeline_png"] = "timeline.png"
         except (OSError, ValueError) as e:
             summary["timeline_note"] = f"plotting failed: {e}"

@@ -151,6 +151,12 @@ MUTANTS = {
     "tf_exchange_taken_as_observed.patch": (
         ["tests/phases/test_ranks.py::test_tensorflow_ranks_have_no_scaling_efficiency_and_the_exchange_not_observed"],
         False),
+    # issue 38: teye profile's timeline readable at any step rate, device idle from GPU samples only
+    "profile_fast_steps_not_banded.patch": (
+        ["tests/phases/test_profile_timeline.py::test_fast_steps_read_as_steady_bands_not_a_block_of_ticks"], False),
+    "profile_idle_from_phase_gaps.patch": (
+        ["tests/phases/test_profile_timeline.py::test_a_cpu_only_job_has_no_hatched_idle_and_its_gpu_lane_says_so"],
+        False),
 }
 
 

@@ -73,6 +73,13 @@ def test_input_bound_command(tmp_path):
         png = (out / "timeline.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
         assert summary["timeline_png"] == "timeline.png"
+        # a CPU-only job: no device idle drawn (its phases leave 75 % of each step without device work)
+        import matplotlib.image as mpimg
+        import numpy as np
+        from agent.profile import IDLE_COLOR, PHASE_COLORS
+        img = (mpimg.imread(str(out / "timeline.png"))[..., :3] * 255).round().astype(int)
+        near = lambda c: int((np.abs(img - [int(c[i:i + 2], 16) for i in (1, 3, 5)]).sum(axis=2) <= 60).sum())  # noqa: E731
+        assert near(IDLE_COLOR) == 0 and near(PHASE_COLORS["compute"]) > 100
     else:
         assert summary["timeline_png"] is None and "matplotlib" in summary["timeline_note"]
 
