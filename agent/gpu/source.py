@@ -37,6 +37,11 @@ GPM_MIN_INTERVAL_NS = 100_000_000  # NVML: two GPM samples must be at least 100 
 # ECC, retired-page and remapped-row counters change on hardware faults, not from one poll to the
 # next: read them every 10 s (and at every (re)attach) instead of every poll (a quarter of the calls).
 HEALTH_EVERY_NS = 10 * 10**9
+# The ring is read at most every collectors.gpu.interval_seconds, and at least twice per the depth it has shown
+# (the span of the largest read: a lower bound of what it holds), but never more often than this because of it
+# (a driver loaded a moment ago shows a short backlog): a poll delayed by a busy host still finds every sample.
+RING_SHARE = 0.5
+MIN_RING_INTERVAL_S = 1.0
 
 _G = ["gpu"]
 GPU_INFO = metric("teye_gpu_info", GAUGE, "Always 1 per GPU (NVML index, or 'index/instance' for a MIG instance); "
@@ -242,6 +247,7 @@ class _Device:
         self.gpm_values: Dict[str, float] = {}
         self.proc_last_seen = 0
         self.children: List["_Device"] = []
+        self.ring_span_s = 0.0                # the longest span of samples one read of the ring returned
         self.health: Optional[tuple] = None   # (ecc, retired, retired_pending, remapped), read at health_ns
         self.health_ns = 0
         self.gauges: Optional[dict] = None    # utilization, memory, power, clocks ... read at gauges_ns
@@ -259,7 +265,7 @@ class GpuSource:
                  idle_gap_buckets: Sequence[float] = DEFAULT_GAP_BUCKETS, events: bool = True, gpm: bool = True,
                  processes: bool = True, max_processes: int = 32, reprobe_seconds: float = 10.0,
                  wall_ns: Callable[[], int] = time.time_ns, event_timeout_ms: int = 500,
-                 gauge_seconds: float = 0.0):
+                 gauge_seconds: float = 0.0, waiting_interval_seconds: float = 1.0):
         """``loader`` returns the pynvml-like module (real pynvml, a recorder, a replay, or a fake)."""
         from ..context import AgentContext
         self._loader = loader
@@ -278,6 +284,10 @@ class GpuSource:
         # most this often (0: every poll); the utilization samples, processes and GPM at every poll
         self.gauge_ns = int(gauge_seconds * 1e9)
         self.event_timeout_ms = event_timeout_ms
+        # while the phase path waits for samples covering a job's intervals (AgentContext.timeline.waits moves),
+        # the ring is read at least this often
+        self.waiting_interval_s = float(waiting_interval_seconds)
+        self._waits_seen = self.ctx.timeline.waits
         self.backend: Optional[NvmlBackend] = None
         self.devices: List[_Device] = []
         self.driver_version = ""
@@ -416,6 +426,20 @@ class GpuSource:
         self.ctx.gpu_notes = gpu_notes(stats)
         return GpuReading(tuple(stats), tuple(procs))
 
+    def next_interval_s(self, configured: float) -> float:
+        """Seconds until the next poll (the sampler asks after each): ``configured``, shortened to
+        ``waiting_interval_seconds`` while phase intervals wait for GPU samples, and to half the ring depth
+        the driver has shown (never below MIN_RING_INTERVAL_S for that reason)."""
+        interval = configured
+        waits = self.ctx.timeline.waits
+        if waits != self._waits_seen:
+            self._waits_seen = waits
+            interval = min(interval, self.waiting_interval_s)
+        spans = [d.ring_span_s for d in self._all_devices() if d.up and d.has_ring and d.ring_span_s > 0]
+        if spans:
+            interval = min(interval, max(MIN_RING_INTERVAL_S, RING_SHARE * min(spans)))
+        return interval
+
     def _reprobe_due(self, d: _Device, now: int) -> bool:
         return not d.up and now - d.down_since_ns >= self.reprobe_ns
 
@@ -440,6 +464,8 @@ class GpuSource:
             if samples is None:
                 d.has_ring = False
             else:
+                if len(samples) > 1:
+                    d.ring_span_s = max(d.ring_span_s, (samples[-1][0] - samples[0][0]) / 1e6)
                 add = self.ctx.timeline.add
                 for start_us, end_us, ratio in d.ring.feed(samples):
                     add(d.label, start_us * 1000 - offset_ns, end_us * 1000 - offset_ns, ratio)
@@ -567,4 +593,5 @@ def from_config(cfg, ctx=None) -> GpuSource:
     return GpuSource(loader, procfs=cfg["procfs"], ctx=ctx, busy_threshold=g["busy_threshold"],
                      idle_gap_buckets=g["idle_gap_buckets"], events=g["events"], gpm=g["gpm"],
                      processes=g["processes"], max_processes=g["max_processes"],
-                     reprobe_seconds=g["reprobe_seconds"], gauge_seconds=g["gauge_interval_seconds"])
+                     reprobe_seconds=g["reprobe_seconds"], gauge_seconds=g["gauge_interval_seconds"],
+                     waiting_interval_seconds=g["waiting_interval_seconds"])
