@@ -68,6 +68,19 @@ IDLE_GAPS = metric("teye_gpu_idle_gap_seconds", HISTOGRAM,
 MEMORY_USED = metric("teye_gpu_memory_used_bytes", GAUGE, "Device memory in use (NVML memory info v2 where the "
                      "driver has it: excludes driver-reserved memory, as nvidia-smi).", _G)
 MEMORY_TOTAL = metric("teye_gpu_memory_total_bytes", GAUGE, "Device memory size.", _G)
+MEMORY_FREE = metric("teye_gpu_memory_free_bytes", GAUGE, "Device memory free (dcgm-exporter's "
+                     "DCGM_FI_DEV_FB_FREE): total less used and driver-reserved memory.", _G)
+MEMORY_RESERVED = metric("teye_gpu_memory_reserved_bytes", GAUGE, "Device memory the driver reserves for itself "
+                         "(DCGM_FI_DEV_FB_RESERVED; NVML memory info v2 only: absent on older drivers).", _G)
+MEMORY_TEMPERATURE = metric("teye_gpu_memory_temperature_celsius", GAUGE, "Device memory (HBM) temperature "
+                            "(DCGM_FI_DEV_MEMORY_TEMP; absent on boards without a memory sensor).", _G)
+PCIE_REPLAYS = metric("teye_gpu_pcie_replays_total", COUNTER, "PCIe replays (link-level retransmissions after a "
+                      "bad or lost packet) since the driver was loaded (DCGM_FI_DEV_PCIE_REPLAY_COUNTER); a "
+                      "rising rate points at a bad riser, slot or cable.", _G)
+ENCODER = metric("teye_gpu_encoder_utilization_ratio", GAUGE, "Video encoder (NVENC) utilization over NVML's "
+                 "sampling period (DCGM_FI_DEV_ENC_UTIL).", _G)
+DECODER = metric("teye_gpu_decoder_utilization_ratio", GAUGE, "Video decoder (NVDEC) utilization over NVML's "
+                 "sampling period (DCGM_FI_DEV_DEC_UTIL).", _G)
 POWER = metric("teye_gpu_power_watts", GAUGE, "Power draw of the GPU board.", _G)
 ENERGY = metric("teye_gpu_energy_joules_total", COUNTER, "Energy consumed since the driver was loaded (Volta+).", _G)
 TEMPERATURE = metric("teye_gpu_temperature_celsius", GAUGE, "GPU core temperature.", _G)
@@ -123,7 +136,57 @@ GPM_SPECS = {
                         _G),
     "nvlink_tx": metric("teye_gpu_nvlink_transmit_bytes_per_second", GAUGE, "GPM: NVLink bytes/s sent, all links.",
                         _G),
+    "graphics_active": metric("teye_gpu_graphics_engine_active_ratio", GAUGE,
+                              "GPM: fraction of time the graphics/compute engine was active "
+                              "(DCGM_FI_PROF_GR_ENGINE_ACTIVE).", _G),
 }
+
+# dcgm-exporter's default counters (etc/default-counters.csv) and its profiling fields -> teye's family and the
+# difference to know (docs/metrics.md renders this table).  Those teye lacks are listed with "" as the family.
+DCGM_FIELDS = (
+    ("DCGM_FI_DEV_SM_CLOCK", "teye_gpu_sm_clock_hertz", "MHz there, Hz here"),
+    ("DCGM_FI_DEV_MEM_CLOCK", "teye_gpu_memory_clock_hertz", "MHz there, Hz here"),
+    ("DCGM_FI_DEV_GPU_TEMP", "teye_gpu_temperature_celsius", ""),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "teye_gpu_memory_temperature_celsius", "NVML field NVML_FI_DEV_MEMORY_TEMP; absent "
+     "on boards without a memory sensor"),
+    ("DCGM_FI_DEV_POWER_USAGE", "teye_gpu_power_watts", ""),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "teye_gpu_energy_joules_total", "mJ there, J here"),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "teye_gpu_pcie_replays_total", ""),
+    ("DCGM_FI_DEV_GPU_UTIL", "teye_gpu_utilization_ratio", "percent there, ratio here; "
+     "teye_gpu_busy_seconds_total integrates every driver sample"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "teye_gpu_memory_utilization_ratio", "percent there, ratio here"),
+    ("DCGM_FI_DEV_ENC_UTIL", "teye_gpu_encoder_utilization_ratio", "percent there, ratio here"),
+    ("DCGM_FI_DEV_DEC_UTIL", "teye_gpu_decoder_utilization_ratio", "percent there, ratio here"),
+    ("DCGM_FI_DEV_XID_ERRORS", "teye_gpu_xid_errors_total", "there the last XID's code as a gauge, here a counter "
+     "per code"),
+    ("DCGM_FI_DEV_FB_FREE", "teye_gpu_memory_free_bytes", "MiB there, bytes here"),
+    ("DCGM_FI_DEV_FB_USED", "teye_gpu_memory_used_bytes", "MiB there, bytes here"),
+    ("DCGM_FI_DEV_FB_RESERVED", "teye_gpu_memory_reserved_bytes", "MiB there, bytes here; NVML memory info v2 only"),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "teye_gpu_ecc_errors_total",
+     "type=\"corrected\", \"uncorrected\""),
+    ("DCGM_FI_DEV_RETIRED_SBE, DCGM_FI_DEV_RETIRED_DBE", "teye_gpu_retired_pages_total", "by cause"),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "teye_gpu_retired_pages_pending", ""),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "teye_gpu_remapped_rows_total",
+     "by type"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "teye_gpu_row_remap_failed", ""),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "teye_gpu_clock_event_active", "a bit mask there, one 0/1 series per "
+     "reason here"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "teye_gpu_graphics_engine_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_SM_ACTIVE", "teye_gpu_sm_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "teye_gpu_sm_occupancy_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "teye_gpu_tensor_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "teye_gpu_dram_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE, _FP32_, _FP64_", "teye_gpu_fp16_pipe_active_ratio, teye_gpu_fp32_pipe_active_ratio, "
+     "teye_gpu_fp64_pipe_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES, DCGM_FI_PROF_PCIE_RX_BYTES", "teye_gpu_pcie_transmit_bytes_per_second, "
+     "teye_gpu_pcie_receive_bytes_per_second", "NVML's 20 ms throughput window, bytes/s"),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES, DCGM_FI_PROF_NVLINK_RX_BYTES", "teye_gpu_nvlink_transmit_bytes_per_second, "
+     "teye_gpu_nvlink_receive_bytes_per_second", "GPM: Hopper and newer"),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "", "not read (the GPM NVLink rates above instead)"),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "", "not read (vGPU guests)"),
+)
+# Before Hopper NVML has no way to the profiling fields (DCGM_FI_PROF_*) but the PCIe rates: DCGM's profiling
+# module reads the SM's hardware counters itself.  `teye doctor` says so per GPU (agent.doctor.NO_GPM).
 
 
 @dataclass(frozen=True)
@@ -144,6 +207,12 @@ class GpuStats:
     idle_gaps: Optional[HistogramValue] = None
     memory_used: Optional[float] = None
     memory_total: Optional[float] = None
+    memory_free: Optional[float] = None
+    memory_reserved: Optional[float] = None
+    memory_temperature_celsius: Optional[float] = None
+    pcie_replays: Optional[float] = None
+    encoder_utilization: Optional[float] = None
+    decoder_utilization: Optional[float] = None
     power_watts: Optional[float] = None
     energy_joules: Optional[float] = None
     temperature_celsius: Optional[float] = None
@@ -188,7 +257,7 @@ class GpuReading:
             yield point(GPU_INFO, 1.0, g.gpu, g.uuid, g.name, g.pci_bus_id, g.driver_version)
             yield point(GPU_UP, 1.0 if g.up else 0.0, g.gpu)
             for spec, v in ((BUSY, g.busy_seconds), (SAMPLED, g.sampled_seconds), (LOST, g.samples_lost),
-                            (IDLE_GAPS, g.idle_gaps), (ENERGY, g.energy_joules)):
+                            (IDLE_GAPS, g.idle_gaps), (ENERGY, g.energy_joules), (PCIE_REPLAYS, g.pcie_replays)):
                 if v is not None:
                     yield point(spec, v, g.gpu)
             for xid, n in g.xid:
@@ -210,7 +279,10 @@ class GpuReading:
                             (MEMORY_USED, g.memory_used), (MEMORY_TOTAL, g.memory_total), (POWER, g.power_watts),
                             (TEMPERATURE, g.temperature_celsius), (SM_CLOCK, g.sm_clock_hz),
                             (MEMORY_CLOCK, g.memory_clock_hz), (PCIE_TX, g.pcie_tx), (PCIE_RX, g.pcie_rx),
-                            (PCIE_MAX, g.pcie_max), (RETIRED_PENDING, g.retired_pending)):
+                            (PCIE_MAX, g.pcie_max), (RETIRED_PENDING, g.retired_pending),
+                            (MEMORY_FREE, g.memory_free), (MEMORY_RESERVED, g.memory_reserved),
+                            (MEMORY_TEMPERATURE, g.memory_temperature_celsius),
+                            (ENCODER, g.encoder_utilization), (DECODER, g.decoder_utilization)):
                 if v is not None:
                     yield point(spec, v, g.gpu)
             for short, v in g.gpm:
@@ -471,9 +543,14 @@ class GpuSource:
                     add(d.label, start_us * 1000 - offset_ns, end_us * 1000 - offset_ns, ratio)
         if d.gauges is None or now - d.gauges_ns >= self.gauge_ns:
             util, mem_util = b.utilization(h)
-            used, total = b.memory(h)
+            used, total, free, reserved = b.memory(h)
             tx, rx = b.pcie_throughput(h)
+            fields = b.field_values(h)
             d.gauges = dict(utilization=util, memory_utilization=mem_util, memory_used=used, memory_total=total,
+                            memory_free=free, memory_reserved=reserved,
+                            memory_temperature_celsius=fields.get("memory_temperature"),
+                            pcie_replays=b.pcie_replays(h), encoder_utilization=b.codec_utilization(h, "encoder"),
+                            decoder_utilization=b.codec_utilization(h, "decoder"),
                             power_watts=b.power_watts(h), energy_joules=b.energy_joules(h),
                             temperature_celsius=b.temperature_celsius(h),
                             sm_clock_hz=b.clock_hz(h, "sm"), memory_clock_hz=b.clock_hz(h, "memory"),

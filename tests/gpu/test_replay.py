@@ -98,6 +98,30 @@ def test_record_against_the_fake_replays_to_the_same_metric_values(tmp_path):
     assert [p.pid for p in last.processes] == [1003, 1004]
     assert [g.gpu for g in last.gpus] == ["0", "1", "1/3", "2"]
     assert dict(last.gpu("2").retired_pages) == {"multiple_single_bit_ecc": 0.0, "double_bit_ecc": 2.0}
+    # issue 40's counters travel through the recording (field values, PCIe replays, codecs, memory info v2)
+    g0 = last.gpu("0")
+    assert (g0.memory_temperature_celsius, g0.pcie_replays, g0.encoder_utilization, g0.decoder_utilization,
+            g0.memory_reserved) == (71, 4, 0.12, 0.30, 512 * 1024 ** 2)
+    assert dict(g0.gpm)["graphics_active"] == pytest.approx(0.80)
+
+
+def test_a_recording_made_before_issue_40_replays_without_its_counters():
+    """The shipped synthetic trace predates the memory temperature, PCIe replay, codec and graphics-engine
+    counters: it replays as before, those series absent (the replay answers FunctionNotFound for a call never
+    recorded, NotSupported for a GPM metric not recorded), the collector up, nothing else missing."""
+    src, now, rp = _replay_source(TRACE_8GPU)
+    for _ in range(3):
+        r = src.collect()
+        now[0] += 1_000_000
+    with open(TRACE_8GPU) as fh:
+        text = fh.read()
+    for fn in ("nvmlDeviceGetFieldValues", "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetEncoderUtilization"):
+        assert fn not in text                                   # the oracle: the file never had them
+    for g in r.gpus:
+        assert g.up and g.power_watts is not None and g.busy_seconds is not None
+        assert (g.memory_temperature_celsius, g.pcie_replays, g.encoder_utilization, g.decoder_utilization) == \
+            (None, None, None, None)
+        assert "graphics_active" not in dict(g.gpm) and "sm_active" in dict(g.gpm)
 
 
 def test_replay_shifts_samples_to_look_live_and_feeds_the_timeline():
