@@ -176,8 +176,9 @@ DCGM_FIELDS = (
     ("DCGM_FI_PROF_SM_OCCUPANCY", "teye_gpu_sm_occupancy_ratio", "GPM: Hopper and newer"),
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "teye_gpu_tensor_active_ratio", "GPM: Hopper and newer"),
     ("DCGM_FI_PROF_DRAM_ACTIVE", "teye_gpu_dram_active_ratio", "GPM: Hopper and newer"),
-    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE, _FP32_, _FP64_", "teye_gpu_fp16_pipe_active_ratio, teye_gpu_fp32_pipe_active_ratio, "
-     "teye_gpu_fp64_pipe_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE, _FP32_, _FP64_",
+     "teye_gpu_fp16_pipe_active_ratio, teye_gpu_fp32_pipe_active_ratio, teye_gpu_fp64_pipe_active_ratio",
+     "GPM: Hopper and newer"),
     ("DCGM_FI_PROF_PCIE_TX_BYTES, DCGM_FI_PROF_PCIE_RX_BYTES", "teye_gpu_pcie_transmit_bytes_per_second, "
      "teye_gpu_pcie_receive_bytes_per_second", "NVML's 20 ms throughput window, bytes/s"),
     ("DCGM_FI_PROF_NVLINK_TX_BYTES, DCGM_FI_PROF_NVLINK_RX_BYTES", "teye_gpu_nvlink_transmit_bytes_per_second, "
