@@ -6,7 +6,7 @@ answer changed since the last record of the same call), event records, and an en
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 from .. import tracefile
 from ..errors import ParseError
@@ -37,12 +37,21 @@ def call_key(fn: str, dev, args: List[Any], kw: Dict[str, Any]) -> Tuple[str, An
 
 def read(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
     """(header, records) of a trace file; ParseError naming the line on anything malformed."""
-    records: List[Dict[str, Any]] = []
-    header = None
-    for lineno, obj in tracefile.records(path, FORMAT, VERSION):
-        if header is None:
-            header = obj
-            continue
+    header, records = stream(path)
+    return header, list(records)
+
+
+def stream(path: str) -> Tuple[Dict[str, Any], Iterator[Dict[str, Any]]]:
+    """(header, records one at a time): the replay builds its tables as it reads, so a long trace is never
+    held twice (its JSON objects and the tables) at the agent's peak RSS.  The header is read (and checked)
+    now; a malformed record raises ParseError when the iteration reaches it."""
+    lines = tracefile.records(path, FORMAT, VERSION)
+    _, header = next(lines)  # an empty file: ParseError from tracefile.records
+    return header, _checked(path, lines)
+
+
+def _checked(path: str, lines) -> Iterator[Dict[str, Any]]:
+    for lineno, obj in lines:
         t = obj.get("t")
         if not isinstance(t, int) or isinstance(t, bool):
             raise ParseError(path, f"line {lineno}: 't' must be an integer (µs since the start)")
@@ -50,5 +59,4 @@ def read(path: str) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
             raise ParseError(path, f"line {lineno}: record without 'fn'")
         if "fn" in obj and "ret" not in obj and "err" not in obj:
             raise ParseError(path, f"line {lineno}: record without 'ret' or 'err'")
-        records.append(obj)
-    return header, records
+        yield obj
