@@ -19,7 +19,7 @@ VERSION = 1
 TIMESTAMPED = ("nvmlDeviceGetSamples", "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetProcessesUtilizationInfo")
 RING = "nvmlDeviceGetSamples"
 # Cumulative counters: replay adds one loop's increase per loop so they never go backwards.
-CUMULATIVE = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetTotalEccErrors")
+CUMULATIVE = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetPcieReplayCounter")
 # Calls the replay implements itself (opaque objects, no data worth recording).
 NATIVE = ("nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree",
           "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlEventSetCreate", "nvmlEventSetFree",

@@ -273,3 +273,32 @@ def test_agent_serves_the_replayed_8gpu_node(tmp_path):
         assert v[("teye_gpu_memory_total_bytes", (("gpu", "0"),))] == 80 * 1024 ** 3
     finally:
         assert agent.stop() == 0
+
+
+def test_a_looping_replay_never_takes_the_pcie_replay_counter_back(tmp_path):
+    """PCIe replays are cumulative like energy: each loop of a replay adds one loop's increase."""
+    fake = _busy_fake()
+    path = str(tmp_path / "rec.jsonl")
+
+    def sleep(seconds):
+        fake.advance(seconds)
+        for g in fake.gpus:
+            g.pcie_replays += 3
+
+    ctx = AgentContext(clock=lambda: fake.now_us * 1000 - 10 ** 18)
+    cfg = defaults()
+    cfg["procfs"] = GPU_PROCFS
+    cfg["gpu"]["events"] = False
+    live = []
+    record(fake, path, duration_s=4, interval_s=1, cfg=cfg, clock_us=lambda: fake.now_us, sleep=sleep,
+           ctx=ctx, wall_ns=lambda: fake.now_us * 1000, readings=live)
+    first, last = live[0].gpu("0").pcie_replays, live[-1].gpu("0").pcie_replays
+    assert (first, last) == (4, 13)
+    src, now, rp = _replay_source(path, gauge_seconds=0.0)
+    got = []
+    for _ in range(14):  # three and a half loops of the 4 s trace
+        got.append(src.collect().gpu("0").pcie_replays)
+        now[0] += 1_000_000
+    assert all(b >= a for a, b in zip(got, got[1:])), got
+    # replay second n is trace second n % 4 of loop n // 4, which adds n // 4 loops' increase (13 - 4)
+    assert got == [first + 3 * (n % 4) + (n // 4) * (last - first) for n in range(14)]
