@@ -337,7 +337,7 @@ class GpuSource:
     def __init__(self, loader: Callable[[], object], procfs: str = "/proc", ctx=None, busy_threshold: float = 0.0,
                  idle_gap_buckets: Sequence[float] = DEFAULT_GAP_BUCKETS, events: bool = True, gpm: bool = True,
                  processes: bool = True, max_processes: int = 32, reprobe_seconds: float = 10.0,
-                 wall_ns: Callable[[], int] = time.time_ns, event_timeout_ms: int = 500,
+                 wall_ns: Callable[[], int] = time.time_ns, event_timeout_ms: int = 1000,
                  gauge_seconds: float = 0.0, waiting_interval_seconds: float = 1.0):
         """``loader`` returns the pynvml-like module (real pynvml, a recorder, a replay, or a fake)."""
         from ..context import AgentContext
