@@ -501,12 +501,16 @@ class GpuSource:
 
     def next_interval_s(self, configured: float) -> float:
         """Seconds until the next poll (the sampler asks after each): ``configured``, shortened to
-        ``waiting_interval_seconds`` while phase intervals wait for GPU samples, and to half the ring depth
-        the driver has shown (never below MIN_RING_INTERVAL_S for that reason)."""
+        ``waiting_interval_seconds`` while phase intervals wait for GPU samples or a GPU has integrated none
+        yet, and to half the ring depth the driver has shown (never below MIN_RING_INTERVAL_S for that reason)."""
         interval = configured
         waits = self.ctx.timeline.waits
         if waits != self._waits_seen:
             self._waits_seen = waits
+            interval = min(interval, self.waiting_interval_s)
+        if any(d.up and d.has_ring and not d.ring.samples for d in self._all_devices()):
+            # the first read is only a baseline: until a GPU's samples reach the timeline the phase path does
+            # not know it is sampled (a job's intervals on it would be credited to no GPU), so read again soon
             interval = min(interval, self.waiting_interval_s)
         spans = [d.ring_span_s for d in self._all_devices() if d.up and d.has_ring and d.ring_span_s > 0]
         if spans:

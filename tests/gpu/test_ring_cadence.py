@@ -50,7 +50,8 @@ def test_the_defaults_read_the_ring_every_5_s_and_lose_no_sample_of_the_8gpu_rep
     src, now, rp = _replay(TRACE_8GPU)
     t = rp.header["truth"]
     used, base = _drive(src, now, 2 * rp.duration_us / 1e6)     # two loops of the 90 s trace
-    assert set(used) == {5.0}                                    # the 100-sample ring (16.7 s) allows 5 s
+    assert used[0] == WAITING_S                                  # after the baseline read: see the last test
+    assert set(used[1:]) == {5.0}                                # the 100-sample ring (16.7 s) allows 5 s
     r = src.collect()
     for dev in src.devices:
         g = r.gpu(dev.label)
@@ -68,7 +69,7 @@ def test_the_h100_recording_is_read_every_5_s_without_loss():
     used, base = _drive(src, now, rp.duration_us / 1e6)
     d = src.devices[0]
     assert d.ring_span_s > 10.0                                  # its first read showed 71 samples over 14 s
-    assert set(used) == {5.0}
+    assert used[0] == WAITING_S and set(used[1:]) == {5.0}
     g = src.collect().gpu("0")
     assert g.samples_lost == 0
     assert g.sampled_seconds == pytest.approx((d.ring.last_ts - base["0"]) / 1e6, abs=1e-3)
@@ -93,7 +94,7 @@ def test_a_shallow_ring_is_read_at_half_its_depth_and_loses_nothing_where_5_s_wo
         used.append(iv)
         f.advance(iv)
         g = src.collect().gpu("0")
-    assert used == [pytest.approx(0.5 * 23 * period / 1e6)] * 40
+    assert used == [WAITING_S] + [pytest.approx(0.5 * 23 * period / 1e6)] * 39
     assert g.samples_lost == 0
     assert g.busy_seconds == pytest.approx(busy.busy_us(src.devices[0].ring.last_ts - int(sum(used) * 1e6),
                                                         src.devices[0].ring.last_ts) / 1e6, abs=0.05)
@@ -109,12 +110,20 @@ def test_a_shallow_ring_is_read_at_half_its_depth_and_loses_nothing_where_5_s_wo
     f = fake(3)
     src = make_source(f)
     src.collect()
+    f.advance(1.0)
+    src.collect()
     assert src.next_interval_s(DEFAULT_S) == MIN_RING_INTERVAL_S
 
 
 def test_the_ring_is_read_every_second_while_phase_intervals_wait_for_its_samples():
     src, now, rp = _replay(TRACE_8GPU)
     src.collect()
+    # the first read is a baseline that puts nothing on the timeline: until the next one the phase path would
+    # not know the GPUs are sampled and would credit a starting job's intervals to none, so it comes soon
+    assert src.ctx.timeline.gpus() == [] and src.next_interval_s(DEFAULT_S) == WAITING_S
+    now[0] += 1_000_000
+    src.collect()
+    assert len(src.ctx.timeline.gpus()) == 8
     assert src.next_interval_s(DEFAULT_S) == 5.0                 # no job waits
     src.ctx.timeline.covered_until("0")                          # the phase path asks: an interval waits
     assert src.next_interval_s(DEFAULT_S) == WAITING_S
