@@ -155,6 +155,9 @@ MUTANTS = {
     "gpu_ring_depth_not_capping_the_poll.patch": (
         ["tests/gpu/test_ring_cadence.py::"
          "test_a_shallow_ring_is_read_at_half_its_depth_and_loses_nothing_where_5_s_would"], False),
+    "gpu_first_poll_after_baseline_slow.patch": (
+        ["tests/gpu/test_ring_cadence.py::"
+         "test_the_ring_is_read_every_second_while_phase_intervals_wait_for_its_samples"], False),
     "gpu_field_value_status_ignored.patch": (
         ["tests/gpu/test_source.py::test_each_dcgm_default_a_gpu_does_not_support_is_absent_alone"], False),
     "allocation_grpc_imported_at_start.patch": (
