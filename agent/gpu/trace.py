@@ -26,6 +26,9 @@ NATIVE = ("nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlGpmSampleAlloc",
           "nvmlDeviceRegisterEvents")
 EVENT_WAIT = ("nvmlEventSetWait_v2", "nvmlEventSetWait")
 GPM_METRICS_GET = "nvmlGpmMetricsGet"
+# nvmlDeviceGetFieldValues: each value carries NVML's own timestamp and latency, written without them
+FIELD_VALUES = "nvmlDeviceGetFieldValues"
+FIELD_VALUE_STAMPS = ("timestamp", "latencyUsec")
 
 DEFAULT_RING_CAPACITY = 100  # samples the replayed driver ring keeps (an assumption; see the doc)
 

@@ -84,6 +84,12 @@ def test_record_against_the_fake_replays_to_the_same_metric_values(tmp_path):
     with open(path) as fh:
         header = json.loads(fh.readline())
     assert header["format"] == "teye-gpu-trace" and header["synthetic"] is False
+    with open(path) as fh:
+        fv = [json.loads(line) for line in fh if '"nvmlDeviceGetFieldValues"' in line]
+    # written without NVML's per-value stamps, so 8 polls of unchanged values are one record per GPU
+    assert sorted(r["dev"] for r in fv if "ret" in r) == ["0", "1", "2"]
+    assert all(set(v) >= {"fieldId", "nvmlReturn", "value"} and "timestamp" not in v and "latencyUsec" not in v
+               for r in fv if "ret" in r for v in r["ret"])
 
     src, now, _ = _replay_source(path, start_us=9_000_000_000_000_000)
     replayed = []
