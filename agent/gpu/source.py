@@ -1,11 +1,14 @@
 """The ``gpu`` collector: NVIDIA GPUs through NVML (live, recorded, or replayed).
 
-Per poll (``collectors.gpu.interval_seconds``, 1 s by default; the driver's utilization
-ring holds several seconds) and per GPU: the utilization ring is integrated
-(:mod:`agent.gpu.ring`) and every integrated sample is published to the shared timeline
-(``ctx.timeline``, CLOCK_MONOTONIC ns); then utilization, memory, power, energy,
-temperature, clocks, PCIe, clock-event reasons, ECC / retired pages / remapped rows, GPM
-metrics (two GPM samples >= 100 ms apart) and the processes holding the GPU are read.
+Per poll and per GPU: the utilization ring is integrated (:mod:`agent.gpu.ring`) and every
+integrated sample is published to the shared timeline (``ctx.timeline``, CLOCK_MONOTONIC ns);
+then utilization, memory (used, free, reserved), power, energy, temperature (core and memory),
+clocks, PCIe (throughput, replays), encoder/decoder utilization, clock-event reasons, ECC /
+retired pages / remapped rows, GPM metrics (two GPM samples >= 100 ms apart) and the processes
+holding the GPU are read.  The source paces itself (:meth:`GpuSource.next_interval_s`, asked by
+the sampler): every ``collectors.gpu.interval_seconds`` (5 s), every
+``gpu.waiting_interval_seconds`` (1 s) while phase intervals wait for its samples or a GPU has
+integrated none yet, and at most every half the ring depth the driver has shown.
 XID errors are counted by their own thread (:mod:`agent.gpu.events`).
 
 A GPU that fails with GpuIsLost/Unknown/... shows ``teye_gpu_up{gpu}`` 0 (its counters and
