@@ -36,4 +36,19 @@ def render() -> str:
         labels = ", ".join(f"`{l}`" for l in s.labels) or "–"
         help_ = s.help.replace("|", "\\|")
         lines.append(f"| `{name}` | {s.kind} | {labels} | {s.unit or unit_of(name) or '–'} | `{s.source_file}` | {help_} |")
+    lines += _dcgm_lines()
     return "\n".join(lines) + "\n"
+
+
+def _dcgm_lines():
+    """dcgm-exporter's fields and teye's families (agent.gpu.source.DCGM_FIELDS)."""
+    from .gpu.source import DCGM_FIELDS
+    out = ["", "## dcgm-exporter's fields", "",
+           "dcgm-exporter's default counters and profiling fields, and the teye family that carries each (label "
+           "`gpu` for dcgm-exporter's `gpu`/`UUID`: `teye_gpu_info` joins the UUID). What a GPU does not "
+           "support is absent, and `teye doctor` names it per GPU.", "",
+           "| dcgm-exporter field | teye family | note |", "|---|---|---|"]
+    for field, family, note in DCGM_FIELDS:
+        fams = ", ".join(f"`{f.strip()}`" for f in family.split(",")) if family else "–"
+        out.append(f"| `{field}` | {fams} | {note or '–'} |")
+    return out

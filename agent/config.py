@@ -92,15 +92,15 @@ def _collector(interval: float, enabled: bool = True, help: str = "") -> Dict[st
 
 # Collector name -> (default interval in seconds, description).
 COLLECTORS = {
-    "cpu": (1.0, "CPU time by mode (/proc/stat)"),
-    "memory": (1.0, "memory (/proc/meminfo)"),
-    "disk": (1.0, "block devices (/proc/diskstats)"),
-    "network": (1.0, "network interfaces (/proc/net/dev)"),
+    "cpu": (5.0, "CPU time by mode (/proc/stat)"),
+    "memory": (5.0, "memory (/proc/meminfo)"),
+    "disk": (5.0, "block devices (/proc/diskstats)"),
+    "network": (5.0, "network interfaces (/proc/net/dev)"),
     "netstat": (5.0, "protocol counters, socket use and connection tracking (/proc/net/{snmp,netstat,sockstat}, "
                       "nf_conntrack)"),
     "netclass": (5.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
     "qdisc": (5.0, "root queueing discipline of each interface: bytes, drops, overlimits, a shaper's rate (rtnetlink)"),
-    "infiniband": (1.0, "InfiniBand ports (/sys/class/infiniband)"),
+    "infiniband": (5.0, "InfiniBand ports (/sys/class/infiniband)"),
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
@@ -116,7 +116,7 @@ COLLECTORS = {
                         "pod-resources)"),
     "jobs": (5.0, "per-job CPU, memory, I/O and pressure from the Slurm job and Kubernetes pod cgroups "
                   "(<cgroupfs>)"),
-    "gpu": (1.0, "NVIDIA GPUs (NVML)"),
+    "gpu": (5.0, "NVIDIA GPUs (NVML)"),
     "pmu": (5.0, "host hardware counters (perf events: CPI, FLOPS, memory and PCIe bandwidth)"),
     "phases": (1.0, "training-job phases (phase socket)"),
 }
@@ -190,6 +190,9 @@ SCHEMA: Dict[str, Any] = {
                                         "and clock events are read at most this often (0: at every poll); the "
                                         "utilization samples (idle gaps), processes and GPM at every poll.",
                                         _non_negative, max=3600),
+        "waiting_interval_seconds": Field(FLOAT, 1.0, "While training jobs' phase intervals wait for the GPU samples "
+                                          "that cover them, the GPU collector reads at least this often (else every "
+                                          "collectors.gpu.interval_seconds).", _positive, max=3600),
         "reprobe_seconds": Field(FLOAT, 10.0, "A lost GPU, or NVML when it is unavailable, is probed again after "
                                  "this many seconds.", _positive),
     },

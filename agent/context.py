@@ -31,6 +31,7 @@ class UtilTimeline:
         self._max = max_samples
         self._data: Dict[str, Deque[UtilSample]] = {}
         self._lock = threading.Lock()
+        self.waits = 0
 
     def add(self, gpu: str, start_ns: int, end_ns: int, busy: float) -> None:
         if end_ns <= start_ns:
@@ -66,7 +67,10 @@ class UtilTimeline:
         return out
 
     def covered_until(self, gpu: str) -> int:
-        """End of the newest sample for gpu (0 when none)."""
+        """End of the newest sample for gpu (0 when none).  Each call is counted in ``waits``: the phase
+        path asks only while an interval waits for the samples that cover it, which is when the GPU
+        source reads its ring at its faster pace."""
+        self.waits += 1
         with self._lock:
             dq = self._data.get(gpu)
             return dq[-1].end_ns if dq else 0

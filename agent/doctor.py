@@ -55,14 +55,38 @@ def nvml_lines(loader: Callable[[], object] = load_pynvml) -> List[str]:
     return lines
 
 
+# What GPM alone gives, and what NVML offers instead before Hopper (issue 40).
+NO_GPM = ("SM, tensor, DRAM and graphics-engine activity, SM occupancy, FP16/FP32/FP64 pipe activity and NVLink bytes "
+          "(teye_gpu_sm_active_ratio ... teye_gpu_nvlink_*; dcgm-exporter's DCGM_FI_PROF_*) are absent: NVML has "
+          "no other way to them on this GPU (DCGM's profiling module reads the hardware counters itself); NVML "
+          "gives teye_gpu_utilization_ratio (DCGM_FI_DEV_GPU_UTIL: time a kernel ran) and "
+          "teye_gpu_memory_utilization_ratio (DCGM_FI_DEV_MEM_COPY_UTIL) instead")
+
+
+def _dcgm_defaults(b: NvmlBackend, h) -> List[str]:
+    """dcgm-exporter's default counters that NVML gives: which this GPU reports (the rest are absent, no failure)."""
+    have = {"memory temperature": "memory_temperature" in b.field_values(h),
+            "PCIe replay counter": b.pcie_replays(h) is not None,
+            "encoder utilization": b.codec_utilization(h, "encoder") is not None,
+            "decoder utilization": b.codec_utilization(h, "decoder") is not None}
+    ok = [k for k, v in have.items() if v]
+    missing = [k for k, v in have.items() if not v]
+    out = []
+    if ok:
+        out.append(", ".join(ok) + " ok")
+    if missing:
+        out.append(", ".join(missing) + " not supported (absent)")
+    return out
+
+
 def _gpu_lines(b: NvmlBackend, i: int) -> List[str]:
     try:
         h = b.handle_by_index(i)
         name, uuid, pci = b.name(h) or "?", b.uuid(h) or "?", b.pci_bus_id(h) or "?"
         parts = [f"gpu {i}: {name} ({uuid}, pci {pci})"]
         gpm = b.gpm_supported(h)
-        parts.append("GPM supported" if gpm else "GPM not supported on this GPU (needs Hopper or newer)"
-                     if gpm is False else "GPM not available (driver without GPM)")
+        parts.append("GPM supported" if gpm else ("GPM not supported on this GPU (needs Hopper or newer)"
+                     if gpm is False else "GPM not available (driver without GPM)") + ": " + NO_GPM)
         samples = b.samples(h, 0)
         if samples is None:
             parts.append("utilization ring not supported")
@@ -71,8 +95,10 @@ def _gpu_lines(b: NvmlBackend, i: int) -> List[str]:
             parts.append(f"utilization ring ok ({len(samples)} samples over {span:.1f} s)")
         else:
             parts.append(f"utilization ring ok ({len(samples)} sample(s) so far)")
-        used, _ = b.memory(h)
-        parts.append("memory ok" if used is not None else "memory info not available")
+        used, _, _, reserved = b.memory(h)
+        parts.append("memory info not available" if used is None else "memory ok" if reserved is not None
+                     else "memory ok, reserved memory not reported (memory info v1)")
+        parts.extend(_dcgm_defaults(b, h))
         parts.append("power ok" if b.power_watts(h) is not None else "power not supported")
         parts.append("ECC counters ok" if b.ecc_volatile(h) else "ECC off or not supported")
         procs = b.processes(h)

@@ -138,10 +138,15 @@ class Sampler:
                       failures=prev.failures + (0 if absent else 1), absent=absent)
 
     def _loop(self, name: str, interval_s: float) -> None:
+        # a source may pace itself between reads (the GPU source: faster while phase intervals wait for its
+        # samples, never slower than its driver ring allows); otherwise its configured interval
+        pace = getattr(self._sources[name][0], "next_interval_s", None)
         interval_ns = int(interval_s * 1e9)
         deadline = self._clock()
         while not self._stop.is_set():
             self.read_once(name)
+            if pace is not None:
+                interval_ns = max(1_000_000, int(pace(interval_s) * 1e9))
             deadline += interval_ns
             now = self._clock()
             if deadline < now:  # we fell behind (slow read): skip missed slots, keep the phase

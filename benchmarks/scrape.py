@@ -15,7 +15,8 @@ before/after ratios taken in the same run.
 1. Back to back: for every (G, J), --scrapes rounds of one scrape of each exporter in turn,
    so machine noise hits all alike: p50/p99 latency, series count, µs per series.
 2. Fresh: at G=8, J=0, --fresh-scrapes rounds 1.1 s apart, so every 1 s collector has a new
-   reading at each scrape (what a Prometheus scraping every 15 s sees).
+   reading at each scrape and a 5 s one at every fifth (what a Prometheus scraping every 15 s
+   sees: since issue 38 most collectors read every 5 s, docs/operations.md "Agent footprint").
 3. CPU: at G=8, J=0, every exporter left running for --cpu-seconds with a scrape every 15 s;
    CPU time (utime+stime from /proc/<pid>/stat) as a share of one core, and peak RSS.
 """

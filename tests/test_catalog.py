@@ -33,3 +33,21 @@ def test_contract_names_from_the_host_issue_are_declared():
     teye_nfsd_read_bytes_total teye_nfsd_write_bytes_total teye_collector_up teye_collector_duration_seconds""".split()
     missing = [n for n in contract if n not in registered()]
     assert not missing
+
+
+def test_every_dcgm_exporter_field_maps_to_a_declared_family():
+    """docs/metrics.md's dcgm-exporter table (issue 40) names only families teye declares, each once, with
+    the units and kinds of teye's conventions; the fields issue 40 asks for are all carried."""
+    from agent.gpu.source import DCGM_FIELDS
+    render()
+    reg = registered()
+    carried = {}
+    for field, family, _ in DCGM_FIELDS:
+        for f in filter(None, (x.strip() for x in family.split(","))):
+            assert f in reg, (field, f)
+            assert f.startswith("teye_gpu_") and (reg[f].kind != "counter") == (not f.endswith("_total")), f
+            carried[f] = field
+    for field in ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ENC_UTIL",
+                  "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
+                  "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
+        assert field in carried.values(), field

@@ -25,7 +25,7 @@ def test_file_overrides_defaults_and_flags_override_file(tmp_path):
     assert cfg["listen"] == "127.0.0.1:9999"
     assert cfg["collectors"]["cpu"]["interval_seconds"] == 2.0
     assert isinstance(cfg["collectors"]["cpu"]["interval_seconds"], float)
-    assert cfg["collectors"]["memory"]["interval_seconds"] == 1.0  # untouched siblings keep defaults
+    assert cfg["collectors"]["memory"]["interval_seconds"] == 5.0  # untouched siblings keep defaults
 
 
 @pytest.mark.parametrize("text, key, expected", [

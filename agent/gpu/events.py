@@ -1,6 +1,7 @@
 """XID critical-error events: one thread blocked in nvmlEventSetWait, counting per GPU and XID code.
 
-The wait has a timeout (``timeout_ms``), so ``stop()`` returns within about that long; the
+The wait has a timeout (``timeout_ms``, 1 s: the thread wakes once a second when no event comes), so
+``stop()`` returns within about that long; the
 counts are read by the GPU source at each poll (``counts()``, a copy).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ log = logging.getLogger("teye.gpu.events")
 
 
 class XidWatcher:
-    def __init__(self, backend: NvmlBackend, devices: List[Tuple[str, object]], timeout_ms: int = 500):
+    def __init__(self, backend: NvmlBackend, devices: List[Tuple[str, object]], timeout_ms: int = 1000):
         """``devices``: [(gpu label, handle)] of physical GPUs."""
         self._backend = backend
         self._timeout_ms = int(timeout_ms)

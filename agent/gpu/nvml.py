@@ -79,6 +79,13 @@ GPM_METRICS = (
     ("NVML_GPM_METRIC_FP64_UTIL", "fp64_active", 0.01),
     ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx", 1024.0 * 1024.0),  # MiB/s -> bytes/s
     ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx", 1024.0 * 1024.0),
+    ("NVML_GPM_METRIC_GRAPHICS_UTIL", "graphics_active", 0.01),
+)
+
+# NVML field values read with nvmlDeviceGetFieldValues: constant name -> short name (base units as NVML gives
+# them: memory temperature in °C).  A field this GPU does not report answers NotSupported in its own slot.
+FIELD_VALUES = (
+    ("NVML_FI_DEV_MEMORY_TEMP", "memory_temperature"),
 )
 
 XID_EVENT = 0x0000000000000008  # nvmlEventTypeXidCriticalError
@@ -305,12 +312,42 @@ class NvmlBackend:
             return None, None
         return u.gpu / 100.0, u.memory / 100.0
 
-    def memory(self, h) -> Tuple[Optional[float], Optional[float]]:
-        """(used, total) bytes; v2 when the driver has it (used excludes driver-reserved memory, as nvidia-smi)."""
+    def memory(self, h) -> Tuple[Optional[float], Optional[float], Optional[float], Optional[float]]:
+        """(used, total, free, reserved) bytes; v2 when the driver has it (used excludes driver-reserved memory,
+        as nvidia-smi); reserved None under v1, which has no such field (its used includes it)."""
         m = self.call_versioned("memory", h)
         if m is None:
-            return None, None
-        return float(m.used), float(m.total)
+            return None, None, None, None
+        reserved = getattr(m, "reserved", None)
+        return float(m.used), float(m.total), float(m.free), None if reserved is None else float(reserved)
+
+    def field_values(self, h) -> Dict[str, float]:
+        """FIELD_VALUES this GPU reports, by short name (one nvmlDeviceGetFieldValues call); {} when none."""
+        wanted = [(self.k(const), short) for const, short in FIELD_VALUES if self.k(const) is not None]
+        if not wanted:
+            return {}
+        got = self.call("nvmlDeviceGetFieldValues", h, [fid for fid, _ in wanted])
+        if got is None:
+            return {}
+        out = {}
+        for (fid, short), fv in zip(wanted, got):
+            if int(fv.nvmlReturn) != self._success or int(fv.fieldId) != fid:
+                continue  # NotSupported (e.g. GDDR boards have no memory sensor), or a slot not ours
+            field = VALUE_FIELDS.get(int(fv.valueType))
+            if field is not None:
+                out[short] = float(getattr(fv.value, field))
+        return out
+
+    def pcie_replays(self, h) -> Optional[float]:
+        """PCIe replays (link-level retransmissions) since the driver was loaded."""
+        n = self.call("nvmlDeviceGetPcieReplayCounter", h)
+        return None if n is None else float(n)
+
+    def codec_utilization(self, h, which: str) -> Optional[float]:
+        """Encoder ('encoder') or decoder ('decoder') utilization as a ratio over NVML's sampling period."""
+        fn = {"encoder": "nvmlDeviceGetEncoderUtilization", "decoder": "nvmlDeviceGetDecoderUtilization"}[which]
+        r = self.call(fn, h)
+        return None if r is None else r[0] / 100.0
 
     def power_watts(self, h) -> Optional[float]:
         mw = self.call("nvmlDeviceGetPowerUsage", h)

@@ -24,7 +24,7 @@ import bisect
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import ParseError
 from . import trace
@@ -116,7 +116,7 @@ class Replay:
 
     c_nvmlGpmMetricsGet_t = ReplayGpmMetricsGet
 
-    def __init__(self, header: Dict[str, Any], records: List[Dict[str, Any]], path: str = "<trace>",
+    def __init__(self, header: Dict[str, Any], records: Iterable[Dict[str, Any]], path: str = "<trace>",
                  wall_us: Callable[[], int] = lambda: time.time_ns() // 1000,
                  sleep: Callable[[float], None] = time.sleep, base=None):
         if base is None:
@@ -174,7 +174,7 @@ class Replay:
 
     @classmethod
     def load(cls, path: str, **kw) -> "Replay":
-        header, records = trace.read(path)
+        header, records = trace.stream(path)
         return cls(header, records, path, **kw)
 
     # ------------------------------------------------------------------ time

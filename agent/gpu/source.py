@@ -1,11 +1,14 @@
 """The ``gpu`` collector: NVIDIA GPUs through NVML (live, recorded, or replayed).
 
-Per poll (``collectors.gpu.interval_seconds``, 1 s by default; the driver's utilization
-ring holds several seconds) and per GPU: the utilization ring is integrated
-(:mod:`agent.gpu.ring`) and every integrated sample is published to the shared timeline
-(``ctx.timeline``, CLOCK_MONOTONIC ns); then utilization, memory, power, energy,
-temperature, clocks, PCIe, clock-event reasons, ECC / retired pages / remapped rows, GPM
-metrics (two GPM samples >= 100 ms apart) and the processes holding the GPU are read.
+Per poll and per GPU: the utilization ring is integrated (:mod:`agent.gpu.ring`) and every
+integrated sample is published to the shared timeline (``ctx.timeline``, CLOCK_MONOTONIC ns);
+then utilization, memory (used, free, reserved), power, energy, temperature (core and memory),
+clocks, PCIe (throughput, replays), encoder/decoder utilization, clock-event reasons, ECC /
+retired pages / remapped rows, GPM metrics (two GPM samples >= 100 ms apart) and the processes
+holding the GPU are read.  The source paces itself (:meth:`GpuSource.next_interval_s`, asked by
+the sampler): every ``collectors.gpu.interval_seconds`` (5 s), every
+``gpu.waiting_interval_seconds`` (1 s) while phase intervals wait for its samples or a GPU has
+integrated none yet, and at most every half the ring depth the driver has shown.
 XID errors are counted by their own thread (:mod:`agent.gpu.events`).
 
 A GPU that fails with GpuIsLost/Unknown/... shows ``teye_gpu_up{gpu}`` 0 (its counters and
@@ -37,6 +40,11 @@ GPM_MIN_INTERVAL_NS = 100_000_000  # NVML: two GPM samples must be at least 100 
 # ECC, retired-page and remapped-row counters change on hardware faults, not from one poll to the
 # next: read them every 10 s (and at every (re)attach) instead of every poll (a quarter of the calls).
 HEALTH_EVERY_NS = 10 * 10**9
+# The ring is read at most every collectors.gpu.interval_seconds, and at least twice per the depth it has shown
+# (the span of the largest read: a lower bound of what it holds), but never more often than this because of it
+# (a driver loaded a moment ago shows a short backlog): a poll delayed by a busy host still finds every sample.
+RING_SHARE = 0.5
+MIN_RING_INTERVAL_S = 1.0
 
 _G = ["gpu"]
 GPU_INFO = metric("teye_gpu_info", GAUGE, "Always 1 per GPU (NVML index, or 'index/instance' for a MIG instance); "
@@ -63,6 +71,19 @@ IDLE_GAPS = metric("teye_gpu_idle_gap_seconds", HISTOGRAM,
 MEMORY_USED = metric("teye_gpu_memory_used_bytes", GAUGE, "Device memory in use (NVML memory info v2 where the "
                      "driver has it: excludes driver-reserved memory, as nvidia-smi).", _G)
 MEMORY_TOTAL = metric("teye_gpu_memory_total_bytes", GAUGE, "Device memory size.", _G)
+MEMORY_FREE = metric("teye_gpu_memory_free_bytes", GAUGE, "Device memory free (dcgm-exporter's "
+                     "DCGM_FI_DEV_FB_FREE): total less used and driver-reserved memory.", _G)
+MEMORY_RESERVED = metric("teye_gpu_memory_reserved_bytes", GAUGE, "Device memory the driver reserves for itself "
+                         "(DCGM_FI_DEV_FB_RESERVED; NVML memory info v2 only: absent on older drivers).", _G)
+MEMORY_TEMPERATURE = metric("teye_gpu_memory_temperature_celsius", GAUGE, "Device memory (HBM) temperature "
+                            "(DCGM_FI_DEV_MEMORY_TEMP; absent on boards without a memory sensor).", _G)
+PCIE_REPLAYS = metric("teye_gpu_pcie_replays_total", COUNTER, "PCIe replays (link-level retransmissions after a "
+                      "bad or lost packet) since the driver was loaded (DCGM_FI_DEV_PCIE_REPLAY_COUNTER); a "
+                      "rising rate points at a bad riser, slot or cable.", _G)
+ENCODER = metric("teye_gpu_encoder_utilization_ratio", GAUGE, "Video encoder (NVENC) utilization over NVML's "
+                 "sampling period (DCGM_FI_DEV_ENC_UTIL).", _G)
+DECODER = metric("teye_gpu_decoder_utilization_ratio", GAUGE, "Video decoder (NVDEC) utilization over NVML's "
+                 "sampling period (DCGM_FI_DEV_DEC_UTIL).", _G)
 POWER = metric("teye_gpu_power_watts", GAUGE, "Power draw of the GPU board.", _G)
 ENERGY = metric("teye_gpu_energy_joules_total", COUNTER, "Energy consumed since the driver was loaded (Volta+).", _G)
 TEMPERATURE = metric("teye_gpu_temperature_celsius", GAUGE, "GPU core temperature.", _G)
@@ -118,7 +139,58 @@ GPM_SPECS = {
                         _G),
     "nvlink_tx": metric("teye_gpu_nvlink_transmit_bytes_per_second", GAUGE, "GPM: NVLink bytes/s sent, all links.",
                         _G),
+    "graphics_active": metric("teye_gpu_graphics_engine_active_ratio", GAUGE,
+                              "GPM: fraction of time the graphics/compute engine was active "
+                              "(DCGM_FI_PROF_GR_ENGINE_ACTIVE).", _G),
 }
+
+# dcgm-exporter's default counters (etc/default-counters.csv) and its profiling fields -> teye's family and the
+# difference to know (docs/metrics.md renders this table).  Those teye lacks are listed with "" as the family.
+DCGM_FIELDS = (
+    ("DCGM_FI_DEV_SM_CLOCK", "teye_gpu_sm_clock_hertz", "MHz there, Hz here"),
+    ("DCGM_FI_DEV_MEM_CLOCK", "teye_gpu_memory_clock_hertz", "MHz there, Hz here"),
+    ("DCGM_FI_DEV_GPU_TEMP", "teye_gpu_temperature_celsius", ""),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "teye_gpu_memory_temperature_celsius", "NVML field NVML_FI_DEV_MEMORY_TEMP; absent "
+     "on boards without a memory sensor"),
+    ("DCGM_FI_DEV_POWER_USAGE", "teye_gpu_power_watts", ""),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "teye_gpu_energy_joules_total", "mJ there, J here"),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "teye_gpu_pcie_replays_total", ""),
+    ("DCGM_FI_DEV_GPU_UTIL", "teye_gpu_utilization_ratio", "percent there, ratio here; "
+     "teye_gpu_busy_seconds_total integrates every driver sample"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "teye_gpu_memory_utilization_ratio", "percent there, ratio here"),
+    ("DCGM_FI_DEV_ENC_UTIL", "teye_gpu_encoder_utilization_ratio", "percent there, ratio here"),
+    ("DCGM_FI_DEV_DEC_UTIL", "teye_gpu_decoder_utilization_ratio", "percent there, ratio here"),
+    ("DCGM_FI_DEV_XID_ERRORS", "teye_gpu_xid_errors_total", "there the last XID's code as a gauge, here a counter "
+     "per code"),
+    ("DCGM_FI_DEV_FB_FREE", "teye_gpu_memory_free_bytes", "MiB there, bytes here"),
+    ("DCGM_FI_DEV_FB_USED", "teye_gpu_memory_used_bytes", "MiB there, bytes here"),
+    ("DCGM_FI_DEV_FB_RESERVED", "teye_gpu_memory_reserved_bytes", "MiB there, bytes here; NVML memory info v2 only"),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "teye_gpu_ecc_errors_total",
+     "type=\"corrected\", \"uncorrected\""),
+    ("DCGM_FI_DEV_RETIRED_SBE, DCGM_FI_DEV_RETIRED_DBE", "teye_gpu_retired_pages_total", "by cause"),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "teye_gpu_retired_pages_pending", ""),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "teye_gpu_remapped_rows_total",
+     "by type"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "teye_gpu_row_remap_failed", ""),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "teye_gpu_clock_event_active", "a bit mask there, one 0/1 series per "
+     "reason here"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "teye_gpu_graphics_engine_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_SM_ACTIVE", "teye_gpu_sm_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "teye_gpu_sm_occupancy_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "teye_gpu_tensor_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "teye_gpu_dram_active_ratio", "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE, _FP32_, _FP64_",
+     "teye_gpu_fp16_pipe_active_ratio, teye_gpu_fp32_pipe_active_ratio, teye_gpu_fp64_pipe_active_ratio",
+     "GPM: Hopper and newer"),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES, DCGM_FI_PROF_PCIE_RX_BYTES", "teye_gpu_pcie_transmit_bytes_per_second, "
+     "teye_gpu_pcie_receive_bytes_per_second", "NVML's 20 ms throughput window, bytes/s"),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES, DCGM_FI_PROF_NVLINK_RX_BYTES", "teye_gpu_nvlink_transmit_bytes_per_second, "
+     "teye_gpu_nvlink_receive_bytes_per_second", "GPM: Hopper and newer"),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "", "not read (the GPM NVLink rates above instead)"),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "", "not read (vGPU guests)"),
+)
+# Before Hopper NVML has no way to the profiling fields (DCGM_FI_PROF_*) but the PCIe rates: DCGM's profiling
+# module reads the SM's hardware counters itself.  `teye doctor` says so per GPU (agent.doctor.NO_GPM).
 
 
 @dataclass(frozen=True)
@@ -139,6 +211,12 @@ class GpuStats:
     idle_gaps: Optional[HistogramValue] = None
     memory_used: Optional[float] = None
     memory_total: Optional[float] = None
+    memory_free: Optional[float] = None
+    memory_reserved: Optional[float] = None
+    memory_temperature_celsius: Optional[float] = None
+    pcie_replays: Optional[float] = None
+    encoder_utilization: Optional[float] = None
+    decoder_utilization: Optional[float] = None
     power_watts: Optional[float] = None
     energy_joules: Optional[float] = None
     temperature_celsius: Optional[float] = None
@@ -183,7 +261,7 @@ class GpuReading:
             yield point(GPU_INFO, 1.0, g.gpu, g.uuid, g.name, g.pci_bus_id, g.driver_version)
             yield point(GPU_UP, 1.0 if g.up else 0.0, g.gpu)
             for spec, v in ((BUSY, g.busy_seconds), (SAMPLED, g.sampled_seconds), (LOST, g.samples_lost),
-                            (IDLE_GAPS, g.idle_gaps), (ENERGY, g.energy_joules)):
+                            (IDLE_GAPS, g.idle_gaps), (ENERGY, g.energy_joules), (PCIE_REPLAYS, g.pcie_replays)):
                 if v is not None:
                     yield point(spec, v, g.gpu)
             for xid, n in g.xid:
@@ -205,7 +283,10 @@ class GpuReading:
                             (MEMORY_USED, g.memory_used), (MEMORY_TOTAL, g.memory_total), (POWER, g.power_watts),
                             (TEMPERATURE, g.temperature_celsius), (SM_CLOCK, g.sm_clock_hz),
                             (MEMORY_CLOCK, g.memory_clock_hz), (PCIE_TX, g.pcie_tx), (PCIE_RX, g.pcie_rx),
-                            (PCIE_MAX, g.pcie_max), (RETIRED_PENDING, g.retired_pending)):
+                            (PCIE_MAX, g.pcie_max), (RETIRED_PENDING, g.retired_pending),
+                            (MEMORY_FREE, g.memory_free), (MEMORY_RESERVED, g.memory_reserved),
+                            (MEMORY_TEMPERATURE, g.memory_temperature_celsius),
+                            (ENCODER, g.encoder_utilization), (DECODER, g.decoder_utilization)):
                 if v is not None:
                     yield point(spec, v, g.gpu)
             for short, v in g.gpm:
@@ -242,6 +323,7 @@ class _Device:
         self.gpm_values: Dict[str, float] = {}
         self.proc_last_seen = 0
         self.children: List["_Device"] = []
+        self.ring_span_s = 0.0                # the longest span of samples one read of the ring returned
         self.health: Optional[tuple] = None   # (ecc, retired, retired_pending, remapped), read at health_ns
         self.health_ns = 0
         self.gauges: Optional[dict] = None    # utilization, memory, power, clocks ... read at gauges_ns
@@ -258,8 +340,8 @@ class GpuSource:
     def __init__(self, loader: Callable[[], object], procfs: str = "/proc", ctx=None, busy_threshold: float = 0.0,
                  idle_gap_buckets: Sequence[float] = DEFAULT_GAP_BUCKETS, events: bool = True, gpm: bool = True,
                  processes: bool = True, max_processes: int = 32, reprobe_seconds: float = 10.0,
-                 wall_ns: Callable[[], int] = time.time_ns, event_timeout_ms: int = 500,
-                 gauge_seconds: float = 0.0):
+                 wall_ns: Callable[[], int] = time.time_ns, event_timeout_ms: int = 1000,
+                 gauge_seconds: float = 0.0, waiting_interval_seconds: float = 1.0):
         """``loader`` returns the pynvml-like module (real pynvml, a recorder, a replay, or a fake)."""
         from ..context import AgentContext
         self._loader = loader
@@ -278,6 +360,10 @@ class GpuSource:
         # most this often (0: every poll); the utilization samples, processes and GPM at every poll
         self.gauge_ns = int(gauge_seconds * 1e9)
         self.event_timeout_ms = event_timeout_ms
+        # while the phase path waits for samples covering a job's intervals (AgentContext.timeline.waits moves),
+        # the ring is read at least this often
+        self.waiting_interval_s = float(waiting_interval_seconds)
+        self._waits_seen = self.ctx.timeline.waits
         self.backend: Optional[NvmlBackend] = None
         self.devices: List[_Device] = []
         self.driver_version = ""
@@ -416,6 +502,24 @@ class GpuSource:
         self.ctx.gpu_notes = gpu_notes(stats)
         return GpuReading(tuple(stats), tuple(procs))
 
+    def next_interval_s(self, configured: float) -> float:
+        """Seconds until the next poll (the sampler asks after each): ``configured``, shortened to
+        ``waiting_interval_seconds`` while phase intervals wait for GPU samples or a GPU has integrated none
+        yet, and to half the ring depth the driver has shown (never below MIN_RING_INTERVAL_S for that reason)."""
+        interval = configured
+        waits = self.ctx.timeline.waits
+        if waits != self._waits_seen:
+            self._waits_seen = waits
+            interval = min(interval, self.waiting_interval_s)
+        if any(d.up and d.has_ring and not d.ring.samples for d in self._all_devices()):
+            # the first read is only a baseline: until a GPU's samples reach the timeline the phase path does
+            # not know it is sampled (a job's intervals on it would be credited to no GPU), so read again soon
+            interval = min(interval, self.waiting_interval_s)
+        spans = [d.ring_span_s for d in self._all_devices() if d.up and d.has_ring and d.ring_span_s > 0]
+        if spans:
+            interval = min(interval, max(MIN_RING_INTERVAL_S, RING_SHARE * min(spans)))
+        return interval
+
     def _reprobe_due(self, d: _Device, now: int) -> bool:
         return not d.up and now - d.down_since_ns >= self.reprobe_ns
 
@@ -440,14 +544,21 @@ class GpuSource:
             if samples is None:
                 d.has_ring = False
             else:
+                if len(samples) > 1:
+                    d.ring_span_s = max(d.ring_span_s, (samples[-1][0] - samples[0][0]) / 1e6)
                 add = self.ctx.timeline.add
                 for start_us, end_us, ratio in d.ring.feed(samples):
                     add(d.label, start_us * 1000 - offset_ns, end_us * 1000 - offset_ns, ratio)
         if d.gauges is None or now - d.gauges_ns >= self.gauge_ns:
             util, mem_util = b.utilization(h)
-            used, total = b.memory(h)
+            used, total, free, reserved = b.memory(h)
             tx, rx = b.pcie_throughput(h)
+            fields = b.field_values(h)
             d.gauges = dict(utilization=util, memory_utilization=mem_util, memory_used=used, memory_total=total,
+                            memory_free=free, memory_reserved=reserved,
+                            memory_temperature_celsius=fields.get("memory_temperature"),
+                            pcie_replays=b.pcie_replays(h), encoder_utilization=b.codec_utilization(h, "encoder"),
+                            decoder_utilization=b.codec_utilization(h, "decoder"),
                             power_watts=b.power_watts(h), energy_joules=b.energy_joules(h),
                             temperature_celsius=b.temperature_celsius(h),
                             sm_clock_hz=b.clock_hz(h, "sm"), memory_clock_hz=b.clock_hz(h, "memory"),
@@ -567,4 +678,5 @@ def from_config(cfg, ctx=None) -> GpuSource:
     return GpuSource(loader, procfs=cfg["procfs"], ctx=ctx, busy_threshold=g["busy_threshold"],
                      idle_gap_buckets=g["idle_gap_buckets"], events=g["events"], gpm=g["gpm"],
                      processes=g["processes"], max_processes=g["max_processes"],
-                     reprobe_seconds=g["reprobe_seconds"], gauge_seconds=g["gauge_interval_seconds"])
+                     reprobe_seconds=g["reprobe_seconds"], gauge_seconds=g["gauge_interval_seconds"],
+                     waiting_interval_seconds=g["waiting_interval_seconds"])

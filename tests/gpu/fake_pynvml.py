@@ -96,6 +96,9 @@ class FakeGpu:
         self.power_mw = 312_500
         self.energy_mj = 123_456_789
         self.temperature = 61
+        self.memory_temperature: Optional[int] = 71   # HBM sensor (field NVML_FI_DEV_MEMORY_TEMP); None: no sensor
+        self.pcie_replays = 4
+        self.encoder_util, self.decoder_util = 12, 30  # percent over the sampling period
         self.sm_mhz, self.mem_mhz = 1980, 2619
         self.pcie_tx_kb, self.pcie_rx_kb = 1_000_000, 250_000
         self.pcie_gen, self.pcie_width = 5, 16
@@ -116,7 +119,8 @@ class FakeGpu:
                                              _nv.NVML_GPM_METRIC_FP32_UTIL: 8.0,
                                              _nv.NVML_GPM_METRIC_FP64_UTIL: 0.5,
                                              _nv.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 1000.0,
-                                             _nv.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 2000.0}
+                                             _nv.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 2000.0,
+                                             _nv.NVML_GPM_METRIC_GRAPHICS_UTIL: 80.0}
         self.event_types = XID | _nv.nvmlEventTypeSingleBitEccError | _nv.nvmlEventTypeDoubleBitEccError
         self.mig: List[FakeMig] = []
         # utilization ring: a sample every period_us from ring_start_us; value = busy % of its period
@@ -360,6 +364,33 @@ class FakeNvml:
     @_checked
     def nvmlDeviceGetTemperature(self, h, sensor):
         return self._physical(h).temperature
+
+    @_checked
+    def nvmlDeviceGetFieldValues(self, h, field_ids):
+        """As NVML: one status per requested field; unknown or unsupported fields answer NotSupported in their slot."""
+        g = self._physical(h)
+        values = (_nv.c_nvmlFieldValue_t * len(field_ids))()
+        for i, fid in enumerate(field_ids):
+            values[i].fieldId = fid
+            values[i].timestamp = self.now_us
+            if fid == _nv.NVML_FI_DEV_MEMORY_TEMP and g.memory_temperature is not None:
+                values[i].nvmlReturn, values[i].valueType = _nv.NVML_SUCCESS, _nv.NVML_VALUE_TYPE_UNSIGNED_INT
+                values[i].value.uiVal = g.memory_temperature
+            else:
+                values[i].nvmlReturn = _nv.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    @_checked
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        return self._physical(h).pcie_replays
+
+    @_checked
+    def nvmlDeviceGetEncoderUtilization(self, h):
+        return [self._physical(h).encoder_util, 167_000]
+
+    @_checked
+    def nvmlDeviceGetDecoderUtilization(self, h):
+        return [self._physical(h).decoder_util, 167_000]
 
     @_checked
     def nvmlDeviceGetClockInfo(self, h, clock_type):

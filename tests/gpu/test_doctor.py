@@ -40,6 +40,8 @@ def test_doctor_on_this_machine_exits_0_and_says_whether_there_is_a_gpu():
 def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     fake = FakeNvml([FakeGpu(0), FakeGpu(1, name="NVIDIA A100-SXM4-80GB"), FakeGpu(2)])
     fake.gpus[1].gpm = False
+    fake.gpus[1].memory_temperature = None                          # a GDDR board: no memory sensor
+    fake.gpus[1].not_supported = {"nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetDecoderUtilization"}
     fake.gpus[2].enable_mig([1, 5])
     fake.gpus[2].lost = True
     dev = tmp_path / "dev"
@@ -55,7 +57,15 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert lines[1].startswith("gpu 0: NVIDIA H100 80GB HBM3 (GPU-00000000-aaaa-bbbb-cccc-000000000000, "
                                "pci 00000000:18:00.0); GPM supported; utilization ring ok (100 samples over 16.5 s)")
     assert "XID events ok" in lines[1] and "MIG off" in lines[1] and "ECC counters ok" in lines[1]
-    assert "GPM not supported on this GPU (needs Hopper or newer)" in lines[2]
+    assert "GPM not supported on this GPU (needs Hopper or newer): SM, tensor, DRAM and graphics-engine activity" \
+        in lines[2]
+    assert "are absent: NVML has no other way to them on this GPU" in lines[2]
+    assert "teye_gpu_utilization_ratio (DCGM_FI_DEV_GPU_UTIL" in lines[2]
+    # dcgm-exporter's defaults: what each GPU reports, what it leaves out (absent, not a failure)
+    assert "; memory ok; memory temperature, PCIe replay counter, encoder utilization, decoder utilization ok;" \
+        in lines[1]
+    assert "; memory ok; encoder utilization ok; memory temperature, PCIe replay counter, decoder utilization " \
+        "not supported (absent);" in lines[2]
     assert lines[3] == "gpu 2: not answering: nvmlDeviceGetHandleByIndex: GPU is lost"
     assert lines[4] == "infiniband: 2 device(s): i40iw0 (port 1), mlx4_0 (ports 1,2)"
     assert lines[5].startswith("nfs: 3 NFS mount(s): /mnt/nfs/test (nfs4 192.168.1.1:/srv/test)")

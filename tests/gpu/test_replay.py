@@ -84,6 +84,12 @@ def test_record_against_the_fake_replays_to_the_same_metric_values(tmp_path):
     with open(path) as fh:
         header = json.loads(fh.readline())
     assert header["format"] == "teye-gpu-trace" and header["synthetic"] is False
+    with open(path) as fh:
+        fv = [json.loads(line) for line in fh if '"nvmlDeviceGetFieldValues"' in line]
+    # written without NVML's per-value stamps, so 8 polls of unchanged values are one record per GPU
+    assert sorted(r["dev"] for r in fv if "ret" in r) == ["0", "1", "2"]
+    assert all(set(v) >= {"fieldId", "nvmlReturn", "value"} and "timestamp" not in v and "latencyUsec" not in v
+               for r in fv if "ret" in r for v in r["ret"])
 
     src, now, _ = _replay_source(path, start_us=9_000_000_000_000_000)
     replayed = []
@@ -98,6 +104,30 @@ def test_record_against_the_fake_replays_to_the_same_metric_values(tmp_path):
     assert [p.pid for p in last.processes] == [1003, 1004]
     assert [g.gpu for g in last.gpus] == ["0", "1", "1/3", "2"]
     assert dict(last.gpu("2").retired_pages) == {"multiple_single_bit_ecc": 0.0, "double_bit_ecc": 2.0}
+    # issue 40's counters travel through the recording (field values, PCIe replays, codecs, memory info v2)
+    g0 = last.gpu("0")
+    assert (g0.memory_temperature_celsius, g0.pcie_replays, g0.encoder_utilization, g0.decoder_utilization,
+            g0.memory_reserved) == (71, 4, 0.12, 0.30, 512 * 1024 ** 2)
+    assert dict(g0.gpm)["graphics_active"] == pytest.approx(0.80)
+
+
+def test_a_recording_made_before_issue_40_replays_without_its_counters():
+    """The shipped synthetic trace predates the memory temperature, PCIe replay, codec and graphics-engine
+    counters: it replays as before, those series absent (the replay answers FunctionNotFound for a call never
+    recorded, NotSupported for a GPM metric not recorded), the collector up, nothing else missing."""
+    src, now, rp = _replay_source(TRACE_8GPU)
+    for _ in range(3):
+        r = src.collect()
+        now[0] += 1_000_000
+    with open(TRACE_8GPU) as fh:
+        text = fh.read()
+    for fn in ("nvmlDeviceGetFieldValues", "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetEncoderUtilization"):
+        assert fn not in text                                   # the oracle: the file never had them
+    for g in r.gpus:
+        assert g.up and g.power_watts is not None and g.busy_seconds is not None
+        assert (g.memory_temperature_celsius, g.pcie_replays, g.encoder_utilization, g.decoder_utilization) == \
+            (None, None, None, None)
+        assert "graphics_active" not in dict(g.gpm) and "sm_active" in dict(g.gpm)
 
 
 def test_replay_shifts_samples_to_look_live_and_feeds_the_timeline():
@@ -249,3 +279,32 @@ def test_agent_serves_the_replayed_8gpu_node(tmp_path):
         assert v[("teye_gpu_memory_total_bytes", (("gpu", "0"),))] == 80 * 1024 ** 3
     finally:
         assert agent.stop() == 0
+
+
+def test_a_looping_replay_never_takes_the_pcie_replay_counter_back(tmp_path):
+    """PCIe replays are cumulative like energy: each loop of a replay adds one loop's increase."""
+    fake = _busy_fake()
+    path = str(tmp_path / "rec.jsonl")
+
+    def sleep(seconds):
+        fake.advance(seconds)
+        for g in fake.gpus:
+            g.pcie_replays += 3
+
+    ctx = AgentContext(clock=lambda: fake.now_us * 1000 - 10 ** 18)
+    cfg = defaults()
+    cfg["procfs"] = GPU_PROCFS
+    cfg["gpu"]["events"] = False
+    live = []
+    record(fake, path, duration_s=4, interval_s=1, cfg=cfg, clock_us=lambda: fake.now_us, sleep=sleep,
+           ctx=ctx, wall_ns=lambda: fake.now_us * 1000, readings=live)
+    first, last = live[0].gpu("0").pcie_replays, live[-1].gpu("0").pcie_replays
+    assert (first, last) == (4, 13)
+    src, now, rp = _replay_source(path, gauge_seconds=0.0)
+    got = []
+    for _ in range(14):  # three and a half loops of the 4 s trace
+        got.append(src.collect().gpu("0").pcie_replays)
+        now[0] += 1_000_000
+    assert all(b >= a for a, b in zip(got, got[1:])), got
+    # replay second n is trace second n % 4 of loop n // 4, which adds n // 4 loops' increase (13 - 4)
+    assert got == [first + 3 * (n % 4) + (n // 4) * (last - first) for n in range(14)]

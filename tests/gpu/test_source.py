@@ -63,6 +63,14 @@ def test_values_in_base_units_through_the_exposition():
     assert value(v, "teye_gpu_nvlink_receive_bytes_per_second", **g) == 1000 * 2 ** 20
     assert value(v, "teye_gpu_nvlink_transmit_bytes_per_second", **g) == 2000 * 2 ** 20
     assert value(v, "teye_gpu_busy_seconds_total", **g) == pytest.approx(5 * 166_667 / 1e6)  # 5 samples in 1 s
+    # dcgm-exporter's defaults (issue 40)
+    assert value(v, "teye_gpu_memory_free_bytes", **g) == 80 * 1024 ** 3 - 20 * 1024 ** 3 - 512 * 1024 ** 2
+    assert value(v, "teye_gpu_memory_reserved_bytes", **g) == 512 * 1024 ** 2
+    assert value(v, "teye_gpu_memory_temperature_celsius", **g) == 71
+    assert value(v, "teye_gpu_pcie_replays_total", **g) == 4
+    assert value(v, "teye_gpu_encoder_utilization_ratio", **g) == pytest.approx(0.12)
+    assert value(v, "teye_gpu_decoder_utilization_ratio", **g) == pytest.approx(0.30)
+    assert value(v, "teye_gpu_graphics_engine_active_ratio", **g) == pytest.approx(0.80)
     assert value(v, "teye_gpu_idle_gap_seconds_count", **g) == 0
     # pre-Ampere page retirement is NotSupported on this GPU: absent
     assert not any(name.startswith("teye_gpu_retired_pages") for name, _ in v)
@@ -98,6 +106,32 @@ def test_not_supported_fields_are_absent_not_nan():
     assert value(v, "teye_gpu_up", gpu="0") == 1  # an unsupported value is not a failure
     assert value(v, "teye_gpu_memory_clock_hertz", gpu="0") == 2619e6  # only the first clock read was refused
     assert value(v, "teye_gpu_memory_used_bytes", gpu="0") == 20 * 1024 ** 3
+
+
+def test_each_dcgm_default_a_gpu_does_not_support_is_absent_alone():
+    """NotSupported (or a driver without the function) for one of issue 40's counters leaves out that series
+    only, on that GPU only; the GPU stays up and every other value is exported."""
+    new = ("teye_gpu_memory_temperature_celsius", "teye_gpu_pcie_replays_total", "teye_gpu_encoder_utilization_ratio",
+           "teye_gpu_decoder_utilization_ratio", "teye_gpu_memory_reserved_bytes")
+    fake = _fake(3)
+    fake.gpus[0].memory_temperature = None        # the field's own slot answers NotSupported
+    fake.gpus[0].not_supported = {"nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetEncoderUtilization",
+                                  "nvmlDeviceGetDecoderUtilization"}
+    fake.script("nvmlDeviceGetFieldValues", Err(pynvml.NVML_ERROR_NOT_SUPPORTED), gpu=1)   # the whole call refused
+    fake.missing |= {"nvmlDeviceGetMemoryInfo_v2"}  # an older driver: memory info v1 has no reserved field
+    v = values(exposition(make_source(fake)))
+    names = {g: {name for name, labels in v if ("gpu", g) in labels} for g in ("0", "1", "2")}
+    for name in new:
+        assert name not in names["0"], name
+    assert "teye_gpu_memory_temperature_celsius" not in names["1"]
+    assert {"teye_gpu_pcie_replays_total", "teye_gpu_encoder_utilization_ratio"} <= names["1"]
+    assert set(new) - names["2"] == {"teye_gpu_memory_reserved_bytes"}
+    assert value(v, "teye_gpu_memory_temperature_celsius", gpu="2") == 71
+    for g in ("0", "1", "2"):
+        assert value(v, "teye_gpu_up", gpu=g) == 1
+        # v1: free is still there (total - used, its used counting the reserved memory)
+        assert value(v, "teye_gpu_memory_free_bytes", gpu=g) == 80 * 1024 ** 3 - 20 * 1024 ** 3 - 512 * 1024 ** 2
+    assert value(v, "teye_gpu_power_watts", gpu="0") == pytest.approx(312.5)
 
 
 def test_versioned_functions_are_probed_once_and_fall_back():

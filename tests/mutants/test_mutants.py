@@ -28,6 +28,17 @@ MUTANTS = {
     "serve_cost_always_python.patch": (["tests/phases/test_bench_serve_cost.py"], False),
     "pmu_bad_alias_keeps_controller.patch": (
         ["tests/pmu/test_source.py::test_unparseable_description_and_unknown_format_field"], False),
+    # issues 38 and 40: the agent's own cost, dcgm-exporter's counters
+    "gpu_ring_depth_not_capping_the_poll.patch": (
+        ["tests/gpu/test_ring_cadence.py::"
+         "test_a_shallow_ring_is_read_at_half_its_depth_and_loses_nothing_where_5_s_would"], False),
+    "gpu_first_poll_after_baseline_slow.patch": (
+        ["tests/gpu/test_ring_cadence.py::"
+         "test_the_ring_is_read_every_second_while_phase_intervals_wait_for_its_samples"], False),
+    "gpu_field_value_status_ignored.patch": (
+        ["tests/gpu/test_source.py::test_each_dcgm_default_a_gpu_does_not_support_is_absent_alone"], False),
+    "allocation_grpc_imported_at_start.patch": (
+        ["tests/sources/test_allocation.py::test_grpc_is_imported_only_when_a_kubelet_socket_exists"], False),
     # issue 33: the client injected into jobs, the report, the web server's own counters
     "reporter_record_step_ignores_max_batch.patch": (
         ["tests/client/test_reporter.py::test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count"],

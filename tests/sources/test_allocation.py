@@ -300,3 +300,17 @@ def test_garbled_answer_is_a_clear_error():
             list_pod_resources(kl.path, 5.0)
     finally:
         kl.stop()
+
+
+def test_grpc_is_imported_only_when_a_kubelet_socket_exists(tmp_path):
+    """grpcio costs the agent about 10 MiB of RSS (issue 38's budget): a node without the kubelet's socket never
+    imports it, though it is installed and the kubelet half is configured."""
+    import subprocess
+    import sys
+    code = ("import sys; from agent import config; from agent.sources import allocation as A\n"
+            f"cfg = config.load(None, {{'allocation': {{'kubelet_socket': {str(tmp_path / 'kubelet.sock')!r}}}}})\n"
+            "src = A.from_config(cfg); st = src.kubelet.refresh()\n"
+            "print(src.kubelet is not None, st.up, 'grpc' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.stdout.split() == ["True", "None", "False"]   # polled, no socket (not an error), grpc not loaded
