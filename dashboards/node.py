@@ -1,6 +1,8 @@
 """Node: the host (CPU, memory, disk, network, InfiniBand, NFS) and each of its GPUs."""
 from __future__ import annotations
 
+from agent.hostseries import either
+
 from .common import (NODE, NODE_GPU, dashboard, datasource_variable, gpu_variable, node_variable, row, table,
                      target, timeseries)
 
@@ -76,25 +78,23 @@ def build():
         "CPU by mode", "Share of all CPUs' time in each mode (/proc/stat), stacked to 100 %. High iowait "
         "while a job is input-bound points at storage; high system or softirq at the network stack.",
         "percentunit",
-        [target(f"sum by (mode) ({_rate('teye_cpu_seconds_total')})"
-                f" / on () group_left () count(count by (cpu) (teye_cpu_seconds_total{{{NODE}}}))", "{{mode}}")],
+        [target(either(f"sum by (mode) ({_rate('teye_cpu_seconds_total')})"
+                       f" / on () group_left () count(count by (cpu) (teye_cpu_seconds_total{{{NODE}}}))", "mode"),
+                "{{mode}}")],
         stack=True, min=0, max=1))
     d = d.with_panel(timeseries(
         "Memory", "Memory in use (total - available), page cache, buffers and what is still available "
         "(/proc/meminfo), against the total.",
         "bytes",
-        [target(f"teye_memory_used_bytes{{{NODE}}}", "used"),
-         target(f"teye_memory_cached_bytes{{{NODE}}}", "cached"),
-         target(f"teye_memory_buffers_bytes{{{NODE}}}", "buffers"),
-         target(f"teye_memory_available_bytes{{{NODE}}}", "available"),
-         target(f"teye_memory_total_bytes{{{NODE}}}", "total")],
+        [target(either(f"teye_memory_{m}_bytes{{{NODE}}}"), m)
+         for m in ("used", "cached", "buffers", "available", "total")],
         min=0))
     d = d.with_panel(timeseries(
         "Disk throughput", "Bytes read from and written to each block device per second (/proc/diskstats, "
         "partitions excluded).",
         "Bps",
-        [target(_rate("teye_disk_read_bytes_total"), "{{device}} read"),
-         target(_rate("teye_disk_written_bytes_total"), "{{device}} written")],
+        [target(either(_rate("teye_disk_read_bytes_total"), "instance, device"), "{{device}} read"),
+         target(either(_rate("teye_disk_written_bytes_total"), "instance, device"), "{{device}} written")],
         min=0))
     d = d.with_panel(timeseries(
         "Disk request size", "Mean bytes per completed read and write request of each block device over 5 "
@@ -108,8 +108,10 @@ def build():
         "Network throughput", "Bytes received and transmitted per second on each interface except loopback "
         "(/proc/net/dev).",
         "Bps",
-        [target(_rate("teye_network_receive_bytes_total", NODE + ', device!="lo"'), "{{device}} receive"),
-         target(_rate("teye_network_transmit_bytes_total", NODE + ', device!="lo"'), "{{device}} transmit")],
+        [target(either(_rate("teye_network_receive_bytes_total", NODE + ', device!="lo"'), "instance, device"),
+                "{{device}} receive"),
+         target(either(_rate("teye_network_transmit_bytes_total", NODE + ', device!="lo"'), "instance, device"),
+                "{{device}} transmit")],
         min=0))
     d = d.with_panel(timeseries(
         "Network packet size", "Mean bytes per packet received and transmitted on each interface except "
