@@ -36,12 +36,14 @@ def shipped_config(tmp: str, agent: str, prom_port: int, config_name: str, node_
     """The shipped Prometheus config with only its addresses moved: targets file, self-scrape, no Alertmanager."""
     with open(os.path.join(PROM_DIR, config_name), encoding="utf-8") as fh:
         cfg = yaml.safe_load(fh)
-    shutil.copytree(os.path.join(PROM_DIR, "rules"), os.path.join(tmp, "rules"), dirs_exist_ok=True)
-    os.makedirs(os.path.join(tmp, "targets"), exist_ok=True)
+    for d in ("rules", "rules-node-exporter"):
+        shutil.copytree(os.path.join(PROM_DIR, d), os.path.join(tmp, d), dirs_exist_ok=True)
+    for d in ("targets", "targets-node-exporter"):
+        os.makedirs(os.path.join(tmp, d), exist_ok=True)
     with open(os.path.join(tmp, "targets", "teye-nodes.yml"), "w") as fh:
         yaml.safe_dump([{"targets": [agent]}], fh)
     if node_exporter:
-        with open(os.path.join(tmp, "targets", "node-exporter.yml"), "w") as fh:
+        with open(os.path.join(tmp, "targets-node-exporter", "nodes.yml"), "w") as fh:
             yaml.safe_dump([{"targets": [node_exporter]}], fh)
     cfg.pop("alerting", None)   # no Alertmanager here; ALERTS is what Prometheus itself evaluates
     for sc in cfg["scrape_configs"]:

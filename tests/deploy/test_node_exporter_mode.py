@@ -84,6 +84,12 @@ def test_the_mode_rules_read_node_exporter_and_keep_every_alert():
     node = [s for s in cfg["scrape_configs"] if s["job_name"] == "node"]
     teye = [s for s in cfg["scrape_configs"] if s["job_name"] == "teye"]
     assert node and node[0]["relabel_configs"] == teye[0]["relabel_configs"]   # the same instance for a node
+    # each job scrapes its own exporter only: no target file is read by both (the example files of each)
+    files = {}
+    for job in (node[0], teye[0]):
+        files[job["job_name"]] = {f for sd in job["file_sd_configs"] for pat in sd["files"]
+                                  for f in glob.glob(os.path.join(PROM, pat))}
+    assert files["node"] and files["teye"] and not files["node"] & files["teye"], files
 
 
 def _host_families():
