@@ -171,3 +171,51 @@ def test_teye_report_with_a_hostile_pythonpath_answers_as_from_source(venv_bin, 
     assert "imported" not in got.stderr and "Traceback" not in got.stderr, got.stderr
     assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr)
     assert "4242" in got.stdout + got.stderr
+
+
+# What the READMEs tell admins to install: every file (or every file of a directory) under deploy/ or
+# dashboards/json they name.  Build tools they name for developers need the source tree, not an install.
+READMES = ("README.md", "deploy/slurm/README.md", "deploy/kubernetes/README.md")
+BUILD_TOOLS = {"deploy/image/build.sh", "deploy/wheelhouse.sh", "deploy/kubernetes/generate.py",
+               "deploy/prometheus/generate.py"}
+_NAMED = re.compile(r"(?<![\w./-])((?:deploy|dashboards)/[\w./*-]*|[\w.-]+\.(?:sh|yml|yaml|json|service))")
+
+
+def readme_files() -> set:
+    out = set()
+    for readme in READMES:
+        with open(os.path.join(REPO, readme), encoding="utf-8") as fh:
+            text = fh.read()
+        for tok in _NAMED.findall(text):
+            tok = tok.rstrip(".")
+            for rel in (tok, os.path.join(os.path.dirname(readme), tok)):
+                rel = os.path.normpath(rel)
+                if rel in ("dashboards", "dashboards/json"):
+                    rel = "dashboards/json"       # the package's code is in the wheel; its JSON is what admins use
+                path = os.path.join(REPO, rel)
+                files = [path] if os.path.isfile(path) else glob.glob(os.path.join(path, "**", "*"), recursive=True) \
+                    if os.path.isdir(path) else glob.glob(path)
+                for f in files:
+                    r = os.path.relpath(f, REPO)
+                    if os.path.isfile(f) and r.startswith(("deploy/", "dashboards/json/")) and "__pycache__" not in r:
+                        out.add(r)
+                if files:
+                    break
+    return out - BUILD_TOOLS
+
+
+def test_the_wheelhouse_holds_every_file_its_readmes_tell_admins_to_install(house):
+    named = readme_files()
+    # the oracle is not empty: the Slurm scripts, rules, dashboards and Kubernetes objects are named
+    for must in ("deploy/slurm/teye-gpu-prolog.sh", "deploy/slurm/teye-gpu-epilog.sh", "deploy/slurm/taskprolog.sh",
+                 "deploy/slurm/teye-epilog.sh", "deploy/prometheus/rules/teye-alerts.yml",
+                 "dashboards/json/teye-job.json", "deploy/kubernetes/daemonset.yaml", "deploy/install.sh"):
+        assert must in named, must
+    missing = sorted(r for r in named if not os.path.isfile(os.path.join(house, r)))
+    assert missing == [], missing
+    # copied as they are in the tree, executables still executable
+    for r in named:
+        with open(os.path.join(REPO, r), "rb") as a, open(os.path.join(house, r), "rb") as b:
+            assert a.read() == b.read(), r
+        assert os.access(os.path.join(house, r), os.X_OK) == os.access(os.path.join(REPO, r), os.X_OK), r
+    assert not os.path.exists(os.path.join(house, "deploy", "image"))    # build tools stay in the tree
