@@ -219,3 +219,28 @@ def test_the_wheelhouse_holds_every_file_its_readmes_tell_admins_to_install(hous
             assert a.read() == b.read(), r
         assert os.access(os.path.join(house, r), os.X_OK) == os.access(os.path.join(REPO, r), os.X_OK), r
     assert not os.path.exists(os.path.join(house, "deploy", "image"))    # build tools stay in the tree
+
+
+def test_the_installed_teye_workloads_trains_a_reference_model_for_a_few_steps(venv_bin, user, tmp_path):
+    """`teye workloads train` from the wheelhouse install (an install has no `python -m workloads.train`: its
+    packages are private).  TensorFlow, the workloads extra, is lent from this test venv (a path appended after
+    the install's own site-packages: teye itself still comes from the wheelhouse), so the install is not
+    downloaded again; the user's directory holds a package named ``workloads`` that must not be picked."""
+    pytest.importorskip("tensorflow")
+    tf_site = os.path.dirname(os.path.dirname(__import__("tensorflow").__file__))
+    with open(os.path.join(site_packages(venv_bin), "zz-lend-tensorflow.pth"), "w") as fh:
+        fh.write(tf_site + "\n")
+    res_file = tmp_path / "run.json"
+    p = subprocess.run([os.path.join(venv_bin, "teye"), "workloads", "train", "--model", "simple_cnn",
+                        "--batch-size", "8", "--synthetic-samples", "64", "--pipeline", "naive", "--steps", "3",
+                        "--no-progress", "--results", str(res_file)],
+                       cwd=user, capture_output=True, text=True, timeout=600, env=wh.clean_env(PYTHONPATH=user))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    rec = json.loads(res_file.read_text())
+    assert rec["steps"] == 3 and rec["model"] == "simple_cnn" and rec["batch_size"] == 8, rec
+    assert "simple_cnn bs=8 pipeline=naive" in p.stdout and "measured steps" in p.stdout
+    # the code that ran is the install's, not the user's nor this checkout's
+    where = subprocess.run([os.path.join(venv_bin, "python"), "-c", "import teye, sys; teye.isolate(); "
+                            "import workloads.train as t; print(t.__file__)"], cwd=user, capture_output=True,
+                           text=True, env=wh.clean_env(PYTHONPATH=user))
+    assert where.stdout.strip().startswith(os.path.join(site_packages(venv_bin), "teye", "_lib")), where
