@@ -3,7 +3,8 @@
 #
 #   deploy/image/build.sh [--suite SUITE] [--mirror URL] [--tag NAME] [--label K=V] WHEELHOUSE OUT.tar
 #
-#   1. mmdebstrap makes the root filesystem: Debian's essential set plus python3 (the suite defaults to this
+#   1. mmdebstrap makes the root filesystem: Debian's essential set plus python3 and libstdc++6 (grpcio's
+#      C++ core needs it) (the suite defaults to this
 #      host's release, so its Python is the one the wheelhouse was built with), documentation,
 #      man pages and locales left out;
 #   2. a venv at /opt/teye/venv gets teye[kubernetes] (grpcio: the kubelet's pod-resources API, for the GPU
@@ -48,7 +49,7 @@ command -v podman >/dev/null || die "podman is not installed (apt-get install po
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 # 65210: the agent's user in the image (no name needed; the DaemonSet runs it as this uid)
-mmdebstrap --variant=essential --include=python3,python3-venv --mode=root --format=tar \
+mmdebstrap --variant=essential --include=python3,python3-venv,libstdc++6 --mode=root --format=tar \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --customize-hook="copy-in $WH /tmp" \
