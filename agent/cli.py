@@ -109,6 +109,22 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+WORKLOAD_TOOLS = ("train", "sweep", "launch")
+
+
+def cmd_workloads(args) -> int:
+    """`teye workloads TOOL ARGS...`: workloads.TOOL's own main (what `python -m workloads.TOOL` is in a checkout,
+    which an install cannot offer: its packages are private to teye)."""
+    import importlib
+    try:
+        mod = importlib.import_module(f"workloads.{args.tool}")
+    except ImportError as e:
+        print(f"teye workloads {args.tool}: {e} (the reference workloads need TensorFlow: "
+              "pip install 'teye[workloads]', or 'teye[workloads-cpu]')", file=sys.stderr)
+        return 2
+    return mod.main(list(args.tool_args))
+
+
 def _lazy(module: str, func: str = "main"):
     def call(args):
         import importlib
@@ -202,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "--token-file or GRAFANA_TOKEN)")
     push.add_argument("--folder", default="teye", help="Grafana folder, created when missing (default teye)")
     push.set_defaults(func=_lazy("dashboards.push"))
+
+    wl = sub.add_parser("workloads", help="the reference TensorFlow workloads (the workloads extra): train, sweep, "
+                        "launch; the arguments after the tool are its own (teye workloads train --help)",
+                        add_help=True)
+    wl.add_argument("tool", choices=WORKLOAD_TOOLS, help="train: one model; sweep: batch sizes and pipelines; "
+                    "launch: a multi-worker run (docs/workloads.md)")
+    wl.add_argument("tool_args", nargs=argparse.REMAINDER, metavar="ARGS...", help="the tool's own arguments")
+    wl.set_defaults(func=cmd_workloads)
 
     from .report.main import add_parser as _add_report   # teye report (issue 23)
     _add_report(sub)

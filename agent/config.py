@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import yaml
 
 from .errors import ConfigError
+from . import hostseries
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,12 @@ SCHEMA: Dict[str, Any] = {
                                        "dropped.", _positive),
         "max_header_bytes": Field(INT, 16384, "Largest request head (request line and headers); larger gets 431.",
                                   _positive),
+    },
+    "host": {
+        "node_exporter": Field(BOOL, False, "node_exporter stays on this node and exports the host: teye's collectors "
+                               "it covers are off (network and netclass sampled for the communication cause, not "
+                               "exported), and teye's dashboards, report and node_exporter rule files read its "
+                               "series (agent/hostseries.py; docs/operations.md, \"node_exporter mode\")."),
     },
     "collectors": {name: _collector(iv, enabled=name not in OFF_BY_DEFAULT, help=desc)
                    for name, (iv, desc) in COLLECTORS.items()},
@@ -396,9 +403,18 @@ def load(path: Optional[str] = None, overrides: Optional[Dict[str, Any]] = None,
     if overrides:
         cfg = merge(cfg, overrides)
         seen |= _enabled_in(overrides)
+    if cfg["host"]["node_exporter"]:   # node_exporter has the host: its collectors off unless turned on explicitly
+        for name in hostseries.COVERED:
+            if name not in seen:
+                cfg["collectors"][name]["enabled"] = False
     if explicit is not None:
         explicit.update(n for n in seen if cfg["collectors"][n]["enabled"])
     return cfg
+
+
+def hidden_collectors(cfg: Dict[str, Any]) -> frozenset:
+    """Collectors sampled but not exported: in the node_exporter mode, those the communication cause reads."""
+    return frozenset(hostseries.SAMPLED_NOT_EXPORTED) if cfg["host"]["node_exporter"] else frozenset()
 
 
 def get(cfg: Dict[str, Any], dotted: str) -> Any:

@@ -114,7 +114,8 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     stats = WebStats()  # the server counts into it, every scrape formats it
     # the agent's own process_* series (client_python's process collector) beside the web server's counters
     registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"],
-                             extra=chain(stats.state, ProcessStats().state))
+                             extra=chain(stats.state, ProcessStats().state),
+                             hidden=config_mod.hidden_collectors(cfg))
     # sources that open descriptors on their first read (perf events) say how many, so the
     # connection budget leaves them room
     later = sum(src.fds_wanted() for src, _ in srcs.values() if hasattr(src, "fds_wanted"))

@@ -1,8 +1,9 @@
 """Cluster overview: which nodes and GPUs work, which idle and who holds them, jobs by verdict, fleet GPU-hours."""
 from __future__ import annotations
 
-from .common import (NODE, NODE_GPU, bargauge, dashboard, gpu_variable, heatmap, node_variable, row, stat, table,
-                     target, timeseries, train_job_variable, datasource_variable)
+from .common import (NODE, NODE_GPU, bargauge, cluster_variable, dashboard, datasource_variable, gpu_variable, heatmap,
+                     job_link, node_link, node_variable, row, stat, table, target, timeseries, train_job_variable,
+                     with_column_links, with_series_links)
 
 UID = "teye-cluster"
 TITLE = "teye / Cluster overview"
@@ -22,6 +23,7 @@ def build():
                    "under-used GPUs and the jobs holding them, training jobs by verdict, GPU-hours used "
                    "against allocated.")
          .with_variable(datasource_variable())
+         .with_variable(cluster_variable())
          .with_variable(node_variable())
          .with_variable(gpu_variable())
          .with_variable(train_job_variable(multi=True)))
@@ -54,7 +56,7 @@ def build():
         thresholds=[(None, "green"), (1, "red")]))
 
     d = d.with_row(row("GPU utilization"))
-    d = d.with_panel(heatmap(
+    d = d.with_panel(with_series_links(heatmap(
         "GPU utilization per node",
         "One row per node, colored by the mean busy share of its selected GPUs over 5 minutes "
         "(teye:gpu_utilization:ratio5m): exact busy time integrated from every NVML utilization sample by the "
@@ -62,8 +64,9 @@ def build():
         "per node, not per GPU, so that a fleet of 1,000 nodes stays one query of 1,000 series; the table "
         "below names the idle GPUs, and the node dashboard shows each GPU.",
         "percentunit", [target(f"avg by (instance) ({GPU_BUSY})", "{{instance}}")],
-        y_unit="none", cell_unit="percentunit", w=24, h=10, scheme="RdYlGn", min=0, max=1))
-    d = d.with_panel(table(
+        y_unit="none", cell_unit="percentunit", w=24, h=10, scheme="RdYlGn", min=0, max=1),
+        node_link("${__field.labels.instance}")))
+    d = d.with_panel(with_column_links(table(
         "Idle or low GPUs and their training jobs",
         "GPUs whose 5-minute busy share is under the low threshold now, with the training job that reports "
         "phases from them (empty when no job reports phases).",
@@ -73,14 +76,16 @@ def build():
                 " or on (job, instance, gpu)"
                 " (teye:gpu_utilization:ratio5m{" + NODE_GPU + "} " + LOW + ")",
                 instant=True, fmt="table")],
-        rename={"Value": "busy (5m)", "instance": "node"}, sort_by="busy (5m)"))
-    d = d.with_panel(table(
+        rename={"Value": "busy (5m)", "instance": "node"}, sort_by="busy (5m)"),
+        {"node": node_link(), "train_job": job_link()}))
+    d = d.with_panel(with_column_links(table(
         "Allocated GPUs below the low threshold",
         "GPUs holding a compute process (NVML) whose 5-minute busy share is under the low threshold, with the "
         "user, Slurm job or Kubernetes pod holding them: candidates for the GPU utilization alerts.",
         "percentunit",
         [target("teye:gpu_allocated_utilization:ratio5m{" + NODE_GPU + "} " + LOW, instant=True, fmt="table")],
-        rename={"Value": "busy (5m)", "instance": "node"}, sort_by="busy (5m)"))
+        rename={"Value": "busy (5m)", "instance": "node"}, sort_by="busy (5m)"),
+        {"node": node_link(), "train_job": job_link()}))
 
     d = d.with_row(row("Training jobs"))
     d = d.with_panel(bargauge(
@@ -89,7 +94,7 @@ def build():
         "host = kernel launch / Python overhead, communication = gradient exchange, compute = fine, idle = "
         "GPU idle outside reported phases, not_observed = steps only and no GPU samples (no verdict).",
         "short", [target(f"count by (kind) (teye_job_bottleneck{{{JOBS}}} == 1)", "{{kind}}", instant=True)]))
-    d = d.with_panel(table(
+    d = d.with_panel(with_column_links(table(
         "Training jobs",
         "Every training job reporting phases: its verdict, input-bound ratio (share of step time in data_wait) "
         "and the mean busy share of its GPUs.",
@@ -99,7 +104,8 @@ def build():
          target(f"teye:job_gpu_utilization:ratio5m{{{JOBS}}}", instant=True, fmt="table")],
         w=16, hide=("Time", "__name__", "job", "Value #A"),
         rename={"kind": "verdict", "Value #B": "input-bound", "Value #C": "GPU busy (5m)", "instance": "node"},
-        sort_by="input-bound"))
+        sort_by="input-bound"),
+        {"node": node_link(), "train_job": job_link()}))
 
     d = d.with_row(row("Fleet"))
     d = d.with_panel(timeseries(

@@ -16,6 +16,7 @@ Template variables (the same names on every dashboard):
 from __future__ import annotations
 
 import json
+import re
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from grafana_foundation_sdk.builders import bargauge as bargauge_b
@@ -44,6 +45,17 @@ JOB = 'train_job="$train_job", instance=~"$node"'
 
 TAGS = ["teye"]
 
+# Every selector of every query also matches the cluster variable (kubernetes-mixin's convention): the shipped
+# Prometheus configurations set a ``cluster`` label (external_labels, seen where several Prometheus meet: the
+# central tier, federation).  On one Prometheus the series carry none, the variable finds no value and "All"
+# (``.*``) matches the absent label, so nothing changes there.
+CLUSTER = 'cluster=~"$cluster"'
+_SELECTOR_OPEN = re.compile(r"\{(?!\{)")
+
+UIDS = {"cluster": "teye-cluster", "node": "teye-node", "job": "teye-job"}
+# what every link carries: the time range and the data source and cluster chosen
+_KEEP = "${__url_time_range}&${datasource:queryparam}&${cluster:queryparam}"
+
 
 # ----------------------------------------------------------------- variables
 
@@ -63,8 +75,15 @@ def _query_variable(name: str, label: str, query: str, description: str, *, mult
     return v
 
 
+def cluster_variable() -> dash_b.QueryVariable:
+    return _query_variable("cluster", "Cluster", "label_values(teye_build_info, cluster)",
+                           "The cluster label the Prometheus configurations set (external_labels); All where the "
+                           "series carry none (one Prometheus).", multi=True, include_all=True).current(
+        dash_m.VariableOption(selected=True, text="All", value="$__all"))
+
+
 def node_variable(*, multi: bool = True) -> dash_b.QueryVariable:
-    return _query_variable("node", "Node", "label_values(teye_build_info, instance)",
+    return _query_variable("node", "Node", f"label_values(teye_build_info{{{CLUSTER}}}, instance)",
                            "Nodes running the teye agent (the Prometheus instance label).",
                            multi=multi, include_all=multi)
 
@@ -84,7 +103,7 @@ def train_job_variable(*, multi: bool = False) -> dash_b.QueryVariable:
 
 def job_train_job_variable() -> dash_b.QueryVariable:
     """The training job first, on the job dashboard: the nodes follow from it."""
-    return _query_variable("train_job", "Training job", "label_values(teye_job_steps_total, train_job)",
+    return _query_variable("train_job", "Training job", f"label_values(teye_job_steps_total{{{CLUSTER}}}, train_job)",
                            "Training jobs that report phases to a teye agent.", multi=False, include_all=False)
 
 
@@ -101,7 +120,7 @@ def job_node_variable() -> dash_b.QueryVariable:
 def target(expr: str, legend: str = "", *, instant: bool = False, fmt: Optional[str] = None,
            interval: Optional[str] = None) -> prom_b.Dataquery:
     """One PromQL query (refIds are numbered by ``render``)."""
-    q = prom_b.Dataquery().expr(" ".join(expr.split())).datasource(DS)
+    q = prom_b.Dataquery().expr(with_cluster(" ".join(expr.split()))).datasource(DS)
     q = q.instant() if instant else q.range()
     if legend:
         q = q.legend_format(legend)
@@ -110,6 +129,48 @@ def target(expr: str, legend: str = "", *, instant: bool = False, fmt: Optional[
     if interval:
         q = q.interval(interval)
     return q
+
+
+def with_cluster(expr: str) -> str:
+    """``expr`` with the cluster variable's matcher in each of its selectors."""
+    return _SELECTOR_OPEN.sub("{" + CLUSTER + ", ", expr).replace(", }", "}")
+
+
+# ---------------------------------------------------------------------- links
+
+def dashboard_links(here: str) -> List[dash_b.DashboardLink]:
+    """The top-bar links: the cluster overview (from the node and job views), and every teye dashboard, the
+    variables and time range kept (back and forth between cluster, node and job)."""
+    out = []
+    if here != "cluster":
+        out.append(dash_b.DashboardLink("Cluster").type(dash_m.DashboardLinkType.LINK).icon("dashboard")
+                   .url(f"/d/{UIDS['cluster']}/?{_KEEP}").tooltip("The fleet: every node and training job")
+                   .keep_time(False).include_vars(False))
+    out.append(dash_b.DashboardLink("teye").type(dash_m.DashboardLinkType.DASHBOARDS).tags(TAGS)
+               .as_dropdown(True).include_vars(True).keep_time(True))
+    return out
+
+
+def node_link(value: str = "${__value.raw}") -> dict:
+    """A data link to the node dashboard for the node ``value`` names (a cell, or a series' instance label)."""
+    return {"title": f"Node {value}", "url": f"/d/{UIDS['node']}/?var-node={value}&{_KEEP}"}
+
+
+def job_link(value: str = "${__value.raw}") -> dict:
+    """A data link to the job dashboard for the training job ``value`` names."""
+    return {"title": f"Training job {value}", "url": f"/d/{UIDS['job']}/?var-train_job={value}&{_KEEP}"}
+
+
+def with_column_links(p, links: Dict[str, dict]):
+    """A table whose cells in the named columns (names as displayed) link to the node or job view."""
+    for column, link in links.items():
+        p = p.override_by_name(column, [dash_m.DynamicConfigValue(id_val="links", value=[link])])
+    return p
+
+
+def with_series_links(p, *links: dict):
+    """A panel whose series link to the node or job view they belong to (from the series' labels)."""
+    return p.data_links([dash_b.DashboardLink(x["title"]).url(x["url"]) for x in links])
 
 
 # -------------------------------------------------------------------- panels
@@ -234,7 +295,8 @@ def dashboard(uid: str, title: str, description: str) -> dash_b.Dashboard:
             .tooltip(dash_m.DashboardCursorSync.CROSSHAIR).refresh("30s").time("now-1h", "now")
             .timezone("browser")
             .annotation(dash_b.AnnotationQuery().name("Annotations & Alerts").datasource(GRAFANA_DS)
-                        .enable(True).hide(True).icon_color("rgba(0, 211, 255, 1)").type("dashboard")))
+                        .enable(True).hide(True).icon_color("rgba(0, 211, 255, 1)").type("dashboard"))
+            .links(dashboard_links(uid[len("teye-"):])))
 
 
 def to_dict(builder: dash_b.Dashboard) -> dict:

@@ -6,13 +6,16 @@ from grafana_foundation_sdk.models import dashboard as dash_m
 
 from agent.phases.verdict import KINDS, RECOMMENDATIONS
 
-from .common import (DS, GRAFANA_DS, JOB, dashboard, datasource_variable, gpu_variable, heatmap, job_node_variable,
-                     job_train_job_variable, row, stat, table, target, text, timeseries)
+from .common import (DS, GRAFANA_DS, JOB, cluster_variable, dashboard, datasource_variable, gpu_variable, heatmap,
+                     job_node_variable, job_train_job_variable, node_link, row, stat, table, target, text,
+                     timeseries, with_series_links)
 
 UID = "teye-job"
 TITLE = "teye / Training job"
 
 RATE = "[$__rate_interval]"
+# each per-node series links to that node's dashboard
+NODE_SERIES = node_link("${__field.labels.instance}")
 JOB_GPU = 'train_job="$train_job", instance=~"$node", gpu=~"$gpu"'
 # The GPUs the job uses: those the agent credits with the job's idle time.
 JOB_GPUS = f"group by (instance, gpu) (teye_job_gpu_idle_seconds_total{{{JOB_GPU}}})"
@@ -52,6 +55,7 @@ def build():
                    "the evidence, and on one time axis the step time by phase next to GPU busy/idle time, the "
                    "idle split by the phase it fell in, and the idle-gap lengths.")
          .with_variable(datasource_variable())
+         .with_variable(cluster_variable())
          .with_variable(job_train_job_variable())
          .with_variable(job_node_variable())
          .with_variable(gpu_variable()))
@@ -199,29 +203,30 @@ def build():
         min=0, max=1))
 
     d = d.with_row(row("Throughput"))
-    d = d.with_panel(timeseries(
+    d = d.with_panel(with_series_links(timeseries(
         "Samples per second", "Training samples per second reported by the job, per node.",
         "suffix: samples/s",
-        [target(f"sum by (instance) (rate(teye_job_samples_total{{{JOB}}}{RATE}))", "{{instance}}")], min=0))
-    d = d.with_panel(timeseries(
+        [target(f"sum by (instance) (rate(teye_job_samples_total{{{JOB}}}{RATE}))", "{{instance}}")], min=0),
+        NODE_SERIES))
+    d = d.with_panel(with_series_links(timeseries(
         "Input-bound ratio", "Share of step time in data_wait: the agent's sliding window, the 5-minute "
         "recording rule, and the alert threshold.",
         "percentunit",
         [target(f"teye_job_input_bound_ratio{{{JOB}}}", "{{instance}} agent window"),
          target(f"teye:job_input_bound:ratio5m{{{JOB}}}", "{{instance}} 5 min"),
          target(INPUT_BOUND_THRESHOLD, "threshold")],
-        min=0, max=1))
+        min=0, max=1), NODE_SERIES))
     d = d.with_panel(heatmap(
         "Step time distribution", "How many steps of each duration per interval (teye_job_step_seconds "
         "histogram): a second band means some steps wait for something.",
         "s",
         [target(f"sum by (le) (increase(teye_job_step_seconds_bucket{{{JOB}}}{RATE}))", "{{le}}", fmt="heatmap")],
         y_unit="s", cell_unit="short"))
-    d = d.with_panel(timeseries(
+    d = d.with_panel(with_series_links(timeseries(
         "Job GPU utilization", "Mean busy share of the job's GPUs over 5 minutes, per node "
         "(teye:job_gpu_utilization:ratio5m).",
         "percentunit",
-        [target(f"teye:job_gpu_utilization:ratio5m{{{JOB}}}", "{{instance}}")], min=0, max=1))
+        [target(f"teye:job_gpu_utilization:ratio5m{{{JOB}}}", "{{instance}}")], min=0, max=1), NODE_SERIES))
     return d
 
 

@@ -1,8 +1,10 @@
 """Node: the host (CPU, memory, disk, network, InfiniBand, NFS) and each of its GPUs."""
 from __future__ import annotations
 
-from .common import (NODE, NODE_GPU, dashboard, datasource_variable, gpu_variable, node_variable, row, table,
-                     target, timeseries)
+from agent.hostseries import either
+
+from .common import (NODE, NODE_GPU, cluster_variable, dashboard, datasource_variable, gpu_variable, node_variable,
+                     row, table, target, timeseries)
 
 UID = "teye-node"
 TITLE = "teye / Node"
@@ -68,6 +70,7 @@ def build():
                    "InfiniBand and NFS, then every GPU's utilization, SM activity, memory, power, temperature, "
                    "clock-event reasons and PCIe traffic against the link maximum.")
          .with_variable(datasource_variable())
+         .with_variable(cluster_variable())
          .with_variable(node_variable(multi=False))
          .with_variable(gpu_variable()))
 
@@ -76,25 +79,23 @@ def build():
         "CPU by mode", "Share of all CPUs' time in each mode (/proc/stat), stacked to 100 %. High iowait "
         "while a job is input-bound points at storage; high system or softirq at the network stack.",
         "percentunit",
-        [target(f"sum by (mode) ({_rate('teye_cpu_seconds_total')})"
-                f" / on () group_left () count(count by (cpu) (teye_cpu_seconds_total{{{NODE}}}))", "{{mode}}")],
+        [target(either(f"sum by (mode) ({_rate('teye_cpu_seconds_total')})"
+                       f" / on () group_left () count(count by (cpu) (teye_cpu_seconds_total{{{NODE}}}))", "cluster, mode"),
+                "{{mode}}")],
         stack=True, min=0, max=1))
     d = d.with_panel(timeseries(
         "Memory", "Memory in use (total - available), page cache, buffers and what is still available "
         "(/proc/meminfo), against the total.",
         "bytes",
-        [target(f"teye_memory_used_bytes{{{NODE}}}", "used"),
-         target(f"teye_memory_cached_bytes{{{NODE}}}", "cached"),
-         target(f"teye_memory_buffers_bytes{{{NODE}}}", "buffers"),
-         target(f"teye_memory_available_bytes{{{NODE}}}", "available"),
-         target(f"teye_memory_total_bytes{{{NODE}}}", "total")],
+        [target(either(f"teye_memory_{m}_bytes{{{NODE}}}", "cluster, instance"), m)
+         for m in ("used", "cached", "buffers", "available", "total")],
         min=0))
     d = d.with_panel(timeseries(
         "Disk throughput", "Bytes read from and written to each block device per second (/proc/diskstats, "
         "partitions excluded).",
         "Bps",
-        [target(_rate("teye_disk_read_bytes_total"), "{{device}} read"),
-         target(_rate("teye_disk_written_bytes_total"), "{{device}} written")],
+        [target(either(_rate("teye_disk_read_bytes_total"), "cluster, instance, device"), "{{device}} read"),
+         target(either(_rate("teye_disk_written_bytes_total"), "cluster, instance, device"), "{{device}} written")],
         min=0))
     d = d.with_panel(timeseries(
         "Disk request size", "Mean bytes per completed read and write request of each block device over 5 "
@@ -105,11 +106,13 @@ def build():
          target(f"teye:disk_write_request_size_bytes:mean5m{{{NODE}}}", "{{device}} write")],
         min=0))
     d = d.with_panel(timeseries(
-        "Network throughput", "Bytes received and transmitted per second on each interface except loopback "
-        "(/proc/net/dev).",
-        "Bps",
-        [target(_rate("teye_network_receive_bytes_total", NODE + ', device!="lo"'), "{{device}} receive"),
-         target(_rate("teye_network_transmit_bytes_total", NODE + ', device!="lo"'), "{{device}} transmit")],
+        "Network throughput", "Bits received and transmitted per second on each interface except loopback "
+        "(/proc/net/dev bytes x 8: links are rated in bits per second).",
+        "bps",
+        [target(either(_rate("teye_network_receive_bytes_total", NODE + ', device!="lo"'),
+                       "cluster, instance, device") + " * 8", "{{device}} receive"),
+         target(either(_rate("teye_network_transmit_bytes_total", NODE + ', device!="lo"'),
+                       "cluster, instance, device") + " * 8", "{{device}} transmit")],
         min=0))
     d = d.with_panel(timeseries(
         "Network packet size", "Mean bytes per packet received and transmitted on each interface except "
@@ -121,12 +124,13 @@ def build():
          target(f'teye:network_transmit_packet_size_bytes:mean5m{{{NODE}, device!="lo"}}', "{{device}} transmit")],
         min=0))
     d = d.with_panel(timeseries(
-        "InfiniBand throughput", "Data bytes received and transmitted per second on each InfiniBand port "
-        "(port_*_data counters are 4-byte words, already multiplied), with the port's link rate as the limit.",
-        "Bps",
-        [target(_rate("teye_infiniband_receive_bytes_total"), "{{device}}/{{port}} receive"),
-         target(_rate("teye_infiniband_transmit_bytes_total"), "{{device}}/{{port}} transmit"),
-         target(f"teye_infiniband_link_rate_bytes_per_second{{{NODE}}}", "{{device}}/{{port}} link rate")],
+        "InfiniBand throughput", "Data bits received and transmitted per second on each InfiniBand port "
+        "(port_*_data counters are 4-byte words, already multiplied; x 8 to bits, as links are rated), with "
+        "the port's link rate as the limit.",
+        "bps",
+        [target(_rate("teye_infiniband_receive_bytes_total") + " * 8", "{{device}}/{{port}} receive"),
+         target(_rate("teye_infiniband_transmit_bytes_total") + " * 8", "{{device}}/{{port}} transmit"),
+         target(f"teye_infiniband_link_rate_bytes_per_second{{{NODE}}} * 8", "{{device}}/{{port}} link rate")],
         min=0))
     d = d.with_panel(timeseries(
         "InfiniBand packet size", "Mean data bytes per packet received and transmitted on each InfiniBand port "

@@ -4,7 +4,7 @@ The token (a Grafana service-account token with the Editor role) comes from ``--
 ``--token``, else the ``GRAFANA_TOKEN`` environment variable: a file or the environment keeps it out of
 ``ps`` and shell history.
 
-Uses grafana-client (the ``dashboards`` extra).  Each dashboard is saved with
+Grafana's HTTP API through teye.grafana (standard library: no extra needed).  Each dashboard is saved with
 ``overwrite: true`` under its fixed uid (``teye-cluster``, ``teye-node``, ``teye-job``)
 into the named folder (created when missing), so pushing again replaces them: the
 command is idempotent.
@@ -16,7 +16,8 @@ the dashboard, and a final report lists what was and was not uploaded; the exit 
 is 1 when anything was not uploaded.
 
 ``annotate(...)`` posts a Grafana annotation (job start/end, epoch boundaries) with
-the tags the training-job dashboard shows (``teye`` and the train_job name).
+the tags the training-job dashboard shows (``teye`` and the train_job name); from an install import it as
+``from teye.grafana import annotate``.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 from urllib.parse import urlparse
+
+from teye.grafana import Grafana, GrafanaError
+from teye.grafana import annotate as _annotate
 
 from .generate import JSON_DIR, MODULES
 
@@ -88,38 +92,27 @@ def _check_url(url: str) -> None:
         raise PushError(f"--url must be an http(s) URL such as http://grafana:3000, got {url!r}", status=2)
 
 
-def _api(url: str, token: str, timeout: float):
-    try:
-        from grafana_client import GrafanaApi
-    except ImportError:
-        raise PushError("teye dashboards push needs grafana-client: pip install 'teye[dashboards]'") from None
-    return GrafanaApi.from_url(url, credential=token, timeout=timeout)
-
-
-def _errors():
-    from grafana_client.client import GrafanaClientError, GrafanaException, GrafanaUnauthorizedError
-    return GrafanaException, GrafanaClientError, GrafanaUnauthorizedError
+def _api(url: str, token: str, timeout: float) -> Grafana:
+    return Grafana(url, token, timeout)
 
 
 def _reason(e: BaseException, url: str) -> Tuple[str, bool]:
     """(one-line reason, fatal?) for an exception raised while talking to Grafana."""
-    GrafanaException, GrafanaClientError, GrafanaUnauthorizedError = _errors()
-    if isinstance(e, GrafanaUnauthorizedError):
-        return f"Grafana at {url} rejected the token (401 Unauthorized)", True
-    if isinstance(e, GrafanaException):
-        status = getattr(e, "status_code", 0) or 0
-        resp = getattr(e, "response", None)
-        msg = resp.get("message") if isinstance(resp, dict) else None
-        if not msg:
-            msg = str(e)
-        if status == 0:  # transport failure wrapped by grafana-client (timeout, HTTP layer)
-            return f"cannot reach Grafana at {url}: {msg}", True
-        if status == 403:
-            return f"Grafana refused it (403 Forbidden: {msg}); the token needs the Editor role", False
-        return f"Grafana rejected it ({status}: {msg})", False
-    # Connection refused, DNS failure, TLS error: requests/niquests raise OSError subclasses.
-    first = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return f"cannot reach Grafana at {url} ({type(e).__name__}: {first})", True
+    if isinstance(e, GrafanaError):
+        if e.status == 401:
+            return f"Grafana at {url} rejected the token (401 Unauthorized)", True
+        if e.status == 403:
+            return f"Grafana refused it (403 Forbidden: {e.message}); the token needs the Editor role", False
+        if 300 <= e.status < 400:
+            return f"Grafana at {url} answered with a redirect ({e.status}), not followed: give its final URL", True
+        if e.status == 0:
+            return f"Grafana at {url} answered oddly: {e.message}", True
+        return f"Grafana rejected it ({e.status}: {e.message})", False
+    # connection refused, DNS failure, TLS error, timeout: OSError (urllib's URLError among them)
+    inner = getattr(e, "reason", None)
+    shown = inner if isinstance(inner, BaseException) else e
+    first = str(shown).splitlines()[0] if str(shown) else type(shown).__name__
+    return f"cannot reach Grafana at {url} ({type(shown).__name__}: {first})", True
 
 
 def _slug(name: str) -> str:
@@ -129,10 +122,10 @@ def _slug(name: str) -> str:
 
 def ensure_folder(api, name: str) -> str:
     """uid of the folder titled ``name``, created when it does not exist."""
-    for f in api.folder.get_all_folders() or []:
+    for f in api.folders():
         if f.get("title") == name:
             return f["uid"]
-    created = api.folder.create_folder(name, uid=_slug(name))
+    created = api.create_folder(name, uid=_slug(name))
     return created["uid"]
 
 
@@ -143,13 +136,12 @@ def push(url: str, token: str, folder: str, dashboards: Sequence[dict], out: Opt
     err = err or sys.stderr
     _check_url(url)
     api = _api(url, token, timeout)
-    GrafanaException = _errors()[0]
     report = Report()
     base = url.rstrip("/")
     todo = list(dashboards)
     try:
         folder_uid = ensure_folder(api, folder)
-    except (GrafanaException, OSError) as e:
+    except (GrafanaError, OSError) as e:
         reason, _ = _reason(e, url)
         first = todo[0]
         print(f"teye: dashboard '{first.get('title')}' (uid {first.get('uid')}) not uploaded: "
@@ -163,9 +155,9 @@ def push(url: str, token: str, folder: str, dashboards: Sequence[dict], out: Opt
         body["id"] = None        # Grafana matches by uid; a foreign numeric id would conflict
         body.pop("version", None)
         try:
-            resp = api.dashboard.update_dashboard({"dashboard": body, "folderUid": folder_uid, "overwrite": True,
-                                                   "message": "teye dashboards push"})
-        except (GrafanaException, OSError) as e:
+            resp = api.save_dashboard({"dashboard": body, "folderUid": folder_uid, "overwrite": True,
+                                       "message": "teye dashboards push"})
+        except (GrafanaError, OSError) as e:
             reason, fatal = _reason(e, url)
             print(f"teye: dashboard '{title}' (uid {uid}) not uploaded: {reason}", file=err)
             report.failed.append((uid, title, reason))
@@ -220,19 +212,5 @@ def main(args) -> int:
 def annotate(url: str, token: str, train_job: str, text: str, kind: str = "event",
              time_ms: Optional[int] = None, time_end_ms: Optional[int] = None,
              timeout: float = 5.0) -> Optional[Dict]:
-    """Post an annotation for a training job (shown on the training-job dashboard).
-
-    ``kind`` is a free tag such as "start", "end" or "epoch".  Returns Grafana's
-    answer, or None when Grafana cannot be reached or refuses (never raises: a
-    training loop must not die because Grafana is down).
-    """
-    import time
-
-    GrafanaException = _errors()[0]
-    try:
-        _check_url(url)
-        api = _api(url, token, timeout)
-        return api.annotations.add_annotation(time_from=time_ms if time_ms is not None else int(time.time() * 1000),
-                                              time_to=time_end_ms, tags=["teye", train_job, kind], text=text)
-    except (PushError, GrafanaException, OSError):
-        return None
+    """:func:`teye.grafana.annotate` (the name an install documents): kept here for existing callers."""
+    return _annotate(url, token, train_job, text, kind, time_ms, time_end_ms, timeout)

@@ -9,8 +9,10 @@
 #                            here: the tag names this Python and platform) and one wheel per dependency
 #   teye-wheelhouse.json     what it was built for (Python, machine, glibc) and each wheel's sha256;
 #                            install.sh checks it before touching the node
-#   deploy/                  install.sh, the example config and the systemd unit, so the directory
-#                            alone installs a node
+#   deploy/                  install.sh, the example config, the systemd unit, the Slurm scripts, the
+#                            Prometheus, Alertmanager, Grafana and Kubernetes files, so the directory alone
+#                            installs a node and the monitoring beside it
+#   dashboards/json/         the Grafana dashboards (teye dashboards push uploads the installed copy)
 # Needs PyPI (or a mirror pip is configured for) and a C compiler with Python's headers, here only.
 # OUTDIR is replaced whole, only once everything was built.
 set -euo pipefail
@@ -41,11 +43,15 @@ for f in pyproject.toml setup.py README.md; do cp "$SRC/$f" "$TMP/src/"; done
 for d in teye agent exporters workloads dashboards teye_client; do
     (cd "$SRC" && tar --exclude=__pycache__ --exclude='*.pyc' --exclude='*.so' -cf - "$d") | (cd "$TMP/src" && tar -xf -)
 done
+# teye and its dependencies, with the kubernetes extra's (grpcio: the kubelet's pod-resources API) for the image
 "$TMP/venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --prefer-binary \
-    --wheel-dir "$TMP/out/wheels" "$TMP/src" || die "pip could not build the wheels (see above)"
-mkdir -p "$TMP/out/deploy/systemd"
-cp "$SRC/deploy/install.sh" "$SRC/deploy/teye.example.yml" "$TMP/out/deploy/"
-cp "$SRC/deploy/systemd/teye-agent.service" "$TMP/out/deploy/systemd/"
+    --wheel-dir "$TMP/out/wheels" "$TMP/src[kubernetes]" || die "pip could not build the wheels (see above)"
+# what the READMEs tell admins to install beside the package: install.sh and the example config, the systemd
+# unit, the Slurm scripts, the Prometheus configurations, rules and their tests, Alertmanager's and Grafana's
+# provisioning, the Kubernetes objects, and the dashboards' JSON (tests/dist/test_wheelhouse.py checks every file
+# the READMEs name is here).  Not the build tools (deploy/image, wheelhouse.sh, the generators).
+(cd "$SRC" && tar --exclude=__pycache__ --exclude='*.pyc' --exclude=deploy/image --exclude=deploy/wheelhouse.sh \
+    --exclude='deploy/*/generate.py' -cf - deploy dashboards/json) | (cd "$TMP/out" && tar -xf -)
 "$TMP/venv/bin/python" - "$TMP/out" <<'PY' || exit 1
 import glob, hashlib, json, os, platform, sys, sysconfig, zipfile
 out = sys.argv[1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional
 
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                     Metric)
@@ -70,10 +70,14 @@ class SnapshotCollector(Collector):
     """Formats ``get_snapshot()``; ``stale_after_s`` marks a stuck read as down."""
 
     def __init__(self, get_snapshot: Callable, stale_after_s: float = 10.0,
-                 clock: Callable[[], int] = time.monotonic_ns, extra: Optional[Callable[[], tuple]] = None):
+                 clock: Callable[[], int] = time.monotonic_ns, extra: Optional[Callable[[], tuple]] = None,
+                 hidden: FrozenSet[str] = frozenset()):
         """``extra``: series exported on every scrape besides the snapshot's, as (Layout, values) (the web
-        server's counters: :meth:`exporters.webstats.WebStats.state`)."""
+        server's counters: :meth:`exporters.webstats.WebStats.state`); ``hidden``: collectors whose own
+        families are left out (sampled for the analysis only: the node_exporter mode), their
+        ``teye_collector_*`` series kept."""
         self._get = get_snapshot
+        self._hidden = hidden
         self._extra = extra
         self._stale = stale_after_s
         self._clock = clock
@@ -95,7 +99,7 @@ class SnapshotCollector(Collector):
         for name, st in snap.sources.items():
             up = snap.is_up(name, now, self._stale)
             body: List[Point] = []
-            if up and st.reading is not None:
+            if up and st.reading is not None and name not in self._hidden:
                 try:
                     body = list(st.reading.points())
                 except Exception:  # a formatting bug in one source must not fail the scrape
@@ -118,7 +122,8 @@ class SnapshotCollector(Collector):
 
 
 def make_registry(get_snapshot: Callable, stale_after_s: float = 10.0,
-                  extra: Optional[Callable[[], tuple]] = None) -> CollectorRegistry:
+                  extra: Optional[Callable[[], tuple]] = None, hidden: FrozenSet[str] = frozenset()
+                  ) -> CollectorRegistry:
     """A fresh registry holding only teye's collector (no process/platform defaults).
 
     It carries ``teye_exposition``, the prepared renderer the HTTP server uses for /metrics
@@ -127,6 +132,6 @@ def make_registry(get_snapshot: Callable, stale_after_s: float = 10.0,
     counters: :meth:`exporters.webstats.WebStats.state`).
     """
     reg = CollectorRegistry(auto_describe=True)
-    reg.register(SnapshotCollector(get_snapshot, stale_after_s, extra=extra))
-    reg.teye_exposition = Exposition(get_snapshot, stale_after_s, fallback=reg, extra=extra)
+    reg.register(SnapshotCollector(get_snapshot, stale_after_s, extra=extra, hidden=hidden))
+    reg.teye_exposition = Exposition(get_snapshot, stale_after_s, fallback=reg, extra=extra, hidden=hidden)
     return reg

@@ -38,7 +38,7 @@ import re
 import struct
 import time
 import zlib
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
@@ -215,10 +215,13 @@ class Exposition:
 
     def __init__(self, get_snapshot: Callable, stale_after_s: float = 10.0,
                  clock: Callable[[], int] = time.monotonic_ns, fallback=None,
-                 extra: Optional[Callable[[], Tuple[Layout, Sequence[float]]]] = None):
+                 extra: Optional[Callable[[], Tuple[Layout, Sequence[float]]]] = None,
+                 hidden: FrozenSet[str] = frozenset()):
         """``extra``: series formatted on every scrape besides the snapshot's, as (Layout, values)
-        (:meth:`exporters.webstats.WebStats.state`)."""
+        (:meth:`exporters.webstats.WebStats.state`); ``hidden``: collectors whose own families are left out
+        (as :class:`exporters.prometheus.SnapshotCollector`)."""
         self._get = get_snapshot
+        self._hidden = hidden
         self._extra = extra
         self._templates: Optional[Tuple[Layout, Dict[str, Tuple[str, str]]]] = None
         self._rest: Dict[str, tuple] = {}  # fmt -> (layout, values, text, deflate or None) of the others
@@ -271,7 +274,7 @@ class Exposition:
             name = st.name
             key = {(name,)}
             body = None
-            if up and st.reading is not None:
+            if up and st.reading is not None and name not in self._hidden:
                 body = self._reading(name, st.reading)
                 if body is None:
                     up = False

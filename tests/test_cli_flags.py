@@ -88,7 +88,8 @@ def test_a_bad_flag_prints_the_subcommands_own_usage(capsys):
             continue      # a group (dashboards): its leaves are checked
         argv = list(path) + LEAF_ARGS.get(path, []) + ["--no-such-flag"]
         if any(a.nargs == argparse.REMAINDER for a in sub._actions):
-            argv = list(path) + ["--no-such-flag", "--", "true"]
+            # what follows is the command's own (teye run -- CMD, teye workloads TOOL ARGS): the bad flag before it
+            argv = list(path) + ["--no-such-flag"] + (["train"] if path == ("workloads",) else ["--", "true"])
         with pytest.raises(SystemExit) as e:
             cli.main(argv)
         err = capsys.readouterr().err
@@ -96,7 +97,7 @@ def test_a_bad_flag_prints_the_subcommands_own_usage(capsys):
         assert err.startswith(f"usage: teye {' '.join(path)} "), (argv, err[:200])
         assert err.rstrip().endswith(f"teye {' '.join(path)}: error: unrecognized arguments: --no-such-flag"), err
         seen += 1
-    assert seen >= 8     # agent, doctor, record, profile, run, dashboards push, report, catalog
+    assert seen >= 9     # agent, doctor, record, profile, run, dashboards push, report, catalog, workloads
 
 
 def test_bad_values_name_the_subcommand_too(capsys):

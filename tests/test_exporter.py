@@ -185,3 +185,19 @@ def test_steady_failures_log_once_and_recovery_is_logged(caplog):
     msgs = [r.getMessage() for r in caplog.records]
     assert msgs == ["collector ib unavailable: no InfiniBand devices under /sys/class/infiniband",
                     "collector ib is up again"]
+
+
+def test_a_hidden_collector_is_sampled_but_its_families_are_not_exported_by_either_renderer():
+    """The node_exporter mode (host.node_exporter): network and netclass feed the communication cause, node_exporter
+    exports the host.  Both the prepared /metrics renderer and prometheus_client's encoder leave the hidden
+    collector's families out and keep its teye_collector_* series and every other collector's families."""
+    s = snap(net={"up": True, "reading": Reading((point(T_BYTES, 1, "eth0"),)), "updated_ns": 5 * 10**8},
+             gpu={"up": True, "reading": Reading((point(T_TEMP, 40.0, "0"),)), "updated_ns": 5 * 10**8})
+    for hidden, want in ((frozenset(), True), (frozenset({"net"}), False)):
+        reg = make_registry(lambda: s, hidden=hidden)
+        body, _, _ = reg.teye_exposition.render("text/plain", "")
+        for text in (body.decode(), generate_latest(reg).decode()):
+            v = parse_exposition(text)
+            assert (("teye_test_read_bytes_total", (("device", "eth0"),)) in v) is want, text
+            assert v[("teye_test_temperature_celsius", (("gpu", "0"),))] == 40.0
+            assert v[("teye_collector_up", (("collector", "net"),))] == 1

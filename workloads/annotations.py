@@ -2,7 +2,7 @@
 
 ``python -m workloads.train --grafana-url URL --grafana-token TOKEN`` (or the environment
 variables ``TEYE_GRAFANA_URL`` / ``TEYE_GRAFANA_TOKEN``) posts, through
-:func:`dashboards.push.annotate`, annotations tagged ``["teye", <train_job>, kind]`` that the
+:func:`teye.grafana.annotate` (standard library: no extra needed), annotations tagged ``["teye", <train_job>, kind]`` that the
 training-job dashboard shows:
 
 * ``start`` when the training loop starts,
@@ -13,12 +13,10 @@ training-job dashboard shows:
 Only the chief (worker 0) annotates.  Posting happens on one background thread, so a slow or
 unreachable Grafana never stalls a training step; ``annotate`` never raises and times out
 after :data:`TIMEOUT_S`, and :meth:`JobAnnotations.end` waits at most :data:`CLOSE_WAIT_S`
-for what is still queued.  Without grafana-client (the ``dashboards`` extra) one warning is
-logged and training runs without annotations.
+for what is still queued.
 """
 from __future__ import annotations
 
-import importlib.util
 import queue
 import threading
 import time
@@ -48,15 +46,11 @@ class JobAnnotations:
 
     @classmethod
     def from_args(cls, args, worker_index: int, log: Callable[[str], None]) -> "JobAnnotations":
-        """Enabled when --grafana-url is set, this is the chief, and grafana-client is installed."""
+        """Enabled when --grafana-url is set and this is the chief."""
         url = getattr(args, "grafana_url", None)
         if not url or worker_index != 0:
             return cls(None, "", args.train_job)
-        if importlib.util.find_spec("grafana_client") is None:
-            log("warning: --grafana-url needs grafana-client (pip install 'teye[dashboards]'); "
-                "training without Grafana annotations")
-            return cls(None, "", args.train_job)
-        from dashboards.push import annotate
+        from teye.grafana import annotate
         return cls(url, args.grafana_token or "", args.train_job, post=annotate)
 
     # -- posting on a background thread --

@@ -27,6 +27,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
+from . import train_command
+
 __all__ = ["free_ports", "tf_config", "run_workers", "scaling_report", "main"]
 
 EXIT_OK = 0
@@ -88,7 +90,7 @@ def run_workers(n: int, train_args: List[str], out_dir: str, *, timeout_s: float
             if os.path.exists(res):
                 os.remove(res)
             logp = os.path.join(out_dir, f"worker-{i}.log")
-            cmd = [python, "-m", "workloads.train", *args, "--distribute", "multiworker",
+            cmd = [*train_command(python), *args, "--distribute", "multiworker",
                    "--results", os.path.join(out_dir, "worker-{worker}.json"),
                    "--no-progress"]
             fh = open(logp, "w", encoding="utf-8")

@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+from . import train_command
 from .train import EXIT_OK, EXIT_OOM, MODELS, PRECISIONS, THREAD_MODES
 from .pipelines import PIPELINES
 
@@ -36,7 +37,7 @@ STATUS_FAILED = "failed"
 CSV_FIELDS = ["model", "batch_size", "pipeline", "gpu_thread_mode", "mixed_precision", "status",
               "samples_per_s", "step_time_p50_s", "step_time_p95_s", "input_wait_fraction",
               "device_kind", "device_name", "detail"]
-TRAIN_CMD = (sys.executable, "-m", "workloads.train")
+TRAIN_CMD = tuple(train_command())   # python -m workloads.train (checkout) or -m teye workloads train
 
 
 @dataclass

@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..hostseries import either
 from ..phases.protocol import SOURCES
 from ..phases.verdict import CAUSES, KINDS, recommendation
 from . import series as S
@@ -224,10 +225,11 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
     for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause)",{n}}} == 1'):
         f.verdict[_key(m, "__name__", "instance", "train_job", "kind" if "kind" in m else "cause")] = pts
     host = " or ".join(f'label_replace({e}, "q", "{q}", "", "")' for q, e in (
-        ("cpu_busy", f'sum by (instance) (teye_cpu_seconds_total{{mode!~"idle|iowait|steal",{n}}})'),
-        ("cpus", f"max by (instance) (teye_cpus{{{n}}})"),
-        ("mem_peak", f"max by (instance) (max_over_time(teye_memory_used_bytes{{{n}}}[{_dur(step)}]))"),
-        ("mem_total", f"max by (instance) (teye_memory_total_bytes{{{n}}})"),
+        # the host's CPU and memory: teye's, or node_exporter's where teye leaves the host to it (agent/hostseries.py)
+        ("cpu_busy", either(f'sum by (instance) (teye_cpu_seconds_total{{mode!~"idle|iowait|steal",{n}}})')),
+        ("cpus", either(f"max by (instance) (teye_cpus{{{n}}})")),
+        ("mem_peak", either(f"max by (instance) (max_over_time(teye_memory_used_bytes{{{n}}}[{_dur(step)}]))")),
+        ("mem_total", either(f"max by (instance) (teye_memory_total_bytes{{{n}}})")),
         ("cycles", f"sum by (instance) (teye_cpu_cycles_total{{{n}}})"),
         ("instructions", f"sum by (instance) (teye_cpu_instructions_total{{{n}}})"),
         ("dram_bytes", f'sum by (instance) ({{__name__=~"teye_memory_(read|written|transferred)_bytes_total",'

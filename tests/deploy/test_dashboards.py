@@ -10,9 +10,9 @@ from dashboards.common import iter_panels
 from dashboards.generate import JSON_DIR, MODULES, main as generate_main, render_all, stale
 from dashboards.push import load_dashboards
 
-VARIABLES = {"teye-cluster.json": {"datasource", "node", "gpu", "train_job"},
-             "teye-node.json": {"datasource", "node", "gpu"},
-             "teye-job.json": {"datasource", "node", "gpu", "train_job"}}
+VARIABLES = {"teye-cluster.json": {"datasource", "cluster", "node", "gpu", "train_job"},
+             "teye-node.json": {"datasource", "cluster", "node", "gpu"},
+             "teye-job.json": {"datasource", "cluster", "node", "gpu", "train_job"}}
 
 
 @pytest.fixture(scope="module")
@@ -75,18 +75,23 @@ def test_template_variables(dashboards):
         assert vs["gpu"]["query"] == 'label_values(teye_gpu_info{instance=~"$node"}, gpu)'
         if name == "teye-job.json":
             # the job first, then its nodes: "All" is the job's nodes (no allValue), not the whole fleet
-            assert [v["name"] for v in d["templating"]["list"]][:3] == ["datasource", "train_job", "node"]
-            assert vs["train_job"]["query"] == "label_values(teye_job_steps_total, train_job)"
+            assert [v["name"] for v in d["templating"]["list"]][:4] == ["datasource", "cluster", "train_job", "node"]
+            assert vs["train_job"]["query"] == 'label_values(teye_job_steps_total{cluster=~"$cluster"}, train_job)'
             assert vs["node"]["query"] == 'label_values(teye_job_steps_total{train_job="$train_job"}, instance)'
             assert vs["node"]["includeAll"] and "allValue" not in vs["node"]
         else:
-            assert vs["node"]["query"] == "label_values(teye_build_info, instance)"   # node = instance label
+            # node = instance label, of the clusters chosen
+            assert vs["node"]["query"] == 'label_values(teye_build_info{cluster=~"$cluster"}, instance)'
             if "train_job" in vs:
                 assert vs["train_job"]["query"] == 'label_values(teye_job_steps_total{instance=~"$node"}, train_job)'
         # every variable a query uses is defined on the dashboard
         used = set(re.findall(r"\$(\w+)", " ".join(exprs(d)))) - {"__rate_interval", "__range", "__range_s", "__interval"}
         assert used <= set(vs), (name, used - set(vs))
-    assert dashboards["teye-node.json"]["templating"]["list"][1]["multi"] is False  # one node at a time
+    assert dashboards["teye-node.json"]["templating"]["list"][2]["multi"] is False  # one node at a time
+    for d in dashboards.values():   # kubernetes-mixin's cluster variable: All (.*) also matches no label at all
+        c = {v["name"]: v for v in d["templating"]["list"]}["cluster"]
+        assert c["query"] == "label_values(teye_build_info, cluster)" and c["includeAll"] and c["allValue"] == ".*"
+        assert [v["name"] for v in d["templating"]["list"]][:2] == ["datasource", "cluster"]
 
 
 def test_uids_titles_and_tags(dashboards):
@@ -155,3 +160,63 @@ def test_dashboards_cover_the_issue_list(dashboards):
     # job: samples/s, input-bound ratio
     for m in ("teye_job_samples_total", "teye_job_input_bound_ratio", "teye_job_steps_total"):
         assert m in job, m
+
+
+def test_every_selector_of_every_query_matches_the_cluster_variable(dashboards):
+    n = 0
+    for d in dashboards.values():
+        for e in exprs(d):
+            for sel in re.findall(r"\{[^{}]*\}", e):
+                assert sel.startswith('{cluster=~"$cluster"'), (d["uid"], e)
+                n += 1
+    assert n > 100
+
+
+def _links(p):
+    out = [(None, x["url"]) for x in (p.get("fieldConfig", {}).get("defaults", {}).get("links") or [])]
+    for o in p.get("fieldConfig", {}).get("overrides") or []:
+        for prop in o["properties"]:
+            if prop["id"] == "links":
+                out += [(o["matcher"]["options"], x["url"]) for x in prop["value"]]
+    return out
+
+
+def test_the_cluster_view_links_to_each_node_and_job_and_they_link_back(dashboards):
+    uids = {d["uid"] for d in dashboards.values()}
+    cluster = dashboards["teye-cluster.json"]
+    links = [(p["title"], col, url) for p in iter_panels(cluster) for col, url in _links(p)]
+    # a node's cell, and a node's row of the heatmap, open that node; a training job's cell opens the job
+    assert ("GPU utilization per node", None,
+            "/d/teye-node/?var-node=${__field.labels.instance}&${__url_time_range}&${datasource:queryparam}"
+            "&${cluster:queryparam}") in links
+    for title in ("Idle or low GPUs and their training jobs", "Training jobs"):
+        cols = {col: url for t, col, url in links if t == title}
+        assert cols["node"].startswith("/d/teye-node/?var-node=${__value.raw}&"), cols
+        assert cols["train_job"].startswith("/d/teye-job/?var-train_job=${__value.raw}&"), cols
+        # the table shows the columns the links are on (instance renamed node; train_job as the label)
+        p = [p for p in iter_panels(cluster) if p["title"] == title and p["type"] == "table"][0]
+        org = [t for t in p["transformations"] if t["id"] == "organize"][0]["options"]
+        assert org["renameByName"].get("instance") == "node" and "train_job" not in org["excludeByName"]
+    # the job view's per-node series open the node
+    job = dashboards["teye-job.json"]
+    assert any("var-node=${__field.labels.instance}" in url for p in iter_panels(job) for _, url in _links(p))
+    # every link names a dashboard that exists and keeps the time range, data source and cluster
+    for d in dashboards.values():
+        for p in iter_panels(d):
+            for _, url in _links(p):
+                assert url.split("/")[2] in uids and "${__url_time_range}" in url and "${cluster:queryparam}" in url
+    # and back: the node and job views link to the cluster view; every view has the teye dropdown
+    for name, d in dashboards.items():
+        titles = {x["title"]: x for x in d["links"]}
+        assert titles["teye"]["type"] == "dashboards" and titles["teye"]["tags"] == ["teye"]
+        assert titles["teye"]["includeVars"] and titles["teye"]["keepTime"]
+        if name != "teye-cluster.json":
+            assert titles["Cluster"]["url"].startswith("/d/teye-cluster/?${__url_time_range}"), titles
+
+
+def test_links_are_in_bits_per_second(dashboards):
+    node = dashboards["teye-node.json"]
+    for title in ("Network throughput", "InfiniBand throughput"):
+        p = _panel(node, title)
+        assert p["fieldConfig"]["defaults"]["unit"] == "bps", title
+        assert all(t["expr"].endswith(" * 8") for t in p["targets"]), title

@@ -62,7 +62,8 @@ def crd_errors(objs) -> list:
 
 def test_core_objects_are_valid_against_the_kubernetes_schemas():
     core = [o for o in objects() if not o["apiVersion"].startswith("monitoring.coreos.com/")]
-    assert {o["kind"] for o in core} == {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Service"}
+    assert {o["kind"] for o in core} == {"Namespace", "ResourceQuota", "ServiceAccount", "ConfigMap", "DaemonSet",
+                                         "Service"}
     for o in core:
         assert core_errors(o) == [], (o["kind"], o["metadata"]["name"])
 
@@ -181,3 +182,53 @@ def test_namespace_daemonset_security_and_scheduling():
                                "/run/teye"]
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert init["image"] == c["image"]
+
+
+def test_a_quota_lets_gke_admit_the_daemonsets_priority_class():
+    """GKE admits system-node-critical pods only in a namespace whose ResourceQuota covers that class
+    (the ResourceQuota admission plugin's limitedResources); the quota limits nothing else."""
+    (ds,) = by_kind("DaemonSet")
+    prio = ds["spec"]["template"]["spec"]["priorityClassName"]
+    assert prio == "system-node-critical"
+    quotas = [q for q in by_kind("ResourceQuota") if q["metadata"]["namespace"] == ds["metadata"]["namespace"]]
+    covering = [q for q in quotas for e in q["spec"]["scopeSelector"]["matchExpressions"]
+                if e["scopeName"] == "PriorityClass" and e["operator"] == "In" and prio in e["values"]]
+    assert len(covering) == 1, quotas
+    assert covering[0]["spec"]["hard"] == {"pods": "1G"}   # no limit a DaemonSet could reach
+
+
+def test_gpu_nodes_are_selected_by_any_label_a_cluster_has():
+    (ds,) = by_kind("DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert "nodeSelector" not in pod
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    # GPU feature discovery's, NFD's NVIDIA PCI vendor label, GKE's accelerator label: any one (terms are ORed)
+    assert keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present",
+                    "cloud.google.com/gke-accelerator"}
+    assert all(len(t["matchExpressions"]) == 1 for t in terms)
+
+
+def _kustomize(path):
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (kubectl kustomize builds the kustomization offline)")
+    res = subprocess.run([kubectl, "kustomize", path], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def _images(objs):
+    return [c["image"] for o in objs if o["kind"] == "DaemonSet"
+            for c in o["spec"]["template"]["spec"]["initContainers"] + o["spec"]["template"]["spec"]["containers"]]
+
+
+def test_the_image_is_one_reference_overridable_through_kustomize(tmp_path):
+    from agent import __version__
+    base = _images(_kustomize(K8S))
+    assert base == [f"localhost/teye:{__version__}"] * 2, base
+    # an admin's overlay: the registry and tag set once, for both containers
+    (tmp_path / "kustomization.yaml").write_text(
+        f"resources:\n  - {os.path.relpath(K8S, tmp_path)}\nimages:\n  - name: localhost/teye\n"
+        "    newName: registry.example/ml/teye\n    newTag: 9.9.9\n")
+    assert _images(_kustomize(str(tmp_path))) == ["registry.example/ml/teye:9.9.9"] * 2

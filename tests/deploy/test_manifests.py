@@ -20,7 +20,7 @@ def k8s():
 
 def test_daemonset_hands_host_proc_and_sys_to_the_agent():
     docs = k8s()
-    assert set(docs) == {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"}
+    assert set(docs) == {"Namespace", "ResourceQuota", "ServiceAccount", "ConfigMap", "DaemonSet"}
     spec = docs["DaemonSet"]["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     args = build_parser().parse_args(c["args"])           # the real CLI accepts them

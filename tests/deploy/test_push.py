@@ -1,4 +1,5 @@
-"""`teye dashboards push` against a fake Grafana that records the requests grafana-client sends."""
+"""`teye dashboards push` against a fake Grafana that records the requests it is sent (Grafana's HTTP API through
+teye.grafana, standard library only: no extra needed)."""
 from __future__ import annotations
 
 
@@ -149,3 +150,57 @@ def test_token_from_a_file_or_the_environment_not_only_the_command_line(tmp_path
         assert teye(["dashboards", "push", "--url", g.url, "--token-file", str(empty)]) == 2
         assert f"the token file {empty} is empty" in capsys.readouterr().err
     assert g.requests == []
+
+
+def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(capsys):
+    """A Grafana URL that redirects (to another host here) stops the push: the token is never sent there."""
+    import http.server
+    import threading
+    seen = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"[]")
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{other.server_port}{self.path}")
+            self.end_headers()
+        do_POST = do_GET
+
+    here = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    for srv in (other, here):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        assert push(f"http://127.0.0.1:{here.server_port}", token="secret") == 1
+        from teye.grafana import annotate as public_annotate
+        assert public_annotate(f"http://127.0.0.1:{here.server_port}", "secret", "j", "x") is None
+    finally:
+        here.shutdown()
+        other.shutdown()
+    err = capsys.readouterr().err
+    assert "answered with a redirect (302), not followed" in err
+    assert seen == []
+
+
+def test_the_public_annotate_is_the_one_the_dashboards_module_has():
+    """``from teye.grafana import annotate`` (what an install documents) posts what dashboards.push.annotate does."""
+    from teye.grafana import annotate as public_annotate
+    with FakeGrafana() as g:
+        assert public_annotate(g.url, "good-token", "job-a", "start", kind="start", time_ms=5) == \
+            {"id": 1, "message": "Annotation added"}
+        assert public_annotate(g.url, "bad-token", "job-a", "start") is None     # refused: None, never raises
+    assert g.annotations == [{"panelId": None, "time": 5, "timeEnd": None, "tags": ["teye", "job-a", "start"],
+                              "text": "start"}]

@@ -163,7 +163,7 @@ def variable_sets(agent, live):
     instance = f"127.0.0.1:{agent.port}"
     escaped = re.escape(instance).replace("\\", "\\\\")     # Grafana regex-escapes; PromQL string escapes
     common = {"__rate_interval": "5s", "__interval": "1s", "__range": "1m", "__range_s": "60",
-              "train_job": TRAIN_JOB, "datasource": "unused"}
+              "train_job": TRAIN_JOB, "datasource": "unused", "cluster": ".*"}
     return [(dict(common, node=".*", gpu=".*"), (agent, live)),
             (dict(common, node=escaped, gpu="(0|1)"), (agent,))]
 
@@ -246,11 +246,12 @@ def test_annotation_and_variable_queries(stack):
                 continue
             m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"])
             assert m, v["query"]
-            match = substitute(m.group(1), {"node": ".*", "train_job": TRAIN_JOB})
+            match = substitute(m.group(1), {"node": ".*", "train_job": TRAIN_JOB, "cluster": ".*"})
             values = prom.api(f"label/{m.group(2)}/values", **{"match[]": match})
             want = {"node": sorted([f"127.0.0.1:{agent.port}", f"127.0.0.1:{live.port}"]),
                     "gpu": [str(i) for i in range(8)],
-                    "train_job": [TRAIN_JOB]}[v["name"]]
+                    "train_job": [TRAIN_JOB],
+                    "cluster": []}[v["name"]]   # one Prometheus: no cluster label (All matches its absence)
             if d["uid"] == "teye-job" and v["name"] == "node":
                 want = [f"127.0.0.1:{agent.port}"]   # the job's nodes only: it reports to the replay agent
             assert values == want, (d["uid"], v["name"], values)

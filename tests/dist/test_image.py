@@ -88,7 +88,7 @@ def image(house, tmp_path_factory):
 
 
 class Container:
-    def __init__(self, image, tmp_path, mounts=True, extra=()):
+    def __init__(self, image, tmp_path, mounts=True, extra=(), volumes=()):
         self.port = free_port()
         run_dir = tmp_path / "run-teye"
         run_dir.mkdir()
@@ -96,6 +96,8 @@ class Container:
         vols = ["-v", f"{run_dir}:/run/teye"]
         if mounts:
             vols += ["-v", "/proc:/host/proc:ro", "-v", "/sys:/host/sys:ro"]
+        for v in volumes:
+            vols += ["-v", v]
         self.name = f"teye-test-{self.port}"
         podman("run", "-d", "--name", self.name, "--network", "host", *run_args(), *vols, image,
                "agent", f"--listen=127.0.0.1:{self.port}", "--procfs=/host/proc", "--sysfs=/host/sys",
@@ -170,3 +172,52 @@ def test_without_proc_and_sys_mounted_the_collectors_say_so_and_the_agent_stays_
     assert "--procfs /host/proc does not exist: is the host's /proc mounted there?" in logs
     assert "--sysfs /host/sys does not exist: is the host's /sys mounted there?" in logs
     assert "collector cpu down: /host/proc/stat: No such file or directory" in logs
+
+
+def test_oci_labels_one_per_key_with_the_packages_version(image, house):
+    """The labels read back with podman: each its own key, the version the package's (the wheel's metadata, as
+    the wheelhouse manifest records it; build.sh hard-codes none)."""
+    labels = json.loads(podman("image", "inspect", image, "--format", "{{json .Labels}}").stdout)
+    assert labels["org.opencontainers.image.version"] == wh.manifest(house)["teye"]
+    assert labels["org.opencontainers.image.title"] == "teye"
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert labels["org.opencontainers.image.description"].startswith("teye agent: host, GPU and training-job")
+    assert all(" org.opencontainers" not in v for v in labels.values()), labels   # no label swallowed another
+    with open(BUILD, encoding="utf-8") as fh:
+        assert "0.1.0" not in fh.read()
+
+
+def test_the_pod_mapping_works_inside_the_image(image, tmp_path):
+    """grpcio is in the image (the kubernetes extra): the agent inside it asks a fake kubelet pod-resources
+    server (tests/sources/test_allocation.py's, answers encoded by the protobuf library) on a socket mounted
+    where the DaemonSet mounts the kubelet's, and says it answered."""
+    pytest.importorskip("grpc")
+    from tests.sources.test_allocation import PODS, FakeKubelet, response
+    kl = FakeKubelet(response(PODS))
+    os.chmod(kl.dir, 0o755)
+    os.chmod(kl.path, 0o777)       # the kubelet's own is root-only: the README says how the agent's uid gets it
+    cfg = tmp_path / "teye.yml"
+    cfg.write_text("allocation:\n  slurm_mapping_dir: null\n  kubelet_socket: /var/lib/kubelet/pod-resources/"
+                   "kubelet.sock\n  kubelet_refresh_seconds: 1.0\n")
+    os.chmod(cfg, 0o644)
+    c = Container(image, tmp_path, extra=["--config", "/etc/teye/teye.yml"],
+                  volumes=[f"{kl.dir}:/var/lib/kubelet/pod-resources:ro", f"{cfg}:/etc/teye/teye.yml:ro"])
+    try:
+        c.wait()
+        deadline = time.monotonic() + 30
+        while True:
+            body = http_get(c.url + "/metrics")
+            if "teye_kubelet_pod_resources_up 1.0" in body or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        grpc_in_image = podman("run", "--rm", *run_args(), "--entrypoint", "/opt/teye/venv/bin/python", image,
+                               "-c", "import grpc; print(grpc.__version__)", check=False)
+    finally:
+        logs = c.logs()
+        c.remove()
+        calls = kl.calls
+        kl.stop()
+    assert grpc_in_image.returncode == 0, grpc_in_image.stderr
+    assert "teye_kubelet_pod_resources_up 1.0" in body, logs[-3000:]
+    assert calls >= 1
+    assert "grpcio is not installed" not in logs

@@ -171,3 +171,76 @@ def test_teye_report_with_a_hostile_pythonpath_answers_as_from_source(venv_bin, 
     assert "imported" not in got.stderr and "Traceback" not in got.stderr, got.stderr
     assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr)
     assert "4242" in got.stdout + got.stderr
+
+
+# What the READMEs tell admins to install: every file (or every file of a directory) under deploy/ or
+# dashboards/json they name.  Build tools they name for developers need the source tree, not an install.
+READMES = ("README.md", "deploy/slurm/README.md", "deploy/kubernetes/README.md")
+BUILD_TOOLS = {"deploy/image/build.sh", "deploy/wheelhouse.sh", "deploy/kubernetes/generate.py",
+               "deploy/prometheus/generate.py"}
+_NAMED = re.compile(r"(?<![\w./-])((?:deploy|dashboards)/[\w./*-]*|[\w.-]+\.(?:sh|yml|yaml|json|service))")
+
+
+def readme_files() -> set:
+    out = set()
+    for readme in READMES:
+        with open(os.path.join(REPO, readme), encoding="utf-8") as fh:
+            text = fh.read()
+        for tok in _NAMED.findall(text):
+            tok = tok.rstrip(".")
+            for rel in (tok, os.path.join(os.path.dirname(readme), tok)):
+                rel = os.path.normpath(rel)
+                if rel in ("dashboards", "dashboards/json"):
+                    rel = "dashboards/json"       # the package's code is in the wheel; its JSON is what admins use
+                path = os.path.join(REPO, rel)
+                files = [path] if os.path.isfile(path) else glob.glob(os.path.join(path, "**", "*"), recursive=True) \
+                    if os.path.isdir(path) else glob.glob(path)
+                for f in files:
+                    r = os.path.relpath(f, REPO)
+                    if os.path.isfile(f) and r.startswith(("deploy/", "dashboards/json/")) and "__pycache__" not in r:
+                        out.add(r)
+                if files:
+                    break
+    return out - BUILD_TOOLS
+
+
+def test_the_wheelhouse_holds_every_file_its_readmes_tell_admins_to_install(house):
+    named = readme_files()
+    # the oracle is not empty: the Slurm scripts, rules, dashboards and Kubernetes objects are named
+    for must in ("deploy/slurm/teye-gpu-prolog.sh", "deploy/slurm/teye-gpu-epilog.sh", "deploy/slurm/taskprolog.sh",
+                 "deploy/slurm/teye-epilog.sh", "deploy/prometheus/rules/teye-alerts.yml",
+                 "dashboards/json/teye-job.json", "deploy/kubernetes/daemonset.yaml", "deploy/install.sh"):
+        assert must in named, must
+    missing = sorted(r for r in named if not os.path.isfile(os.path.join(house, r)))
+    assert missing == [], missing
+    # copied as they are in the tree, executables still executable
+    for r in named:
+        with open(os.path.join(REPO, r), "rb") as a, open(os.path.join(house, r), "rb") as b:
+            assert a.read() == b.read(), r
+        assert os.access(os.path.join(house, r), os.X_OK) == os.access(os.path.join(REPO, r), os.X_OK), r
+    assert not os.path.exists(os.path.join(house, "deploy", "image"))    # build tools stay in the tree
+
+
+def test_the_installed_teye_workloads_trains_a_reference_model_for_a_few_steps(venv_bin, user, tmp_path):
+    """`teye workloads train` from the wheelhouse install (an install has no `python -m workloads.train`: its
+    packages are private).  TensorFlow, the workloads extra, is lent from this test venv (a path appended after
+    the install's own site-packages: teye itself still comes from the wheelhouse), so the install is not
+    downloaded again; the user's directory holds a package named ``workloads`` that must not be picked."""
+    pytest.importorskip("tensorflow")
+    tf_site = os.path.dirname(os.path.dirname(__import__("tensorflow").__file__))
+    with open(os.path.join(site_packages(venv_bin), "zz-lend-tensorflow.pth"), "w") as fh:
+        fh.write(tf_site + "\n")
+    res_file = tmp_path / "run.json"
+    p = subprocess.run([os.path.join(venv_bin, "teye"), "workloads", "train", "--model", "simple_cnn",
+                        "--batch-size", "8", "--synthetic-samples", "64", "--pipeline", "naive", "--steps", "3",
+                        "--no-progress", "--results", str(res_file)],
+                       cwd=user, capture_output=True, text=True, timeout=600, env=wh.clean_env(PYTHONPATH=user))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    rec = json.loads(res_file.read_text())
+    assert rec["steps"] == 3 and rec["model"] == "simple_cnn" and rec["batch_size"] == 8, rec
+    assert "simple_cnn bs=8 pipeline=naive" in p.stdout and "measured steps" in p.stdout
+    # the code that ran is the install's, not the user's nor this checkout's
+    where = subprocess.run([os.path.join(venv_bin, "python"), "-c", "import teye, sys; teye.isolate(); "
+                            "import workloads.train as t; print(t.__file__)"], cwd=user, capture_output=True,
+                           text=True, env=wh.clean_env(PYTHONPATH=user))
+    assert where.stdout.strip().startswith(os.path.join(site_packages(venv_bin), "teye", "_lib")), where

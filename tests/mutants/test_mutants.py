@@ -16,6 +16,18 @@ from tests.procs import REPO
 
 # patch -> (tests that must fail on it, whether the C helpers must be rebuilt)
 MUTANTS = {
+    # issue 40: the node_exporter mode's hidden collectors, its map's subquery, its covered collectors; Grafana
+    "render_hidden_exported.patch": (
+        ["tests/test_exporter.py::test_a_hidden_collector_is_sampled_but_its_families_are_not_exported_by_either_renderer"],
+        False),
+    "hostseries_derived_range_no_subquery.patch": (
+        ["tests/deploy/test_node_exporter_mode.py::test_to_node_exporter_rewrites_selectors_ranges_and_nothing_else"],
+        False),
+    "node_exporter_mode_keeps_cpu.patch": (
+        ["tests/deploy/test_node_exporter_mode.py::"
+         "test_the_mode_turns_off_the_covered_collectors_unless_one_is_turned_on_explicitly"], False),
+    "grafana_follows_redirects.patch": (
+        ["tests/deploy/test_push.py::test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else"], False),
     "input_bound_ratio_plus_2_points.patch": (["tests/phases/test_profile.py::test_input_bound_command"], False),
     "http_budget_logged_not_kept.patch": (["tests/web/test_attack.py"], False),
     "c_decoder_records_limit_per_list.patch": (
