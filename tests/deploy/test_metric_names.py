@@ -19,7 +19,9 @@ SELECTOR = re.compile(r"\b(teye_[a-z0-9_]+)\{([^}]*)\}")
 LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 NAME = re.compile(r"\bteye_[a-z0-9_]+\b(?!\*)")
 RECORD = re.compile(r"\bteye:[a-z0-9_]+:[a-z0-9_]+\b")
-PROMETHEUS_LABELS = {"job", "instance"}
+# labels Prometheus attaches: its own, and the external label the shipped config sets (the dashboards' `cluster`
+# variable selects on it; test_the_cluster_label_is_the_shipped_configs checks it is there)
+PROMETHEUS_LABELS = {"job", "instance", "cluster"}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,11 @@ def expressions():
 def test_every_metric_used_is_declared(specs):
     unknown = [(where, n) for where, expr in expressions() for n in NAME.findall(expr) if not spec_of(n, specs)]
     assert not unknown, unknown
+
+
+def test_the_cluster_label_is_the_shipped_configs():
+    with open(os.path.join(REPO, "deploy", "prometheus", "prometheus.yml"), encoding="utf-8") as fh:
+        assert "cluster" in yaml.safe_load(fh)["global"]["external_labels"]
 
 
 def test_every_label_selected_is_declared(specs):
