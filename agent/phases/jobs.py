@@ -51,9 +51,8 @@ from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause, ranks
-from . import fast as _speed
-from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEPS_ONLY_SOURCES, Identity, Limits, Message, Rejected,
-                       decode, identity_of)
+from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEP_BUCKETS, STEPS_ONLY_SOURCES, Identity, Limits,
+                       Message, Rejected, decode, identity_of)
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
@@ -65,6 +64,7 @@ IN_STEP = 100                   # pending-interval keys IN_STEP + i: GPU idle in
 # The GPU idle the verdict weighs, inside steps: which phases each kind's (merged) time covers.
 IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("host", ("host", "compute")),
             ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
+IN_KIND_INDEXES = tuple(frozenset(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS)
 OPEN_PER_PID = 128              # phases kept per process until the step that closes them arrives
 MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
 WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
@@ -76,7 +76,6 @@ MAX_UNCLAIMED = 4096            # senders whose shed datagrams wait for a job th
 RUN_END_SILENCE_NS = 2 * 10**9  # a job all of whose processes exited has ended once silent this long
 MAX_REFUSED_UIDS = 64           # uids named in the refused-jobs log line (the rest counted together)
 REFUSED_LOG_NS = 10 * 10**9     # at most one refused-jobs log line this often
-STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 
 
@@ -343,14 +342,7 @@ class JobTable:
             return r.reason
         ident = identity_of(data)
         with self._lock:
-            if _fast_apply is not None and self.pods is None and ident.rank is None and pid not in self.rank_pids:
-                result = _fast_apply(self, msg, pid, uid, now)
-                if result == ACCEPTED and ident.src is not None:
-                    job = self._jobs.get((uid, msg.job))
-                    if job is not None:
-                        job.source = ident.src
-            else:
-                result = self._apply(msg, pid, uid, now, ident)   # (sets the job's source)
+            result = self._apply(msg, pid, uid, now, ident)   # (sets the job's source)
             self.results[result] += 1
             if result == "job_limit":
                 self._note_refused(uid, now)   # logged per uid, rate-limited (one line names every uid)
@@ -362,27 +354,9 @@ class JobTable:
         return result
 
     def handle_batch(self, batch: list) -> None:
-        """handle() for each (data, pid, uid) of one receive.  With the C helpers, the usual valid
-        datagram is decoded, applied and counted in C; the rest (no credentials, what the C decoder
-        declines, what the table does not accept) goes through handle(), in the order received."""
-        i, n = 0, len(batch)
-        while i < n:
-            if _fast_handle is not None and self.pods is None:
-                ranked = self.rank_pids
-                if not ranked:
-                    i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
-                else:
-                    # a ranked process's datagrams go to handle(): the Python path keeps per-rank sums
-                    j = i
-                    while j < n and batch[j][1] not in ranked:
-                        j += 1
-                    if j > i:
-                        i += _fast_handle(self, batch[i:j], 0)
-                if i >= n:
-                    break
-            data, pid, uid = batch[i]
+        """handle() for each (data, pid, uid) of one receive, in the order received."""
+        for data, pid, uid in batch:
             self.handle(data, pid, uid)
-            i += 1
 
     def shed(self, counts: Mapping[Tuple[int, int], int]) -> None:
         """Charge datagrams the receiver discarded unread, {(uid, pid): n}, to the job of that sender (the
@@ -414,17 +388,6 @@ class JobTable:
         for (uid, pid), (n, since) in list(self._unclaimed.items()):
             if self._charge(uid, pid, n) or now_ns - since >= self.expiry_ns:
                 del self._unclaimed[(uid, pid)]
-
-    def compiled_receive(self):
-        """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
-        table, for the Receiver; None without the compiled helpers.  The Receiver uses it only while
-        ``python_receive()`` is False."""
-        return None if _fast_serve is None or self.pods is not None else functools.partial(_fast_serve, self)
-
-    def python_receive(self) -> bool:
-        """Whether a ranked process is live: its datagrams must reach handle_batch (the C loop would
-        apply them to the job's sums only), or jobs are keyed by pod (the C loop keys by (uid, name))."""
-        return bool(self.rank_pids) or self.pods is not None
 
     def _rank(self, job: _Job, pid: int, ident: Identity, now_ns: int) -> Optional[_Rank]:
         """The rank state of pid, made when it first says its rank (bounded by MAX_PIDS per job); a new
@@ -588,7 +551,7 @@ class JobTable:
         if opened is None and known:
             opened = job.open[pid] = []
         gpus = ()
-        if (msg.phases or msg.steps) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
+        if (msg.phases or msg.steps or msg.sums) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
         rk = None
         if ident.rank is not None:
@@ -619,7 +582,7 @@ class JobTable:
                     del opened[0]  # the oldest phase still waiting for its step
                 opened.append((i, s, e))
             if i == DATA_WAIT and self.probe is not None and e > s:
-                job.waits.append((pid, s, e))
+                job.waits.append((pid, s, e, e - s))
                 waited = True
             slot = cur_slot if e // width >= cur else ring.slot(e, now)
             if slot is not None:
@@ -673,11 +636,83 @@ class JobTable:
                 self._queue_step(job, group)
             if rec is not None:
                 rec.append((job.label, "step", s, e))
+        if msg.sums and self._apply_sums(job, msg.sums, pid, gpus, rk, now, cur_slot, cur):
+            waited = True
         if waited:
             self.probe.track(pid, uid, now)
         if ident.src is not None:
             job.source = ident.src
         return ACCEPTED
+
+    def _apply_sums(self, job: _Job, sums, pid: int, gpus, rk: Optional[_Rank], now: int, cur_slot, cur) -> bool:
+        """Version 2's windows of fast steps (protocol.Window): what _apply does with a step and its phases,
+        from their sums.  A window's phases are spread uniformly over it for GPU idle (attribution.Pending
+        with ns) and for the input probe; its in-step time is the client's own clipping, at most the steps'.
+        Returns whether a data_wait was queued for the probe."""
+        ring = job.ring
+        width = ring.width
+        phase_s = job.phase_s
+        rec = self.recorded
+        waited = False
+        untracked = bool(job.untracked) and pid in job.untracked
+        for w in sums:
+            s, e, n, step_ns = w.start_ns, w.end_ns, w.steps, w.step_ns
+            slot = cur_slot if e // width >= cur else ring.slot(e, now)
+            rslot = rk.ring.slot(e, now) if rk is not None else None
+            kinds = [0] * len(IN_KINDS)
+            cursor = s
+            for phase, ns, inside in w.phases:
+                i = PHASE_INDEX[phase]
+                phase_s[i] += ns / 1e9
+                if slot is not None:
+                    ring.phase[slot][i] += ns
+                    ring.in_step[slot][i] += inside
+                if rk is not None:
+                    rk.phase_s[i] += ns / 1e9
+                    if rslot is not None:
+                        rk.ring.phase[rslot][i] += ns
+                        rk.ring.in_step[rslot][i] += inside
+                for k, names in enumerate(IN_KIND_INDEXES):
+                    if i in names:
+                        kinds[k] += inside
+                if i == DATA_WAIT and self.probe is not None and ns and e > s:
+                    job.waits.append((pid, s, e, ns))
+                    waited = True
+                if gpus and ns:
+                    self._queue(job, attribution.Pending((i, e), s, e, gpus, ns))
+                if rec is not None:   # the timeline: the window's phases one after another, in proportion
+                    end = cursor + (ns * (e - s) // max(e - s, sum(p[1] for p in w.phases)))
+                    rec.append((job.label, phase, cursor, end))
+                    cursor = end
+            job.samples += w.samples
+            counted = n
+            if rk is not None:
+                # global steps: those of this rank's steps that no rank had made yet (see _apply)
+                before = rk.steps
+                rk.steps += n
+                rk.step_s += step_ns / 1e9
+                if rslot is not None:
+                    rk.ring.step_ns[rslot] += step_ns
+                    rk.ring.steps[rslot] += n
+                counted = rk.steps - max(before, job.rank_steps)
+                if counted > 0:
+                    job.rank_steps = rk.steps
+            if counted > 0 and not untracked:
+                job.steps += counted
+                job.hist_sum += step_ns / 1e9 * (counted / n)
+                _add_counts(job.hist, w.hist, counted, n)
+            if slot is not None:
+                ring.step_ns[slot] += step_ns
+                ring.steps[slot] += n
+            if gpus:
+                group = [attribution.Pending((STEP, e), s, e, gpus, step_ns)]
+                for k, ns in enumerate(kinds):
+                    if ns:
+                        group.append(attribution.Pending((IN_STEP + k, e), s, e, gpus, min(ns, step_ns)))
+                self._queue_step(job, group)
+            if rec is not None:
+                rec.append((job.label, "step", s, e))
+        return waited
 
     @staticmethod
     def _close_step_sums(opened: List[Tuple[int, int, int]], s: int, e: int) -> Optional[list]:
@@ -819,7 +854,7 @@ class JobTable:
         seen: Dict[int, tuple] = {}
         waits = job.waits
         while waits:
-            pid, s, e = waits[0]
+            pid, s, e, ns = waits[0]
             got = seen.get(pid)
             if got is None:  # once per pid, not per wait: 10,000 waits a second would each copy the ring's times
                 samples, problem, gone = self.probe.samples(pid)
@@ -834,14 +869,16 @@ class JobTable:
                 if gone or not samples:
                     job.wait_problem = problem or f"no /proc sample of pid {pid}"
                 continue  # (or the wait began before sampling started)
+            if ns != e - s:   # a window's data_wait: its share of what the process did over the window
+                u = _scaled_usage(u, ns / (e - s))
             slot = job.ring.slot(e, now_ns)
             if slot is not None:
-                job.ring.wait[slot].add(e - s, u)
+                job.ring.wait[slot].add(ns, u)
             rk = job.ranks.get(pid) if job.ranks else None
             if rk is not None:
                 rslot = rk.ring.slot(e, now_ns)
                 if rslot is not None:
-                    rk.ring.wait[rslot].add(e - s, u)
+                    rk.ring.wait[rslot].add(ns, u)
             job.wait_problem = problem
 
     def views(self, now_ns: int):
@@ -1029,6 +1066,30 @@ class JobTable:
         )
 
 
+def _add_counts(hist: List[int], counts: Tuple[int, ...], m: int, n: int) -> None:
+    """Add m of a window's n steps, whose bucket counts are ``counts``, to ``hist``: all of them, or (a rank
+    whose window other ranks had partly counted already) m spread over its buckets in proportion, largest
+    remainders first, so that exactly m are added."""
+    if m >= n:
+        for i, c in enumerate(counts):
+            hist[i] += c
+        return
+    shares = [(c * m // n, c * m % n, i) for i, c in enumerate(counts)]
+    left = m - sum(q for q, _, _ in shares)
+    for q, _, i in shares:
+        hist[i] += q
+    for _, _, i in sorted(shares, key=lambda x: -x[1])[:left]:
+        hist[i] += 1
+
+
+def _scaled_usage(u: "cause.WaitUsage", f: float) -> "cause.WaitUsage":
+    """What a process did over a window, times the share f of the window its data_wait took."""
+    return cause.WaitUsage(u.cpu_s * f, None if u.read_bytes is None else int(u.read_bytes * f),
+                           None if u.io_stall_s is None else u.io_stall_s * f,
+                           None if u.cpu_stall_s is None else u.cpu_stall_s * f,
+                           None if u.run_delay_s is None else u.run_delay_s * f)
+
+
 def _ranked(job: _Job):
     """The pids of a job whose datagrams take the Python path: its ranks' and the untracked ranks'."""
     return (*job.ranks, *job.untracked)
@@ -1075,13 +1136,3 @@ def _input_ratio(ev: Evidence) -> Optional[float]:
     return ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
 
 
-if _speed.module is not None:
-    # JobTable._apply in C (agent/phases/_fast_table.c), on the same state; _apply stays its specification
-    _speed.module.init_table(PHASES, _Job, _Ring, deque, OrderedDict, attribution.Pending, attribution.resolve_gpus,
-                             ACCEPTED, "job_limit", "step", OPEN_PER_PID, MAX_PIDS, DATA_WAIT, STEP, IN_STEP,
-                             tuple(tuple(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS), STEP_BUCKETS)
-    _fast_apply = _speed.module.apply
-    _fast_handle = _speed.module.handle_batch
-    _fast_serve = _speed.module.serve
-else:
-    _fast_apply = _fast_handle = _fast_serve = None
