@@ -331,6 +331,7 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
 
 
 _N_BUCKETS = len(STEP_BUCKETS) + 1
+MAX_WINDOW_PHASES = 64      # phase names in one window (teye_client closes a window at 32)
 
 
 def _window(rec, i: int, lo: int, hi: int, now_ns: int, limits: Limits) -> Window:
@@ -354,8 +355,8 @@ def _window(rec, i: int, lo: int, hi: int, now_ns: int, limits: Limits) -> Windo
     if len(raw_hist) > _N_BUCKETS or not all(_is_int(c) and c >= 0 for c in raw_hist) or sum(raw_hist) != steps:
         raise Rejected("bad_value", f"{what}: the bucket counts {raw_hist[:_N_BUCKETS + 1]} are not "
                                     f"{steps} steps in {_N_BUCKETS} buckets")
-    if len(raw_ph) > len(PHASES) * 4:
-        raise Rejected("too_large", f"{what}: {len(raw_ph)} phases (one entry per phase name)")
+    if len(raw_ph) > MAX_WINDOW_PHASES:
+        raise Rejected("too_large", f"{what}: {len(raw_ph)} phase names (limit {MAX_WINDOW_PHASES})")
     got = {}
     for k, p in enumerate(raw_ph):
         if type(p) is not list or len(p) != 3 or type(p[0]) is not str or not _is_int(p[1]) or not _is_int(p[2]):
