@@ -574,68 +574,73 @@ class JobTable:
         else:
             cur_slot = ring.cur_i = ring.slot(now, now)
             ring.cur_b = cur
-        for phase, s, e in msg.phases:
-            i = PHASE_INDEX[phase]
-            phase_s[i] += (e - s) / 1e9
-            if opened is not None:
-                if len(opened) >= OPEN_PER_PID:
-                    del opened[0]  # the oldest phase still waiting for its step
-                opened.append((i, s, e))
-            if i == DATA_WAIT and self.probe is not None and e > s:
-                job.waits.append((pid, s, e, e - s))
-                waited = True
-            slot = cur_slot if e // width >= cur else ring.slot(e, now)
-            if slot is not None:
-                ring.phase[slot][i] += e - s
-            if rk is not None:
-                rk.phase_s[i] += (e - s) / 1e9
-                rslot = rk.ring.slot(e, now)
-                if rslot is not None:
-                    rk.ring.phase[rslot][i] += e - s
-            if gpus:
-                self._queue(job, attribution.Pending((i, e), s, e, gpus))
-            if rec is not None:
-                rec.append((job.label, phase, s, e))
-        for s, e, samples in msg.steps:
-            d = (e - s) / 1e9
-            # per phase index, the ns of the process's open phases inside this step (merged)
-            inside = None if gpus or not opened else self._close_step_sums(opened, s, e)
-            if inside is None:
-                pieces = self._close_step(opened, s, e) if opened else {}
-                inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
-            job.samples += samples
-            if rk is not None:
-                # one global step per step of the ranks: counted when the first rank completes it
-                rk.steps += 1
-                rk.step_s += d
-                rslot = rk.ring.slot(e, now)
-                if rslot is not None:
-                    rk.ring.step_ns[rslot] += e - s
-                    rk.ring.steps[rslot] += 1
-                    rrow = rk.ring.in_step[rslot]
-                    for i, ns in inside:
-                        rrow[i] += ns
-            if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
+        # phases first, then the steps that close them; a datagram with more phases than a process may keep
+        # open (OPEN_PER_PID) is taken step by step instead, so that none is pushed out before its step
+        chunks = _by_step(msg.phases, msg.steps) if len(msg.phases) > OPEN_PER_PID and msg.steps else (
+            (msg.phases, msg.steps),)
+        for ph_chunk, st_chunk in chunks:
+            for phase, s, e in ph_chunk:
+                i = PHASE_INDEX[phase]
+                phase_s[i] += (e - s) / 1e9
+                if opened is not None:
+                    if len(opened) >= OPEN_PER_PID:
+                        del opened[0]  # the oldest phase still waiting for its step
+                    opened.append((i, s, e))
+                if i == DATA_WAIT and self.probe is not None and e > s:
+                    job.waits.append((pid, s, e, e - s))
+                    waited = True
+                slot = cur_slot if e // width >= cur else ring.slot(e, now)
+                if slot is not None:
+                    ring.phase[slot][i] += e - s
                 if rk is not None:
-                    job.rank_steps = rk.steps
-                job.steps += 1
-                job.hist_sum += d
-                job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
-            slot = cur_slot if e // width >= cur else ring.slot(e, now)
-            if slot is not None:
-                ring.step_ns[slot] += e - s
-                ring.steps[slot] += 1
-                row = ring.in_step[slot]
-                for i, ns in inside:
-                    row[i] += ns
-            if gpus:
-                group = [attribution.Pending((STEP, e), s, e, gpus)]
-                for n, (_kind, names) in enumerate(IN_KINDS):
-                    for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
-                        group.append(attribution.Pending((IN_STEP + n, e), a, b, gpus))
-                self._queue_step(job, group)
-            if rec is not None:
-                rec.append((job.label, "step", s, e))
+                    rk.phase_s[i] += (e - s) / 1e9
+                    rslot = rk.ring.slot(e, now)
+                    if rslot is not None:
+                        rk.ring.phase[rslot][i] += e - s
+                if gpus:
+                    self._queue(job, attribution.Pending((i, e), s, e, gpus))
+                if rec is not None:
+                    rec.append((job.label, phase, s, e))
+            for s, e, samples in st_chunk:
+                d = (e - s) / 1e9
+                # per phase index, the ns of the process's open phases inside this step (merged)
+                inside = None if gpus or not opened else self._close_step_sums(opened, s, e)
+                if inside is None:
+                    pieces = self._close_step(opened, s, e) if opened else {}
+                    inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
+                job.samples += samples
+                if rk is not None:
+                    # one global step per step of the ranks: counted when the first rank completes it
+                    rk.steps += 1
+                    rk.step_s += d
+                    rslot = rk.ring.slot(e, now)
+                    if rslot is not None:
+                        rk.ring.step_ns[rslot] += e - s
+                        rk.ring.steps[rslot] += 1
+                        rrow = rk.ring.in_step[rslot]
+                        for i, ns in inside:
+                            rrow[i] += ns
+                if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
+                    if rk is not None:
+                        job.rank_steps = rk.steps
+                    job.steps += 1
+                    job.hist_sum += d
+                    job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
+                slot = cur_slot if e // width >= cur else ring.slot(e, now)
+                if slot is not None:
+                    ring.step_ns[slot] += e - s
+                    ring.steps[slot] += 1
+                    row = ring.in_step[slot]
+                    for i, ns in inside:
+                        row[i] += ns
+                if gpus:
+                    group = [attribution.Pending((STEP, e), s, e, gpus)]
+                    for n, (_kind, names) in enumerate(IN_KINDS):
+                        for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
+                            group.append(attribution.Pending((IN_STEP + n, e), a, b, gpus))
+                    self._queue_step(job, group)
+                if rec is not None:
+                    rec.append((job.label, "step", s, e))
         if msg.sums and self._apply_sums(job, msg.sums, pid, gpus, rk, now, cur_slot, cur):
             waited = True
         if waited:
@@ -1064,6 +1069,21 @@ class JobTable:
             pod=job.pod,
             scaling_efficiency=efficiency,
         )
+
+
+def _by_step(phases, steps):
+    """(phases, steps) chunks in the order a process lived them: before each step, the phases (as sent) up to
+    the first that starts at or after its end; the rest at the end."""
+    out, i, n = [], 0, len(phases)
+    for st in steps:
+        j = i
+        while j < n and phases[j][1] < st[1]:
+            j += 1
+        out.append((phases[i:j], (st,)))
+        i = j
+    if i < n:
+        out.append((phases[i:], ()))
+    return out
 
 
 def _add_counts(hist: List[int], counts: Tuple[int, ...], m: int, n: int) -> None:
