@@ -334,6 +334,10 @@ def test_gpu_idle_of_fast_steps_is_within_the_stated_bound(listener, monkeypatch
     bound = (len(samples) + 1) * RESOLUTION_NS / 4 / 1e9
     for name, exact in want.items():
         assert abs(idle[name] - exact) <= bound, (name, idle[name], exact, bound)
+    # no share above one: the idle inside steps by kind never exceeds the steps' idle, nor that their observed time
+    ev = view.evidence
+    assert ev.gpu_step_idle_seconds <= ev.gpu_observed_seconds
+    assert all(x <= ev.gpu_step_idle_seconds for x in ev.gpu_idle_by_kind.values())
     # and far inside it where the busy ratio does not jump (most windows lie within one sample)
     assert sum(abs(idle[p] - want[p]) for p in want) < 0.05 * sum(want.values())
 
@@ -347,3 +351,36 @@ def test_a_window_of_one_step_goes_as_its_intervals(listener, monkeypatch):
     msgs = [json.loads(d) for d in send(monkeypatch, listener[0], steps)]
     assert all(m["v"] == 1 and "sums" not in m for m in msgs)
     assert [tuple(x) for m in msgs for x in m["steps"]] == [(s, e, n) for s, e, n, _ in steps]
+
+
+def test_ranks_summing_their_fast_steps_count_global_steps_once(listener, monkeypatch):
+    """A data-parallel job of 2 ranks, both summing: each rank's figures are its own, the job counts each global
+    step once (the first rank to make it), with its bucket counts adding up to exactly those steps."""
+    t0 = 1000 * S
+    steps = schedule(random.Random(11), t0, [(600, 0.3, 3), (10, 12, 20), (300, 0.3, 3)])
+    now = steps[-1][1] + S
+    r0 = send(monkeypatch, listener[0], steps, rank=0, world_size=2)
+    late = [(s + 3 * MS, e + 3 * MS, n, [(p, a + 3 * MS, b + 3 * MS) for p, a, b in ph]) for s, e, n, ph in steps]
+    r1 = send(monkeypatch, listener[0], late, rank=1, world_size=2)
+    assert '"rank":0' in r0[0].decode() and '"rank":1' in r1[0].decode()
+    ctx, clock = ctx_with_clock(now + 3 * MS)
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    for a, b in zip(r0 + [b""] * len(r1), r1 + [b""] * len(r0)):   # the ranks' datagrams interleaved
+        for d, pid in ((a, 20), (b, 21)):
+            if d:
+                assert table.handle(d, pid, 0) == "accepted"
+    (v,), _, _, _ = table.views(clock.t)
+    n, samples, _, _ = truth(steps)
+    assert (v.steps, v.samples, v.world_size) == (n, 2 * samples, 2)
+    assert v.step_hist.buckets[-1] == (float("inf"), float(n))
+    assert [(r.rank, r.steps) for r in v.ranks] == [(0, n), (1, n)]
+    assert sum(r.step_seconds for r in v.ranks) == pytest.approx(2 * sum(e - s for s, e, _, _ in steps) / 1e9)
+
+
+def test_add_counts_spreads_a_part_of_a_window_over_its_buckets():
+    hist = [0, 0, 0]
+    jobs._add_counts(hist, (3, 1), 2, 4)     # 2 of 4 steps: 1.5 and 0.5 -> 1 and 0, the larger remainder first
+    assert hist == [2, 0, 0] or hist == [1, 1, 0]
+    assert sum(hist) == 2
+    jobs._add_counts(hist, (3, 1), 4, 4)
+    assert sum(hist) == 6
