@@ -23,6 +23,18 @@ MUTANTS = {
         ["tests/test_series_budget.py::test_jobs_scale_linearly_and_nothing_else_moves"], False),
     "pmu_bad_alias_keeps_controller.patch": (
         ["tests/pmu/test_source.py::test_unparseable_description_and_unknown_format_field"], False),
+    # issue 38: the client sums what the agent cannot resolve (protocol version 2)
+    "sums_window_past_the_resolution.patch": (
+        ["tests/phases/test_sums.py::test_a_process_stepping_200000_times_a_second_sends_a_bounded_number_of_records"],
+        False),
+    "sums_one_step_window_summed.patch": (
+        ["tests/phases/test_sums.py::test_a_window_of_one_step_goes_as_its_intervals"], False),
+    "sums_fork_keeps_parent_window.patch": (
+        ["tests/phases/test_sums.py::test_a_fork_in_the_middle_of_a_window_sends_only_its_own_steps"], False),
+    "sums_version_1_takes_sums.patch": (
+        ["tests/phases/test_sums.py::test_a_version_1_message_ignores_sums_and_a_version_2_one_takes_them"], False),
+    "sums_window_not_split_at_sample_boundary.patch": (
+        ["tests/phases/test_sums.py::test_a_window_spanning_a_gpu_sample_boundary_is_split_in_proportion"], False),
     # issue 33: the client injected into jobs, the report, the web server's own counters
     "reporter_record_step_ignores_max_batch.patch": (
         ["tests/client/test_reporter.py::test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count[record_step_exact]"],
