@@ -67,7 +67,7 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert lines[14].startswith("jobs (cgroups): job(s) deadbeef-3333-4444-5555-666677778888: cpuset.cpus.effective")
     assert lines[15].startswith("gpu allocation (Slurm): /run/teye/gpu-jobs does not exist")
     assert lines[16].startswith("gpu allocation (Kubernetes): off: ")   # no kubelet here (or no grpcio)
-    assert lines[17].startswith("phase path: C helpers (receive, decode, job table) ")
+    assert lines[17] == "phase path: Python, protocol versions 1, 2 (clients sum steps shorter than 10 ms)"
     assert len(lines) == 18  # one line each
     fake.gpus[2].lost = False
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)
