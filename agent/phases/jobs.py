@@ -14,21 +14,17 @@ agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) ar
 ended; a job silent for ``job_expiry_seconds`` expires and its series disappear.  A full table makes
 room from the uid over its fair share (``_evict_for``: max-min shares, a trusted uid's first job), never
 from a newcomer's first job; refusals are logged per uid (``_note_refused``).  With ``pods`` (a
-PodResolver, Kubernetes), a sender in a pod keys its job by ``(uid, name, pod uid)``: such keys exist only
-on the Python path, which every datagram then takes.
+PodResolver, Kubernetes), a sender in a pod keys its job by ``(uid, name, pod uid)``.
 
 One run per run: a job whose processes have all exited (or are zombies) and that has been silent
 for RUN_END_SILENCE_NS has *ended* (``_end_runs``, on the sampler's pass).  An ended run stays
 exported, unchanged, until it expires (or gives way, once exported as ended for
-``ended_run_keep_seconds``), but leaves the table's lookup (``_jobs``, which the compiled
-helpers read), so the next message under its name starts a new run (``_new_job``): counters from
+``ended_run_keep_seconds``), but leaves the table's lookup (``_jobs``), so the next message under its name starts a new run (``_new_job``): counters from
 zero, ``teye_job_info`` with the new run's pid, a new ``teye_job_start_time_seconds``.  A late datagram
 of one of the ended run's own processes reopens it instead.
 
 A process that says its rank in a data-parallel job (protocol ``rank``, once per connection) gets
-per-rank sums beside the job's (``_Rank``: totals and a window, at most MAX_PIDS per job); its
-datagrams all take the Python path (``handle_batch``: the compiled helpers keep only the job's sums),
-the job counts global steps (a step counts when its first rank makes it), and the job's verdict is
+per-rank sums beside the job's (``_Rank``: totals and a window, at most MAX_PIDS per job); the job counts global steps (a step counts when its first rank makes it), and the job's verdict is
 its critical rank's (``agent.phases.ranks``).
 
 Shares of step time are computed from the phase time *inside* the reported steps
@@ -218,7 +214,7 @@ class RankView:
 
 class _Rank:
     """What one rank (a sending process that said its rank) did: totals and a window, in Python only
-    (its datagrams take the Python path, see JobTable.handle_batch)."""
+    (the job table keeps them beside the job's)."""
 
     __slots__ = ("rank", "pid", "phase_s", "steps", "step_s", "ring", "gpus", "last_ns")
 
@@ -280,8 +276,7 @@ class JobTable:
         ``probe`` (an ``agent.phases.procstat.InputProbe``) samples the senders of data_wait phases,
         to name the cause of input-bound jobs; None: the cause is ``unknown``.
         ``alive(pid)``: whether a sending process still runs (default: :func:`process_alive`), to end runs.
-        ``pods`` (an ``agent.phases.pods.PodResolver``): key jobs by the sender's pod too; every datagram
-        then takes the Python path (the compiled helpers key by (uid, name) only).
+        ``pods`` (an ``agent.phases.pods.PodResolver``): key jobs by the sender's pod too.
         """
         self.pods = pods
         self.alive = process_alive if alive is None else alive
@@ -314,8 +309,7 @@ class JobTable:
         self._per_uid: Dict[int, int] = {}
         self._users: Dict[int, str] = {}
         self._known_gpus: FrozenSet[str] = frozenset()
-        # pids of processes that said their rank: their datagrams take the Python path (handle_batch),
-        # which keeps per-rank sums; the compiled helpers keep only the job's
+        # pids of processes that said their rank (and ranks beyond MAX_PIDS), while their job lives
         self.rank_pids: set = set()
         self._lock = threading.Lock()
         self._rlog = RateLimitedLog(log)
@@ -445,7 +439,7 @@ class JobTable:
                 # a late datagram of the ended run's own process (queued before it exited): the run goes on
                 del self._ended[key]
                 self._jobs[key] = old
-                self.rank_pids.update(_ranked(old))   # its ranked processes take the Python path again
+                self.rank_pids.update(_ranked(old))   # its ranked processes are live again
                 return old
             self._drop(key)   # the name starts a new run: the ended one's series give way to it
         if self._full(uid):
@@ -535,7 +529,7 @@ class JobTable:
         if self.pods is not None:
             pod = self.pods.of(pid, now)
             if pod:
-                key = (uid, msg.job, pod)   # (the compiled helpers never see such a key: pods take this path)
+                key = (uid, msg.job, pod)
         job = self._jobs.get(key)
         if job is None:
             job = self._new_job(key, pid, uid, now)
@@ -1111,7 +1105,7 @@ def _scaled_usage(u: "cause.WaitUsage", f: float) -> "cause.WaitUsage":
 
 
 def _ranked(job: _Job):
-    """The pids of a job whose datagrams take the Python path: its ranks' and the untracked ranks'."""
+    """The pids of a job that said their rank: its ranks' and the untracked ranks'."""
     return (*job.ranks, *job.untracked)
 
 

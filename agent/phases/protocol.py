@@ -86,8 +86,7 @@ MAX_SOURCE_CHARS = 32
 
 
 # The sender's rank in a data-parallel job: the optional "rank" (0 .. world-1) and "world" (ranks in the
-# job) of a message, sent once per connection like "src" (the C decoder declines them: the few datagrams
-# that carry them go down the Python path).  The agent keeps the rank per sending pid (docs/phases.md).
+# job) of a message, sent once per connection like "src".  The agent keeps the rank per sending pid (docs/phases.md).
 MAX_RANK = 1 << 20          # ranks in one job, at most (the largest jobs run tens of thousands)
 
 
@@ -104,7 +103,7 @@ NO_IDENTITY = Identity()
 
 def identity_of(data: bytes) -> Identity:
     """The "src", "rank" and "world" of an accepted datagram (decode_python has checked them).  Called
-    for every datagram the Python path accepts, so the usual one (none of the three keys) costs three
+    for every datagram accepted, so the usual one (none of the three keys) costs three
     byte searches; the few that carry one are parsed a second time."""
     if b'"src"' not in data and b'"rank"' not in data:
         return NO_IDENTITY
