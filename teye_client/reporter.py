@@ -195,13 +195,15 @@ class Reporter:
 
     def __init__(self, train_job: str = None, socket_path: str = None, *, flush_ms: float = 100.0,
                  max_batch: int = 512, source: str = None, max_delay_s: float = None, rank: int = None,
-                 world_size: int = None, sum_steps: bool = True):
+                 world_size: int = None, sum_steps: bool = None):
         """``source`` (optional): where the phases come from, sent once per connection (``src``);
         ``rank``/``world_size``: the process's rank in a data-parallel job and the ranks in it (default:
         from the launcher's variables, RANK_ENV, else torch.distributed once initialised), sent once per
         connection; ``max_delay_s``: the former name of ``flush_ms`` (in seconds), still accepted;
-        ``sum_steps=False``: send every step as its intervals, however short (version 1 only, as before
-        issue 38: a process stepping thousands of times a second then sends thousands of records)."""
+        ``sum_steps=False`` (default: True unless ``TEYE_SUM_STEPS=0`` in the environment, which reaches the
+        zero-code instrumentors' reporter too): send every step as its intervals, however short (version 1
+        only, as before issue 38: a process stepping thousands of times a second then sends thousands of
+        records)."""
         self.train_job = _job_name(train_job)
         self._explicit = socket_path or None
         self.socket_path = socket_path or default_socket_path()
@@ -237,6 +239,8 @@ class Reporter:
         self._sums = []             # closed windows, each its JSON array
         self._sum_records = 0       # the phase and step records the closed windows stand for
         self._win = None            # the open window: _Window
+        if sum_steps is None:
+            sum_steps = os.environ.get("TEYE_SUM_STEPS", "1").strip() not in ("0", "false", "no", "off")
         self._sum_steps = bool(sum_steps)
         self._oldest_ns = 0         # when the oldest buffered record was added (CLOCK_MONOTONIC ns)
         self._step_start = None     # where the next step starts: the previous step's end ...
