@@ -1,15 +1,12 @@
-"""Packaging beyond pyproject.toml: where the packages go, and the optional C helpers of the phase path.
+"""Packaging beyond pyproject.toml: where the packages go (pure Python: issue 38 removed the phase path's C helpers).
 
 Installed layout (the repository's keeps ``agent/``, ``exporters/``, ``workloads/``, ``dashboards/`` at
 the top): those generic names are installed under ``teye/_lib/``, a directory only the ``teye``
 launcher (teye/__init__.py) puts on ``sys.path``, so an install adds no top-level name a user's
 project could collide with; ``teye`` (the launcher) and ``teye_client`` (imported by users' jobs)
 are the only top-level packages.
-
-``optional=True``: without a C compiler or Python's headers the build goes on without the helpers
-and the agent uses the same code in Python (see agent/phases/fast.py).
 """
-from setuptools import Extension, find_packages, setup
+from setuptools import find_packages, setup
 
 PRIVATE = ("agent", "exporters", "workloads", "dashboards")   # = teye.PRIVATE
 LIB = "teye._lib"
@@ -22,7 +19,4 @@ setup(
     package_dir={LIB: "."},
     package_data={f"{LIB}.dashboards": ["json/*.json"],
                   "teye_client": ["_site/sitecustomize.py"]},  # the directory `teye run` puts first on PYTHONPATH
-    ext_modules=[Extension(f"{LIB}.agent.phases._fast", ["agent/phases/_fast.c", "agent/phases/_fast_table.c"],
-                           depends=["agent/phases/_fast_table.h"], optional=True,
-                           extra_compile_args=["-O2"])],
 )

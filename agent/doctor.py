@@ -5,8 +5,8 @@ InfiniBand devices (<sysfs>/class/infiniband), NFS mounts (<procfs>/self/mountin
 mountstats), perf events (<procfs>/sys/kernel/perf_event_paranoid), the permissions of
 /dev/nvidia*, then one line per hardware-counter group (core cycles/instructions, floating point,
 memory and PCIe bandwidth: supported, or why not), the cgroup layout the jobs collector found
-(agent/sources/cgroups.py: v1, v2 or hybrid, Slurm and Kubernetes, and why a job is not seen), and whether the phase path runs its compiled
-helpers (agent/phases/fast.py).  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
+(agent/sources/cgroups.py: v1, v2 or hybrid, Slurm and Kubernetes, and why a job is not seen), and the phase path's protocol versions
+and resolution (agent/phases/protocol.py).  On a machine without an NVIDIA GPU it says so plainly: the agent then runs
 with the GPU collector absent (teye_collector_absent{collector="gpu"} = 1, no alert).
 """
 from __future__ import annotations
@@ -178,8 +178,9 @@ def pmu_lines(sysfs: str, procfs: str, reader=None) -> List[str]:
 
 
 def phase_path_line() -> str:
-    from .phases import fast
-    return f"phase path: C helpers (receive, decode, job table) {fast.STATUS}"
+    from .phases.protocol import RESOLUTION_NS, VERSIONS
+    return (f"phase path: Python, protocol versions {', '.join(map(str, VERSIONS))} (clients sum steps shorter "
+            f"than {RESOLUTION_NS / 1e6:g} ms)")
 
 
 def device_line(dev_root: str = "/dev") -> str:

@@ -34,7 +34,6 @@ sys.path.insert(0, REPO)
 
 from agent.context import AgentContext  # noqa: E402
 from agent.config import defaults  # noqa: E402
-from agent.phases import fast as _fast  # noqa: E402
 from agent.phases import receiver as _receiver  # noqa: E402
 from agent.phases.source import PhaseSource  # noqa: E402
 
@@ -125,7 +124,7 @@ def main() -> None:
     args = ap.parse_args()
     seconds, rate = args.seconds, args.rate
     print(f"budget {rate} datagrams/s, {seconds:g} s per configuration, {args.rounds} rounds (medians), "
-          f"net.unix.max_dgram_qlen {_receiver.queue_length()}; compiled helpers: {_fast.STATUS}")
+          f"net.unix.max_dgram_qlen {_receiver.queue_length()}")
     configs = [(peer, flood) for peer in (False, True) for flood in (False, True)]
     runs = {c: [] for c in configs}
     for _ in range(args.rounds):

@@ -2,13 +2,17 @@
 
     python benchmarks/phases.py [--rate 10000] [--seconds 5] [--steps 60]
     python benchmarks/phases.py --baseline DIR [--rounds 3]   # before/after, in one run
-    python benchmarks/phases.py --pure-python [--rounds 3]    # C helpers against the Python path
+    python benchmarks/phases.py --step-rates --baseline DIR [--rounds 3] [--seconds 4]
 
-With ``--baseline DIR`` (another checkout, e.g. ``git archive 7803461 | tar -x -C DIR``), 1 and 2
-run for both trees, alternating, --rounds times (each agent from its own tree, each client from
-its own workloads/phases.py), and the medians are printed side by side with their ratio.  With
-``--pure-python`` the two sides are this tree's agent with its compiled helpers
-(agent/phases/_fast.c) and the same agent with ``TEYE_PURE_PYTHON=1``.
+With ``--baseline DIR`` (another checkout, e.g. ``git archive main | tar -x -C DIR``; where it has the
+phase path's C helpers, ``setup.py build_ext --inplace`` is run there first if they are not built), 1 and
+2 run for both trees, alternating, --rounds times (each agent from its own tree, each client from its own
+workloads/phases.py), and the medians are printed side by side with their ratio.
+
+``--step-rates`` (issue 38): agent CPU per received step for a process stepping 1,000, 10,000 and 100,000
+times a second (3 phases a step, sent by its tree's own teye_client ``record_step``, the zero-code path) and
+for 8 ranks (RANK/WORLD_SIZE) stepping 1,000 times a second each; each tree's agent with its own client,
+alternating, the agent's CPU above its idle baseline divided by the steps it counted.
 
 1. Agent CPU at --rate phase messages/s: a real `teye agent` (phases + cpu collectors) on a
    private socket; a sender paces typical per-step datagrams (2 phases + 1 step record) at
@@ -192,20 +196,15 @@ def per_message_us(cpu) -> float:
 
 
 def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
-    """Agent CPU per message and client overhead per phase, two sides alternating.
-
-    baseline: another checkout's directory, or "pure-python" (this tree with TEYE_PURE_PYTHON=1)."""
-    if baseline == "pure-python":
-        trees = {"this tree": (REPO, Reporter, {}), "baseline": (REPO, Reporter, {"TEYE_PURE_PYTHON": "1"})}
-        what = "this tree with TEYE_PURE_PYTHON=1 (no C helpers)"
-    else:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("baseline_phases",
-                                                      os.path.join(baseline, "workloads", "phases.py"))
-        old = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(old)
-        trees = {"this tree": (REPO, Reporter, {}), "baseline": (os.path.abspath(baseline), old.Reporter, {})}
-        what = trees["baseline"][0]
+    """Agent CPU per message and client overhead per phase, two sides alternating (baseline: another
+    checkout's directory)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("baseline_phases",
+                                                  os.path.join(baseline, "workloads", "phases.py"))
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    trees = {"this tree": (REPO, Reporter, {}), "baseline": (os.path.abspath(baseline), old.Reporter, {})}
+    what = trees["baseline"][0]
     got = {k: {"agent": [], "phase": [], "step": [], "amortized": [], "serve": []} for k in trees}
     for _ in range(rounds):
         for name, (tree, reporter, env) in trees.items():
@@ -226,13 +225,124 @@ def compare(baseline: str, rounds: int, rate: int, seconds: float) -> int:
             ("client: rep.step() incl. encoding + send (us)", "step"),
             ("client: overhead per phase, 3 phases/step (us)", "amortized"),
             ("in process, bursts of 16: receive + handle (us)", "serve"))
-    from agent.phases import fast
-    print(f"medians of {rounds} alternating rounds; this tree's phase path: C helpers {fast.STATUS}; "
-          f"baseline = {what}")
+    print(f"medians of {rounds} alternating rounds; baseline = {what}")
     print(f"{'':54}{'this tree':>11}{'baseline':>11}{'ratio':>8}")
     for label, key in rows:
         a, b = statistics.median(got["this tree"][key]), statistics.median(got["baseline"][key])
         print(f"{label:54}{a:11.2f}{b:11.2f}{a / b:8.2f}")
+    return 0
+
+
+def build_helpers(tree: str) -> None:
+    """Build a checkout's phase-path C helpers in place where it has them (releases before issue 38)."""
+    import glob
+    if os.path.exists(os.path.join(tree, "agent", "phases", "_fast.c")) and not glob.glob(
+            os.path.join(tree, "agent", "phases", "_fast*.so")):
+        print(f"building the C helpers of {tree} ...", file=sys.stderr)
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree, check=True,
+                       capture_output=True, timeout=600)
+
+
+STEPPER = r"""
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from teye_client import Reporter
+from teye_client.reporter import QUOTED
+job, rate, seconds = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+rep = Reporter(train_job=job, socket_path=sys.argv[5])
+C, W = QUOTED["compute"], QUOTED["data_wait"]
+ns = time.monotonic_ns
+period = 10**9 // rate
+t0 = ns()
+end = t0 + int(seconds * 1e9)
+k = 0
+while True:
+    now = ns()
+    if now >= end:
+        break
+    due = (now - t0) // period       # steps the loop's clock has reached: evenly spaced, whatever the client costs
+    while k < due:
+        a = t0 + k * period
+        rep.record_step((W, a, a + period // 5, C, a + period // 5, a + period * 4 // 5, C, a + period * 4 // 5,
+                         a + period), a, a + period, 8)
+        k += 1
+    time.sleep(0.0005)
+rep.close()
+print(k)
+"""
+
+
+def _stepping(tree: str, sock: str, job: str, rate: int, seconds: float, ranks: int) -> int:
+    """Run ``ranks`` stepping processes of tree's client at ``rate`` steps/s each; the steps they sent."""
+    procs = []
+    for r in range(ranks):
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        if ranks > 1:
+            env.update(RANK=str(r), WORLD_SIZE=str(ranks))
+        procs.append(subprocess.Popen([sys.executable, "-c", STEPPER, tree, job, str(rate), str(seconds), sock],
+                                      cwd=tree, env=env, stdout=subprocess.PIPE, text=True))
+    return sum(int(p.communicate(timeout=seconds + 60)[0]) for p in procs)
+
+
+def task_cpu_seconds(pid: int) -> float:
+    """CPU time of all of pid's threads in ns resolution (/proc/<pid>/task/*/schedstat), not the clock ticks of
+    /proc/<pid>/stat: 4,000 steps at 2 us each are less than one 10 ms tick."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass   # a thread that just ended
+    return total / 1e9
+
+
+def step_rates(baseline: str, rounds: int, seconds: float) -> int:
+    """Agent CPU per received step, this tree against baseline, for the cases of issue 38."""
+    cases = [("1k", 1000, 1), ("10k", 10000, 1), ("100k", 100000, 1), ("8x1k", 1000, 8)]
+    trees = {"this tree": REPO, "baseline": os.path.abspath(baseline)}
+    got = {t: {c[0]: [] for c in cases} for t in trees}
+    rates = {t: {c[0]: [] for c in cases} for t in trees}
+    idles = {t: [] for t in trees}
+    for rnd in range(rounds):
+        for name, tree in trees.items():
+            tmp = tempfile.mkdtemp(prefix="teye-bench-")
+            proc, url, sock = start_agent(tmp, tree)
+            try:
+                time.sleep(1.0)
+                c0, t0 = task_cpu_seconds(proc.pid), time.monotonic()
+                time.sleep(3.0)
+                idle = (task_cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0)
+                idles[name].append(idle)
+                for label, rate, ranks in cases:
+                    job = f"steps-{label}-{rnd}"
+                    c0, t0 = task_cpu_seconds(proc.pid), time.monotonic()
+                    sent = _stepping(tree, sock, job, rate, seconds, ranks)
+                    time.sleep(1.5)   # the last flushes, and a collection
+                    cpu = task_cpu_seconds(proc.pid) - c0 - idle * (time.monotonic() - t0)
+                    m = metrics(url)
+                    if ranks > 1:
+                        counted = sum(v for (n, lab), v in m.items() if n == "teye_job_rank_steps_total"
+                                      and dict(lab)["train_job"] == job)
+                    else:
+                        counted = m.get(("teye_job_steps_total", (("train_job", job),)), 0)
+                    got[name][label].append(1e6 * cpu / max(1.0, counted))
+                    rates[name][label].append(counted / max(1, sent))
+            finally:
+                proc.terminate()
+                proc.wait(10)
+    print(f"agent CPU per received step (us, above its idle baseline), medians of {rounds} alternating rounds of "
+          f"{seconds:g} s; baseline = {trees['baseline']}")
+    print(f"{'steps/s':<22}{'this tree':>11}{'baseline':>11}{'ratio':>8}{'counted/sent (this, base)':>28}")
+    for label, rate, ranks in cases:
+        a, b = statistics.median(got["this tree"][label]), statistics.median(got["baseline"][label])
+        what = f"{rate:,} x {ranks} ranks" if ranks > 1 else f"{rate:,}"
+        ra, rb = min(rates["this tree"][label]), min(rates["baseline"][label])
+        print(f"{what:<22}{a:11.3f}{b:11.3f}{a / b:8.2f}{ra:>16.3f}{rb:>10.3f}")
+        print(f"{'  rounds':<22}{' '.join(f'{x:.3f}' for x in got['this tree'][label]):>11}   "
+              f"{' '.join(f'{x:.3f}' for x in got['baseline'][label])}")
+    print(f"{'agent idle CPU (% of a core)':<22}{100 * statistics.median(idles['this tree']):11.3f}"
+          f"{100 * statistics.median(idles['baseline']):11.3f}")
     return 0
 
 
@@ -243,12 +353,18 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--baseline", metavar="DIR", help="another checkout to compare with (agent and client)")
-    ap.add_argument("--pure-python", action="store_true",
-                    help="compare this tree with its C helpers against the same tree with TEYE_PURE_PYTHON=1")
+    ap.add_argument("--step-rates", action="store_true",
+                    help="agent CPU per received step at 1k/10k/100k steps/s and 8 ranks, against --baseline")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    if args.baseline or args.pure_python:
-        return compare("pure-python" if args.pure_python else args.baseline, args.rounds, args.rate, args.seconds)
+    if args.baseline:
+        build_helpers(args.baseline)
+    if args.step_rates:
+        if not args.baseline:
+            ap.error("--step-rates needs --baseline DIR")
+        return step_rates(args.baseline, args.rounds, args.seconds if args.seconds != 5.0 else 4.0)
+    if args.baseline:
+        return compare(args.baseline, args.rounds, args.rate, args.seconds)
     tmp = tempfile.mkdtemp(prefix="teye-bench-")
     proc, url, sock = start_agent(tmp)
     try:
@@ -261,8 +377,6 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(10)
-    from agent.phases import fast
-    print(f"phase path: C helpers {fast.STATUS}")
     print(f"{'measure':<52} {'value':>12}")
     print("-" * 65)
     print(f"{'agent CPU, idle baseline (share of one core)':<52} {100 * cpu['idle_cpu']:>11.1f}%")

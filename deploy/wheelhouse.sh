@@ -5,15 +5,15 @@
 #   deploy/wheelhouse.sh [--python PY] OUTDIR
 #
 # OUTDIR gets:
-#   wheels/                  teye-<v>-cpXY-cpXY-linux_<arch>.whl (the phase path's C helpers compiled
-#                            here: the tag names this Python and platform) and one wheel per dependency
+#   wheels/                  teye-<v>-py3-none-any.whl (pure Python) and one wheel per dependency (some
+#                            built for this Python and platform)
 #   teye-wheelhouse.json     what it was built for (Python, machine, glibc) and each wheel's sha256;
 #                            install.sh checks it before touching the node
 #   deploy/                  install.sh, the example config, the systemd unit, the Slurm scripts, the
 #                            Prometheus, Alertmanager, Grafana and Kubernetes files, so the directory alone
 #                            installs a node and the monitoring beside it
 #   dashboards/json/         the Grafana dashboards (teye dashboards push uploads the installed copy)
-# Needs PyPI (or a mirror pip is configured for) and a C compiler with Python's headers, here only.
+# Needs PyPI (or a mirror pip is configured for), here only.
 # OUTDIR is replaced whole, only once everything was built.
 set -euo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -57,9 +57,6 @@ import glob, hashlib, json, os, platform, sys, sysconfig, zipfile
 out = sys.argv[1]
 wheels = sorted(glob.glob(os.path.join(out, "wheels", "*.whl")))
 (teye,) = [w for w in wheels if os.path.basename(w).startswith("teye-")]
-if not any(n.startswith("teye/_lib/agent/phases/_fast.") and n.endswith(".so") for n in zipfile.ZipFile(teye).namelist()):
-    sys.exit("teye-wheelhouse: error: the phase path's C helpers were not built (install gcc, libc6-dev and "
-             "python3-dev): a wheelhouse carries them prebuilt")
 impl = sys.implementation
 libc, ver = platform.libc_ver()
 manifest = {

@@ -16,6 +16,15 @@ steps sends 10 datagrams a second, not 1000, and the agent's view lags at most o
 ``flush_ms=0`` sends every record at once.  The thread starts with the first record that
 has to wait.
 
+Steps shorter than the agent can resolve are summed (protocol version 2, docs/phases.md): a step that
+lasts at least ``RESOLUTION_NS`` (10 ms), or has a phase that long, goes as its intervals, as always; a
+shorter one joins a *window* (first start to last end at most ``RESOLUTION_NS``) sent as one sum record:
+its steps, samples, step time, each phase's time (as reported and inside the steps) and the steps per
+``STEP_BUCKETS`` bucket.  A slow step, a window that would grow past the resolution, a flush, an exit and
+``close()`` close the window; a forked child starts without it.  Phases are held until the step that
+closes them (a flush sends them as intervals, and their step then too), so a process sends at most about
+1 / RESOLUTION_NS + 1000 / flush_ms records a second beside its slow steps, whatever its step rate.
+
 The reporter never blocks and never raises into the training loop: with no agent, a bad
 path, a full socket buffer or bad arguments it drops the records and counts them
 (``dropped``, ``dropped_messages``), and the count travels with the next datagram that gets
@@ -28,6 +37,7 @@ still recorded).  A forked child starts with an empty buffer and no socket or th
 from __future__ import annotations
 
 import atexit
+import bisect
 import os
 import re
 import select
@@ -42,7 +52,10 @@ from json.encoder import encode_basestring_ascii as _json_str
 __all__ = ["Reporter", "PHASES", "default_socket_path"]
 
 PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval")
-VERSION = 1
+VERSION = 2                  # the protocol version of a datagram with sum records (1 without: any agent takes it)
+RESOLUTION_NS = 10_000_000   # = agent.phases.protocol.RESOLUTION_NS: steps shorter than this are summed
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)   # = the agent's
+_N_BUCKETS = len(STEP_BUCKETS) + 1
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 _RESOLVE_EVERY_NS = 5 * 10**9
 FULL_WAIT_NS = 200 * 10**6   # off the training thread, how long a datagram waits for room in a full agent queue
@@ -182,11 +195,15 @@ class Reporter:
 
     def __init__(self, train_job: str = None, socket_path: str = None, *, flush_ms: float = 100.0,
                  max_batch: int = 512, source: str = None, max_delay_s: float = None, rank: int = None,
-                 world_size: int = None):
+                 world_size: int = None, sum_steps: bool = None):
         """``source`` (optional): where the phases come from, sent once per connection (``src``);
         ``rank``/``world_size``: the process's rank in a data-parallel job and the ranks in it (default:
         from the launcher's variables, RANK_ENV, else torch.distributed once initialised), sent once per
-        connection; ``max_delay_s``: the former name of ``flush_ms`` (in seconds), still accepted."""
+        connection; ``max_delay_s``: the former name of ``flush_ms`` (in seconds), still accepted;
+        ``sum_steps=False`` (default: True unless ``TEYE_SUM_STEPS=0`` in the environment, which reaches the
+        zero-code instrumentors' reporter too): send every step as its intervals, however short (version 1
+        only, as before issue 38: a process stepping thousands of times a second then sends thousands of
+        records)."""
         self.train_job = _job_name(train_job)
         self._explicit = socket_path or None
         self.socket_path = socket_path or default_socket_path()
@@ -217,6 +234,14 @@ class Reporter:
         self._cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         self._phases = []           # flat: JSON-quoted name, start_ns, end_ns, ... (no tuple per record)
         self._steps = []            # flat: start_ns, end_ns, samples, ...
+        self._held = []             # flat as _phases: the phases of the step not yet closed (see _close_step)
+        self._held_sent = False     # a flush sent some of the open step's phases: that step goes as intervals
+        self._sums = []             # closed windows, each its JSON array
+        self._sum_records = 0       # the phase and step records the closed windows stand for
+        self._win = None            # the open window: _Window
+        if sum_steps is None:
+            sum_steps = os.environ.get("TEYE_SUM_STEPS", "1").strip() not in ("0", "false", "no", "off")
+        self._sum_steps = bool(sum_steps)
         self._oldest_ns = 0         # when the oldest buffered record was added (CLOCK_MONOTONIC ns)
         self._step_start = None     # where the next step starts: the previous step's end ...
         self._open_start = None     # ... or, before the first step, the earliest phase since (never the buffer)
@@ -264,7 +289,7 @@ class Reporter:
             return
         if self._step_start is None and (self._open_start is None or s < self._open_start):
             self._open_start = s
-        self._add(self._phases, _quoted(name), s, e)
+        self._add(self._held, _quoted(name), s, e)
 
     def step(self, samples: int = 0, start_ns: int = None, end_ns: int = None) -> None:
         """Close one training step (default: from the previous step's end, or the first phase, to now)."""
@@ -287,7 +312,13 @@ class Reporter:
         if e < s or n < 0:
             self._count_drop(1, "bad-interval")
             return
-        self._add(self._steps, s, e, n)
+        now = _monotonic_ns()
+        with self._lock:
+            if self._empty():
+                self._oldest_ns = now
+            self._close_step(s, e, n, None)
+            due = now - self._oldest_ns >= self._flush_ns or self._items() >= self._max_items
+        self._after_add(due)
 
     def record_step(self, phases, start_ns: int, end_ns: int, samples: int = 0) -> None:
         """Add a finished step and its phases in one go: ``phases`` is flat, (quoted name, start_ns, end_ns)
@@ -299,15 +330,24 @@ class Reporter:
         self._step_start = end_ns
         self._open_start = None
         with self._lock:
-            ph = self._phases
-            st = self._steps
-            if not ph and not st:
+            if self._empty():
                 self._oldest_ns = end_ns
-            ph.extend(phases)
-            st.append(start_ns)
-            st.append(end_ns)
-            st.append(samples)
-            due = end_ns - self._oldest_ns >= self._flush_ns or len(ph) + len(st) >= self._max_items
+            self._close_step(start_ns, end_ns, samples, phases)
+            due = end_ns - self._oldest_ns >= self._flush_ns or self._items() >= self._max_items
+        self._after_add(due)
+
+    def _add(self, buf, a, b, c) -> None:
+        now = _monotonic_ns()
+        with self._lock:
+            if self._empty():
+                self._oldest_ns = now
+            buf.append(a)
+            buf.append(b)
+            buf.append(c)
+            due = now - self._oldest_ns >= self._flush_ns or self._items() >= self._max_items
+        self._after_add(due)
+
+    def _after_add(self, due: bool) -> None:
         if due:
             self.flush()
         elif self._thread is None:
@@ -315,21 +355,71 @@ class Reporter:
         elif not self._wake.is_set():
             self._wake.set()
 
-    def _add(self, buf, a, b, c) -> None:
-        now = _monotonic_ns()
-        with self._lock:
-            if not self._phases and not self._steps:
-                self._oldest_ns = now
-            buf.append(a)
-            buf.append(b)
-            buf.append(c)
-            due = now - self._oldest_ns >= self._flush_ns or len(self._phases) + len(self._steps) >= self._max_items
-        if due:
-            self.flush()
-        elif self._thread is None:
-            self._start_thread()
-        elif not self._wake.is_set():
-            self._wake.set()
+    # -- summing fast steps (under self._lock) -----------------------------------------------
+    def _empty(self) -> bool:
+        return not (self._phases or self._steps or self._held or self._sums or self._win is not None)
+
+    def _items(self) -> int:
+        """The buffer's size in flat items, 3 per record as it will be sent: a window of one step as that
+        step's records, a window of more as one."""
+        w = self._win
+        n = len(self._phases) + len(self._steps) + len(self._held) + 3 * len(self._sums)
+        return n if w is None else n + (3 * w.records if w.steps == 1 else 3)
+
+    def _close_step(self, s: int, e: int, n: int, given) -> None:
+        """A step [s, e] of n samples, with the held phases and ``given`` (flat, or None): summed into the open
+        window when it and all its phases are shorter than RESOLUTION_NS and the window stays within it,
+        else sent as intervals (closing the window)."""
+        held = self._held
+        phases = held if given is None else (held + list(given) if held else given)
+        lo, hi = s, e
+        fast = e - s < RESOLUTION_NS and not self._held_sent and self._sum_steps
+        if fast:
+            for k in range(1, len(phases), 3):
+                a = phases[k]
+                b = phases[k + 1]
+                if a < lo:
+                    lo = a
+                if b > hi:
+                    hi = b
+            fast = hi - lo < RESOLUTION_NS
+        if fast:
+            w = self._win
+            if w is not None and (max(hi, w.end) - min(lo, w.start) > RESOLUTION_NS or len(w.phases) >= 32):
+                self._close_window()
+                w = None
+            if w is None:
+                w = self._win = _Window(lo, hi)
+            else:
+                if lo < w.start:
+                    w.start = lo
+                if hi > w.end:
+                    w.end = hi
+            w.add(s, e, n, phases)
+        else:
+            if self._win is not None:
+                self._close_window()
+            self._phases.extend(phases)
+            self._steps.append(s)
+            self._steps.append(e)
+            self._steps.append(n)
+        if held:
+            self._held = []
+        self._held_sent = False
+
+    def _close_window(self) -> None:
+        """Send the open window: as a sum record, or as its step's intervals where it holds one step (a job
+        stepping slower than once per RESOLUTION_NS never has two in a window: its intervals stay exact)."""
+        w, self._win = self._win, None
+        if w.steps == 1:
+            s, e, n, phases = w.first
+            self._phases.extend(phases)
+            self._steps.append(s)
+            self._steps.append(e)
+            self._steps.append(n)
+            return
+        self._sums.append(w.encode())
+        self._sum_records += w.records
 
     # -- the flusher thread ------------------------------------------------------------------
     def _start_thread(self) -> None:
@@ -347,7 +437,7 @@ class Reporter:
     def _due_in_ns(self):
         """ns until the buffer is due (<= 0: now), or None when it is empty."""
         with self._lock:
-            if not self._phases and not self._steps:
+            if self._empty():
                 return None
             return self._oldest_ns + self._flush_ns - _monotonic_ns()
 
@@ -372,18 +462,25 @@ class Reporter:
 
     def _flush(self, may_wait: bool = False) -> None:
         with self._lock:
-            phases, steps = self._phases, self._steps
-            if not phases and not steps:
+            if self._win is not None:
+                self._close_window()
+            if self._held:   # the open step's phases go now, as intervals, and so will its step
+                self._phases.extend(self._held)
+                self._held = []
+                self._held_sent = True
+            phases, steps, sums = self._phases, self._steps, self._sums
+            if not phases and not steps and not sums:
                 return
-            self._phases, self._steps = [], []
+            self._phases, self._steps, self._sums = [], [], []
+            n_sums, self._sum_records = self._sum_records, 0
             dropped = self.dropped
             if self._ask_torch:
                 self._rank_from_torch()
             src = self.source if self._src_due else None
             ident = self._ident() if self._src_due else None
-        n = (len(phases) + len(steps)) // 3
+        n = (len(phases) + len(steps)) // 3 + n_sums
         try:
-            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident)
+            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums)
         except (TypeError, ValueError):
             self._count_drop(n, "encode")
             return
@@ -404,7 +501,7 @@ class Reporter:
                     if ident is None and (self.source is not None or self.rank is not None):
                         # a new connection: maybe a new agent, that has to learn who we are
                         src, ident = self.source, self._ident()
-                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident)
+                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums)
                 _send(sock, data, may_wait)
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 stale, self._sock = self._sock, None
@@ -415,7 +512,7 @@ class Reporter:
                 self._count_drop(n, type(e).__name__, messages=1)
                 self._maybe_resolve()
             except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
-                if isinstance(e, BlockingIOError) and not may_wait and self._requeue(phases, steps):
+                if isinstance(e, BlockingIOError) and not may_wait and self._requeue(phases, steps, sums, n_sums):
                     return   # the training loop's own flush never waits: the flush thread retries, waiting
                 self._count_drop(n, type(e).__name__, messages=1)
             else:
@@ -439,14 +536,16 @@ class Reporter:
             self._ask_torch = False
             self._src_due = True  # say it in the next datagram
 
-    def _requeue(self, phases: list, steps: list) -> bool:
+    def _requeue(self, phases: list, steps: list, sums: list = (), n_sums: int = 0) -> bool:
         """Put records the agent's full queue refused back in front of the buffer, for the flush thread to
         send (it may wait for room); False (the caller drops them) where the buffer would exceed two batches."""
         with self._lock:
-            if len(phases) + len(steps) + len(self._phases) + len(self._steps) > 2 * self._max_items:
+            if len(phases) + len(steps) + 3 * len(sums) + self._items() > 2 * self._max_items:
                 return False
             self._phases = phases + self._phases
             self._steps = steps + self._steps
+            self._sums = list(sums) + self._sums
+            self._sum_records += n_sums
             self._oldest_ns = _monotonic_ns()   # due again in flush_ms: the thread's turn, not the loop's
         if self._thread is None:
             self._start_thread()
@@ -474,7 +573,7 @@ class Reporter:
         """Send what is buffered, from a process that is leaving without its atexit hooks (os._exit): as the
         exit flush, but never stuck on a lock a thread holds (os._exit called from a signal handler that
         interrupted record_step): then the records are lost, as they were before."""
-        if self._pid != os.getpid() and not (self._phases or self._steps):
+        if self._pid != os.getpid() and self._empty():
             return
         if not self._flush_lock.acquire(timeout=EXIT_LOCK_S):
             return
@@ -500,7 +599,7 @@ class Reporter:
         try:
             if getattr(self, "_pid", None) != os.getpid():
                 return  # a forked child's copy: the parent's records are the parent's to send
-            if self._phases or self._steps:
+            if not self._empty():
                 self.flush()
             sock, self._sock = self._sock, None
             if sock is not None:
@@ -514,6 +613,53 @@ class Reporter:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class _Window:
+    """Fast steps being summed: [start, end] (at most RESOLUTION_NS), steps, samples, step time, per phase
+    (its JSON-quoted name) [ns as reported, ns inside the steps], steps per STEP_BUCKETS bucket."""
+
+    __slots__ = ("start", "end", "steps", "samples", "step_ns", "phases", "hist", "records", "first")
+
+    def __init__(self, start: int, end: int):
+        self.start = start
+        self.end = end
+        self.steps = self.samples = self.step_ns = self.records = 0
+        self.phases = {}
+        self.hist = [0] * _N_BUCKETS
+        self.first = None   # the first step as (s, e, n, phases): sent as intervals if no other joins it
+
+    def add(self, s: int, e: int, n: int, phases) -> None:
+        if self.first is None:
+            self.first = (s, e, n, phases)
+        d = e - s
+        self.steps += 1
+        self.samples += n
+        self.step_ns += d
+        self.hist[bisect.bisect_left(STEP_BUCKETS, d / 1e9)] += 1   # as the agent buckets a step
+        got = self.phases
+        for k in range(0, len(phases), 3):
+            a = phases[k + 1]
+            b = phases[k + 2]
+            inside = (b if b < e else e) - (a if a > s else s)   # the phase clipped to its step
+            acc = got.get(phases[k])
+            if acc is None:
+                got[phases[k]] = [b - a, inside if inside > 0 else 0]
+            else:
+                acc[0] += b - a
+                if inside > 0:
+                    acc[1] += inside
+        self.records += 1 + len(phases) // 3
+
+    def encode(self) -> str:
+        hist = self.hist
+        last = _N_BUCKETS
+        while last > 1 and not hist[last - 1]:
+            last -= 1
+        return "[%d,%d,%d,%d,%d,[%s],[%s]]" % (
+            self.start, self.end, self.steps, self.samples, self.step_ns,
+            ",".join("[%s,%d,%d]" % (q, v[0], v[1]) for q, v in self.phases.items()),
+            ",".join(map(str, hist[:last])))
 
 
 def _flusher(ref, wake) -> None:
@@ -573,15 +719,19 @@ def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> byte
     return _encode_flat(job, flat_ph, flat_st, cvd, dropped, src)
 
 
-def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None, ident: str = None) -> bytes:
-    """The datagram from the reporter's flat buffers, with one %-format per list (no object per record)."""
+def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None, ident: str = None,
+                 sums=None) -> bytes:
+    """The datagram from the reporter's flat buffers, with one %-format per list (no object per record):
+    version 1 without sum records (any agent takes it), VERSION with them."""
     n_ph = len(phases) // 3
     n_st = len(steps) // 3
-    out = ['{"v":%d,"job":%s,"phases":[' % (VERSION, _json_str(job)),
+    out = ['{"v":%d,"job":%s,"phases":[' % (VERSION if sums else 1, _json_str(job)),
            ("[%s,%d,%d]," * n_ph)[:-1] % tuple(phases) if n_ph else "",
            '],"steps":[',
            ("[%d,%d,%d]," * n_st)[:-1] % tuple(steps) if n_st else "",
            "]"]
+    if sums:
+        out.append(',"sums":[' + ",".join(sums) + "]")
     if cvd is not None:
         out.append(',"cvd":' + _json_str(cvd))
     if dropped:
@@ -625,6 +775,7 @@ def _reinit_ref(ref) -> None:
         rep._lock = threading.Lock()
         rep._flush_lock = threading.Lock()
         rep._phases, rep._steps = [], []
+        rep._held, rep._sums, rep._sum_records, rep._win, rep._held_sent = [], [], 0, None, False  # the parent's
         rep._step_start = rep._open_start = None
         rep._sock = None
         rep._wake = threading.Event()

@@ -19,6 +19,11 @@ time computed from these sums cannot exceed 1.
 Attribution is incremental: a phase interval usually reaches the agent before the GPU
 samples that cover it (the driver's ring is read once a second).  :func:`take_ready`
 picks the intervals whose GPUs are covered up to their end, or that waited too long.
+
+A window of fast steps (protocol version 2) is a Pending with ``ns`` >= 0: ``ns`` nanoseconds of a phase
+spread uniformly over [start_ns, end_ns) (at most the resolution, 10 ms).  It gets ``ns / (end - start)`` of
+the idle time of that span, so a window spanning a GPU sample boundary is split between the samples in
+proportion to its overlap with each (:func:`spread_units`).
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ class Pending(NamedTuple):
     start_ns: int
     end_ns: int
     gpus: Tuple[str, ...]  # GPUs the sending process uses
+    ns: int = -1           # >= 0: a window's phase time, spread uniformly over [start_ns, end_ns) (see above)
 
 
 def overlap_ns(a0: int, a1: int, b0: int, b1: int) -> int:
@@ -133,17 +139,41 @@ def attribute_pending(ready: Sequence[Pending], window: Callable[[str, int, int]
     """(idle, observed) per (key, gpu) for ready intervals in exact integer units (see
     :func:`attribute_units`), one timeline query per GPU."""
     by_gpu: Dict[str, List[Tuple[Hashable, int, int]]] = defaultdict(list)
+    spread: Dict[str, List[Pending]] = defaultdict(list)
     for p in ready:
         for g in p.gpus:
-            by_gpu[g].append((p.key, p.start_ns, p.end_ns))
+            if p.ns < 0:
+                by_gpu[g].append((p.key, p.start_ns, p.end_ns))
+            else:
+                spread[g].append(p)
     out: Dict[Tuple[Hashable, str], Tuple[int, int]] = {}
-    for g, ivs in by_gpu.items():
-        lo = min(s for _, s, _ in ivs)
-        hi = max(e for _, _, e in ivs)
+    for g in set(by_gpu) | set(spread):
+        ivs = by_gpu.get(g, [])
+        wins = spread.get(g, [])
+        lo = min([s for _, s, _ in ivs] + [p.start_ns for p in wins])
+        hi = max([e for _, _, e in ivs] + [p.end_ns for p in wins])
         samples = window(g, lo, hi)
-        for key, val in attribute_units(ivs, samples).items():
-            out[(key, g)] = val
+        if ivs:
+            for key, val in attribute_units(ivs, samples).items():
+                out[(key, g)] = val
+        if wins:
+            ends = [s.end_ns for s in samples]
+            for p in wins:
+                idle, obs = spread_units(samples, ends, p.start_ns, p.end_ns, p.ns)
+                got = out.get((p.key, g))
+                out[(p.key, g)] = (idle, obs) if got is None else (got[0] + idle, got[1] + obs)
     return out
+
+
+def spread_units(samples: Sequence, ends: List[int], start_ns: int, end_ns: int, ns: int) -> Tuple[int, int]:
+    """(idle, observed) in exact units for ``ns`` of phase time spread uniformly over [start_ns, end_ns): the
+    span's own figures times ns / span, idle rounded down and observed up, so that idle never exceeds observed
+    and a part (fewer ns over the same span) never exceeds its whole.  A span of 0 ns holds no time."""
+    span = end_ns - start_ns
+    if span <= 0 or ns <= 0:
+        return 0, 0
+    idle, obs = _idle_units(samples, ends, start_ns, end_ns)
+    return idle * ns // span, -(-obs * ns // span)
 
 
 def resolve_gpus(pid: int, cvd: Tuple[str, ...], gpu_pids, known_gpus: FrozenSet[str]) -> Tuple[str, ...]:

@@ -14,21 +14,17 @@ agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) ar
 ended; a job silent for ``job_expiry_seconds`` expires and its series disappear.  A full table makes
 room from the uid over its fair share (``_evict_for``: max-min shares, a trusted uid's first job), never
 from a newcomer's first job; refusals are logged per uid (``_note_refused``).  With ``pods`` (a
-PodResolver, Kubernetes), a sender in a pod keys its job by ``(uid, name, pod uid)``: such keys exist only
-on the Python path, which every datagram then takes.
+PodResolver, Kubernetes), a sender in a pod keys its job by ``(uid, name, pod uid)``.
 
 One run per run: a job whose processes have all exited (or are zombies) and that has been silent
 for RUN_END_SILENCE_NS has *ended* (``_end_runs``, on the sampler's pass).  An ended run stays
 exported, unchanged, until it expires (or gives way, once exported as ended for
-``ended_run_keep_seconds``), but leaves the table's lookup (``_jobs``, which the compiled
-helpers read), so the next message under its name starts a new run (``_new_job``): counters from
+``ended_run_keep_seconds``), but leaves the table's lookup (``_jobs``), so the next message under its name starts a new run (``_new_job``): counters from
 zero, ``teye_job_info`` with the new run's pid, a new ``teye_job_start_time_seconds``.  A late datagram
 of one of the ended run's own processes reopens it instead.
 
 A process that says its rank in a data-parallel job (protocol ``rank``, once per connection) gets
-per-rank sums beside the job's (``_Rank``: totals and a window, at most MAX_PIDS per job); its
-datagrams all take the Python path (``handle_batch``: the compiled helpers keep only the job's sums),
-the job counts global steps (a step counts when its first rank makes it), and the job's verdict is
+per-rank sums beside the job's (``_Rank``: totals and a window, at most MAX_PIDS per job); the job counts global steps (a step counts when its first rank makes it), and the job's verdict is
 its critical rank's (``agent.phases.ranks``).
 
 Shares of step time are computed from the phase time *inside* the reported steps
@@ -53,9 +49,8 @@ from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause, ranks
-from . import fast as _speed
-from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEPS_ONLY_SOURCES, Identity, Limits, Message, Rejected,
-                       decode, identity_of)
+from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEP_BUCKETS, STEPS_ONLY_SOURCES, Identity, Limits,
+                       Message, Rejected, decode, identity_of)
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
@@ -67,6 +62,7 @@ IN_STEP = 100                   # pending-interval keys IN_STEP + i: GPU idle in
 # The GPU idle the verdict weighs, inside steps: which phases each kind's (merged) time covers.
 IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("host", ("host", "compute")),
             ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
+IN_KIND_INDEXES = tuple(frozenset(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS)
 OPEN_PER_PID = 128              # phases kept per process until the step that closes them arrives
 MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
 WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
@@ -78,7 +74,6 @@ MAX_UNCLAIMED = 4096            # senders whose shed datagrams wait for a job th
 RUN_END_SILENCE_NS = 2 * 10**9  # a job all of whose processes exited has ended once silent this long
 MAX_REFUSED_UIDS = 64           # uids named in the refused-jobs log line (the rest counted together)
 REFUSED_LOG_NS = 10 * 10**9     # at most one refused-jobs log line this often
-STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ATTRIBUTION_RESULTS = ("complete", "late", "overflow")
 
 
@@ -221,7 +216,7 @@ class RankView:
 
 class _Rank:
     """What one rank (a sending process that said its rank) did: totals and a window, in Python only
-    (its datagrams take the Python path, see JobTable.handle_batch)."""
+    (the job table keeps them beside the job's)."""
 
     __slots__ = ("rank", "pid", "phase_s", "steps", "step_s", "ring", "gpus", "last_ns")
 
@@ -283,8 +278,7 @@ class JobTable:
         ``probe`` (an ``agent.phases.procstat.InputProbe``) samples the senders of data_wait phases,
         to name the cause of input-bound jobs; None: the cause is ``unknown``.
         ``alive(pid)``: whether a sending process still runs (default: :func:`process_alive`), to end runs.
-        ``pods`` (an ``agent.phases.pods.PodResolver``): key jobs by the sender's pod too; every datagram
-        then takes the Python path (the compiled helpers key by (uid, name) only).
+        ``pods`` (an ``agent.phases.pods.PodResolver``): key jobs by the sender's pod too.
         """
         self.pods = pods
         self.alive = process_alive if alive is None else alive
@@ -316,8 +310,7 @@ class JobTable:
         self._per_uid: Dict[int, int] = {}
         self._users: Dict[int, str] = {}
         self._known_gpus: FrozenSet[str] = frozenset()
-        # pids of processes that said their rank: their datagrams take the Python path (handle_batch),
-        # which keeps per-rank sums; the compiled helpers keep only the job's
+        # pids of processes that said their rank (and ranks beyond MAX_PIDS), while their job lives
         self.rank_pids: set = set()
         self._lock = threading.Lock()
         self._rlog = RateLimitedLog(log)
@@ -344,14 +337,7 @@ class JobTable:
             return r.reason
         ident = identity_of(data)
         with self._lock:
-            if _fast_apply is not None and self.pods is None and ident.rank is None and pid not in self.rank_pids:
-                result = _fast_apply(self, msg, pid, uid, now)
-                if result == ACCEPTED and ident.src is not None:
-                    job = self._jobs.get((uid, msg.job))
-                    if job is not None:
-                        job.source = ident.src
-            else:
-                result = self._apply(msg, pid, uid, now, ident)   # (sets the job's source)
+            result = self._apply(msg, pid, uid, now, ident)   # (sets the job's source)
             self.results[result] += 1
             if result == "job_limit":
                 self._note_refused(uid, now)   # logged per uid, rate-limited (one line names every uid)
@@ -363,27 +349,9 @@ class JobTable:
         return result
 
     def handle_batch(self, batch: list) -> None:
-        """handle() for each (data, pid, uid) of one receive.  With the C helpers, the usual valid
-        datagram is decoded, applied and counted in C; the rest (no credentials, what the C decoder
-        declines, what the table does not accept) goes through handle(), in the order received."""
-        i, n = 0, len(batch)
-        while i < n:
-            if _fast_handle is not None and self.pods is None:
-                ranked = self.rank_pids
-                if not ranked:
-                    i = _fast_handle(self, batch, i)  # up to the first datagram it leaves to handle()
-                else:
-                    # a ranked process's datagrams go to handle(): the Python path keeps per-rank sums
-                    j = i
-                    while j < n and batch[j][1] not in ranked:
-                        j += 1
-                    if j > i:
-                        i += _fast_handle(self, batch[i:j], 0)
-                if i >= n:
-                    break
-            data, pid, uid = batch[i]
+        """handle() for each (data, pid, uid) of one receive, in the order received."""
+        for data, pid, uid in batch:
             self.handle(data, pid, uid)
-            i += 1
 
     def shed(self, counts: Mapping[Tuple[int, int], int]) -> None:
         """Charge datagrams the receiver discarded unread, {(uid, pid): n}, to the job of that sender (the
@@ -415,17 +383,6 @@ class JobTable:
         for (uid, pid), (n, since) in list(self._unclaimed.items()):
             if self._charge(uid, pid, n) or now_ns - since >= self.expiry_ns:
                 del self._unclaimed[(uid, pid)]
-
-    def compiled_receive(self):
-        """``serve(fd, bufsize, budget, counts, linger_us)``: the receive loop in C (``_fast.serve``) on this
-        table, for the Receiver; None without the compiled helpers.  The Receiver uses it only while
-        ``python_receive()`` is False."""
-        return None if _fast_serve is None or self.pods is not None else functools.partial(_fast_serve, self)
-
-    def python_receive(self) -> bool:
-        """Whether a ranked process is live: its datagrams must reach handle_batch (the C loop would
-        apply them to the job's sums only), or jobs are keyed by pod (the C loop keys by (uid, name))."""
-        return bool(self.rank_pids) or self.pods is not None
 
     def _rank(self, job: _Job, pid: int, ident: Identity, now_ns: int) -> Optional[_Rank]:
         """The rank state of pid, made when it first says its rank (bounded by MAX_PIDS per job); a new
@@ -483,7 +440,7 @@ class JobTable:
                 # a late datagram of the ended run's own process (queued before it exited): the run goes on
                 del self._ended[key]
                 self._jobs[key] = old
-                self.rank_pids.update(_ranked(old))   # its ranked processes take the Python path again
+                self.rank_pids.update(_ranked(old))   # its ranked processes are live again
                 return old
             self._drop(key)   # the name starts a new run: the ended one's series give way to it
         if self._full(uid):
@@ -573,7 +530,7 @@ class JobTable:
         if self.pods is not None:
             pod = self.pods.of(pid, now)
             if pod:
-                key = (uid, msg.job, pod)   # (the compiled helpers never see such a key: pods take this path)
+                key = (uid, msg.job, pod)
         job = self._jobs.get(key)
         if job is None:
             job = self._new_job(key, pid, uid, now)
@@ -589,7 +546,7 @@ class JobTable:
         if opened is None and known:
             opened = job.open[pid] = []
         gpus = ()
-        if (msg.phases or msg.steps) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
+        if (msg.phases or msg.steps or msg.sums) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
         rk = None
         if ident.rank is not None:
@@ -612,73 +569,150 @@ class JobTable:
         else:
             cur_slot = ring.cur_i = ring.slot(now, now)
             ring.cur_b = cur
-        for phase, s, e in msg.phases:
-            i = PHASE_INDEX[phase]
-            phase_s[i] += (e - s) / 1e9
-            if opened is not None:
-                if len(opened) >= OPEN_PER_PID:
-                    del opened[0]  # the oldest phase still waiting for its step
-                opened.append((i, s, e))
-            if i == DATA_WAIT and self.probe is not None and e > s:
-                job.waits.append((pid, s, e))
-                waited = True
-            slot = cur_slot if e // width >= cur else ring.slot(e, now)
-            if slot is not None:
-                ring.phase[slot][i] += e - s
-            if rk is not None:
-                rk.phase_s[i] += (e - s) / 1e9
-                rslot = rk.ring.slot(e, now)
-                if rslot is not None:
-                    rk.ring.phase[rslot][i] += e - s
-            if gpus:
-                self._queue(job, attribution.Pending((i, e), s, e, gpus))
-            if rec is not None:
-                rec.append((job.label, phase, s, e))
-        for s, e, samples in msg.steps:
-            d = (e - s) / 1e9
-            # per phase index, the ns of the process's open phases inside this step (merged)
-            inside = None if gpus or not opened else self._close_step_sums(opened, s, e)
-            if inside is None:
-                pieces = self._close_step(opened, s, e) if opened else {}
-                inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
-            job.samples += samples
-            if rk is not None:
-                # one global step per step of the ranks: counted when the first rank completes it
-                rk.steps += 1
-                rk.step_s += d
-                rslot = rk.ring.slot(e, now)
-                if rslot is not None:
-                    rk.ring.step_ns[rslot] += e - s
-                    rk.ring.steps[rslot] += 1
-                    rrow = rk.ring.in_step[rslot]
-                    for i, ns in inside:
-                        rrow[i] += ns
-            if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
+        # phases first, then the steps that close them; a datagram with more phases than a process may keep
+        # open (OPEN_PER_PID) is taken step by step instead, so that none is pushed out before its step
+        chunks = _by_step(msg.phases, msg.steps) if len(msg.phases) > OPEN_PER_PID and msg.steps else (
+            (msg.phases, msg.steps),)
+        for ph_chunk, st_chunk in chunks:
+            for phase, s, e in ph_chunk:
+                i = PHASE_INDEX[phase]
+                phase_s[i] += (e - s) / 1e9
+                if opened is not None:
+                    if len(opened) >= OPEN_PER_PID:
+                        del opened[0]  # the oldest phase still waiting for its step
+                    opened.append((i, s, e))
+                if i == DATA_WAIT and self.probe is not None and e > s:
+                    job.waits.append((pid, s, e, e - s))
+                    waited = True
+                slot = cur_slot if e // width >= cur else ring.slot(e, now)
+                if slot is not None:
+                    ring.phase[slot][i] += e - s
                 if rk is not None:
-                    job.rank_steps = rk.steps
-                job.steps += 1
-                job.hist_sum += d
-                job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
-            slot = cur_slot if e // width >= cur else ring.slot(e, now)
-            if slot is not None:
-                ring.step_ns[slot] += e - s
-                ring.steps[slot] += 1
-                row = ring.in_step[slot]
-                for i, ns in inside:
-                    row[i] += ns
-            if gpus:
-                group = [attribution.Pending((STEP, e), s, e, gpus)]
-                for n, (_kind, names) in enumerate(IN_KINDS):
-                    for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
-                        group.append(attribution.Pending((IN_STEP + n, e), a, b, gpus))
-                self._queue_step(job, group)
-            if rec is not None:
-                rec.append((job.label, "step", s, e))
+                    rk.phase_s[i] += (e - s) / 1e9
+                    rslot = rk.ring.slot(e, now)
+                    if rslot is not None:
+                        rk.ring.phase[rslot][i] += e - s
+                if gpus:
+                    self._queue(job, attribution.Pending((i, e), s, e, gpus))
+                if rec is not None:
+                    rec.append((job.label, phase, s, e))
+            for s, e, samples in st_chunk:
+                d = (e - s) / 1e9
+                # per phase index, the ns of the process's open phases inside this step (merged)
+                inside = None if gpus or not opened else self._close_step_sums(opened, s, e)
+                if inside is None:
+                    pieces = self._close_step(opened, s, e) if opened else {}
+                    inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
+                job.samples += samples
+                if rk is not None:
+                    # one global step per step of the ranks: counted when the first rank completes it
+                    rk.steps += 1
+                    rk.step_s += d
+                    rslot = rk.ring.slot(e, now)
+                    if rslot is not None:
+                        rk.ring.step_ns[rslot] += e - s
+                        rk.ring.steps[rslot] += 1
+                        rrow = rk.ring.in_step[rslot]
+                        for i, ns in inside:
+                            rrow[i] += ns
+                if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
+                    if rk is not None:
+                        job.rank_steps = rk.steps
+                    job.steps += 1
+                    job.hist_sum += d
+                    job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
+                slot = cur_slot if e // width >= cur else ring.slot(e, now)
+                if slot is not None:
+                    ring.step_ns[slot] += e - s
+                    ring.steps[slot] += 1
+                    row = ring.in_step[slot]
+                    for i, ns in inside:
+                        row[i] += ns
+                if gpus:
+                    group = [attribution.Pending((STEP, e), s, e, gpus)]
+                    for n, (_kind, names) in enumerate(IN_KINDS):
+                        for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
+                            group.append(attribution.Pending((IN_STEP + n, e), a, b, gpus))
+                    self._queue_step(job, group)
+                if rec is not None:
+                    rec.append((job.label, "step", s, e))
+        if msg.sums and self._apply_sums(job, msg.sums, pid, gpus, rk, now, cur_slot, cur):
+            waited = True
         if waited:
             self.probe.track(pid, uid, now)
         if ident.src is not None:
             job.source = ident.src
         return ACCEPTED
+
+    def _apply_sums(self, job: _Job, sums, pid: int, gpus, rk: Optional[_Rank], now: int, cur_slot, cur) -> bool:
+        """Version 2's windows of fast steps (protocol.Window): what _apply does with a step and its phases,
+        from their sums.  A window's phases are spread uniformly over it for GPU idle (attribution.Pending
+        with ns) and for the input probe; its in-step time is the client's own clipping, at most the steps'.
+        Returns whether a data_wait was queued for the probe."""
+        ring = job.ring
+        width = ring.width
+        phase_s = job.phase_s
+        rec = self.recorded
+        waited = False
+        untracked = bool(job.untracked) and pid in job.untracked
+        for w in sums:
+            s, e, n, step_ns = w.start_ns, w.end_ns, w.steps, w.step_ns
+            slot = cur_slot if e // width >= cur else ring.slot(e, now)
+            rslot = rk.ring.slot(e, now) if rk is not None else None
+            kinds = [0] * len(IN_KINDS)
+            cursor = s
+            for phase, ns, inside in w.phases:
+                i = PHASE_INDEX[phase]
+                phase_s[i] += ns / 1e9
+                if slot is not None:
+                    ring.phase[slot][i] += ns
+                    ring.in_step[slot][i] += inside
+                if rk is not None:
+                    rk.phase_s[i] += ns / 1e9
+                    if rslot is not None:
+                        rk.ring.phase[rslot][i] += ns
+                        rk.ring.in_step[rslot][i] += inside
+                for k, names in enumerate(IN_KIND_INDEXES):
+                    if i in names:
+                        kinds[k] += inside
+                if i == DATA_WAIT and self.probe is not None and ns and e > s:
+                    job.waits.append((pid, s, e, ns))
+                    waited = True
+                if gpus and ns:
+                    self._queue(job, attribution.Pending((i, e), s, e, gpus, ns))
+                if rec is not None:   # the timeline: the window's phases one after another, in proportion
+                    end = cursor + (ns * (e - s) // max(e - s, sum(p[1] for p in w.phases)))
+                    rec.append((job.label, phase, cursor, end))
+                    cursor = end
+            job.samples += w.samples
+            counted = n
+            if rk is not None:
+                # global steps: those of this rank's steps that no rank had made yet (see _apply)
+                before = rk.steps
+                rk.steps += n
+                rk.step_s += step_ns / 1e9
+                if rslot is not None:
+                    rk.ring.step_ns[rslot] += step_ns
+                    rk.ring.steps[rslot] += n
+                counted = rk.steps - max(before, job.rank_steps)
+                if counted > 0:
+                    job.rank_steps = rk.steps
+            if counted > 0 and not untracked:
+                job.steps += counted
+                job.hist_sum += step_ns / 1e9 * (counted / n)
+                _add_counts(job.hist, w.hist, counted, n)
+            if slot is not None:
+                ring.step_ns[slot] += step_ns
+                ring.steps[slot] += n
+            if gpus:
+                group = [attribution.Pending((STEP, e), s, e, gpus, step_ns)]
+                for k, ns in enumerate(kinds):
+                    if ns:
+                        group.append(attribution.Pending((IN_STEP + k, e), s, e, gpus, min(ns, step_ns)))
+                self._queue_step(job, group)
+            if rec is not None:
+                rec.append((job.label, "step", s, e))
+        return waited
 
     @staticmethod
     def _close_step_sums(opened: List[Tuple[int, int, int]], s: int, e: int) -> Optional[list]:
@@ -820,7 +854,7 @@ class JobTable:
         seen: Dict[int, tuple] = {}
         waits = job.waits
         while waits:
-            pid, s, e = waits[0]
+            pid, s, e, ns = waits[0]
             got = seen.get(pid)
             if got is None:  # once per pid, not per wait: 10,000 waits a second would each copy the ring's times
                 samples, problem, gone = self.probe.samples(pid)
@@ -835,14 +869,16 @@ class JobTable:
                 if gone or not samples:
                     job.wait_problem = problem or f"no /proc sample of pid {pid}"
                 continue  # (or the wait began before sampling started)
+            if ns != e - s:   # a window's data_wait: its share of what the process did over the window
+                u = _scaled_usage(u, ns / (e - s))
             slot = job.ring.slot(e, now_ns)
             if slot is not None:
-                job.ring.wait[slot].add(e - s, u)
+                job.ring.wait[slot].add(ns, u)
             rk = job.ranks.get(pid) if job.ranks else None
             if rk is not None:
                 rslot = rk.ring.slot(e, now_ns)
                 if rslot is not None:
-                    rk.ring.wait[rslot].add(e - s, u)
+                    rk.ring.wait[rslot].add(ns, u)
             job.wait_problem = problem
 
     def views(self, now_ns: int):
@@ -1031,8 +1067,47 @@ class JobTable:
         )
 
 
+def _by_step(phases, steps):
+    """(phases, steps) chunks in the order a process lived them: before each step, the phases (as sent) up to
+    the first that starts at or after its end; the rest at the end."""
+    out, i, n = [], 0, len(phases)
+    for st in steps:
+        j = i
+        while j < n and phases[j][1] < st[1]:
+            j += 1
+        out.append((phases[i:j], (st,)))
+        i = j
+    if i < n:
+        out.append((phases[i:], ()))
+    return out
+
+
+def _add_counts(hist: List[int], counts: Tuple[int, ...], m: int, n: int) -> None:
+    """Add m of a window's n steps, whose bucket counts are ``counts``, to ``hist``: all of them, or (a rank
+    whose window other ranks had partly counted already) m spread over its buckets in proportion, largest
+    remainders first, so that exactly m are added."""
+    if m >= n:
+        for i, c in enumerate(counts):
+            hist[i] += c
+        return
+    shares = [(c * m // n, c * m % n, i) for i, c in enumerate(counts)]
+    left = m - sum(q for q, _, _ in shares)
+    for q, _, i in shares:
+        hist[i] += q
+    for _, _, i in sorted(shares, key=lambda x: -x[1])[:left]:
+        hist[i] += 1
+
+
+def _scaled_usage(u: "cause.WaitUsage", f: float) -> "cause.WaitUsage":
+    """What a process did over a window, times the share f of the window its data_wait took."""
+    return cause.WaitUsage(u.cpu_s * f, None if u.read_bytes is None else int(u.read_bytes * f),
+                           None if u.io_stall_s is None else u.io_stall_s * f,
+                           None if u.cpu_stall_s is None else u.cpu_stall_s * f,
+                           None if u.run_delay_s is None else u.run_delay_s * f)
+
+
 def _ranked(job: _Job):
-    """The pids of a job whose datagrams take the Python path: its ranks' and the untracked ranks'."""
+    """The pids of a job that said their rank: its ranks' and the untracked ranks'."""
     return (*job.ranks, *job.untracked)
 
 
@@ -1077,13 +1152,3 @@ def _input_ratio(ev: Evidence) -> Optional[float]:
     return ev.share("data_wait") if ev.step_time > 0 and ev.source not in STEPS_ONLY_SOURCES else None
 
 
-if _speed.module is not None:
-    # JobTable._apply in C (agent/phases/_fast_table.c), on the same state; _apply stays its specification
-    _speed.module.init_table(PHASES, _Job, _Ring, deque, OrderedDict, attribution.Pending, attribution.resolve_gpus,
-                             ACCEPTED, "job_limit", "step", OPEN_PER_PID, MAX_PIDS, DATA_WAIT, STEP, IN_STEP,
-                             tuple(tuple(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS), STEP_BUCKETS)
-    _fast_apply = _speed.module.apply
-    _fast_handle = _speed.module.handle_batch
-    _fast_serve = _speed.module.serve
-else:
-    _fast_apply = _fast_handle = _fast_serve = None

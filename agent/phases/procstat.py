@@ -258,10 +258,7 @@ class InputProbe:
         self.samples_taken = 0
 
     def track(self, pid: int, uid: int, now_ns: int) -> None:
-        """Sample ``pid`` (sent by ``uid``) from now on; called when its data_wait phases arrive.
-
-        The first test is also made in C before the call (track_due in agent/phases/_fast_table.c,
-        on ``_pids``, ``uid``, ``last_ns`` and ``RETRACK_NS``): change both or neither."""
+        """Sample ``pid`` (sent by ``uid``) from now on; called when its data_wait phases arrive."""
         t = self._pids.get(pid)   # a pid tracked a moment ago: nothing to do (every message calls this)
         if t is not None and t.uid == uid and 0 <= now_ns - t.last_ns < self.RETRACK_NS:
             return

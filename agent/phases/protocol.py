@@ -1,4 +1,4 @@
-"""The phase wire protocol, version 1: one JSON object per Unix datagram (see docs/phases.md).
+"""The phase wire protocol, versions 1 and 2: one JSON object per Unix datagram (see docs/phases.md).
 
     {"v": 1,
      "job": "resnet50-bs64",
@@ -6,6 +6,11 @@
      "steps":  [[1200, 4100, 64]],                                      # start_ns, end_ns, samples
      "cvd": "0,1",                                                      # optional CUDA_VISIBLE_DEVICES
      "dropped": 0}                                                      # optional: records the client dropped
+
+Version 2 adds ``"sums"``: windows of fast steps the client summed (a step and its phases all shorter
+than RESOLUTION_NS), each ``[start_ns, end_ns, steps, samples, step_ns, [[name, ns, in_step_ns], ...],
+[count per STEP_BUCKETS bucket, ...]]`` over at most RESOLUTION_NS; a version 1 message is what it
+always was (no sums; a "sums" key in it is ignored like any unknown key).
 
 Times are CLOCK_MONOTONIC nanoseconds (Python: ``time.monotonic_ns()``), the clock the
 agent samples the GPUs with, so no clock synchronisation is needed on one host.  The
@@ -15,11 +20,8 @@ the kernel (SCM_CREDENTIALS).
 :func:`decode` turns a datagram into a :class:`Message` or raises :class:`Rejected`
 with one of :data:`REASONS`; every rejection is counted by reason in
 ``teye_phase_messages_total{result}``.  Unknown keys are ignored (forward compatible
-within version 1); a different ``v`` is ``unknown_version``.
-
-:func:`decode_python` is the specification.  Where the compiled helper is built (see
-``agent/phases/fast.py``), :func:`decode` first tries it: it returns the same Message for the
-usual valid datagram and declines everything else, which then goes through ``decode_python``.
+within a version); a ``v`` other than 1 or 2 is ``unknown_version``.  One implementation, in
+Python (issue 38 removed the compiled mirror).
 """
 from __future__ import annotations
 
@@ -27,9 +29,14 @@ import json
 import re
 from typing import NamedTuple, Optional, Tuple
 
-from . import fast as _speed
-
-VERSION = 1
+VERSION = 2                 # what this agent and the teye_client of its release speak
+VERSIONS = (1, 2)           # what this agent accepts (docs/phases.md: version 1 until at least 2027-12)
+# The resolution of the phase path: a step or phase at least this long is sent as an interval, as in
+# version 1; shorter steps are summed by the client over windows no longer than this (teye_client has the
+# same constants; tests/phases/test_sums.py holds the two equal).
+RESOLUTION_NS = 10_000_000
+# The step histogram's bucket bounds (seconds): teye_job_step_seconds, and the buckets a sum window counts.
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 # Documented phase names; anything else is counted as "other".
 PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "other")
@@ -79,8 +86,7 @@ MAX_SOURCE_CHARS = 32
 
 
 # The sender's rank in a data-parallel job: the optional "rank" (0 .. world-1) and "world" (ranks in the
-# job) of a message, sent once per connection like "src" (the C decoder declines them: the few datagrams
-# that carry them go down the Python path).  The agent keeps the rank per sending pid (docs/phases.md).
+# job) of a message, sent once per connection like "src".  The agent keeps the rank per sending pid (docs/phases.md).
 MAX_RANK = 1 << 20          # ranks in one job, at most (the largest jobs run tens of thousands)
 
 
@@ -97,7 +103,7 @@ NO_IDENTITY = Identity()
 
 def identity_of(data: bytes) -> Identity:
     """The "src", "rank" and "world" of an accepted datagram (decode_python has checked them).  Called
-    for every datagram the Python path accepts, so the usual one (none of the three keys) costs three
+    for every datagram accepted, so the usual one (none of the three keys) costs three
     byte searches; the few that carry one are parsed a second time."""
     if b'"src"' not in data and b'"rank"' not in data:
         return NO_IDENTITY
@@ -149,6 +155,20 @@ class Message(NamedTuple):
     steps: Tuple[Tuple[int, int, int], ...]      # (start_ns, end_ns, samples)
     cvd: Tuple[str, ...] = ()                    # CUDA_VISIBLE_DEVICES entries, as sent
     dropped: int = 0                             # client-side cumulative dropped records
+    sums: Tuple["Window", ...] = ()              # version 2: windows of fast steps, summed by the client
+
+
+class Window(NamedTuple):
+    """One sum record (version 2): fast steps and their phases over [start_ns, end_ns], at most
+    RESOLUTION_NS long."""
+
+    start_ns: int
+    end_ns: int
+    steps: int
+    samples: int
+    step_ns: int                                  # the steps' wall time, summed
+    phases: Tuple[Tuple[str, int, int], ...]      # (phase, ns as reported, ns inside the steps); one per phase
+    hist: Tuple[int, ...]                         # steps per STEP_BUCKETS bucket (+Inf last), trailing zeros cut
 
 
 _new_message = tuple.__new__  # Message(...) without the generated __new__'s Python frame
@@ -189,29 +209,8 @@ def _span_error(s, e, now_ns: int, limits: Limits, what: str) -> Rejected:
                                  "use CLOCK_MONOTONIC (time.monotonic_ns())")
 
 
-if _speed.module is not None:
-    _speed.module.init(Message, PHASES, MAX_INTERVAL_NS, MAX_SAMPLES, MAX_CVD_CHARS)
-    _fast_decode = _speed.module.decode
-else:
-    _fast_decode = None
-
-
 def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     """Validate one datagram; raises Rejected(reason, detail)."""
-    if _fast_decode is not None and len(data) <= limits.max_bytes:
-        lo = now_ns - limits.max_age_ns
-        hi = now_ns + limits.future_slack_ns
-        if not -1 <= lo <= hi <= MAX_NS:  # clamped into -1..MAX_NS (valid times are 0..MAX_NS): the same test in 64 bits
-            lo = min(MAX_NS, max(-1, lo))
-            hi = min(MAX_NS, max(-1, hi))
-        msg = _fast_decode(data, lo, hi, limits.max_records)
-        if msg is not None:
-            return msg
-    return decode_python(data, now_ns, limits)
-
-
-def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
-    """decode() in Python: the specification, and the path for whatever the compiled helper declines."""
     if len(data) > limits.max_bytes:
         raise Rejected("too_large", f"{len(data)} bytes (limit {limits.max_bytes})")
     try:
@@ -234,8 +233,8 @@ def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Messag
         raise Rejected("missing_field", "'v' (protocol version) is required")
     if type(v) is not int:  # bool is an int subclass: excluded on purpose
         raise Rejected("wrong_type", "'v' must be an integer")
-    if v != VERSION:
-        raise Rejected("unknown_version", f"version {v} (this agent speaks {VERSION})")
+    if v != 2 and v != 1:
+        raise Rejected("unknown_version", f"version {v} (this agent speaks 1 and 2)")
 
     job = obj.get("job", _MISSING)
     if job is _MISSING:
@@ -251,11 +250,15 @@ def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Messag
 
     raw_phases = obj.get("phases", [])
     raw_steps = obj.get("steps", [])
+    raw_sums = obj.get("sums", []) if v == 2 else []   # (version 1: an unknown key, ignored)
+    if type(raw_sums) is not list:
+        raise Rejected("wrong_type", "'sums' must be a list of [start_ns, end_ns, steps, samples, step_ns, "
+                                     "[[name, ns, in_step_ns], ...], [bucket counts]]")
     if type(raw_phases) is not list:
         raise Rejected("wrong_type", "'phases' must be a list of [name, start_ns, end_ns]")
     if type(raw_steps) is not list:
         raise Rejected("wrong_type", "'steps' must be a list of [start_ns, end_ns, samples]")
-    n = len(raw_phases) + len(raw_steps)
+    n = len(raw_phases) + len(raw_steps) + len(raw_sums)
     if n > limits.max_records:
         raise Rejected("too_large", f"{n} records (limit {limits.max_records})")
 
@@ -286,6 +289,8 @@ def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Messag
         if not 0 <= samples <= MAX_SAMPLES:
             raise Rejected("bad_value", f"steps[{i}]: samples {samples} outside 0..{MAX_SAMPLES}")
         steps.append((s, e, samples))
+
+    sums = tuple(_window(rec, i, lo, hi, now_ns, limits) for i, rec in enumerate(raw_sums)) if raw_sums else ()
 
     cvd: Tuple[str, ...] = ()
     raw_cvd = obj.get("cvd")
@@ -321,12 +326,58 @@ def decode_python(data: bytes, now_ns: int, limits: Limits = Limits()) -> Messag
         if world is not None and not rank < world <= MAX_RANK:
             raise Rejected("bad_value", f"'world' {world} must exceed 'rank' {rank} (at most {MAX_RANK})")
 
-    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped))
+    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped, sums))
 
 
-def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None, world=None) -> bytes:
-    """The datagram for a message (used by tests and the reference client's docs)."""
-    obj = {"v": VERSION, "job": job, "phases": [list(p) for p in phases], "steps": [list(s) for s in steps]}
+_N_BUCKETS = len(STEP_BUCKETS) + 1
+MAX_WINDOW_PHASES = 64      # phase names in one window (teye_client closes a window at 32)
+
+
+def _window(rec, i: int, lo: int, hi: int, now_ns: int, limits: Limits) -> Window:
+    """One sum record of a version 2 message, validated (see Window)."""
+    what = f"sums[{i}]"
+    if type(rec) is not list or len(rec) != 7 or type(rec[5]) is not list or type(rec[6]) is not list:
+        raise Rejected("wrong_type", f"{what} must be [start_ns, end_ns, steps, samples, step_ns, "
+                                     "[[name, ns, in_step_ns], ...], [bucket counts]]")
+    s, e, steps, samples, step_ns, raw_ph, raw_hist = rec
+    if not (type(s) is int and type(e) is int and 0 <= s <= e <= hi and e >= lo and e - s <= MAX_INTERVAL_NS):
+        raise _span_error(s, e, now_ns, limits, what)
+    if e - s > RESOLUTION_NS:
+        raise Rejected("bad_interval", f"{what}: a window of {(e - s) / 1e6:.3f} ms, longer than the resolution "
+                                       f"{RESOLUTION_NS / 1e6:g} ms")
+    if not (_is_int(steps) and _is_int(samples) and _is_int(step_ns)):
+        raise Rejected("wrong_type", f"{what}: steps, samples and step_ns must be integers")
+    if not (1 <= steps <= MAX_SAMPLES and 0 <= samples <= MAX_SAMPLES * steps
+            and 0 <= step_ns < steps * RESOLUTION_NS):
+        raise Rejected("bad_value", f"{what}: {steps} steps of {step_ns} ns with {samples} samples: not steps "
+                                    f"shorter than {RESOLUTION_NS} ns each")
+    if len(raw_hist) > _N_BUCKETS or not all(_is_int(c) and c >= 0 for c in raw_hist) or sum(raw_hist) != steps:
+        raise Rejected("bad_value", f"{what}: the bucket counts {raw_hist[:_N_BUCKETS + 1]} are not "
+                                    f"{steps} steps in {_N_BUCKETS} buckets")
+    if len(raw_ph) > MAX_WINDOW_PHASES:
+        raise Rejected("too_large", f"{what}: {len(raw_ph)} phase names (limit {MAX_WINDOW_PHASES})")
+    got = {}
+    for k, p in enumerate(raw_ph):
+        if type(p) is not list or len(p) != 3 or type(p[0]) is not str or not _is_int(p[1]) or not _is_int(p[2]):
+            raise Rejected("wrong_type", f"{what}: phases[{k}] must be [name, ns, in_step_ns]")
+        name, ns, inside = p
+        if not 0 <= inside <= ns <= MAX_INTERVAL_NS:
+            raise Rejected("bad_value", f"{what}: phase {name[:40]!r} of {ns} ns with {inside} ns inside steps")
+        name = name if name in _PHASE_SET else "other"
+        had = got.get(name)
+        # inside the steps: at most the steps' time (a phase overlapping itself, as the interval path merges)
+        got[name] = (ns, min(step_ns, inside)) if had is None else (had[0] + ns, min(step_ns, had[1] + inside))
+    return Window(s, e, steps, samples, step_ns, tuple((n, a, b) for n, (a, b) in got.items()), tuple(raw_hist))
+
+
+def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None, world=None, sums=None,
+           v: int = None) -> bytes:
+    """The datagram for a message (used by tests and the reference client's docs): version 2 with ``sums``
+    (Window tuples or lists), else version 1."""
+    obj = {"v": v or (2 if sums else 1), "job": job, "phases": [list(p) for p in phases],
+           "steps": [list(s) for s in steps]}
+    if sums:
+        obj["sums"] = [[w[0], w[1], w[2], w[3], w[4], [list(p) for p in w[5]], list(w[6])] for w in sums]
     if cvd is not None:
         obj["cvd"] = cvd
     if dropped:
@@ -336,3 +387,6 @@ def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None,
     if world is not None:
         obj["world"] = world
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+decode_python = decode   # the name decode had while a compiled decoder stood in front of it (tests use it)

@@ -32,15 +32,10 @@ full, it refuses everyone's datagrams): for the rest of the 10 ms slice (``SHED_
 keeps the queue drained (a flood then costs the agent up to a core; docs/phases.md); draining, it hands on each process's and uid's datagrams up to their share of a slice's budget and
 discards the rest unread, charging them to the sender's job (``JobTable.shed``): one job's
 flood never makes another lose records (``_shed_until``).  It blocks
-in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  Where
-the compiled helpers are built (``agent/phases/fast.py``) and the owner passes ``serve``, the
-thread stays in C between datagrams: ``_fast.serve`` receives (``recvmmsg``), decodes, applies
-and counts the usual datagram without a trip through the interpreter, and returns only when the
-rate budget of the slice is spent or a datagram needs the Python path (``handle_batch``): no
-credentials, a rejection, the wake-up datagram.  On a busy socket that loop pauses up to
-``LINGER_US`` after emptying the queue, so that one wake-up takes many datagrams (``linger_us()``
-keeps the pause within half the kernel queue at the rate budget).  A datagram whose handling
-raises (a bug) is logged and dropped; the thread and the other datagrams go on.
+in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  A datagram whose
+handling raises (a bug) is logged and dropped; the thread and the other datagrams go on.  (Issue 38 removed
+the receive loop in C: clients sum fast steps, so a process sends about ten datagrams a second whatever its
+step rate, and the Python loop is the only one.)
 """
 from __future__ import annotations
 
@@ -57,7 +52,6 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import ConfigError, SourceUnavailable
 from ..logutil import RateLimitedLog
-from . import fast as _speed
 
 log = logging.getLogger("teye.phases")
 
@@ -68,8 +62,7 @@ _CRED_SIZE, _unpack_cred = _CRED.size, _CRED.unpack_from
 _SOL_SOCKET, _SCM_CREDENTIALS = socket.SOL_SOCKET, socket.SCM_CREDENTIALS
 _MAX_PATH = 107                         # sun_path is 108 bytes including the NUL
 _SLICE_S = 0.01                         # rate budget granularity
-BATCH = 32                              # datagrams per compiled receive call, at most
-LINGER_US = 200                         # the compiled loop's pause on a busy socket, at most (see linger_us())
+BATCH = 32                              # datagrams handed to handle_batch together, at most
 # Once a slice's budget is spent, each process may have this share of a slice's budget handled more in that
 # slice, and each uid this share; the rest of a heavy sender's datagrams is discarded (Receiver._shed_until).
 SHED_PID_SHARE = 0.125
@@ -239,40 +232,24 @@ def queue_length(path: str = _QLEN_PATH) -> int:
         return _QLEN_DEFAULT
 
 
-def linger_us(max_rate: int, qlen: int) -> int:
-    """How long the compiled loop pauses after a receive on a busy socket: LINGER_US, or less where
-    max_rate datagrams a second would fill more than half the kernel queue meanwhile (the clients
-    would drop the rest); 0 (no pause) where even one datagram would not fit in that half."""
-    return int(min(LINGER_US, 1e6 * (qlen // 2) / max(1, max_rate)))
-
-
 class Receiver:
-    """Owns the socket and the receive thread; hands each receive's datagrams to ``handle_batch([(data, pid, uid)])``.
-
-    ``serve(fd, bufsize, budget, counts, linger_us) -> (handled, rest, error)``, when given
-    (``_fast.serve`` bound to the job table), receives and handles in C and leaves ``rest`` to
-    ``handle_batch``; never while ``serve_unless()`` is True (the owner needs every datagram)."""
+    """Owns the socket and the receive thread; hands each receive's datagrams to ``handle_batch([(data, pid, uid)])``."""
 
     def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int,
-                 serve=None, serve_unless=None, shed=None):
+                 shed=None):
         self.sock = sock
         self.path = path
         self._ident = ident
         self._handle_batch = handle_batch
-        self._serve = serve
-        self._serve_unless = serve_unless      # () -> True while datagrams must all reach handle_batch
         self._bufsize = max_bytes + 1          # one byte more, so an oversized datagram is seen as such
         self._per_slice = max(1, int(max_rate * _SLICE_S))
         self._stop = threading.Event()
         self._rlog = RateLimitedLog(log)
         self._thread = threading.Thread(target=self._run, name="teye-phase-receiver", daemon=True)
-        self._counts = [0, 0]                  # [datagrams, receives]; serve() adds to them as it receives
-        self.linger_us = linger_us(max_rate, queue_length())
+        self._counts = [0, 0]                  # [datagrams, receives]
         self.paused_s = 0.0
         self.shedding_s = 0.0                  # time spent over budget, shedding heavy senders
         self._shed = shed                      # shed({(uid, pid): datagrams}): charge discarded datagrams
-        self._fd = sock.fileno()
-        self._recv_batch = None if _speed.module is None else _speed.module.recv_batch
         # close()'s wake-up goes to this socket itself, even once its path is gone or another's
         self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
@@ -309,12 +286,8 @@ class Receiver:
         self.sock.settimeout(None)
         self._thread.start()
 
-    def _receive_burst(self):
-        """The next datagrams as [(data, pid, uid)], blocking for the first (pid, uid None: no credentials)."""
-        return self._recv_batch(self._fd, self._bufsize, BATCH)
-
     def _receive_one(self):
-        """_receive_burst without the compiled helper: one datagram per call."""
+        """The next datagram as [(data, pid, uid)], blocking (pid, uid None: no credentials)."""
         data, anc, _flags, _addr = self.sock.recvmsg(self._bufsize, _ANC_SIZE)
         pid = uid = None
         for lvl, typ, cdata in anc:
@@ -323,21 +296,14 @@ class Receiver:
         return [(data, pid, uid)]
 
     def _run(self) -> None:
-        receive = self._receive_one if self._recv_batch is None else self._receive_burst
+        receive = self._receive_one
         slice_end = time.monotonic() + _SLICE_S
         in_slice = 0
         while not self._stop.is_set():
             try:
-                if self._serve is not None and not (self._serve_unless is not None and self._serve_unless()):
-                    n, batch, error = self._serve(self._fd, self._bufsize, self._per_slice - in_slice, self._counts,
-                                                   self.linger_us)
-                    if error is not None:
-                        self._failed(error)
-                else:
-                    batch = receive()
-                    n = 0
-                    self._counts[0] += len(batch)
-                    self._counts[1] += 1
+                batch = receive()
+                self._counts[0] += len(batch)
+                self._counts[1] += 1
             except (socket.timeout, InterruptedError):
                 continue
             except OSError as e:
@@ -346,11 +312,6 @@ class Receiver:
                 self._rlog.warning("recv", "phase socket %s: receive failed: %s", self.path, e)
                 self._stop.wait(0.1)
                 continue
-            except Exception as e:  # the compiled loop itself failed (a bug): the Python path from now on
-                log.error("phase socket %s: the compiled receive loop failed (%r); receiving in Python from now "
-                          "on", self.path, e, exc_info=e)
-                self._serve = None
-                continue
             if self._stop.is_set():
                 break
             if batch:
@@ -358,7 +319,7 @@ class Receiver:
                     self._handle_batch(batch)
                 except Exception as e:  # a bug must not stop the receiver: log it (the rest of that receive is dropped)
                     self._failed(e)
-            in_slice += n + len(batch)
+            in_slice += len(batch)
             if in_slice >= self._per_slice:
                 now = time.monotonic()
                 if now < slice_end:  # over budget: shed the heavy senders' datagrams for part of the slice

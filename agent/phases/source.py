@@ -17,7 +17,6 @@ from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
 from .pods import PodResolver
 from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
-from . import fast as _speed
 from .receiver import DEFAULT_SOCKET, Receiver, bind_socket, check_own_dir, open_socket
 from .links import COMMUNICATION_CAUSES
 from .verdict import CAUSES, KINDS
@@ -210,12 +209,11 @@ class PhaseSource:
         self.receiver = self._receiver(sock, ident)
         if self.probe is not None:
             self.probe.start()
-        log.info("receiving training-job phases on %s (C helpers %s)", path, _speed.STATUS)
+        log.info("receiving training-job phases on %s (protocol versions 1 and 2)", path)
 
     def _receiver(self, sock, ident) -> Receiver:
         r = Receiver(sock, self.path, ident, self.table.handle_batch, self._cfg["max_message_bytes"],
-                     self._cfg["max_messages_per_second"], serve=self.table.compiled_receive(),
-                     serve_unless=self.table.python_receive, shed=self.table.shed)
+                     self._cfg["max_messages_per_second"], shed=self.table.shed)
         r.start()
         return r
 

@@ -26,6 +26,11 @@ def _drain(s, timeout=0.5):
         return out
 
 
+def _steps_in(m):
+    """Steps a datagram carries: as intervals, and summed in windows (protocol version 2)."""
+    return len(m["steps"]) + sum(w[2] for w in m.get("sums", ()))
+
+
 def test_at_most_one_datagram_per_flush_and_nothing_lost(listener):
     path, s = listener
     rep = Reporter(train_job="b", socket_path=path, flush_ms=50)
@@ -44,13 +49,16 @@ def test_at_most_one_datagram_per_flush_and_nothing_lost(listener):
     after = _drain(s, 0.2)
     assert after == []       # the thread had sent it all within one flush
     assert 3 <= len(during) <= elapsed / 0.05 + 2, (len(during), n)
-    assert sum(len(m["steps"]) for m in during) == n and sum(len(m["phases"]) for m in during) == 2 * n
+    # every step, as intervals or summed (steps of about 0.5 ms: mostly summed); 2 phases per step sent exact
+    assert sum(map(_steps_in, during)) == n and sum(len(m["phases"]) for m in during) == 2 * sum(
+        len(m["steps"]) for m in during)
+    assert sum(w[2] for m in during for w in m.get("sums", ())) > n / 2
     assert rep.sent == len(during) and rep.dropped == 0 and n > 10 * len(during)
 
 
 def test_a_full_buffer_goes_at_once(listener):
     path, s = listener
-    rep = Reporter(train_job="b", socket_path=path, flush_ms=60000, max_batch=6)
+    rep = Reporter(train_job="b", socket_path=path, flush_ms=60000, max_batch=6, sum_steps=False)
     for _ in range(2):
         with rep.phase("compute"):
             pass
@@ -64,7 +72,7 @@ def test_a_full_buffer_goes_at_once(listener):
 
 def test_the_rest_goes_on_exit(listener):
     path, s = listener
-    code = ("import sys\nfrom teye_client import Reporter\nrep = Reporter('exit', sys.argv[1], flush_ms=60000)\n"
+    code = ("import sys\nfrom teye_client import Reporter\nrep = Reporter('exit', sys.argv[1], flush_ms=60000, sum_steps=False)\n"
             "for i in range(3):\n    rep.step(samples=i)\nprint('done')\n")
     r = subprocess.run([sys.executable, "-c", code, path], env=base_env(), capture_output=True, text=True, cwd=REPO)
     assert (r.returncode, r.stdout, r.stderr) == (0, "done\n", "")
@@ -96,7 +104,7 @@ def test_source_goes_once_per_connection(sockdir):
 
 def test_a_forked_child_sends_only_its_own_records(listener):
     path, s = listener
-    rep = Reporter(train_job="f", socket_path=path, flush_ms=60000)
+    rep = Reporter(train_job="f", socket_path=path, flush_ms=60000, sum_steps=False)
     rep.step(samples=1)
     rep.step(samples=2)  # buffered in the parent
     pid = os.fork()
@@ -119,7 +127,7 @@ def test_a_reporter_dropped_with_records_buffered_sends_them(listener):
     path, s = listener
 
     def loop():
-        rep = Reporter(train_job="local", socket_path=path, flush_ms=60000)
+        rep = Reporter(train_job="local", socket_path=path, flush_ms=60000, sum_steps=False)
         for i in range(3):
             rep.step(samples=i)
 
@@ -149,14 +157,15 @@ import json, sys, time
 from teye_client import Reporter
 from teye_client.reporter import QUOTED
 path, how, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-rep = Reporter(train_job="fast", socket_path=path)   # the defaults: flush_ms 100, max_batch 512
+# the defaults: flush_ms 100, max_batch 512; record_step_exact: every step as intervals, as before issue 38
+rep = Reporter(train_job="fast", socket_path=path, sum_steps=how != "record_step_exact")
 C, W = QUOTED["compute"], QUOTED["data_wait"]
 ns = time.monotonic_ns
 t0 = ns()
 for i in range(steps):
     while ns() < t0 + 100000 * i:  # one step every 100 us: 4,000 records per flush_ms, 80 datagrams a second
         pass
-    if how == "record_step":
+    if how.startswith("record_step"):
         a = ns()
         rep.record_step((C, a, a + 100, W, a + 100, a + 200, C, a + 200, a + 300), a, a + 300, 4)
     else:
@@ -173,7 +182,7 @@ print(json.dumps({"elapsed": elapsed, "dropped": rep.dropped}))
 """
 
 
-@pytest.mark.parametrize("how", ["record_step", "phase_and_step"])
+@pytest.mark.parametrize("how", ["record_step", "phase_and_step", "record_step_exact"])
 def test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count(sockdir, how):
     """Steps far shorter than flush_ms / max_batch: a full buffer must go at once (max_batch records), or one
     datagram holds more records than the agent accepts (phases.max_records_per_message, 1,024) and the job
@@ -199,8 +208,9 @@ def test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count(sockd
     own = json.loads(r.stdout)
     # the case the bound is for: far more records per flush_ms than one datagram may carry
     assert steps * (per_step + 1) / (own["elapsed"] / 0.1 + 1) > 1024, own
-    counts = [len(m["phases"]) + len(m["steps"]) for m in map(json.loads, seen)]
-    assert sum(counts) == steps * (per_step + 1)         # every record went out ...
+    sent = list(map(json.loads, seen))
+    counts = [len(m["phases"]) + len(m["steps"]) + len(m.get("sums", ())) for m in sent]
+    assert sum(map(_steps_in, sent)) == steps                # every step went out (100 us steps: mostly summed) ...
     assert max(counts) <= 512 + per_step                 # ... in datagrams of at most max_batch (+ the last step's)
     assert max(map(len, seen)) <= 65536                  # within phases.max_message_bytes too
     assert (j.steps, j.samples, j.client_dropped, own["dropped"]) == (steps, 4 * steps, 0, 0)  # the agent counted all

@@ -105,14 +105,3 @@ def oracle_idle(samples: Sequence[UtilSample], phases: Sequence[Tuple[str, int, 
         for name, _, _ in active:
             out[name] = out.get(name, 0.0) + (1.0 - busy) * (b - a) / S
     return out
-
-
-def require_fast(skip=None) -> None:
-    """Fail (TEYE_REQUIRE_FAST set, as under ./dev.sh test) or skip when the phase path's C helpers are not built."""
-    import pytest
-
-    from agent.phases import fast
-    if fast.module is None:
-        if os.environ.get("TEYE_REQUIRE_FAST"):
-            pytest.fail(f"TEYE_REQUIRE_FAST is set but the C helpers are {fast.STATUS}", pytrace=False)
-        (skip or pytest.skip)(f"the C helpers are {fast.STATUS}")

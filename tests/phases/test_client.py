@@ -58,7 +58,7 @@ def test_batching_without_steps_and_flush_on_close(listener):
 def test_no_agent_bad_path_and_bad_arguments_never_raise_and_are_counted(sockdir):
     for path in (os.path.join(sockdir, "nobody-here.sock"), "/nonexistent/dir/x.sock",
                  os.path.join(sockdir, "x" * 200), sockdir):
-        rep = Reporter(train_job="j", socket_path=path, max_batch=2)
+        rep = Reporter(train_job="j", socket_path=path, max_batch=2, sum_steps=False)   # a datagram per step
         start = time.perf_counter()
         for _ in range(100):
             with rep.phase("compute"):
@@ -88,7 +88,7 @@ def test_full_socket_buffer_drops_without_blocking_and_reports_the_count(sockdir
     agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     agent.bind(path)  # an agent that does not read (hung): its queue fills
     try:
-        rep = Reporter(train_job="j", socket_path=path, max_batch=2)
+        rep = Reporter(train_job="j", socket_path=path, max_batch=2, sum_steps=False)   # a datagram per step
         start = time.perf_counter()
         for _ in range(2000):
             with rep.phase("compute"):
@@ -132,7 +132,8 @@ def test_a_momentarily_full_queue_loses_nothing_and_never_blocks_the_loop(sockdi
                 flood += 1
             except BlockingIOError:
                 break
-        rep = Reporter(train_job="j", socket_path=path, flush_ms=0)   # every step flushes on the loop's thread
+        # every step flushes on the loop's thread, as its intervals (steps the thread held back are not summed)
+        rep = Reporter(train_job="j", socket_path=path, flush_ms=0, sum_steps=False)
         start = time.perf_counter()
         for _ in range(3):
             with rep.phase("compute"):

@@ -45,7 +45,7 @@ BAD = [
     ("missing_field", b'{"v": 1}'),
     ("wrong_type", b'{"v": "1", "job": "j"}'),
     ("wrong_type", b'{"v": true, "job": "j"}'),
-    ("unknown_version", b'{"v": 2, "job": "j"}'),
+    ("unknown_version", b'{"v": 3, "job": "j"}'),
     ("unknown_version", b'{"v": 0, "job": "j"}'),
     ("wrong_type", _msg(job=17)),
     ("bad_name", _msg(job="")),

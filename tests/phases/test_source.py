@@ -8,7 +8,7 @@ import pytest
 from agent.phases import protocol
 from agent.phases.jobs import JobTable
 from agent.phases.protocol import Rejected, decode_python, encode
-from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg, require_fast
+from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
 from tests.phases.test_jobs import _exposition, _get, _step
 
 
@@ -31,16 +31,6 @@ def test_src_is_validated_and_optional():
     assert protocol.source_of(_with_src(plain, "tf.data")) == "tf.data"
     assert protocol.source_of(_with_src(plain, "made-up")) == "other"   # a bounded label
     assert protocol.source_of(plain) is None
-
-
-def test_the_compiled_decoder_leaves_src_to_python():
-    """So the per-message C path never carries it, and the Python path (handle) records it."""
-    require_fast()
-    from agent.phases import fast
-    now = 1000 * S
-    plain = encode("j", [("compute", now - MS, now)])
-    assert fast.module.decode(plain, now - 300 * S, now + 5 * S, 1024) is not None
-    assert fast.module.decode(_with_src(plain, "torch"), now - 300 * S, now + 5 * S, 1024) is None
 
 
 def test_source_label_and_evidence(phase_path):
