@@ -990,7 +990,7 @@ class JobTable:
                                                    "; ".join(f"GPU {g}: {notes[g]}" for g in rk.gpus if g in notes))
                                 for pid, rk in job.ranks.items()], self.thresholds, untracked=len(job.untracked))
             if crit is not None:
-                critical = crit.rank.rank
+                critical = crit.rank.rank if crit.named else None   # even ranks: nobody named
                 verdict = crit.verdict
                 ev = crit.rank.evidence
             rank_views = tuple(sorted((RankView(
