@@ -91,6 +91,11 @@ MUTANTS = {
     "run_no_agent_unsaid.patch": (
         ["tests/client/test_run_says.py::test_no_agent_on_the_socket_is_said_once_and_the_status_is_the_commands"],
         False),
+    "ranks_own_wait_without_spread.patch": (
+        ["tests/phases/test_ranks.py::test_ranks_that_all_wait_alike_name_nobody_and_one_that_waits_more_is_named"],
+        False),
+    "jobs_even_ranks_export_a_critical_rank.patch": (
+        ["tests/phases/test_ranks.py::test_even_ranks_export_no_critical_rank"], False),
     "client_job_name_difference_unsaid.patch": (
         ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"],
         False),
