@@ -96,6 +96,8 @@ MUTANTS = {
         False),
     "jobs_even_ranks_export_a_critical_rank.patch": (
         ["tests/phases/test_ranks.py::test_even_ranks_export_no_critical_rank"], False),
+    "cause_wakeup_delay_is_demand.patch": (
+        ["tests/phases/test_cause.py::test_a_waiter_woken_into_a_loaded_run_queue_is_not_starved"], False),
     "client_job_name_difference_unsaid.patch": (
         ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"],
         False),
