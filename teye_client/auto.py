@@ -189,6 +189,7 @@ class Session:
         self.evaluating = 0      # evaluation() calls in progress (one inside another counts once)
         self.ddp = []            # [weak reference, last iteration read] of each DistributedDataParallel (_torch)
         self.held = None         # a DDP job's last step, (phases, start, end, samples): sent at the next (hold())
+        self.ahead = 0           # inside a read-ahead wrapper (accelerate's DataLoaderShard): see consumed()
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -247,6 +248,8 @@ class Session:
             return
         if self.source is None:
             self.source = self.wait_source
+        if self.ahead and samples > 0:
+            samples = 0   # fetched ahead of the job: its samples count when the wrapper hands it on (consumed())
         w = self.waits
         w.append((start_ns, end_ns, samples, loader))
         if loader is not None and not self.exit_hook and self.train_keys and loader not in self.train_keys:
@@ -257,6 +260,19 @@ class Session:
             atexit.register(self._finish_guarded)
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
+
+    def consumed(self, samples):
+        """A batch that a read-ahead wrapper (accelerate's DataLoaderShard, which Hugging Face's Trainer and
+        Lightning-less accelerate loops read: it fetches batch k+1 before it hands on batch k, to know which is
+        the last) hands to the job: its samples count now, with the wait that fetched ahead, so that a run
+        stopped mid-epoch (max_steps) counts the batches it trained, not the one fetched ahead of its end.
+        (No wait observed since the last step: the loader under it is not one teye times, whose samples
+        were never counted.)"""
+        w = self.waits
+        if self.aside or samples <= 0 or not w:
+            return
+        a, b, n, k = w[-1]
+        w[-1] = (a, b, n + samples, k)
 
     def loader(self, key, it):
         """A new loader (iterator) numbered ``key``: kept by a weak reference, so that a step can tell one still
@@ -719,6 +735,11 @@ def _torch_ddp(module):
     return _torch.patch_ddp(module)
 
 
+def _accelerate_loader(module):
+    from . import _torch
+    return _torch.patch_accelerate(module)
+
+
 def _horovod_torch(module):
     from . import _torch
     return _torch.patch_horovod(module)
@@ -793,6 +814,7 @@ HOOKS = {
     "torch.distributed.distributed_c10d": _torch_distributed,
     "torch.nn.parallel.distributed": _torch_ddp,
     "horovod.torch.mpi_ops": _horovod_torch,
+    "accelerate.data_loader": _accelerate_loader,
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,
@@ -806,6 +828,7 @@ WHAT = {
     "torch.distributed.distributed_c10d": "torch.distributed collectives",
     "torch.nn.parallel.distributed": "DDP gradient exchange",
     "horovod.torch.mpi_ops": "Horovod synchronize",
+    "accelerate.data_loader": "accelerate DataLoaderShard samples",
     "tensorflow.python.data.ops.iterator_ops": "tf.data input waits",
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": "tf.function steps",
     "keras.src.optimizers.base_optimizer": "Keras optimizer steps",
