@@ -98,6 +98,8 @@ MUTANTS = {
         ["tests/phases/test_ranks.py::test_even_ranks_export_no_critical_rank"], False),
     "cause_wakeup_delay_is_demand.patch": (
         ["tests/phases/test_cause.py::test_a_waiter_woken_into_a_loaded_run_queue_is_not_starved"], False),
+    "session_read_ahead_counted_at_fetch.patch": (
+        ["tests/client/test_session_loaders.py::test_a_read_ahead_loader_counts_the_batches_the_steps_took"], False),
     "client_job_name_difference_unsaid.patch": (
         ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"],
         False),
