@@ -196,9 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     ru = sub.add_parser("run", help="run a command with zero-code phases (PyTorch, TensorFlow): "
                         "its Python processes report to the node's agent unchanged")
     ru.add_argument("--job", metavar="NAME", help="training job name (default: from Slurm, a Kubernetes pod, "
-                    "or the script's name)")
+                    "or the script's name); a script's own Reporter(train_job=...) keeps its name, with a warning")
     ru.add_argument("--socket", metavar="PATH", help="the agent's phase socket (default: TEYE_PHASE_SOCKET or "
-                    "the agent's default locations)")
+                    "the agent's default locations); a warning where no agent holds it")
     ru.add_argument("--print-env", nargs="?", const="shell", choices=("shell", "taskprolog"), metavar="FORM",
                     help="print the export lines that turn it on instead of running a command: shell-quoted for "
                     "eval (the default), or 'taskprolog': literal values, as a Slurm TaskProlog prints them")

@@ -7,9 +7,12 @@ signals, same terminal, and the exit status is the command's own (a shell sees 1
 """
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import shutil
+import socket
+import stat
 import sys
 from typing import Dict, List, Mapping, Optional
 
@@ -59,6 +62,50 @@ def env_lines(environ: Mapping[str, str], job: Optional[str] = None, socket_path
     return [f"export {n}={shlex.quote(env[n])}" for n in names]
 
 
+def socket_problem(path: str) -> Optional[str]:
+    """Why no agent would receive what is sent to the phase socket ``path``, or None where something holds it
+    (a datagram socket bound there: connecting sends nothing)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.connect(path)
+        return None
+    except OSError as e:
+        code = e.errno
+    finally:
+        s.close()
+    if code in (errno.ENOENT, errno.ENOTDIR):
+        return "it does not exist"
+    if code in (errno.EACCES, errno.EPERM):
+        return "this user may not write to it"
+    if code == errno.EPROTOTYPE:
+        return "it is a stream socket, not the agent's datagram socket"
+    if code == errno.ECONNREFUSED:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0
+        if not stat.S_ISSOCK(mode):
+            return "it is not a socket"
+        return "no process is bound to it: a file an agent left behind"
+    return os.strerror(code) if code else "it cannot be reached"
+
+
+def warn_if_no_agent(env: Mapping[str, str]) -> Optional[str]:
+    """One stderr line, before the command starts, where no agent holds the socket its processes will send to
+    (they run as they would without teye, and send nothing anyone records); the line, or None."""
+    path = env.get("TEYE_PHASE_SOCKET")
+    if not path:
+        from teye_client.reporter import default_socket_path
+        path = default_socket_path()
+    why = socket_problem(path)
+    if why is None:
+        return None
+    line = (f"teye: warning: no agent holds the phase socket {path} ({why}): the command runs, "
+            f"its phases are not recorded")
+    print(line, file=sys.stderr)
+    return line
+
+
 def main(args) -> int:
     cmd = list(args.cmd or [])
     if cmd and cmd[0] == "--":
@@ -82,6 +129,11 @@ def main(args) -> int:
     if exe is None or not os.path.exists(exe):
         print(f"teye run: command not found: {cmd[0]}", file=sys.stderr)
         return 127
+    if env.get("TEYE_AUTO", "1").strip().lower() not in ("0", "false", "no", "off"):
+        try:
+            warn_if_no_agent(env)
+        except Exception as e:  # the check is advice: the command runs whatever it finds
+            print(f"teye: warning: the phase socket cannot be checked: {type(e).__name__}: {e}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

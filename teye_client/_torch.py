@@ -192,6 +192,48 @@ def patch_ddp(module):
     return True
 
 
+_GENERATOR = 0x20   # inspect.CO_GENERATOR (inspect not imported into every job for one constant)
+
+
+def patch_accelerate(module):
+    """accelerate's ``DataLoaderShard.__iter__`` (the loader Hugging Face's Trainer reads) fetches one batch
+    ahead of the one it yields.  Its fetches stay timed by the DataLoader's own __next__ (the loop waits for
+    them), but their samples count when a batch is yielded (Session.consumed): a run stopped by max_steps in
+    the middle of an epoch trained one batch fewer than was fetched.  Anything other than the one-argument
+    generator function teye expects is left alone (the samples then count at the fetch, one batch over)."""
+    cls = module.__dict__.get("DataLoaderShard")
+    orig = getattr(cls, "__dict__", {}).get("__iter__")
+    code = getattr(orig, "__code__", None)
+    if (type(orig) is not type(patch_accelerate) or code is None or code.co_argcount != 1
+            or not code.co_flags & _GENERATOR or getattr(orig, "_teye", False)):
+        debug("accelerate DataLoaderShard.__iter__ is not the generator teye expects: samples count at each fetch")
+        return False
+    s = session
+
+    def __iter__(self):
+        it = orig(self)
+        while True:
+            s.ahead += 1
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            finally:
+                s.ahead -= 1
+            try:
+                s.consumed(batch_size(batch))
+            except Exception as e:  # never into the job: the samples of this batch are not counted
+                debug("zero-code phases: accelerate's batch: %s: %s" % (type(e).__name__, e))
+            try:
+                yield batch
+            except GeneratorExit:   # the job stopped reading (max_steps): so does accelerate's generator
+                it.close()
+                raise
+
+    cls.__iter__ = wrapper_of(__iter__, orig)
+    return True
+
+
 def patch_horovod(module):
     """Horovod for PyTorch (``horovod.torch.mpi_ops``): its all-reduce runs in Horovod's own background
     thread, overlapping the backward pass; what the step waits for is ``synchronize(handle)`` (called by

@@ -34,6 +34,14 @@ def debug(msg):
             pass
 
 
+def warn(msg):
+    """One line on stderr whatever TEYE_DEBUG says: where what teye does is not what the job asked for."""
+    try:
+        sys.stderr.write("teye: warning: %s\n" % msg)
+    except (OSError, ValueError):
+        pass
+
+
 def batch_size(batch):
     """The sample count of a batch a data loader yields: the first dimension of its first tensor (of a
     tuple, list or dict), 0 where unknown (the count is optional; an unusual batch never raises)."""
@@ -181,6 +189,7 @@ class Session:
         self.evaluating = 0      # evaluation() calls in progress (one inside another counts once)
         self.ddp = []            # [weak reference, last iteration read] of each DistributedDataParallel (_torch)
         self.held = None         # a DDP job's last step, (phases, start, end, samples): sent at the next (hold())
+        self.ahead = 0           # inside a read-ahead wrapper (accelerate's DataLoaderShard): see consumed()
 
     def explicit_client(self, rep):
         """A Reporter made by the job itself (not by this session): the process is that client's job, so the
@@ -189,6 +198,7 @@ class Session:
         if self.starting or self.aside:
             return
         self.aside = self.disabled = True
+        self._name_differs(rep)
         mine = self.reporter
         self.reporter = None
         del self.waits[:]
@@ -201,6 +211,25 @@ class Session:
                 mine.close()
             except Exception as e:  # never into the training loop
                 debug("closing the zero-code reporter: %s: %s" % (type(e).__name__, e))
+
+    @staticmethod
+    def _name_differs(rep, environ=None):
+        """The job's own Reporter names its job (``Reporter(train_job=...)`` wins over ``teye run --job`` /
+        TEYE_TRAIN_JOB, which a Reporter without a name takes): say so once per process where they differ."""
+        asked = (os.environ if environ is None else environ).get("TEYE_TRAIN_JOB")
+        got = getattr(rep, "train_job", None)
+        if not asked or got is None:
+            return False
+        norm = getattr(sys.modules.get(type(rep).__module__), "_job_name", None)
+        try:
+            same = got in (asked, norm(asked) if callable(norm) else asked)
+        except Exception:  # a Reporter of another shape: compare the names as they are
+            same = got == asked
+        if same:
+            return False
+        warn("pid %d reports as job %r, its own Reporter's name, not %r (teye run --job / TEYE_TRAIN_JOB)"
+             % (os.getpid(), got, asked))
+        return True
 
     def reset(self):
         """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent, its
@@ -219,6 +248,8 @@ class Session:
             return
         if self.source is None:
             self.source = self.wait_source
+        if self.ahead and samples > 0:
+            samples = 0   # fetched ahead of the job: its samples count when the wrapper hands it on (consumed())
         w = self.waits
         w.append((start_ns, end_ns, samples, loader))
         if loader is not None and not self.exit_hook and self.train_keys and loader not in self.train_keys:
@@ -229,6 +260,19 @@ class Session:
             atexit.register(self._finish_guarded)
         if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
             del w[:self.MAX_WAITS // 2]
+
+    def consumed(self, samples):
+        """A batch that a read-ahead wrapper (accelerate's DataLoaderShard, which Hugging Face's Trainer and
+        Lightning-less accelerate loops read: it fetches batch k+1 before it hands on batch k, to know which is
+        the last) hands to the job: its samples count now, with the wait that fetched ahead, so that a run
+        stopped mid-epoch (max_steps) counts the batches it trained, not the one fetched ahead of its end.
+        (No wait observed since the last step: the loader under it is not one teye times, whose samples
+        were never counted.)"""
+        w = self.waits
+        if self.aside or samples <= 0 or not w:
+            return
+        a, b, n, k = w[-1]
+        w[-1] = (a, b, n + samples, k)
 
     def loader(self, key, it):
         """A new loader (iterator) numbered ``key``: kept by a weak reference, so that a step can tell one still
@@ -655,56 +699,70 @@ class _Finder:
         pass
 
 
+instrumented = []   # what this process's hooks patched, in order (said at exit with TEYE_DEBUG=1)
+
+
 def _run_hook(hook, module):
+    name = getattr(module, "__name__", "?")
     try:
-        hook(module)
+        done = hook(module)
     except Exception as e:  # a patch that fails leaves the module as it was loaded
-        debug("instrumenting %s failed: %s: %s" % (getattr(module, "__name__", "?"), type(e).__name__, e))
+        debug("instrumenting %s failed: %s: %s" % (name, type(e).__name__, e))
+        return
+    if done and len(instrumented) < len(HOOKS):
+        what = WHAT.get(name, name)
+        instrumented.append(what)
+        debug("zero-code phases: instrumented %s (%s)" % (what, name))
 
 
 def _torch_dataloader(module):
     from . import _torch
-    _torch.patch_dataloader(module)
+    return _torch.patch_dataloader(module)
 
 
 def _torch_optimizer(module):
     from . import _torch
-    _torch.patch_optimizer(module)
+    return _torch.patch_optimizer(module)
 
 
 def _torch_distributed(module):
     from . import _torch
-    _torch.patch_collectives(module)
+    return _torch.patch_collectives(module)
 
 
 def _torch_ddp(module):
     from . import _torch
-    _torch.patch_ddp(module)
+    return _torch.patch_ddp(module)
+
+
+def _accelerate_loader(module):
+    from . import _torch
+    return _torch.patch_accelerate(module)
 
 
 def _horovod_torch(module):
     from . import _torch
-    _torch.patch_horovod(module)
+    return _torch.patch_horovod(module)
 
 
 def _tf_iterator(module):
     from . import _tf
-    _tf.patch_iterator(module)
+    return _tf.patch_iterator(module)
 
 
 def _tf_function(module):
     from . import _tf
-    _tf.patch_function(module)
+    return _tf.patch_function(module)
 
 
 def _keras_optimizer(module):
     from . import _tf
-    _tf.patch_keras_optimizer(module)
+    return _tf.patch_keras_optimizer(module)
 
 
 def _keras_trainer(module):
     from . import _tf
-    _tf.patch_keras_trainer(module)
+    return _tf.patch_keras_trainer(module)
 
 
 def _flush_reporters():
@@ -745,7 +803,7 @@ def patch_pool(module):
 
 
 def _mp_pool(module):
-    patch_pool(module)
+    return patch_pool(module)
 
 
 # module -> instrumentor, run right after the module has been executed (the instrumentors import
@@ -756,11 +814,26 @@ HOOKS = {
     "torch.distributed.distributed_c10d": _torch_distributed,
     "torch.nn.parallel.distributed": _torch_ddp,
     "horovod.torch.mpi_ops": _horovod_torch,
+    "accelerate.data_loader": _accelerate_loader,
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
     "tensorflow.python.eager.polymorphic_function.polymorphic_function": _tf_function,
     "keras.src.optimizers.base_optimizer": _keras_optimizer,
     "keras.src.backend.tensorflow.trainer": _keras_trainer,
     "multiprocessing.pool": _mp_pool,
+}
+# what each hook's patch observes, in the words TEYE_DEBUG=1 prints
+WHAT = {
+    "torch.utils.data.dataloader": "PyTorch DataLoader input waits",
+    "torch.optim.optimizer": "PyTorch optimizer steps",
+    "torch.distributed.distributed_c10d": "torch.distributed collectives",
+    "torch.nn.parallel.distributed": "DDP gradient exchange",
+    "horovod.torch.mpi_ops": "Horovod synchronize",
+    "accelerate.data_loader": "accelerate DataLoaderShard samples",
+    "tensorflow.python.data.ops.iterator_ops": "tf.data input waits",
+    "tensorflow.python.eager.polymorphic_function.polymorphic_function": "tf.function steps",
+    "keras.src.optimizers.base_optimizer": "Keras optimizer steps",
+    "keras.src.backend.tensorflow.trainer": "Keras fit/evaluate/predict",
+    "multiprocessing.pool": "multiprocessing Pool flush per task",
 }
 
 
@@ -779,7 +852,28 @@ def install():
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=session.reset)
     _wrap_exit()
+    if _DEBUG:
+        debug("zero-code phases: hook loaded in pid %d (Python %d.%d): it instruments PyTorch, TensorFlow, Keras, "
+              "Horovod and multiprocessing when the program imports them" % ((os.getpid(),) + sys.version_info[:2]))
+        atexit.register(_say_what_it_did)
     return _installed
+
+
+def _say_what_it_did():
+    """TEYE_DEBUG=1, at exit: what the hook instrumented in this process and what it reported (a script that
+    imports no framework hears that it was loaded and why nothing was sent)."""
+    rep = session.reporter
+    if session.aside:
+        sent = "the process reported its own phases (its own Reporter)"
+    elif rep is not None:
+        sent = "reported job %r to %s" % (rep.train_job, rep.socket_path)
+    elif session.disabled:
+        sent = "switched off after an error (said above): nothing sent"
+    else:
+        sent = "no training step seen: nothing sent"
+    what = ", ".join(instrumented) if instrumented else (
+        "nothing (the process imported none of PyTorch, TensorFlow, Keras, Horovod, multiprocessing.pool)")
+    debug("zero-code phases in pid %d: instrumented %s; %s" % (os.getpid(), what, sent))
 
 
 def _wrap_exit():

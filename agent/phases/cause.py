@@ -65,4 +65,16 @@ def wait_usage(samples: Sequence[ProcSample], start_ns: int, end_ns: int,
 
     cpu = delta(1)
     rb = delta(2)
-    return WaitUsage(cpu or 0.0, None if rb is None else int(round(rb)), delta(3), delta(4), delta(5))
+    return WaitUsage(cpu or 0.0, None if rb is None else int(round(rb)), delta(3), delta(4),
+                     starved_delay(delta(5), delta(6), delta(7)))
+
+
+def starved_delay(delay: Optional[float], woken: Optional[float], preempted: Optional[float]) -> Optional[float]:
+    """The main thread's run-queue wait that counts as CPU demand: the share of it that followed a preemption
+    (the thread was working: a decoder starved of CPU), not a wake-up from a wait (a thread that slept on
+    a queue, a lock, a timer, then queued for a CPU behind the neighbours' work: their load, not the job's
+    demand).  Each switch is taken to be followed by an equal wait (the counts are all /proc gives); with
+    the counts unknown, or no switch in the interval, the whole delay counts, as before."""
+    if delay is None or woken is None or preempted is None or woken + preempted <= 0:
+        return delay
+    return delay * preempted / (woken + preempted)

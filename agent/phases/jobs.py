@@ -1012,7 +1012,7 @@ class JobTable:
                                                    "; ".join(f"GPU {g}: {notes[g]}" for g in rk.gpus if g in notes))
                                 for pid, rk in job.ranks.items()], self.thresholds, untracked=len(job.untracked))
             if crit is not None:
-                return crit.verdict, crit.rank.rank, crit.rank.evidence
+                return crit.verdict, crit.rank.rank if crit.named else None, crit.rank.evidence   # even: nobody
         return decide(job_ev, self.thresholds), None, job_ev
 
     def _view(self, job: _Job, now_ns: int, ended: bool = False) -> JobView:

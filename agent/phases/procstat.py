@@ -14,7 +14,10 @@ often not in the sender: PyTorch DataLoader workers, multiprocessing pools, a de
   live descendant, seconds;
 * run delay: the second field of ``/proc/<pid>/schedstat``, seconds the main thread was
   runnable but waited for a CPU (a starved decoder in the training thread); ``None``
-  without schedstats;
+  without schedstats; with the main thread's ``voluntary_ctxt_switches`` and
+  ``nonvoluntary_ctxt_switches`` (``/proc/<pid>/status``), which tell a thread preempted while it
+  works (involuntary) from one woken from a wait (voluntary) that then queues for a CPU behind the
+  neighbours' work (agent.phases.cause.wait_usage credits only the former's share);
 * reads: ``read_bytes`` of ``/proc/<pid>/io`` (bytes fetched from storage), plus each live
   descendant's; ``None`` when the sender's file is not readable (another user's process without
   CAP_SYS_PTRACE, hardened kernels);
@@ -71,6 +74,8 @@ class ProcSample(NamedTuple):
     io_stall_s: Optional[float]    # PSI io "some" total (cgroup, else system); None: no PSI
     cpu_stall_s: Optional[float]   # PSI cpu "some" total of the cgroup; None: no cgroup PSI
     run_delay_s: Optional[float] = None  # main thread's time runnable but not running; None: no schedstat
+    switches: Optional[int] = None       # main thread's voluntary context switches (it blocked); None: unknown
+    preempted: Optional[int] = None      # ... and involuntary ones (it was preempted while it ran)
 
 
 class Gone(Exception):
@@ -215,7 +220,24 @@ class ProcReader:
             # cannot be seen is it the storage evidence left
             io = pressure(os.path.join(self.procfs, "pressure", "io"))
         cpu_stall = pressure(os.path.join(cgroup, "cpu.pressure")) if cgroup else None
-        return ProcSample(now_ns, cpu, rb, io, cpu_stall, self.run_delay(pid)), problem, start
+        vol, invol = self.switches(pid)
+        return ProcSample(now_ns, cpu, rb, io, cpu_stall, self.run_delay(pid), vol, invol), problem, start
+
+    def switches(self, pid: int) -> Tuple[Optional[int], Optional[int]]:
+        """The main thread's (voluntary, involuntary) context switches (/proc/<pid>/status), None when unknown."""
+        vol = invol = None
+        try:
+            text = read_bytes(self._p(pid, "status")).decode("ascii", "replace")
+            at = text.find("voluntary_ctxt_switches:")
+            if at >= 0:
+                for line in text[text.rfind("\n", 0, at) + 1:].splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        vol = int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        invol = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return None, None
+        return (vol, invol) if vol is not None and invol is not None else (None, None)
 
     def run_delay(self, pid: int) -> Optional[float]:
         """Seconds the main thread waited on a run queue (/proc/<pid>/schedstat), None when unknown."""

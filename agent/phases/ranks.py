@@ -9,13 +9,18 @@ protocol, docs/phases.md) is judged by its **critical rank**:
 1. Ranks that reported no step time in the window (a parameter server, a rank that died or has not
    started) and ranks silent for ``stall_seconds`` are not candidates: they set nobody's pace.
 2. The critical rank is the candidate whose *own* wait, input (``data_wait``) plus ``host``, is the
-   largest share of its step time: that wait is what the others wait for.
-3. Where no candidate's own wait reaches its threshold (``input_bound_threshold``,
-   ``host_threshold``), the candidate with the least ``communication`` share is the one the others
+   largest share of its step time: that wait is what the others wait for.  It must reach its
+   threshold (``input_bound_threshold``, ``host_threshold``) and, with other candidates, exceed the
+   least own wait among them by ``RANK_SPREAD`` (10 points of a step): ranks that all wait alike
+   (every one input-bound) hold nobody back.
+3. Otherwise, the candidate with the least ``communication`` share is the one the others
    wait for in their collectives (a slow GPU, more work), where the most any candidate spends there
    exceeds that least by ``communication_threshold`` or more (a spread of a few points between ranks
-   that all exchange alike names nobody); otherwise rule 2's largest own wait (ties: the lowest rank).
-4. The job's verdict is ``verdict.decide()`` on the critical rank's own evidence; the evidence names
+   that all exchange alike names nobody).
+4. Otherwise the ranks are **even**: no rank is named (``Critical.named`` False: no
+   ``teye_job_critical_rank``), the evidence says so, and the verdict is judged on rule 2's largest
+   own wait (ties: the lowest rank), which is the job's whether it is named or not.
+5. The job's verdict is ``verdict.decide()`` on the critical rank's own evidence; the evidence names
    it and the ranks that wait for it.  A waiting rank's verdict is never the job's: its ``compute``
    holds the wait for the straggler.
 
@@ -46,6 +51,10 @@ class Critical(NamedTuple):
     rank: RankEvidence
     verdict: Verdict          # decide() on its evidence, its evidence text naming it and the waiting ranks
     waiting: Tuple[int, ...]  # the other candidate ranks (they wait for it)
+    named: bool = True        # False: the ranks are even (rule 4), no rank holds the others back
+
+
+RANK_SPREAD = 0.1   # rule 2: how much more of its step the critical rank waits on its own than the least waiting
 
 
 def own_wait(ev: Evidence) -> float:
@@ -70,7 +79,8 @@ def choose(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds()) -> Opti
     waits = [own_wait(r.evidence) for r in cands]
     best = max(range(len(cands)), key=lambda i: (waits[i], -i))  # ties: the lowest rank
     ev = cands[best].evidence
-    if ev.share("data_wait") >= th.input_bound or ev.share("host") >= th.host:
+    if (ev.share("data_wait") >= th.input_bound or ev.share("host") >= th.host) and (
+            len(cands) == 1 or waits[best] - min(waits) >= RANK_SPREAD):
         return cands[best], OWN_WAIT
     comm = [r.evidence.share("communication") for r in cands]
     if len(cands) > 1 and max(comm) - min(comm) >= th.communication:
@@ -133,10 +143,18 @@ def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds(), untracke
                 f"step in communication ({100 * ev.share('communication'):.0f} %); {who} {verb} for it in "
                 f"{'its' if len(waiting) == 1 else 'their'} collectives, {_secs(waited)} per step")
     else:
-        lead = (f"no rank waits on its own input or host work (the most: {describe(crit)}, "
-                f"{100 * own_wait(ev):.0f} % of its step); {len(waiting) + 1} ranks on this node")
-    if crit.gpu_note:
+        waits = [own_wait(r.evidence) for r in candidates(ranks, th)]
+        lo, hi = 100 * min(waits), 100 * max(waits)
+        alike = f"{hi:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f} %"
+        if ev.share("data_wait") >= th.input_bound or ev.share("host") >= th.host:
+            lead = f"every rank waits on its own input or host work alike ({alike} of its step)"
+        else:
+            lead = f"no rank waits on its own input or host work ({alike} of its step)"
+        lead += (f" and their communication shares differ by less than {100 * th.communication:.0f} points: the "
+                 f"{len(waiting) + 1} ranks on this node are even, none holds the others back")
+    if crit.gpu_note and rule != NONE_WAITS:
         lead += f"; its {crit.gpu_note}"
     if untracked:
         lead += f" ({untracked} more ranks on this node beyond the limit of {len(ranks)} per job are not judged)"
-    return Critical(crit, dataclasses.replace(v, evidence=f"{lead}; {v.evidence}"), waiting)
+    named = rule != NONE_WAITS or not waiting
+    return Critical(crit, dataclasses.replace(v, evidence=f"{lead}; {v.evidence}"), waiting, named)

@@ -104,7 +104,8 @@ SCALING = metric("teye_job_scaling_efficiency_ratio", GAUGE,
                  "ranks' on this node. Absent for steps-only jobs and jobs without step time.", ["train_job"])
 CRITICAL_RANK = metric("teye_job_critical_rank", GAUGE,
                        "The rank of the job on this node whose verdict is the job's: the one whose own input or "
-                       "host wait holds the others back (docs/phases.md). Absent for jobs without ranks.",
+                       "host wait holds the others back (docs/phases.md). Absent for jobs without ranks and where "
+                       "the ranks are even.",
                        ["train_job"])
 WORLD_SIZE = metric("teye_job_world_size", GAUGE,
                     "Ranks in the data-parallel job, as its launcher says (WORLD_SIZE, SLURM_NTASKS ...), over all "

@@ -42,7 +42,8 @@ The rules (thresholds from the ``phases`` config section):
    waited (:class:`InputWait`, sampled from /proc by ``agent.phases.procstat``):
    ``host_cpu`` when their threads used at least ``input_cpu_busy_ratio`` CPU seconds per
    second of data_wait (decoding, augmentation, Python), or would have with the time the
-   main thread sat runnable on a run queue (schedstat: a starved decoder), or when the
+   main thread sat runnable on a run queue after a preemption (schedstat and its involuntary
+   context switches: a starved decoder; not after a wake-up, agent.phases.cause.starved_delay), or when the
    job's cgroup was stalled on CPU for at least ``input_cpu_stall_ratio`` of it
    (cpu.pressure); the sending processes' figures include their descendants (DataLoader
    workers).  ``storage`` when they waited with little CPU *and* storage evidence: reads of

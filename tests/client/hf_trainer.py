@@ -1,7 +1,7 @@
 """An unmodified Hugging Face Trainer run: a tiny BERT built from a config (nothing downloaded), synthetic
 token data, evaluation every EVERY steps.
 
-    python hf_trainer.py STEPS EVERY OUTDIR [--fast]
+    python hf_trainer.py STEPS EVERY OUTDIR [--fast] [--mid-epoch]
 
 EVERY 0: no evaluation (eval_strategy "no", no evaluation set).  --fast: no sleep in __getitem__ (what is left
 is the tiny model's compute and the loader's own work).
@@ -20,7 +20,8 @@ from transformers import (BertConfig, BertForSequenceClassification, Trainer, Tr
                           default_data_collator)
 
 fast = "--fast" in sys.argv[1:]
-argv = [a for a in sys.argv if a != "--fast"]
+mid = "--mid-epoch" in sys.argv[1:]   # the training set 3 batches longer than STEPS: max_steps stops mid-epoch
+argv = [a for a in sys.argv if a not in ("--fast", "--mid-epoch")]
 steps, every, out = int(argv[1]), int(argv[2]), argv[3]
 SLEEP_S = 0 if fast else 0.01
 BS = 4
@@ -95,7 +96,7 @@ args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch
                          eval_steps=every or None,
                          save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
                          dataloader_num_workers=0, disable_tqdm=True, seed=0)
-train_set = Tokens(BS * steps, SLEEP_S)
+train_set = Tokens(BS * (steps + 3) if mid else BS * steps, SLEEP_S)
 trainer = Timed(model=model, args=args, train_dataset=train_set,
                 eval_dataset=Tokens(BS * 6, SLEEP_S) if every else None,
                 data_collator=Collate(),

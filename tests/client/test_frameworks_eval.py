@@ -53,6 +53,24 @@ def test_hugging_face_trainer_evaluation_is_apart(agent, tmp_path):
     _check(agent, "hf", own, 40, 160)
 
 
+@pytest.mark.parametrize("every", [0, 10])
+def test_hugging_face_stopping_mid_epoch_counts_the_batches_it_trained(agent, tmp_path, every):
+    """Issue 39: max_steps ends training 3 batches before the end of the epoch; accelerate's DataLoaderShard
+    has fetched the next batch ahead of the last one trained (to know which is the last): that batch was
+    never trained, and its samples do not count (the script's own count: steps x batch size)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    job = f"hf-mid-{every}"
+    run = teye_run([sys.executable, os.path.join(HERE, "hf_trainer.py"), "40", str(every), str(tmp_path / "out"),
+                    "--fast", "--mid-epoch"], socket_path=agent.path, job=job, timeout=300)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    j = agent.jobs()[job]
+    print(own, j.steps, j.samples, dict(j.phase_seconds))
+    assert (j.steps, j.samples) == (own["steps"], own["samples"]) == (40, 160)
+    assert ("eval" in dict(j.phase_seconds)) == bool(every)
+
+
 @pytest.mark.parametrize("sanity, every, evals", [(2, "10", 4), (0, "0.5", 2)])
 def test_lightning_sanity_check_and_validation_are_apart(agent, sanity, every, evals):
     """Lightning: the sanity check (2 batches; none with num_sanity_val_steps=0) and validation inside the

@@ -178,3 +178,62 @@ def test_os_exit_is_wrapped_once():
         assert os._exit._teye and not getattr(os._exit.__wrapped__, "_teye", False)
     finally:
         os._exit = before
+
+
+def _fake_accelerate(s, batches):
+    """accelerate's DataLoaderShard as it reads: batch k+1 fetched (a timed DataLoader wait) before batch k
+    is yielded; the fetches go through the session as the patched DataLoader's do."""
+    import types
+    clock = {"t": 0}
+
+    class DataLoaderShard:
+        closed = False
+
+        def __iter__(self):
+            def fetch(i):
+                s.wait(clock["t"], clock["t"] + 10, 4, 1)
+                clock["t"] += 10
+                return [i] * 4
+            try:
+                current = fetch(0)
+                for i in range(1, batches):
+                    nxt = fetch(i)
+                    yield current
+                    current = nxt
+                s.wait(clock["t"], clock["t"] + 1, 0, 1)   # the fetch that found the end (StopIteration)
+                clock["t"] += 1
+                yield current
+            finally:
+                DataLoaderShard.closed = True
+
+    return types.SimpleNamespace(DataLoaderShard=DataLoaderShard), clock
+
+
+class _Shape:
+    def __init__(self, n):
+        self.shape = (n,)
+
+
+@pytest.mark.parametrize("stop", [3, 5])
+def test_a_read_ahead_loader_counts_the_batches_the_steps_took(monkeypatch, stop):
+    """Issue 39 (Hugging Face's 644 samples for 640): accelerate fetches one batch ahead; stopped mid-epoch
+    (3 of 5 batches) the job trained 3 batches, and the samples are those of the batches handed on, at the
+    step that took them; the waits keep their time (the fetch ahead is waited for)."""
+    from teye_client import _torch
+    s = session()
+    monkeypatch.setattr(_torch, "session", s)
+    monkeypatch.setattr(_torch, "batch_size", lambda b: len(b))
+    mod, clock = _fake_accelerate(s, 5)
+    held = loader(s, 1)  # noqa: F841
+    assert _torch.patch_accelerate(mod) is True
+    it = iter(mod.DataLoaderShard())
+    for k in range(stop):
+        next(it)
+        clock["t"] += 5
+        s.step(clock["t"])
+    it.close()
+    assert mod.DataLoaderShard.closed                  # closing teye's generator closes accelerate's
+    got = shares(s.reporter)
+    assert [x[2] for x in got] == [4] * stop           # 4 samples a step: 3 x 4 = 12, not 16
+    assert [x[3] for x in got] == [20] + [10] * (stop - 2) + ([10] if stop < 5 else [1])
+    assert _torch.patch_accelerate(mod) is False        # never wrapped twice

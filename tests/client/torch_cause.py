@@ -3,12 +3,13 @@
     python torch_cause.py {burn|sleep|read} STEPS FILE [PIECE_KIB READS]
 
 burn: each sample burns about 1.5 ms of CPU in pure Python (decoding, augmentation), no I/O;
+burn-main: the same in the training process's own thread (num_workers=0: the decoder a loaded host starves);
 sleep: each sample sleeps 1.5 ms (a lock, a remote service), no CPU, no I/O;
 read: each sample reads READS pieces of PIECE_KIB KiB (default 2 of 1024) at scattered offsets of FILE
   (a clean file), past the page cache: the worker drops the file's pages (posix_fadvise DONTNEED) when it
   opens it and each piece's once read, and turns readahead off (FADV_RANDOM), so every read goes to
   storage and counts in /proc/<pid>/io read_bytes.
-One worker process does the work (num_workers=1); the training process itself only waits in next().
+One worker process does the work (num_workers=1; burn-main: none); the training process itself only waits in next().
 It prints one JSON line of its own figures: its wait share (perf_counter around next()), the bytes its
 worker read, the CPU time of both processes per second of wait (from the second batch to the last:
 each sample carries its worker's process_time()) and its main thread's run-queue wait per second of wait.
@@ -36,7 +37,7 @@ class Data(Dataset):
         return 1 << 20
 
     def __getitem__(self, i):
-        if MODE == "burn":
+        if MODE in ("burn", "burn-main"):
             t = time.thread_time() + 0.0015
             x = 0
             while time.thread_time() < t:
@@ -74,7 +75,7 @@ def run_delay():
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    loader = DataLoader(Data(), batch_size=8, num_workers=1)
+    loader = DataLoader(Data(), batch_size=8, num_workers=0 if MODE == "burn-main" else 1)
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     it = iter(loader)
@@ -95,7 +96,7 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    cpu_s = time.process_time() - main0 + float(cpu.max()) - worker0
+    cpu_s = time.process_time() - main0 + (float(cpu.max()) - worker0 if MODE != "burn-main" else 0.0)
     delay = run_delay() - delay0
     print(json.dumps({"wait_share": total_wait / (time.perf_counter() - first), "cpu_per_wait_s": cpu_s / wait,
                       "delay_per_wait_s": delay / wait,

@@ -118,6 +118,21 @@ MUTANTS = {
     "print_env_unquoted.patch": (
         ["tests/client/test_print_env_quoting.py::test_eval_of_the_default_form_keeps_every_value_literal"], False),
     # issue 39: mutants that survived the suite before it
+    "run_no_agent_unsaid.patch": (
+        ["tests/client/test_run_says.py::test_no_agent_on_the_socket_is_said_once_and_the_status_is_the_commands"],
+        False),
+    "ranks_own_wait_without_spread.patch": (
+        ["tests/phases/test_ranks.py::test_ranks_that_all_wait_alike_name_nobody_and_one_that_waits_more_is_named"],
+        False),
+    "jobs_even_ranks_export_a_critical_rank.patch": (
+        ["tests/phases/test_ranks.py::test_even_ranks_export_no_critical_rank"], False),
+    "cause_wakeup_delay_is_demand.patch": (
+        ["tests/phases/test_cause.py::test_a_waiter_woken_into_a_loaded_run_queue_is_not_starved"], False),
+    "session_read_ahead_counted_at_fetch.patch": (
+        ["tests/client/test_session_loaders.py::test_a_read_ahead_loader_counts_the_batches_the_steps_took"], False),
+    "client_job_name_difference_unsaid.patch": (
+        ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"],
+        False),
     "client_pod_name_hostname_first.patch": (["tests/client/test_zero_code.py::test_job_name_order"], False),
     "client_off_switch_skips_users_sitecustomize.patch": (
         ["tests/client/test_zero_code.py::test_the_off_switch_still_runs_the_users_sitecustomize"], False),

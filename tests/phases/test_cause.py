@@ -24,7 +24,8 @@ TCK = 100            # USER_HZ: /proc/<pid>/stat counts CPU time in 10 ms ticks
 class FakeProc:
     """A /proc + /sys tree for one process whose counters follow rates per phase (ground truth)."""
 
-    def __init__(self, root, uid=UID, cgroup="/user.slice/job.scope", io=True, psi=True, node_psi=False):
+    def __init__(self, root, uid=UID, cgroup="/user.slice/job.scope", io=True, psi=True, node_psi=False,
+                 switches=False):
         """``psi``: the job's cgroup has pressure files (cgroup v2); ``node_psi``: the I/O stall is written to
         the node's /proc/pressure/io instead (cgroup v1: no pressure per cgroup)."""
         self.proc = os.path.join(root, "proc")
@@ -36,7 +37,9 @@ class FakeProc:
         os.makedirs(self.cg)
         self._write("status", f"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
         self._write("cgroup", f"0::{cgroup}\n")
-        self.io, self.psi, self.node_psi = io, psi, node_psi
+        self.io, self.psi, self.node_psi, self.switches = io, psi, node_psi, switches
+        self.uid = uid
+        self.woken = self.preempted = 0.0
         if not io:   # a kernel without task I/O accounting / a file that vanished: no io file at all
             os.symlink("/nonexistent/io", os.path.join(self.dir, "io"))
         self.cpu = self.read = self.io_stall = self.cpu_stall = self.delay = 0.0
@@ -46,7 +49,11 @@ class FakeProc:
         with open(os.path.join(base or self.dir, name), "w") as fh:
             fh.write(text)
 
-    def advance(self, seconds, cpu_rate, read_rate=0.0, io_stall=0.0, cpu_stall=0.0, run_delay=0.0):
+    def advance(self, seconds, cpu_rate, read_rate=0.0, io_stall=0.0, cpu_stall=0.0, run_delay=0.0, woken=0.0,
+                preempted=0.0):
+        """Rates per second; ``woken``/``preempted``: the main thread's voluntary / involuntary switches."""
+        self.woken += seconds * woken
+        self.preempted += seconds * preempted
         self.delay += seconds * run_delay
         self.cpu += seconds * cpu_rate
         self.read += seconds * read_rate
@@ -60,6 +67,11 @@ class FakeProc:
         fields = ["S", "1"] + ["0"] * 9 + [str(ticks // 2), str(ticks - ticks // 2)] + ["0"] * 6 + ["777"] + ["0"] * 20
         self._write("stat", f"{PID} (python3 (train)) " + " ".join(fields) + "\n")
         self._write("schedstat", f"{int(self.cpu * 1e9)} {int(self.delay * 1e9)} 42\n")
+        if self.switches:
+            u = self.uid
+            self._write("status", f"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t{u}\t{u}\t{u}\t{u}\n"
+                                  f"Cpus_allowed_list:\t0-1\nvoluntary_ctxt_switches:\t{int(self.woken)}\n"
+                                  f"nonvoluntary_ctxt_switches:\t{int(self.preempted)}\n")
         if self.io:
             self._write("io", f"rchar: {int(self.read)}\nwchar: 0\nsyscr: 1\nsyscw: 0\n"
                               f"read_bytes: {int(self.read)}\nwrite_bytes: 0\ncancelled_write_bytes: 0\n")
@@ -156,6 +168,36 @@ def test_host_cpu_when_the_decoding_thread_waits_on_the_run_queue(tmp_path):
     assert view.verdict.cause == "host_cpu", view.verdict.evidence
     assert "starved of CPU" in view.verdict.evidence and "main thread waiting for a CPU 6" in view.verdict.evidence
     assert view.evidence.input_wait.run_delay_s / view.evidence.input_wait.wait_s == pytest.approx(0.65, abs=0.03)
+
+
+def test_a_waiter_woken_into_a_loaded_run_queue_is_not_starved(tmp_path):
+    """Issue 39: a pipeline that sleeps (the training thread blocks on its queue, 200 wake-ups a second) on a
+    host loaded by other processes: its main thread queues for a CPU after each wake-up (60 % of the wait),
+    which is the neighbours' load, not the job's demand; only the share after preemptions (5 of 205
+    switches) counts.  The cause stays unknown, as without the neighbours."""
+    fake = FakeProc(str(tmp_path), psi=False, switches=True)
+    view = run_job(fake, wait_rates=(0.1, 0.0, 0.0, 0.0, 0.6, 200, 5), compute_rates=(1.0, 0.0, 0.0, 0.0, 0.0, 1, 50))
+    assert view.verdict.cause == "unknown", view.verdict.evidence
+    w = view.evidence.input_wait
+    assert w.run_delay_s / w.wait_s == pytest.approx(0.6 * 5 / 205, abs=0.01)
+    assert "main thread waiting for a CPU" in view.verdict.evidence and w.run_delay_s / w.wait_s < 0.03
+
+
+def test_a_decoder_preempted_by_the_neighbours_is_starved(tmp_path):
+    """The same load on a decoder in the training thread: preempted 200 times a second while it works,
+    woken twice: its run-queue wait is CPU it wanted (host_cpu), as before."""
+    fake = FakeProc(str(tmp_path), psi=False, switches=True)
+    view = run_job(fake, wait_rates=(0.3, 0.0, 0.0, 0.0, 0.65, 2, 200), compute_rates=(1.0, 0.0, 0.0, 0.0, 0.0, 1, 50))
+    assert view.verdict.cause == "host_cpu" and "starved of CPU" in view.verdict.evidence, view.verdict.evidence
+    w = view.evidence.input_wait
+    assert w.run_delay_s / w.wait_s == pytest.approx(0.65 * 200 / 202, abs=0.02)
+
+
+def test_starved_delay_by_hand():
+    assert cause.starved_delay(0.6, 95, 5) == pytest.approx(0.03)
+    assert cause.starved_delay(0.6, 0, 0) == 0.6          # no switch in the interval: all of it
+    assert cause.starved_delay(0.6, None, 3) == 0.6       # counts unknown: as before
+    assert cause.starved_delay(None, 1, 1) is None
 
 
 def test_compute_bound_job_has_no_cause(tmp_path):

@@ -150,7 +150,8 @@ def test_a_rank_that_dies_mid_run_expires_and_the_others_go_on():
     for r in range(2):
         send_steps(t, "ddp", 100 + r, r, 20, 2, t0=later - 5 * S, first=False, end=later)
     j = view(t, later)["ddp"]
-    assert [r.rank for r in j.ranks] == [0, 1] and j.critical_rank in (0, 1) and j.verdict.kind == "compute"
+    # the two left wait alike: nobody is named (issue 39)
+    assert [r.rank for r in j.ranks] == [0, 1] and j.critical_rank is None and j.verdict.kind == "compute"
     assert 102 not in t.rank_pids
 
 
@@ -161,7 +162,7 @@ def test_a_rank_that_never_steps_sets_nobodys_pace():
     # a parameter server: rank 2 waits a lot, reports phases, never a step
     assert t.handle(encode("ddp", [("data_wait", NOW - 10 * S, NOW - S)], rank=2, world=3), 102, 0, NOW) == "accepted"
     j = view(t)["ddp"]
-    assert j.critical_rank in (0, 1) and j.verdict.kind == "compute" and len(j.ranks) == 3
+    assert j.critical_rank is None and j.verdict.kind == "compute" and len(j.ranks) == 3
 
 
 def test_ranks_with_different_job_names_and_two_jobs_on_a_node_stay_apart():
@@ -234,7 +235,10 @@ def test_ranks_that_exchange_alike_name_nobody_by_communication():
     """Issue 37: every rank of a balanced DDP job spends a few points in the exchange; the least of them is
     noise, not the rank the others wait for (the spread must reach communication_threshold)."""
     c = ranks.judge([R(0, ev(comm=0.6, wait=0.1)), R(1, ev(comm=0.5, wait=0.2)), R(2, ev(comm=0.7))])
-    assert c.verdict.evidence.startswith("no rank waits on its own input or host work (the most: rank 1")
+    assert c.verdict.evidence.startswith("no rank waits on its own input or host work (0–2 % of its step) and their "
+                                         "communication shares differ by less than 20 points: the 3 ranks on this "
+                                         "node are even, none holds the others back; ")
+    assert not c.named and "rank 1" not in c.verdict.evidence   # no rank picked from waits under 1 %
     assert ranks.choose([R(0, ev(comm=2.4)), R(1, ev(comm=0.5))])[1] == ranks.NONE_WAITS  # 19 points apart
     assert ranks.choose([R(0, ev(comm=2.5)), R(1, ev(comm=0.5))])[1] == ranks.COMMUNICATION  # 20 points
     assert ranks.choose([R(0, ev(comm=9))])[1] == ranks.NONE_WAITS  # one rank: nobody to wait for
@@ -308,3 +312,52 @@ def test_tensorflow_ranks_have_no_scaling_efficiency_and_the_exchange_not_observ
         j = view(t)["dp"]
         assert (j.source, j.verdict.kind, j.scaling_efficiency) == (src, kind, eff)
         assert ("communication not observed" in j.verdict.evidence) == (kind == "not_observed")
+
+
+# -- issue 39: a critical rank only where one holds the others back --------------------------------
+def test_ranks_that_all_wait_alike_name_nobody_and_one_that_waits_more_is_named():
+    """Every rank input-bound alike: the job is input-bound, but no rank holds the others back (rule 2 needs
+    RANK_SPREAD, 10 points, over the least own wait); at 10 points it is named; a single rank is its own."""
+    even = [R(0, ev(wait=8.0)), R(1, ev(wait=8.3)), R(2, ev(wait=7.5))]
+    c = ranks.judge(even)
+    assert (c.named, c.verdict.kind) == (False, "input")
+    assert c.verdict.evidence.startswith("every rank waits on its own input or host work alike (75–83 % of its "
+                                         "step) and their communication shares differ by less than 20 points")
+    assert ranks.choose([R(0, ev(wait=8.0)), R(1, ev(wait=7.01))])[1] == ranks.NONE_WAITS   # 9.9 points
+    assert ranks.choose([R(0, ev(wait=8.0)), R(1, ev(wait=7.0))])[1:] == (ranks.OWN_WAIT,)  # 10 points
+    c = ranks.judge([R(0, ev(wait=8.0)), R(1, ev(wait=2.0))])
+    assert (c.named, c.rank.rank, c.verdict.kind) == (True, 0, "input")
+    c = ranks.judge([R(3, ev(wait=0.1))])
+    assert c.named and c.rank.rank == 3     # the only rank on this node: its verdict is the job's
+
+
+def test_even_ranks_export_no_critical_rank():
+    t, _ = table()
+    for r in range(4):
+        send_steps(t, "ddp", 100 + r, r, 50, 3 if r == 1 else 2)   # waits that differ by a millisecond
+    j = view(t)["ddp"]
+    assert (j.critical_rank, j.verdict.kind) == (None, "compute")
+    assert "the 4 ranks on this node are even" in j.verdict.evidence   # (no critical_rank: no gauge, source.py)
+
+
+def test_a_rank_slow_only_for_its_first_100_steps():
+    """Issue 39's bad input: rank 2 waits 60 ms of each 100 ms step on its input for its first 100 steps,
+    then as little as the others.  While those steps are in the window it is the critical rank; once the
+    window (60 s) holds only the even steps, nobody is named and the verdict is the even ranks'; the
+    counters keep the whole run (rank 2's 6 s of early waits)."""
+    t, _ = table()
+    t0 = NOW - 200 * S
+    for r in range(4):
+        send_steps(t, "ddp", 100 + r, r, 100, 60 if r == 2 else 2, t0=t0, end=t0 + 10 * S)
+    early = view(t, t0 + 10 * S)["ddp"]
+    assert (early.critical_rank, early.verdict.kind) == (2, "input")
+    assert early.verdict.evidence.startswith("rank 2 (pid 102, GPU") or early.verdict.evidence.startswith(
+        "rank 2 (pid 102) waits 60 % of its step on input")
+    for r in range(4):   # the next 1,000 steps, 100 s, all even
+        send_steps(t, "ddp", 100 + r, r, 1000, 2, t0=t0 + 10 * S, first=False, end=t0 + 110 * S)
+    late = view(t, t0 + 110 * S)["ddp"]
+    assert (late.critical_rank, late.verdict.kind) == (None, "compute")
+    assert late.input_bound_ratio == pytest.approx(0.02)
+    r2 = next(r for r in late.ranks if r.rank == 2)
+    assert dict(r2.phase_seconds)["data_wait"] == pytest.approx(100 * 0.06 + 1000 * 0.002)
+    assert (late.steps, r2.steps) == (1100, 1100)

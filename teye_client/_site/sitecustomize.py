@@ -16,10 +16,21 @@ def _teye_here():
     return os.path.dirname(os.path.abspath(__file__))
 
 
+def _teye_say(msg):
+    if os.environ.get("TEYE_DEBUG") == "1":
+        try:
+            sys.stderr.write("teye: zero-code phases off in pid %d: %s\n" % (os.getpid(), msg))
+        except Exception:
+            pass
+
+
 def _teye_install(here):
-    if os.environ.get("TEYE_AUTO", "1").strip().lower() in ("0", "false", "no", "off"):
+    auto = os.environ.get("TEYE_AUTO", "1")
+    if auto.strip().lower() in ("0", "false", "no", "off"):
+        _teye_say("TEYE_AUTO=%s" % auto)
         return
     if sys.version_info < (3, 8):
+        _teye_say("Python %d.%d (teye needs 3.8 or later)" % sys.version_info[:2])
         return
     try:
         auto = sys.modules.get("teye_client.auto")
@@ -42,8 +53,7 @@ def _teye_install(here):
             import teye_client.auto as auto
         auto.install()
     except Exception as e:  # teye must never break a job: stand aside
-        if os.environ.get("TEYE_DEBUG") == "1":
-            sys.stderr.write("teye: zero-code phases off: %s: %s\n" % (type(e).__name__, e))
+        _teye_say("%s: %s" % (type(e).__name__, e))
 
 
 def _teye_chain(here):
