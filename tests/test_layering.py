@@ -87,7 +87,8 @@ def test_the_checker_catches_the_shapes_it_looks_for(tmp_path):
 
 # Rooms whose modules must not import each other in a circle (a lazy import inside a function
 # counts too: it only hides the circle until the day someone moves it to the top).
-ROOMS = ("agent", "agent/sources", "agent/gpu", "agent/pmu", "agent/phases", "exporters", "workloads", "dashboards")
+ROOMS = ("agent", "agent/sources", "agent/gpu", "agent/pmu", "agent/phases", "exporters", "workloads", "dashboards",
+         "teye_client")
 
 
 def module_name(path: str, root: str = REPO) -> str:
@@ -140,3 +141,17 @@ def test_the_cycle_checker_catches_lazy_and_relative_circles(tmp_path):
     (tmp_path / "exporters" / "e.py").write_text("import exporters.a\n")
     assert import_cycles("exporters", root=str(tmp_path)) == ["exporters.a -> exporters.b -> exporters.a",
                                                               "exporters.c -> exporters.d -> exporters.c"]
+
+
+def test_the_client_instrumentors_import_only_their_shared_module():
+    """Issue 38: the import hook (teye_client.auto) loads the instrumentors; they and it share the session and
+    helpers through teye_client._common, which imports neither (one instrumentor per library, shared helpers
+    in a module of their own)."""
+    own = {}
+    for name in ("_torch", "_tf", "_common"):
+        path = os.path.join(REPO, "teye_client", name + ".py")
+        own[name] = sorted({m for m in imports(path) if m.startswith("teye_client")})
+    assert own["_torch"] == own["_tf"] == ["teye_client._common", "teye_client._common.batch_size",
+                                           "teye_client._common.debug", "teye_client._common.session",
+                                           "teye_client._common.wrapper_of"]
+    assert [m for m in own["_common"] if not m.startswith("teye_client.reporter")] == []

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from .auto import batch_size, debug, session, wrapper_of
+from ._common import batch_size, debug, session, wrapper_of
 
 _ns = time.monotonic_ns
 _thread = threading.get_ident

@@ -219,9 +219,9 @@ class FakeDDP:
 
 @pytest.fixture
 def ddp_session(monkeypatch):
-    from teye_client import auto
-    monkeypatch.setattr(auto.time, "time_ns", lambda: 0)
-    monkeypatch.setattr(auto, "_ns", lambda: 0)
+    from teye_client import _common, auto
+    monkeypatch.setattr(_common.time, "time_ns", lambda: 0)
+    monkeypatch.setattr(_common, "_ns", lambda: 0)
     s = auto.Session()
     s.wait_source = "torch"
     s.reporter = Recorder()

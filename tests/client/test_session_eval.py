@@ -1,7 +1,7 @@
 """Session.evaluation (teye_client.auto): what a framework declares as evaluation (Keras' evaluate, predict,
 test_on_batch, predict_on_batch) is the eval phase, apart from the steps.  In-process, with a reporter
 that records what it is given; the times are the ones the test makes."""
-from teye_client import auto
+from teye_client import _common, auto
 
 
 class Recorder:
@@ -32,7 +32,7 @@ def test_an_evaluation_between_steps_is_eval_and_the_next_step_starts_after_it(m
     s.wait(0, 10, 4, -1)
     s.step(20)                                   # a training step 0..20
     clock = iter([30, 90])
-    monkeypatch.setattr(auto, "_ns", lambda: next(clock))
+    monkeypatch.setattr(_common, "_ns", lambda: next(clock))
 
     def evaluate():
         s.wait(40, 60, 4, -2)                    # its batch: evaluation's, not training's
@@ -51,7 +51,7 @@ def test_an_evaluation_inside_another_counts_once_and_one_that_steps_trains(monk
     s.wait(0, 10, 4, -1)
     s.step(20)
     clock = iter([30, 40, 50, 60, 70])
-    monkeypatch.setattr(auto, "_ns", lambda: next(clock))
+    monkeypatch.setattr(_common, "_ns", lambda: next(clock))
     s.evaluation(lambda: s.evaluation(lambda: None))          # fit's evaluate calling predict in a callback
     assert s.evals == [(30, 40)]
 
@@ -68,7 +68,7 @@ def test_an_evaluation_no_step_follows_is_reported_at_exit(monkeypatch):
     s.wait(0, 10, 4, -1)
     s.step(20)
     clock = iter([30, 80])
-    monkeypatch.setattr(auto, "_ns", lambda: next(clock))
+    monkeypatch.setattr(_common, "_ns", lambda: next(clock))
     s.evaluation(lambda: s.wait(40, 60, 4, -2))              # a final model.evaluate()
     s.finish()
     assert s.reporter.phases == [("eval", 30, 80)] and len(s.reporter.steps) == 1 and s.waits == []

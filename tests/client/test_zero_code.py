@@ -142,7 +142,7 @@ print(sorted(m for m in sys.modules if m.startswith('teye')), 'torch' in sys.mod
 
 def test_a_process_that_does_not_train_pays_nothing():
     r = plain_run([PY, "-c", PROBE], env=site_env())
-    assert r.stdout == "['teye_client', 'teye_client.auto'] False 1 0\n" and r.stderr == ""
+    assert r.stdout == "['teye_client', 'teye_client._common', 'teye_client.auto'] False 1 0\n" and r.stderr == ""
     r = plain_run([PY, "-c", PROBE], env=site_env(TEYE_AUTO="0"))  # the off switch
     assert r.stdout == "[] False 1 0\n" and r.stderr == ""
 
@@ -155,7 +155,8 @@ def test_reading_batches_without_training_sends_nothing_and_starts_no_thread(lis
             "it = DataLoader(TensorDataset(torch.ones(8, 2)))._get_iterator()\n"
             "print(type(it).__next__._teye, end=' ')\n" + PROBE)  # patched: the test is not vacuous
     r = plain_run([PY, "-c", code], env=site_env(TEYE_PHASE_SOCKET=path))
-    assert r.stdout.startswith("True ['teye_client', 'teye_client._torch', 'teye_client.auto'] True 1 0"), r
+    assert r.stdout.startswith("True ['teye_client', 'teye_client._common', 'teye_client._torch', "
+                               "'teye_client.auto'] True 1 0"), r
     s.settimeout(0.3)
     with pytest.raises(socket.timeout):
         s.recv(65536)
@@ -537,8 +538,8 @@ def _fake_keras_trainer(closure_names, spe=1):
     (("one_step_on_data", "multi_step_on_iterator", "self"), 8, "steps_per_execution is 8"),
 ])
 def test_keras_train_function_of_another_shape_is_left_as_keras_made_it(monkeypatch, capsys, names, spe, why):
-    from teye_client import _tf
-    monkeypatch.setattr(auto, "_DEBUG", True)
+    from teye_client import _common, _tf
+    monkeypatch.setattr(_common, "_DEBUG", True)
     mod, calls = _fake_keras_trainer(names, spe)
     assert _tf.patch_keras_trainer(mod) is True
     model = mod.TensorFlowTrainer()

@@ -1,0 +1,648 @@
+"""What the zero-code instrumentors share (docs/zero-code.md): the per-process ``Session`` (the input waits
+since the last step, the reporter made at the first step, evaluation apart, DDP's held step) and the helpers
+they use (``debug``, ``warn``, ``batch_size``, ``wrapper_of``, ``job_name`` ...).
+
+The import hook (``teye_client.auto``) and the instrumentors it loads (``teye_client._torch``,
+``teye_client._tf``) both import this module; it imports neither (one way: auto -> instrumentors ->
+_common), and the reporter only lazily, at the first step.  Standard library only, Python 3.8+.
+"""
+import atexit
+import os
+import sys
+import time
+import weakref
+
+_DEBUG = os.environ.get("TEYE_DEBUG") == "1"
+_C = '"compute"'    # phase names as the reporter's flat buffers hold them (JSON-quoted)
+_W = '"data_wait"'
+_M = '"communication"'
+_ns = time.monotonic_ns
+
+def debug(msg):
+    """One line on stderr when TEYE_DEBUG=1 (never otherwise: the job's output stays its own)."""
+    if _DEBUG:
+        try:
+            sys.stderr.write("teye: %s\n" % msg)
+        except (OSError, ValueError):
+            pass
+
+
+def warn(msg):
+    """One line on stderr whatever TEYE_DEBUG says: where what teye does is not what the job asked for."""
+    try:
+        sys.stderr.write("teye: warning: %s\n" % msg)
+    except (OSError, ValueError):
+        pass
+
+
+def batch_size(batch):
+    """The sample count of a batch a data loader yields: the first dimension of its first tensor (of a
+    tuple, list or dict), 0 where unknown (the count is optional; an unusual batch never raises)."""
+    try:
+        t = type(batch)
+        if t is tuple or t is list:
+            batch = batch[0] if batch else None
+        elif t is dict:
+            batch = next(iter(batch.values()), None)
+        shape = getattr(batch, "shape", None)
+        n = shape[0] if shape is not None and len(shape) else 0
+        return int(n) if n is not None else 0
+    except Exception:  # a nested structure, an unknown dimension: the sample count is optional
+        return 0
+
+
+def _sample_rate(environ=None):
+    raw = (os.environ if environ is None else environ).get("TEYE_DDP_SAMPLE_RATE", "1")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        debug("TEYE_DDP_SAMPLE_RATE=%r is not a positive integer: 1" % raw[:40])
+        return 1
+    return n
+
+
+DDP_SAMPLE_RATE = _sample_rate()
+
+
+def carve(phases, a, b):
+    """The flat phases (name, start, end, ...) with their ``compute`` inside [a, b] made ``communication``."""
+    out = []
+    for k in range(0, len(phases), 3):
+        name, x, y = phases[k], phases[k + 1], phases[k + 2]
+        if name != _C or y <= a or x >= b:
+            out += (name, x, y)
+            continue
+        if x < a:
+            out += (_C, x, a)
+        out += (_M, max(x, a), min(y, b))
+        if y > b:
+            out += (_C, b, y)
+    return out
+
+
+def wrapper_of(fn, orig):
+    """fn, marked as teye's wrapper of orig: orig's name and doc, __wrapped__, and _teye (never wrapped twice)."""
+    fn.__name__ = orig.__name__
+    fn.__qualname__ = getattr(orig, "__qualname__", orig.__name__)
+    fn.__doc__ = orig.__doc__
+    fn.__wrapped__ = orig
+    fn._teye = True
+    return fn
+
+
+def from_signal_handler(exc):
+    """Whether a Python signal handler of the process raised exc (one of the frames it went through runs a
+    handler's code: the interpreter calls a handler from whatever frame the main thread was in)."""
+    try:
+        import signal
+        codes = set()
+        for n in signal.valid_signals():
+            try:
+                h = signal.getsignal(n)
+            except (ValueError, OSError):
+                continue
+            code = getattr(h, "__code__", None)
+            if code is not None:
+                codes.add(code)
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code in codes:
+                return True
+            tb = tb.tb_next
+    except Exception as e:  # never into the training loop: then it is teye's
+        debug("zero-code phases: looking for a signal handler: %s: %s" % (type(e).__name__, e))
+    return False
+
+
+def job_name(environ=None, argv=None):
+    """The job name when none is given: TEYE_TRAIN_JOB, else Slurm, else a Kubernetes pod, else the script."""
+    env = os.environ if environ is None else environ
+    argv = sys.argv if argv is None else argv
+    name = env.get("TEYE_TRAIN_JOB")
+    if name:
+        return name
+    if env.get("SLURM_JOB_ID"):
+        if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+            name = "slurm-%s_%s" % (env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"])
+        else:
+            name = "slurm-%s" % env["SLURM_JOB_ID"]
+        step = env.get("SLURM_STEP_ID")
+        if step:
+            name += "." + step
+        return name
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        pod = env.get("TEYE_POD_NAME") or env.get("POD_NAME") or env.get("HOSTNAME")
+        if pod:
+            return pod
+    script = argv[0] if argv else ""
+    if not script or script in ("-c", "-m", "-"):
+        return "python"
+    base = os.path.basename(script)
+    if base.endswith(".py"):
+        base = base[:-3]
+    if base == "__main__":  # python -m pkg: the package's name
+        base = os.path.basename(os.path.dirname(script)) or "python"
+    return base or "python"
+
+
+class Session:
+    """One process's zero-code state: input waits since the last step, and the reporter (made at the first step)."""
+
+    MAX_WAITS = 4096
+    MAX_EVALS = 256
+    MAX_LOADERS = 256
+    MAX_TRAIN_KEYS = 64
+    MAX_DDP = 16
+
+    def __init__(self):
+        self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
+        self.comms = []          # [start_ns, end_ns, -1, None] in collectives called from Python since the last step
+        self.in_comm = 0         # collectives in progress (one inside another is timed once)
+        self.step_start = None   # the previous step's end
+        self.reporter = None
+        self.wait_source = None  # what can observe input waits (set by the instrumentors when they patch)
+        self.source = None       # ... once it has observed one (None: steps only)
+        self.step_source = None  # what ends the steps
+        self.leader = None       # the optimizer whose steps are the job's steps (see step())
+        self.leader_ref = None   # ... a weak reference to it, where the instrumentor gives one (see lead())
+        self.other = None
+        self.disabled = False
+        self.starting = False    # making its own Reporter (see explicit_client)
+        self.aside = False       # the process has its own Reporter: zero-code phases stand aside
+        self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
+        self.refs = {}           # loader number -> weak reference to its iterator (None: cannot tell), until it trains
+        self.ended = set()       # loaders whose end (StopIteration) was waited for since the last step
+        self.nograd = set()      # loaders read with autograd off since the last step (where the instrumentor tells)
+        self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
+        self.wait_thread = None  # the thread of the latest input wait (where the instrumentor tells)
+        self.off_thread = False  # input waits came from a thread other than the one that steps: steps only
+        self.evals = []          # [start_ns, end_ns] of evaluations the framework declared (see evaluation())
+        self.evaluating = 0      # evaluation() calls in progress (one inside another counts once)
+        self.ddp = []            # [weak reference, last iteration read] of each DistributedDataParallel (_torch)
+        self.held = None         # a DDP job's last step, (phases, start, end, samples): sent at the next (hold())
+        self.ahead = 0           # inside a read-ahead wrapper (accelerate's DataLoaderShard): see consumed()
+
+    def explicit_client(self, rep):
+        """A Reporter made by the job itself (not by this session): the process is that client's job, so the
+        zero-code session stands aside for good (one training job per process; the explicit client wins).
+        A zero-code reporter already made stops sending (its job expires on the agent)."""
+        if self.starting or self.aside:
+            return
+        self.aside = self.disabled = True
+        self._name_differs(rep)
+        mine = self.reporter
+        self.reporter = None
+        del self.waits[:]
+        del self.comms[:]
+        self.held = None
+        debug("zero-code phases stand aside in pid %d: the process reports its own phases (job %r)"
+              % (os.getpid(), getattr(rep, "train_job", "?")))
+        if mine is not None:
+            try:
+                mine.close()
+            except Exception as e:  # never into the training loop
+                debug("closing the zero-code reporter: %s: %s" % (type(e).__name__, e))
+
+    @staticmethod
+    def _name_differs(rep, environ=None):
+        """The job's own Reporter names its job (``Reporter(train_job=...)`` wins over ``teye run --job`` /
+        TEYE_TRAIN_JOB, which a Reporter without a name takes): say so once per process where they differ."""
+        asked = (os.environ if environ is None else environ).get("TEYE_TRAIN_JOB")
+        got = getattr(rep, "train_job", None)
+        if not asked or got is None:
+            return False
+        norm = getattr(sys.modules.get(type(rep).__module__), "_job_name", None)
+        try:
+            same = got in (asked, norm(asked) if callable(norm) else asked)
+        except Exception:  # a Reporter of another shape: compare the names as they are
+            same = got == asked
+        if same:
+            return False
+        warn("pid %d reports as job %r, its own Reporter's name, not %r (teye run --job / TEYE_TRAIN_JOB)"
+             % (os.getpid(), got, asked))
+        return True
+
+    def reset(self):
+        """In a forked child: nothing of the parent's (its buffer, socket and thread belong to the parent, its
+        pending waits to the parent's step); the patches stay, inherited with the modules, and so do the
+        sources they set (the child's waits are observed as the parent's were).  A process that reports its
+        own phases keeps standing aside in its children (they inherit its Reporter)."""
+        wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
+        self.__init__()
+        self.wait_source, self.step_source = wait_source, step_source
+        self.aside = self.disabled = aside
+
+    def wait(self, start_ns, end_ns, samples, loader=None):
+        """An input wait; ``loader``: which iterator it came from, where the instrumentor tells (see
+        _evaluation: waits of a loader whose batches no step follows are evaluation, not training)."""
+        if self.aside:
+            return
+        if self.source is None:
+            self.source = self.wait_source
+        if self.ahead and samples > 0:
+            samples = 0   # fetched ahead of the job: its samples count when the wrapper hands it on (consumed())
+        w = self.waits
+        w.append((start_ns, end_ns, samples, loader))
+        if loader is not None and not self.exit_hook and self.train_keys and loader not in self.train_keys:
+            # a loader that has not trained yet, after training began (an evaluation): its waits may be the
+            # last (a final test pass), reported as eval at exit; registered after the reporter's exit flush,
+            # so it runs first.  Only then: a job that never evaluates keeps its exit as it was.
+            self.exit_hook = True
+            atexit.register(self._finish_guarded)
+        if len(w) > self.MAX_WAITS:  # a loop that reads batches and never steps (evaluation): keep the newest
+            del w[:self.MAX_WAITS // 2]
+
+    def consumed(self, samples):
+        """A batch that a read-ahead wrapper (accelerate's DataLoaderShard, which Hugging Face's Trainer and
+        Lightning-less accelerate loops read: it fetches batch k+1 before it hands on batch k, to know which is
+        the last) hands to the job: its samples count now, with the wait that fetched ahead, so that a run
+        stopped mid-epoch (max_steps) counts the batches it trained, not the one fetched ahead of its end.
+        (No wait observed since the last step: the loader under it is not one teye times, whose samples
+        were never counted.)"""
+        w = self.waits
+        if self.aside or samples <= 0 or not w:
+            return
+        a, b, n, k = w[-1]
+        w[-1] = (a, b, n + samples, k)
+
+    def loader(self, key, it):
+        """A new loader (iterator) numbered ``key``: kept by a weak reference, so that a step can tell one still
+        in use (a second loader the step consumes) from one already dropped (a probe, a validation pass)."""
+        refs = self.refs
+        try:
+            refs[key] = weakref.ref(it)
+        except TypeError:
+            refs[key] = None
+        if len(refs) > self.MAX_LOADERS:  # iterators that never trained: keep the newest
+            for k in list(refs)[:self.MAX_LOADERS // 2]:
+                del refs[k]
+
+    def comm(self, start_ns, end_ns):
+        c = self.comms
+        c.append((start_ns, end_ns, -1, None))
+        if len(c) > self.MAX_WAITS:
+            del c[:self.MAX_WAITS // 2]
+
+    def lead(self, optimizer):
+        """A weak reference to the leading optimizer, where ``optimizer`` leads: once the job drops it (a new
+        model and optimizer per task, per fold, per trial), the next optimizer leads from its first step."""
+        ref = self.leader_ref
+        if ref is None or ref() is not optimizer:
+            try:
+                self.leader_ref = weakref.ref(optimizer)
+            except TypeError:
+                self.leader_ref = None
+
+    def step(self, end_ns, owner=None, begun_ns=None):
+        """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
+        first one's: another one's steps count only once it steps twice without the first in between.
+        ``begun_ns``: when the call that ends the step began, where the instrumentor knows it (the first
+        step of a process starts there, not at its end, when no input wait came before it)."""
+        if owner != self.leader:
+            if owner is not None:
+                gone = self.leader_ref is not None and self.leader_ref() is None
+                if self.leader is None or self.other == owner or gone:
+                    self.leader = owner
+                    self.other = None
+                else:
+                    self.other = owner
+                    return
+        elif self.other is not None:
+            self.other = None
+        rep = self.reporter
+        if rep is None:
+            if self.disabled:
+                return
+            rep = self._start()
+            if rep is None:
+                return
+        if self.held is not None:
+            self.release(rep)
+        waits = self.waits
+        start = self.step_start
+        if start is None:
+            start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
+        self.step_start = end_ns
+        comms = self.comms
+        if self.evals:
+            start = self._declared(start, rep)
+        if waits and waits[-1][3] is not None:
+            start = self._evaluation(waits, start, rep)
+        if self.off_thread:
+            # the batches are read in other threads than the training loop's (prefetching threads): their
+            # waits overlap its compute and its own wait is not seen, so no split; the samples read since
+            # the last step still count (taken from the front only: a reading thread may append meanwhile)
+            n = len(waits)
+            samples = sum(w[2] for w in waits[:n] if w[2] > 0)
+            del waits[:n]
+            del comms[:]
+            if rep.source != self.step_source:
+                debug("zero-code phases: batches read outside the thread that steps: steps and samples only")
+                rep.source = self.step_source
+                rep._src_due = True
+            rep.record_step((), start, end_ns, samples)
+            return
+        if self.source is None:  # no input wait can be observed: steps only, no made-up split
+            if rep.source != self.step_source:
+                rep.source = self.step_source
+                rep._src_due = True
+            rep.record_step((), start, end_ns, 0)
+            del comms[:]
+            return
+        if comms:  # waits and collectives in time order (a collective's samples are -1)
+            waits = sorted(waits + comms, key=lambda w: (w[0], w[1]))
+            self.waits.clear()
+            del comms[:]
+        if len(waits) == 1 and waits[0][2] >= 0 and waits[0][0] >= start and waits[0][1] <= end_ns:  # one batch
+            a, b, samples, _ = waits[0]
+            waits.clear()
+            if a > start:
+                phases = (_C, start, a, _W, a, b, _C, b, end_ns)
+            else:
+                phases = (_W, a, b, _C, b, end_ns)
+        else:
+            phases = []
+            t = start
+            samples = 0
+            for a, b, n, _ in waits:
+                if b <= t or a >= end_ns:
+                    continue
+                if a < t:
+                    a = t
+                if a > t:
+                    phases += (_C, t, a)
+                if b > end_ns:
+                    b = end_ns
+                if n < 0:
+                    phases += (_M, a, b)
+                else:
+                    phases += (_W, a, b)
+                    samples += n
+                t = b
+            if end_ns > t:
+                phases += (_C, t, end_ns)
+            waits.clear()
+        if self.source != rep.source:
+            rep.source = self.source
+            rep._src_due = True
+        if self.ddp:
+            self.hold(rep, phases, start, end_ns, samples)
+        else:
+            rep.record_step(phases, start, end_ns, samples)
+
+    def hold(self, rep, phases, start, end_ns, samples):
+        """A step of a process with DistributedDataParallel modules: kept until the next step ends, when DDP
+        has timed this one's gradient exchange (its logger sets a backward's figures at the next forward:
+        exchange()), then sent with the exposed exchange as ``communication`` (release())."""
+        if not self.exit_hook:
+            self.exit_hook = True
+            atexit.register(self._finish_guarded)   # after the reporter's: runs first, the held step goes out
+        self.held = (phases, start, end_ns, samples)
+
+    def release(self, rep, settle=False):
+        """Send the held step, its exposed gradient exchange carved out of its compute where DDP timed it
+        (``settle``: at exit, see exchange())."""
+        phases, start, end, samples = self.held
+        self.held = None
+        if end - start >= self.DDP_MIN_STEP_NS:
+            for a, b in self.exchange(settle):
+                a, b = max(a, start), min(b, end)
+                if b > a:
+                    phases = carve(phases, a, b)
+        rep.record_step(phases, start, end, samples)
+
+    DDP_MIN_STEP_NS = 500 * 10**3   # shorter steps are not split: reading DDP's logger costs about 4 µs
+
+    def exchange(self, settle=False):
+        """[start_ns, end_ns] (monotonic) of the exposed gradient exchange of each DDP module's latest backward
+        that DDP's logger has timed since the last call: from the end of its local backward computation
+        (``backward_compute_time_end``) to the end of its exchange (``backward_comm_time_end``), i.e. the
+        exchange's time less its overlap with the computation.  DDP stamps those with the wall clock (CPU
+        timers) or times them with CUDA events (durations only: the interval then ends where the wall-clock
+        stamp says, as near as DDP's host side knows it).
+
+        ``settle`` (at exit, for the held step): a module whose logger has set nothing new since the last
+        call (no forward with gradients followed the held step: the job's normal end) has it set now
+        (settle_ddp()).  One that has (a forward followed, then the job ended: an error in the next backward,
+        a rank that died mid-exchange, os._exit) already holds the held step's figures; setting them again
+        would mix in the unfinished backward's (DDP keeps an event's previous figure where it has no new one)."""
+        out = []
+        off = None
+        keep = []
+        for entry in self.ddp:
+            m = entry[0]()
+            if m is None:
+                continue
+            keep.append(entry)
+            try:
+                d = m.logger._get_ddp_logging_data().ints_map   # its figures only: about 4 µs (8 with strings)
+                it = d.get("iteration")
+                if settle and (not it or it == entry[1]):
+                    self.settle_ddp(m)
+                    d = m.logger._get_ddp_logging_data().ints_map
+                    it = d.get("iteration")
+            except Exception as e:  # DDP's logger changed: the exchange stays in compute, the rest goes on
+                debug("DDP's logger cannot be read (%s: %s): its gradient exchange is not timed" % (type(e).__name__, e))
+                del self.ddp[:]
+                return out
+            if not it or it == entry[1]:
+                continue
+            entry[1] = it
+            comm, overlap, end = (d.get("backward_comm_time"), d.get("backward_compute_comm_overlap_time"),
+                                  d.get("backward_comm_time_end"))
+            if not (isinstance(comm, int) and isinstance(overlap, int) and isinstance(end, int)) or end <= 0:
+                continue
+            exposed = comm - overlap
+            if exposed <= 0:
+                continue
+            if off is None:
+                off = time.time_ns() - _ns()
+            out.append((end - off - exposed, end - off))
+        if len(keep) != len(self.ddp):
+            self.ddp[:] = keep
+        return out
+
+    @staticmethod
+    def settle_ddp(module):
+        """At exit: DDP sets a backward's figures at the next forward, which the last step never has; have the
+        module's logger set them now (the job is over: DDP's own running averages count that iteration twice,
+        at worst, if a forward with gradients follows after all)."""
+        logger = getattr(module, "logger", None)
+        if logger is not None:
+            try:
+                logger.set_runtime_stats_and_log()
+            except Exception as e:  # the last step's exchange then stays in compute
+                debug("DDP's logger: the last step's figures: %s: %s" % (type(e).__name__, e))
+
+    def track_ddp(self, module):
+        """A new DistributedDataParallel module: its logger set to time every iteration (DDP's default: the
+        first 10, then one in 100; ``TEYE_DDP_SAMPLE_RATE``), read at each step (exchange()).  A module over a
+        process group of one rank exchanges nothing: DDP's timers would see only its own bucket work (2 to 17 %
+        of 1 ms steps measured at world size 1), so it is left as it is and its steps go out unheld."""
+        pg = getattr(module, "process_group", None)
+        size = getattr(pg, "size", None)
+        if callable(size) and size() == 1:
+            debug("DDP over a process group of one rank: nothing to exchange, nothing timed")
+            return
+        module._set_ddp_runtime_logging_sample_rate(DDP_SAMPLE_RATE)
+        self.ddp.append([weakref.ref(module), None])
+        if len(self.ddp) > self.MAX_DDP:
+            del self.ddp[0]
+
+    def _evaluation(self, waits, start, rep):
+        """Evaluation apart from training.  Every loader (iterator) whose batches were read between two
+        optimizer steps on the stepping thread is training input (semi-supervised, contrastive, multi-task
+        steps read two or three), in whatever order and however often each is read: the one the step
+        consumed last, those that trained before, and those still in use at the step.  A loader that never
+        trained is evaluation where its end was reached before the step (a validation or test pass), it was
+        read with autograd off (under torch.no_grad() or inference_mode(), as Lightning's validation reads its
+        batches through an iterator it keeps, stopping at the loader's length), or the job already dropped it (a probe like next(iter(loader)), a pass cut short with break): from the first
+        of its waits to the training wait that follows the last of them is reported as the ``eval`` phase,
+        and the step starts there (its time, samples and histogram count training only).  Returns the
+        step's start; removes the evaluation's waits."""
+        keys, refs, ended, nograd = self.train_keys, self.refs, self.ended, self.nograd
+        last = waits[-1][3]
+        first = final = -1
+        decided = {}
+        for i, w in enumerate(waits):
+            k = w[3]
+            train = decided.get(k)
+            if train is None:
+                if k == last or k is None or k in keys:
+                    train = True
+                elif k in ended or k in nograd:
+                    train = False
+                elif k in refs:   # a loader the instrumentor registered (PyTorch's)
+                    ref = refs[k]
+                    train = ref is None or ref() is not None   # cannot tell: training
+                else:             # one it did not (tf.data's) or long forgotten: the step consumed another's
+                    train = False
+                decided[k] = train
+                if train and k is not None and k not in keys:
+                    keys.append(k)
+                    refs.pop(k, None)
+                    if len(keys) > self.MAX_TRAIN_KEYS:
+                        del keys[0]
+            if not train:
+                final = i
+                if first < 0:
+                    first = i
+        ended.clear()
+        nograd.clear()
+        if first < 0:
+            return start
+        a, b = max(waits[first][0], start), waits[final + 1][0]
+        if b > a:
+            rep.record_phase("eval", a, b)
+        del waits[:final + 1]
+        return max(start, b)
+
+    def evaluation(self, fn, *args, **kwargs):
+        """Call fn, a framework's evaluation (Keras' evaluate, predict, test_on_batch, predict_on_batch): the
+        framework says it is not training, so its whole call is the ``eval`` phase, reported before the next
+        step (which starts where it ended) or at exit, and the input waits observed inside it are not
+        training's.  A call inside which an optimizer steps trains, by definition: it is left as it is."""
+        if self.evaluating or self.aside:
+            return fn(*args, **kwargs)
+        self.evaluating += 1
+        before = self.step_start
+        t0 = _ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.evaluating -= 1
+            if self.step_start == before:
+                self._evaluated(t0, _ns())
+
+    def _evaluated(self, start_ns, end_ns):
+        try:
+            waits = self.waits
+            if waits and waits[-1][1] > start_ns:  # the input waits inside it are evaluation's, not training's
+                waits[:] = [w for w in waits if w[1] <= start_ns]
+            ev = self.evals
+            ev.append((start_ns, end_ns))
+            if len(ev) > self.MAX_EVALS:  # a process that evaluates and never trains: keep the newest
+                del ev[:self.MAX_EVALS // 2]
+            if self.reporter is not None and not self.exit_hook:  # it may be the last (a final evaluate)
+                self.exit_hook = True
+                atexit.register(self._finish_guarded)
+        except Exception as e:  # never into the job
+            self.disabled = True
+            debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+
+    def _declared(self, start, rep):
+        """The evaluations declared since the previous step, reported as ``eval``; returns the step's start
+        (the end of the last of them, where that is later)."""
+        for a, b in self.evals:
+            rep.record_phase("eval", a, b)
+            if b > start:
+                start = b
+        del self.evals[:]
+        return start
+
+    def finish(self):
+        """At exit: evaluations no step followed (a final evaluate or predict, a final test loop) are reported
+        as ``eval``: the declared ones (evaluation()) and the waits of loaders that never trained."""
+        waits, rep = self.waits, self.reporter
+        if self.disabled or rep is None:
+            return
+        if self.held is not None:
+            self.release(rep, settle=True)
+        if self.evals:
+            self._declared(0, rep)
+        if not waits or waits[-1][3] is None:
+            return
+        ev = [w for w in waits if w[3] not in self.train_keys]
+        if ev:
+            rep.record_phase("eval", max(ev[0][0], self.step_start or 0), ev[-1][1])
+        del waits[:]
+
+    def exit_flush(self):
+        """Before os._exit (a forked or multiprocessing child ends that way, atexit never runs): what the exit
+        hooks would have done, the final evaluation reported and every reporter of the process flushed."""
+        if self.exit_hook or self.held is not None:
+            self._finish_guarded()
+        rep = sys.modules.get("teye_client.reporter")
+        if rep is not None:
+            rep.flush_all()
+
+    def step_guarded(self, end_ns, owner=None, begun_ns=None):
+        """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
+        error switches zero-code phases off for the process (one line with TEYE_DEBUG=1).  An error a
+        signal handler raised while step() ran is the job's, not teye's (PyTorch's SIGCHLD handler
+        raises "DataLoader worker exited unexpectedly" wherever the main thread is): it goes on as it
+        would have without teye."""
+        try:
+            self.step(end_ns, owner, begun_ns)
+        except Exception as e:  # never into the training loop
+            if from_signal_handler(e):
+                raise
+            self.disabled = True
+            debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+
+    def _finish_guarded(self):
+        try:
+            self.finish()
+        except Exception as e:  # never into the job's exit
+            debug("zero-code phases: the final evaluation: %s: %s" % (type(e).__name__, e))
+
+    def _start(self):
+        self.starting = True
+        try:
+            from .reporter import Reporter
+            rep = Reporter(train_job=job_name(), source=self.source or self.step_source)
+        except Exception as e:  # never into the training loop
+            self.disabled = True
+            debug("zero-code phases off: cannot make the reporter: %s: %s" % (type(e).__name__, e))
+            return None
+        finally:
+            self.starting = False
+        self.reporter = rep
+        debug("zero-code phases: job %r, pid %d, agent socket %s, rank: %s" % (
+            rep.train_job, os.getpid(), rep.socket_path, rep.rank_why))
+        return rep
+
+
+session = Session()
