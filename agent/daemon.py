@@ -86,10 +86,10 @@ def health(sampler: Sampler) -> Optional[str]:
 def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, required=()) -> int:
     """Run until SIGTERM/SIGINT (or stop_event); returns the exit status.  ``required``: the collectors the
     configuration turned on explicitly (absent hardware is a failure for them)."""
-    from exporters.http import Limits, MetricsServer, bind_listener, registry_renderer
+    from exporters.http import Limits, MetricsServer, bind_listener
     from exporters.webconfig import WebConfig
     from exporters.webstats import WebStats
-    from exporters.prometheus import make_registry
+    from exporters.render import Exposition
     from exporters.selfstats import ProcessStats, chain
 
     from .context import AgentContext
@@ -112,15 +112,21 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
         raise
     sampler = Sampler(srcs, required=required)
     stats = WebStats()  # the server counts into it, every scrape formats it
-    # the agent's own process_* series (client_python's process collector) beside the web server's counters
-    registry = make_registry(lambda: sampler.snapshot, cfg["stale_after_seconds"],
-                             extra=chain(stats.state, ProcessStats().state),
-                             hidden=config_mod.hidden_collectors(cfg))
+    # the agent's own process_* series (as client_python's process collector defines them) beside the web
+    # server's counters; teye formats /metrics itself, prometheus_client's registry is made only where a
+    # scrape needs its encoder
+    get, stale = (lambda: sampler.snapshot), cfg["stale_after_seconds"]
+    extra, hidden = chain(stats.state, ProcessStats().state), config_mod.hidden_collectors(cfg)
+
+    def registry():   # prometheus_client's encoder, for the scrapes teye's own cannot answer (render.negotiate)
+        from exporters.prometheus import make_registry
+        return make_registry(get, stale, extra=extra, hidden=hidden)
+    metrics = Exposition(get, stale, fallback=registry, extra=extra, hidden=hidden)
     # sources that open descriptors on their first read (perf events) say how many, so the
     # connection budget leaves them room
     later = sum(src.fds_wanted() for src, _ in srcs.values() if hasattr(src, "fds_wanted"))
     limits = dataclasses.replace(Limits.from_config(cfg["web"]), reserved_fds=later)
-    server = MetricsServer(host, port, registry_renderer(registry), lambda: health(sampler), web, limits,
+    server = MetricsServer(host, port, metrics.render, lambda: health(sampler), web, limits,
                            stats, listener=listener)
     stop = stop_event or threading.Event()
 

@@ -54,9 +54,10 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
-from prometheus_client.registry import CollectorRegistry
+if TYPE_CHECKING:   # never imported by the agent: prometheus_client's package brings http.server and email
+    from prometheus_client.registry import CollectorRegistry
 
 from agent.logutil import RateLimitedLog
 
@@ -94,7 +95,7 @@ _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 Render = Callable[[str, str], Tuple[bytes, str, List[Tuple[str, str]]]]
 
 
-def registry_renderer(registry: CollectorRegistry) -> Render:
+def registry_renderer(registry: "CollectorRegistry") -> Render:
     """The /metrics body from a registry: text or OpenMetrics by Accept, gzip when asked for.
 
     teye's registry carries a prepared exposition (exporters.render), so a scrape joins bytes

@@ -40,9 +40,6 @@ import time
 import zlib
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.utils import floatToGoString
-
 from agent import __version__
 from agent.logutil import RateLimitedLog
 from agent.metrics import COUNTER, HISTOGRAM, MetricSpec
@@ -57,6 +54,72 @@ _LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 # Name escapings under which a legacy name is written unchanged (others rewrite it: slow path).
 _PLAIN_ESCAPINGS = ("underscores", "allow-utf-8")
 _OM = "application/openmetrics-text"
+_TEXT_004 = "text/plain; version=0.0.4; charset=utf-8"
+_ESCAPINGS = ("allow-utf-8", "underscores", "dots", "values")
+
+
+def _version(v: str) -> Optional[tuple]:
+    """'1.0.0' -> (1, 0, 0); None where a part is not a number (prometheus_client decides those)."""
+    try:
+        return tuple(int(part) for part in v.split("."))
+    except ValueError:
+        return None
+
+
+def negotiate(accept: str) -> Optional[Tuple[str, str, str]]:
+    """(format "text" or "om", Content-Type, name escaping) for this Accept header, as prometheus_client's
+    ``choose_encoder`` picks them (tests/test_render.py holds the two equal), or None for a version that
+    is not all numbers (prometheus_client's own encoder answers those).  Negotiated here so that an agent
+    never imports prometheus_client for a scrape: its package brings http.server, wsgiref and email
+    (docs/operations.md "Agent footprint")."""
+    for accepted in (accept or "").split(","):
+        toks = accepted.split(";")
+        kind = toks[0].strip()
+        if kind not in (_OM, "text/plain"):
+            continue
+        params = {}
+        for tok in toks:
+            if "=" in tok:
+                key, value = tok.strip().split("=", 1)
+                params.setdefault(key, value)
+        version = params.get("version", "")
+        escaping = params.get("escaping", "underscores")
+        if escaping not in _ESCAPINGS:
+            escaping = "underscores"
+        if kind == _OM and not version:
+            return "om", _OM + "; version=1.0.0; charset=utf-8", "underscores"
+        if not version:
+            continue
+        parsed = _version(version)
+        if parsed is None:
+            return None
+        if parsed >= (1, 0, 0):
+            if kind == _OM:
+                return "om", f"{_OM}; version={version}; charset=utf-8; escaping={escaping}", escaping
+            return "text", f"text/plain; version=1.0.0; charset=utf-8; escaping={escaping}", escaping
+    return "text", _TEXT_004, "underscores"
+
+
+def _encode(registry, accept: str) -> Tuple[bytes, str]:
+    """prometheus_client's own encoding of ``registry`` for this Accept header (the slow path, imported
+    only when needed)."""
+    from prometheus_client.exposition import choose_encoder
+    encoder, ctype = choose_encoder(accept)
+    return encoder(registry), ctype
+
+
+def go_float(f: float) -> str:
+    """A sample value as Go's strconv (and prometheus_client's floatToGoString) writes it: +Inf, -Inf, NaN,
+    Python's shortest repr, but an exponent from 1e+07 up where Python writes digits up to 1e16."""
+    if f != f:
+        return "NaN"
+    if f in (math.inf, -math.inf):
+        return "+Inf" if f > 0 else "-Inf"
+    s = repr(f)
+    dot = s.find(".")
+    if f > 0 and dot > 6:   # 12345678.0 -> 1.2345678e+07
+        return f"{s[0]}.{(s[1:dot] + s[dot + 1:]).rstrip('0')}".rstrip(".") + f"e+{dot - 1:02d}"
+    return s
 
 
 class _Unsupported(Exception):
@@ -83,7 +146,7 @@ def _value(v) -> str:
     if s is None:
         if len(_VALUES) >= _CACHE_MAX:
             _VALUES.clear()
-        s = _VALUES[f] = floatToGoString(f)
+        s = _VALUES[f] = go_float(f)
     return s
 
 
@@ -227,7 +290,9 @@ class Exposition:
         self._rest: Dict[str, tuple] = {}  # fmt -> (layout, values, text, deflate or None) of the others
         self._stale = stale_after_s
         self._clock = clock
-        self._fallback = fallback   # a registry for prometheus_client's encoder
+        # a registry for prometheus_client's encoder, or a function that makes one on first need (the agent's:
+        # an idle agent never imports prometheus_client, docs/operations.md "Agent footprint")
+        self._fallback = fallback
         self._rlog = RateLimitedLog(log)
         self._readings: Dict[str, Tuple[object, Optional[_Prepared]]] = {}
         self._composed: Optional[_Composed] = None
@@ -375,17 +440,19 @@ class Exposition:
 
     def render(self, accept: str = "", accept_encoding: str = "") -> Tuple[bytes, str, List[Tuple[str, str]]]:
         """(body, Content-Type, extra headers) for a GET /metrics with these request headers."""
-        encoder, ctype = choose_encoder(accept)
+        chosen = negotiate(accept)
         gzip = "gzip" in (accept_encoding or "")
-        escaping = ctype.rsplit("escaping=", 1)[1] if "escaping=" in ctype else "underscores"
         body = None
-        if escaping in _PLAIN_ESCAPINGS:
+        if chosen is not None and chosen[2] in _PLAIN_ESCAPINGS:
+            ctype = chosen[1]
             try:
-                body = self._body("om" if ctype.startswith(_OM) else "text", gzip)
+                body = self._body(chosen[0], gzip)
             except _Unsupported:
                 self._composed = None
         if body is None:
-            body = encoder(self._fallback)
+            if callable(self._fallback) and not hasattr(self._fallback, "collect"):
+                self._fallback = self._fallback()   # made on first need (see exposition())
+            body, ctype = _encode(self._fallback, accept)
             if gzip:
                 body = zlib.compress(body, 1, wbits=31)
         return body, ctype, [("Content-Encoding", "gzip")] if gzip else []
@@ -400,8 +467,8 @@ def render(registry, accept: str = "", accept_encoding: str = "") -> Tuple[bytes
     prepared = getattr(registry, "teye_exposition", None)
     if prepared is not None:
         return prepared.render(accept, accept_encoding)
-    encoder, ctype = choose_encoder(accept)
-    body = encoder(registry)
+    body, ctype = _encode(registry, accept)
     if "gzip" in (accept_encoding or ""):
         return zlib.compress(body, 1, wbits=31), ctype, [("Content-Encoding", "gzip")]
     return body, ctype, []
+

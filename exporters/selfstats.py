@@ -2,16 +2,19 @@
 
 Every Prometheus exporter exports them (CPU seconds, resident and virtual memory, open and maximum file
 descriptors, start time), so fleet dashboards and alerts written for node_exporter or dcgm-exporter
-work on teye unchanged.  The values come from prometheus_client's own ``ProcessCollector`` (it reads
-``/proc/self``: the agent's own process, never the ``--procfs`` tree it monitors); this module only
-hands them to the renderers as (Layout, values), the shape of the web server's counters
-(:meth:`exporters.webstats.WebStats.state`), and :func:`chain` joins such producers into one.
+work on teye unchanged.  The values are read here from ``/proc/self`` (the agent's own process, never
+the ``--procfs`` tree it monitors) the way client_python's ``ProcessCollector`` reads them (the same
+fields, units and HELP text; tests/test_selfstats.py holds the two equal), without importing
+prometheus_client: its package pulls in http.server, wsgiref and email, about 3 MiB of an idle agent's
+RSS (docs/operations.md "Agent footprint").  They reach the renderers as (Layout, values), the shape of
+the web server's counters (:meth:`exporters.webstats.WebStats.state`), and :func:`chain` joins such
+producers into one.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
-
-from prometheus_client.process_collector import ProcessCollector
+import os
+import resource
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from agent.metrics import COUNTER, GAUGE, MetricSpec
 
@@ -34,34 +37,66 @@ SPECS = tuple(MetricSpec(n, k, h, (), "", "exporters/selfstats.py") for n, k, h 
 
 class ProcessStats:
     """``state()`` -> (Layout, values) of the ``process_*`` families for this process (every family changes
-    with every scrape: all of them are per-scrape)."""
+    with every scrape: all of them are per-scrape).  A family whose file cannot be read is left out
+    (stat: the first four; limits or fd: the last two), as client_python does."""
 
     def __init__(self, proc: str = "/proc", pid: Callable[[], object] = lambda: "self"):
-        self._collector = ProcessCollector(registry=None, proc=proc, pid=pid)
-        self._specs: Dict[Tuple[str, str, str], MetricSpec] = {}
-        self._layout: Optional[Layout] = None
+        self._proc, self._pid = proc, pid
+        try:
+            self._ticks = float(os.sysconf("SC_CLK_TCK"))
+        except (ValueError, OSError):
+            self._ticks = 100.0
+        self._btime = 0.0   # 0: /proc cannot be read, no family at all
+        try:
+            with open(os.path.join(proc, "stat"), "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"btime "):
+                        self._btime = float(line.split()[1])
+                        break
+        except OSError:
+            pass
+        self._specs = {name: MetricSpec(name, kind, doc, (), "", "exporters/selfstats.py")
+                       for name, kind, doc in PROCESS_FAMILIES}
+        self._layouts: Dict[Tuple[str, ...], Layout] = {}
 
-    def _spec(self, name: str, kind: str, doc: str) -> MetricSpec:
-        key = (name, kind, doc)
-        spec = self._specs.get(key)
-        if spec is None:
-            spec = self._specs[key] = MetricSpec(name, kind, doc, (), "", "exporters/selfstats.py")
-        return spec
+    def _read(self) -> Tuple[List[str], List[float]]:
+        if not self._btime:
+            return [], []
+        base = os.path.join(self._proc, str(self._pid()).strip())
+        names: List[str] = []
+        values: List[float] = []
+        try:
+            with open(os.path.join(base, "stat"), "rb") as fh:
+                f = fh.read().split(b")")[-1].split()   # after the command name, which may hold spaces
+            names += ["process_virtual_memory_bytes", "process_resident_memory_bytes",
+                      "process_start_time_seconds", "process_cpu_seconds_total"]
+            values += [float(f[20]), float(f[21]) * resource.getpagesize(), float(f[19]) / self._ticks + self._btime,
+                       float(f[11]) / self._ticks + float(f[12]) / self._ticks]
+        except (OSError, IndexError, ValueError):
+            pass
+        try:
+            max_fds = None
+            with open(os.path.join(base, "limits"), "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Max open file"):
+                        max_fds = float(line.split()[3])
+                        break
+            open_fds = float(len(os.listdir(os.path.join(base, "fd"))))
+            if max_fds is not None:
+                names += ["process_open_fds", "process_max_fds"]
+                values += [open_fds, max_fds]
+        except (OSError, IndexError, ValueError):
+            pass
+        return names, values
 
     def state(self) -> Tuple[Layout, List[float]]:
-        entries = []
-        values: List[float] = []
-        for fam in self._collector.collect():   # empty where /proc/self cannot be read
-            kind = COUNTER if fam.type == "counter" else GAUGE
-            for s in fam.samples:
-                if s.name.endswith("_created"):
-                    continue
-                entries.append((self._spec(s.name, kind, fam.documentation), ()))
-                values.append(s.value)
-        entries = tuple(entries)
-        if self._layout is None or self._layout.entries != entries:
-            self._layout = Layout(entries, len(entries))
-        return self._layout, values
+        names, values = self._read()
+        key = tuple(names)
+        layout = self._layouts.get(key)
+        if layout is None:
+            entries = tuple((self._specs[n], ()) for n in names)
+            layout = self._layouts[key] = Layout(entries, len(entries))
+        return layout, values
 
 
 def chain(*producers: Producer) -> Producer:

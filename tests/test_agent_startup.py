@@ -93,3 +93,60 @@ def test_missing_procfs_and_sysfs_roots_are_named_and_the_agent_stays_up(tmp_pat
     assert f"--sysfs {tmp_path}/host/sys does not exist: is the host's /sys mounted there?" in text
     assert v[("teye_collector_up", (("collector", "cpu"),))] == 0
     assert v[("teye_collector_up", (("collector", "memory"),))] == 0
+
+
+# What an idle agent never needs: prometheus_client's package (it imports http.server, wsgiref, email and
+# urllib.request: about 3 MiB of RSS); teye formats /metrics and reads its own process_* series itself.
+NEVER_IDLE = ("prometheus_client", "http.server", "http.client", "wsgiref", "email", "urllib.request")
+
+_IDLE_CHILD = r"""
+import os, socket, sys, threading, time
+port, sock, trace = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+from agent import cli
+threading.Thread(target=cli.main, daemon=True, args=(["agent", "--listen", f"127.0.0.1:{port}",
+    "--gpu-replay", trace, "--phase-socket", sock, "--log-level", "warning"],)).start()
+ACCEPTS = ("", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+           "text/plain;version=1.0.0;escaping=allow-utf-8", "text/plain;version=1.0.0;escaping=dots")
+
+
+def get(accept):   # raw HTTP: http.client would import email itself
+    with socket.create_connection(("127.0.0.1", port), 2) as s:
+        s.sendall(f"GET /metrics HTTP/1.0\r\nAccept: {accept}\r\n\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+
+
+bodies = []
+deadline = time.monotonic() + 30
+while len(bodies) < 3 and time.monotonic() < deadline:
+    try:
+        data = get(ACCEPTS[len(bodies)])
+        if data.split(b" ", 2)[1:2] == [b"200"]:
+            bodies.append(data)
+    except OSError:
+        time.sleep(0.2)
+print(len(bodies))
+print(" ".join(sorted(sys.modules)))
+# a name escaping teye does not write itself: prometheus_client's encoder, made on this first need
+data = get(ACCEPTS[3])
+print(data.split(b" ", 2)[1].decode(), b"\nteye__collector__up{" in data, "prometheus_client" in sys.modules)
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_the_idle_agent_never_imports_prometheus_clients_http_stack(tmp_path):
+    from tests.gpu.conftest import TRACE_8GPU
+    from tests.procs import free_port
+    p = subprocess.run([sys.executable, "-c", _IDLE_CHILD, str(free_port()), str(tmp_path / "p.sock"), TRACE_8GPU],
+                       cwd=REPO, capture_output=True, text=True, timeout=90)
+    lines = p.stdout.splitlines()
+    assert p.returncode == 0 and lines[0] == "3", p.stderr[-2000:]
+    mods = set(lines[1].split())
+    assert "agent.gpu.replay" in mods and "exporters.render" in mods   # it did run the agent and serve scrapes
+    assert sorted(m for m in mods if any(m == n or m.startswith(n + ".") for n in NEVER_IDLE)) == []
+    assert lines[2] == "200 True True"   # the scrape that needs prometheus_client still gets its answer

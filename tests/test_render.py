@@ -243,3 +243,71 @@ def test_a_source_whose_value_cannot_be_formatted_is_down_not_a_failed_scrape():
     expo, _ = both(lambda: snap)
     text = expo.render("", "")[0].decode()
     assert 'teye_collector_up{collector="s"} 0.0' in text and "teye_test_render_plain_ratio" not in text
+
+
+ACCEPTS = ("", "*/*", "text/html", PROMETHEUS_ACCEPT, "text/plain", "text/plain;version=0.0.4",
+           "text/plain; version=1.0.0", "text/plain;version=1.0.0;escaping=allow-utf-8",
+           "text/plain;version=1.0.0;escaping=bogus", "text/plain;version=2.0.0;escaping=values",
+           "text/plain;version=0.9;escaping=dots, application/openmetrics-text", "application/openmetrics-text",
+           "application/openmetrics-text;version=0.0.1", "application/openmetrics-text;version=0.0.1,text/plain",
+           "application/openmetrics-text;version=0.0.1,text/plain;version=1.0.0",
+           "application/openmetrics-text; version=1.0.0; escaping=underscores; version=2.0.0",
+           "application/openmetrics-text;version=1.1.0;escaping=allow-utf-8", " application/openmetrics-text ;q=0.5",
+           "application/openmetrics-text;escaping=dots", "text/plain;version=;escaping=dots",
+           "application/openmetrics-text;version=", "text/plain;version=10")
+
+
+def test_negotiation_is_prometheus_clients():
+    """teye picks format, Content-Type and escaping itself (so the agent never imports prometheus_client
+    for a scrape); the oracle is prometheus_client's own choose_encoder."""
+    from prometheus_client.exposition import choose_encoder
+    from exporters.render import negotiate
+    for accept in ACCEPTS:
+        encoder, ctype = choose_encoder(accept)
+        fmt, got, escaping = negotiate(accept)
+        assert got == ctype, accept
+        assert fmt == ("om" if ctype.startswith("application/openmetrics-text") else "text"), accept
+        assert escaping == (ctype.split("escaping=")[1] if "escaping=" in ctype else "underscores"), accept
+
+
+def test_a_version_that_is_not_all_numbers_goes_to_prometheus_client():
+    from prometheus_client.exposition import choose_encoder
+    from exporters.render import negotiate
+    snap = node_sampler().snapshot
+    expo, reg = both(lambda: snap)
+    accept = "application/openmetrics-text;version=2.x"
+    assert negotiate(accept) is None
+    encoder, ctype = choose_encoder(accept)
+    body, got, _ = expo.render(accept, "")
+    strip = lambda s: [ln for ln in s.splitlines() if not ln.startswith(b"teye_collector_last_read_age")]  # noqa
+    assert got == ctype and strip(body) == strip(encoder(reg))
+
+
+def test_values_are_written_as_prometheus_client_writes_them():
+    from prometheus_client.utils import floatToGoString
+    from exporters.render import go_float
+    values = [0.5, -0.5, 1.0, 123456.0, 1234567.0, 12345678.0, 10000000.0, 123456789.125, 1e16, 1e17, 1.5e300,
+              -12345678.0, 1e-7, 3.14159e-300, float("inf"), float("-inf"), float("nan"), 2.0 ** 53, 99999999.99]
+    for v in values:
+        assert go_float(v) == floatToGoString(v), v
+
+
+def test_a_fallback_factory_is_called_only_when_a_scrape_needs_prometheus_clients_encoder():
+    """The agent's Exposition has a function that makes prometheus_client's registry: the prepared body
+    never calls it; a name escaping that rewrites names calls it once, and its body is prometheus_client's."""
+    snap = node_sampler().snapshot
+    made = []
+
+    def registry():
+        made.append(make_registry(lambda: snap))
+        return made[-1]
+    expo = Exposition(lambda: snap, fallback=registry)
+    plain, _, _ = expo.render("", "")
+    assert made == [] and b"teye_collector_up" in plain
+    from prometheus_client.exposition import choose_encoder
+    for _ in range(2):
+        body, ctype, _ = expo.render("text/plain;version=1.0.0;escaping=dots", "")
+        assert len(made) == 1
+        encoder, want = choose_encoder("text/plain;version=1.0.0;escaping=dots")
+        strip = lambda s: [ln for ln in s.splitlines() if b"last_read_age" not in ln.replace(b"__", b"_")]  # noqa
+        assert ctype == want and strip(body) == strip(encoder(made[0]))

@@ -90,3 +90,16 @@ def test_unreadable_proc_drops_the_families_not_the_scrape(tmp_path):
                                                     ProcessStats(proc=str(tmp_path), pid=lambda: 1).state))
     fast, slow = both(reg)
     assert fast == slow and "process_" not in fast and "teye_web_requests_total" in fast
+
+
+def test_limits_without_the_open_files_line_drop_the_two_fd_families(tmp_path):
+    """A limits file that does not name the open-files limit (a kernel that words it otherwise): both fd
+    families are left out, the stat families and the scrape stay."""
+    pid = fake_proc(tmp_path)
+    (tmp_path / str(pid) / "limits").write_text("Limit   Soft Limit   Hard Limit   Units\n"
+                                                "Max processes   100   100   processes\n")
+    reg = make_registry(empty_snapshot, extra=ProcessStats(proc=str(tmp_path), pid=lambda: pid).state)
+    fast, slow = both(reg)
+    v = parse_exposition(fast)
+    assert fast == slow and v[("process_cpu_seconds_total", ())] == (250 + 150) / TICKS
+    assert "process_open_fds" not in fast and "process_max_fds" not in fast
