@@ -93,6 +93,8 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     from exporters.selfstats import ProcessStats, chain
 
     from .context import AgentContext
+    from . import heap
+    heap.limit_arenas()   # before any thread starts: two malloc arenas for ~30 threads (agent/heap.py)
     web = WebConfig(cfg["web"]["config_file"])  # a bad web config fails before anything is opened
     host, port = config_mod.split_hostport(cfg["listen"])
     # the port first: taken, the agent stops (exit 2) before any source opens a file or binds its socket
@@ -142,6 +144,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     h, p = server.address
     # serving already; the line waits for the first reads so that it can say which collectors are down and why
     first_reads(sampler, stop, min(10.0, cfg["stale_after_seconds"]))
+    heap.trim()   # start-up's transient allocations are freed: give their pages back
     log.info("teye agent listening on %s://%s/metrics (at most %d connections); %s",
              server.scheme, config_mod.join_hostport(h, p), server.max_connections,
              collectors_line(cfg, sampler.snapshot))

@@ -131,6 +131,8 @@ while len(bodies) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
 print(len(bodies))
 print(" ".join(sorted(sys.modules)))
+import ctypes
+ctypes.CDLL(None).malloc_stats()   # glibc's account of its arenas, on stderr (agent/heap.py)
 # a name escaping teye does not write itself: prometheus_client's encoder, made on this first need
 data = get(ACCEPTS[3])
 print(data.split(b" ", 2)[1].decode(), b"\nteye__collector__up{" in data, "prometheus_client" in sys.modules)
@@ -139,7 +141,8 @@ os._exit(0)
 """
 
 
-def test_the_idle_agent_never_imports_prometheus_clients_http_stack(tmp_path):
+def test_the_idle_agent_never_imports_prometheus_clients_http_stack(tmp_path, monkeypatch):
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     from tests.gpu.conftest import TRACE_8GPU
     from tests.procs import free_port
     p = subprocess.run([sys.executable, "-c", _IDLE_CHILD, str(free_port()), str(tmp_path / "p.sock"), TRACE_8GPU],
@@ -149,4 +152,5 @@ def test_the_idle_agent_never_imports_prometheus_clients_http_stack(tmp_path):
     mods = set(lines[1].split())
     assert "agent.gpu.replay" in mods and "exporters.render" in mods   # it did run the agent and serve scrapes
     assert sorted(m for m in mods if any(m == n or m.startswith(n + ".") for n in NEVER_IDLE)) == []
+    assert 1 <= sum(1 for line in p.stderr.splitlines() if line.startswith("Arena ")) <= 2   # heap.limit_arenas
     assert lines[2] == "200 True True"   # the scrape that needs prometheus_client still gets its answer
