@@ -16,6 +16,14 @@ from tests.procs import REPO
 
 # patch -> (tests that must fail on it, whether the C helpers must be rebuilt)
 MUTANTS = {
+    # issue 38 (RSS): the idle agent without prometheus_client, two malloc arenas, process_* read by teye
+    "render_negotiate_om_default.patch": (["tests/test_render.py::test_negotiation_is_prometheus_clients"], False),
+    "daemon_registry_at_start.patch": (
+        ["tests/test_agent_startup.py::test_the_idle_agent_never_imports_prometheus_clients_http_stack"], False),
+    "heap_arenas_unlimited.patch": (
+        ["tests/test_agent_startup.py::test_the_idle_agent_never_imports_prometheus_clients_http_stack"], False),
+    "selfstats_fds_without_limit.patch": (
+        ["tests/test_selfstats.py::test_limits_without_the_open_files_line_drop_the_two_fd_families"], False),
     # issue 40: the node_exporter mode's hidden collectors, its map's subquery, its covered collectors; Grafana
     "render_hidden_exported.patch": (
         ["tests/test_exporter.py::test_a_hidden_collector_is_sampled_but_its_families_are_not_exported_by_either_renderer"],
