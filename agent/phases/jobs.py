@@ -8,7 +8,8 @@ neither add to nor squat on a trusted user's job name.
 
 Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums over the
 sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
-waiting for the step that closes them), at most ``max_pending_intervals``
+waiting for the step that closes them, and per phase at most COVER_SPANS spans of what it reported,
+against which its new intervals are merged: _Covered), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are held, live or
 ended; a job silent for ``job_expiry_seconds`` expires and its series disappear.  A full table makes
@@ -158,9 +159,8 @@ class _Covered:
             else:
                 starts.append(s)
                 ends.append(e)
-                if n >= COVER_SPANS:   # forget the oldest span: what lies before its end counts as covered
-                    self.floor = ends[0]
-                    del starts[0], ends[0]
+                if n >= COVER_SPANS:
+                    self.forget()
             return [(s, e)]
         # spans k in [i, j) touch or overlap [s, e): the new pieces are the gaps between them
         i = bisect_left(ends, s)
@@ -181,9 +181,13 @@ class _Covered:
             starts[i:j] = [lo]
             ends[i:j] = [hi]
             if len(ends) > COVER_SPANS:
-                self.floor = ends[0]
-                del starts[0], ends[0]
+                self.forget()
         return new
+
+    def forget(self) -> None:
+        """Forget the oldest span: what lies before its end counts as covered from now on."""
+        self.floor = self.ends[0]
+        del self.starts[0], self.ends[0]
 
 
 class _WaitSums:
@@ -643,11 +647,23 @@ class JobTable:
                     opened.append((i, s, e))
                 if rec is not None:
                     rec.append((job.label, phase, s, e))
+                # only what the process had not reported of this phase yet counts (its overlaps merged)
                 c = covers[i]
                 if c is None:
                     c = covers[i] = _Covered()
-                # only what the process had not reported of this phase yet counts (its overlaps merged)
-                for a, b in c.add(s, e):
+                ends = c.ends
+                if ends and s >= ends[-1] and e > s:   # _Covered.add's usual case, inline: after all so far
+                    if s == ends[-1]:
+                        ends[-1] = e
+                    else:
+                        c.starts.append(s)
+                        ends.append(e)
+                        if len(ends) > COVER_SPANS:
+                            c.forget()
+                    new = ((s, e),)
+                else:
+                    new = c.add(s, e)
+                for a, b in new:
                     phase_s[i] += (b - a) / 1e9
                     if i == DATA_WAIT and self.probe is not None:
                         job.waits.append((pid, a, b, b - a))
