@@ -155,3 +155,12 @@ def test_a_windows_phase_counts_at_most_its_span():
     assert table.handle(encode("j", sums=[w]), 10, 0) == "accepted"
     got = _phases(table, clock)[0]
     assert got["data_wait"] == pytest.approx(0.008) and got["other"] == pytest.approx(0.008)
+
+
+def test_processes_beyond_the_tracked_64_share_one_set():
+    """A job's counter of a phase stays within wall time x (tracked processes + 1)."""
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    for pid in range(100, 100 + jobs.MAX_PIDS + 6):
+        table.handle(encode("many", [("data_wait", t, t + S)]), pid, 0)
+    assert _phases(table, clock, "many")[0]["data_wait"] == jobs.MAX_PIDS + 1
