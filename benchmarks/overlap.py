@@ -7,7 +7,8 @@ imports that tree's agent, one sending process's version 1 datagrams of 10 steps
 compute, data_wait, compute, as benchmarks/_serve_cost.batched_datagram), times advancing, are handled by a
 new JobTable: ``distinct`` sends each datagram once, ``each twice`` sends every datagram twice in a row (the
 copies the covered set drops; the baseline counts them again).  Prints µs per step handled (each copy's steps
-included), medians of --rounds alternating rounds, side by side with the ratio.  (`benchmarks/phases.py
+included; CPU time of the process, not wall time, on a shared machine), medians of --rounds alternating
+rounds, side by side with the ratio.  (`benchmarks/phases.py
 --step-rates` measures the live agent; its fast steps go as windows, which the covered set does not touch.)
 """
 from __future__ import annotations
@@ -42,10 +43,10 @@ for d in range(steps // 10):
 best = []
 for _ in range(3):
     table = JobTable(defaults()["phases"], AgentContext())
-    c = time.perf_counter()
+    c = time.process_time()
     for m in msgs:
         table.handle(m, 4242, 0, t_end)
-    best.append((time.perf_counter() - c) / (10 * len(msgs)) * 1e6)
+    best.append((time.process_time() - c) / (10 * len(msgs)) * 1e6)
     assert table.results["accepted"] == len(msgs), table.results
 print(min(best))
 '''
@@ -72,7 +73,7 @@ def main() -> int:
         for c in cases:
             for name, tree in trees.items():
                 got[name][c].append(one(tree, c, args.steps))
-    print(f"JobTable.handle, us per step handled (10 steps of 3 phases a datagram), medians of {args.rounds} "
+    print(f"JobTable.handle, CPU us per step handled (10 steps of 3 phases a datagram), medians of {args.rounds} "
           f"alternating rounds (each the best of 3 passes); baseline = {trees['baseline']}")
     print(f"{'datagrams':<14}{'this tree':>11}{'baseline':>11}{'ratio':>8}")
     for c in cases:
