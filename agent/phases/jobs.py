@@ -8,7 +8,8 @@ neither add to nor squat on a trusted user's job name.
 
 Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums over the
 sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
-waiting for the step that closes them), at most ``max_pending_intervals``
+waiting for the step that closes them, and per phase at most COVER_SPANS spans of what it reported,
+against which its new intervals are merged: _Covered), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are held, live or
 ended; a job silent for ``job_expiry_seconds`` expires and its series disappear.  A full table makes
@@ -64,6 +65,7 @@ IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("
             ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
 IN_KIND_INDEXES = tuple(frozenset(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS)
 OPEN_PER_PID = 128              # phases kept per process until the step that closes them arrives
+COVER_SPANS = 16                # spans per process and phase remembered to merge new intervals with (_Covered)
 MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
 WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
 DATA_WAIT = 0                   # PHASES.index("data_wait")
@@ -129,6 +131,63 @@ class _Ring:
     def live(self, now_ns: int):
         cur = now_ns // self.width
         return [i for i in range(RING_SLOTS) if cur - RING_SLOTS < self.idx[i] <= cur]
+
+
+class _Covered:
+    """The time one process already reported of one phase: sorted disjoint spans [starts[k], ends[k]), at most
+    COVER_SPANS of them, and a floor before which everything counts as covered (the spans forgotten to keep
+    the set bounded).  :meth:`add` returns the pieces of a new interval not covered yet and covers them, so
+    that the process's counter of the phase grows by at most the wall time that passes (issue 39)."""
+
+    __slots__ = ("starts", "ends", "floor")
+
+    def __init__(self):
+        self.starts: List[int] = []
+        self.ends: List[int] = []
+        self.floor = 0
+
+    def add(self, s: int, e: int) -> List[Tuple[int, int]]:
+        if s < self.floor:
+            s = self.floor
+        if e <= s:
+            return []
+        starts, ends = self.starts, self.ends
+        n = len(ends)
+        if not n or s >= ends[-1]:   # the usual case: after everything so far
+            if n and s == ends[-1]:
+                ends[-1] = e
+            else:
+                starts.append(s)
+                ends.append(e)
+                if n >= COVER_SPANS:
+                    self.forget()
+            return [(s, e)]
+        # spans k in [i, j) touch or overlap [s, e): the new pieces are the gaps between them
+        i = bisect_left(ends, s)
+        new = []
+        pos = s
+        j = i
+        while j < n and starts[j] <= e:
+            if starts[j] > pos:
+                new.append((pos, starts[j]))
+            if ends[j] > pos:
+                pos = ends[j]
+            j += 1
+        if pos < e:
+            new.append((pos, e))
+        if new:
+            lo = starts[i] if i < j and starts[i] < s else s
+            hi = ends[j - 1] if i < j and ends[j - 1] > e else e
+            starts[i:j] = [lo]
+            ends[i:j] = [hi]
+            if len(ends) > COVER_SPANS:
+                self.forget()
+        return new
+
+    def forget(self) -> None:
+        """Forget the oldest span: what lies before its end counts as covered from now on."""
+        self.floor = self.ends[0]
+        del self.starts[0], self.ends[0]
 
 
 class _WaitSums:
@@ -233,7 +292,8 @@ class _Rank:
 
 class _Job:
     __slots__ = ("key", "label", "user", "uid", "first_pid", "pids", "created_ns", "last_ns", "phase_s", "steps",
-                 "samples", "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "waits", "wait_problem", "source",
+                 "samples", "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "cover", "waits", "wait_problem",
+                 "source",
                  "ranks", "rank_steps", "world", "untracked", "shed", "start_time", "ended_ns", "namespace",
                  "pod")
 
@@ -254,6 +314,7 @@ class _Job:
         self.pending: Deque[attribution.Pending] = deque(maxlen=max_pending)
         self.ring = _Ring(window_ns)
         self.open: Dict[int, List[Tuple[int, int, int]]] = {}  # pid -> (phase index, s, e) not yet in a step
+        self.cover: Dict[int, List[Optional[_Covered]]] = {}   # pid (-1: beyond MAX_PIDS) -> per phase index
         self.waits: Deque[Tuple[int, int, int]] = deque(maxlen=MAX_WAITS)  # (pid, s, e) awaiting /proc samples
         self.wait_problem = ""                    # why the last unmeasurable waits could not be measured
         self.source = "client"                    # where its phases come from (protocol.SOURCES)
@@ -545,6 +606,10 @@ class JobTable:
         opened = job.open.get(pid)
         if opened is None and known:
             opened = job.open[pid] = []
+        # per phase, what this process already reported (processes beyond MAX_PIDS share one set)
+        covers = job.cover.get(pid if known else -1)
+        if covers is None:
+            covers = job.cover[pid if known else -1] = [None] * NP
         gpus = ()
         if (msg.phases or msg.steps or msg.sums) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
@@ -576,26 +641,43 @@ class JobTable:
         for ph_chunk, st_chunk in chunks:
             for phase, s, e in ph_chunk:
                 i = PHASE_INDEX[phase]
-                phase_s[i] += (e - s) / 1e9
                 if opened is not None:
                     if len(opened) >= OPEN_PER_PID:
                         del opened[0]  # the oldest phase still waiting for its step
                     opened.append((i, s, e))
-                if i == DATA_WAIT and self.probe is not None and e > s:
-                    job.waits.append((pid, s, e, e - s))
-                    waited = True
-                slot = cur_slot if e // width >= cur else ring.slot(e, now)
-                if slot is not None:
-                    ring.phase[slot][i] += e - s
-                if rk is not None:
-                    rk.phase_s[i] += (e - s) / 1e9
-                    rslot = rk.ring.slot(e, now)
-                    if rslot is not None:
-                        rk.ring.phase[rslot][i] += e - s
-                if gpus:
-                    self._queue(job, attribution.Pending((i, e), s, e, gpus))
                 if rec is not None:
                     rec.append((job.label, phase, s, e))
+                # only what the process had not reported of this phase yet counts (its overlaps merged)
+                c = covers[i]
+                if c is None:
+                    c = covers[i] = _Covered()
+                ends = c.ends
+                if ends and s >= ends[-1] and e > s:   # _Covered.add's usual case, inline: after all so far
+                    if s == ends[-1]:
+                        ends[-1] = e
+                    else:
+                        c.starts.append(s)
+                        ends.append(e)
+                        if len(ends) > COVER_SPANS:
+                            c.forget()
+                    new = ((s, e),)
+                else:
+                    new = c.add(s, e)
+                for a, b in new:
+                    phase_s[i] += (b - a) / 1e9
+                    if i == DATA_WAIT and self.probe is not None:
+                        job.waits.append((pid, a, b, b - a))
+                        waited = True
+                    slot = cur_slot if b // width >= cur else ring.slot(b, now)
+                    if slot is not None:
+                        ring.phase[slot][i] += b - a
+                    if rk is not None:
+                        rk.phase_s[i] += (b - a) / 1e9
+                        rslot = rk.ring.slot(b, now)
+                        if rslot is not None:
+                            rk.ring.phase[rslot][i] += b - a
+                    if gpus:
+                        self._queue(job, attribution.Pending((i, b), a, b, gpus))
             for s, e, samples in st_chunk:
                 d = (e - s) / 1e9
                 # per phase index, the ns of the process's open phases inside this step (merged)
@@ -648,6 +730,8 @@ class JobTable:
         """Version 2's windows of fast steps (protocol.Window): what _apply does with a step and its phases,
         from their sums.  A window's phases are spread uniformly over it for GPU idle (attribution.Pending
         with ns) and for the input probe; its in-step time is the client's own clipping, at most the steps'.
+        A window is not an interval: it is not merged with the process's intervals (_Covered); each phase of it
+        counts at most the window's span (protocol._window holds it there).
         Returns whether a data_wait was queued for the probe."""
         ring = job.ring
         width = ring.width

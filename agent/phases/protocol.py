@@ -367,7 +367,12 @@ def _window(rec, i: int, lo: int, hi: int, now_ns: int, limits: Limits) -> Windo
         had = got.get(name)
         # inside the steps: at most the steps' time (a phase overlapping itself, as the interval path merges)
         got[name] = (ns, min(step_ns, inside)) if had is None else (had[0] + ns, min(step_ns, had[1] + inside))
-    return Window(s, e, steps, samples, step_ns, tuple((n, a, b) for n, (a, b) in got.items()), tuple(raw_hist))
+    # a phase's time in a window: at most the window's span (a phase overlapping itself, or names normalised to
+    # "other" together, merged as the interval path merges; the client sums a window's phases unmerged)
+    span = e - s
+    return Window(s, e, steps, samples, step_ns,
+                  tuple((n, a if a <= span else span, b if b <= span else span) for n, (a, b) in got.items()),
+                  tuple(raw_hist))
 
 
 def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None, world=None, sums=None,

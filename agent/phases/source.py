@@ -25,7 +25,8 @@ log = logging.getLogger("teye.phases")
 
 PHASE_SECONDS = metric("teye_job_phase_seconds_total", COUNTER,
                        "Seconds the training job spent in each phase (data_wait, compute, host, communication, "
-                       "checkpoint, eval, other), as reported by the job over the phase socket.",
+                       "checkpoint, eval, other), as reported by the job over the phase socket; each process's "
+                       "overlapping intervals of a phase count once (docs/phases.md).",
                        ["train_job", "phase"])
 STEPS = metric("teye_job_steps_total", COUNTER,
                "Training steps the job reported: global steps for a data-parallel job (a step of all its ranks "
@@ -87,8 +88,9 @@ CLIENT_DROPPED = metric("teye_job_client_dropped_total", COUNTER,
                         "Phase and step records the job's clients dropped (no agent, full socket buffer), "
                         "as they report it.", ["train_job"])
 RANK_PHASE_SECONDS = metric("teye_job_rank_phase_seconds_total", COUNTER,
-                            "Seconds each rank of a data-parallel job on this node spent in each phase, as reported "
-                            "(ranks: the processes that said theirs, at most 64 per job; docs/phases.md).",
+                            "Seconds each rank of a data-parallel job on this node spent in each phase, as reported, "
+                            "its overlapping intervals of a phase counted once (ranks: the processes that said "
+                            "theirs, at most 64 per job; docs/phases.md).",
                             ["train_job", "rank", "phase"])
 RANK_STEP_SECONDS = metric("teye_job_rank_step_seconds_total", COUNTER,
                            "Wall time of each rank's training steps (the denominator of its phase shares).",

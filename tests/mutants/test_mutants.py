@@ -54,6 +54,11 @@ MUTANTS = {
         ["tests/gpu/test_source.py::test_each_dcgm_default_a_gpu_does_not_support_is_absent_alone"], False),
     "allocation_grpc_imported_at_start.patch": (
         ["tests/sources/test_allocation.py::test_grpc_is_imported_only_when_a_kubelet_socket_exists"], False),
+    # issue 39: a process's overlapping intervals of one phase merged before they are added, GPU idle too
+    "overlap_covered_gaps_not_advanced.patch": (
+        ["tests/phases/test_overlap.py::test_1000_copies_of_one_interval_add_exactly_its_length"], False),
+    "overlap_gpu_idle_of_the_raw_interval.patch": (
+        ["tests/phases/test_overlap.py::test_gpu_idle_of_overlapping_intervals_is_the_idle_of_their_union"], False),
     # issue 38: the client sums what the agent cannot resolve (protocol version 2)
     "sums_window_past_the_resolution.patch": (
         ["tests/phases/test_sums.py::test_a_process_stepping_200000_times_a_second_sends_a_bounded_number_of_records"],

@@ -141,7 +141,8 @@ def test_pending_queue_is_bounded():
     ctx.timeline.add("0", 0, 1, 0.0)
     table = JobTable(phases_cfg(max_pending_intervals=100), ctx, own_uid=0)
     t = clock.t - S
-    for i in range(10):
-        table.handle(encode("j", [("compute", t + k * MS, t + k * MS + MS) for k in range(50)]), 5, 0)
+    for i in range(10):   # 500 distinct intervals (copies of one would count once: issue 39)
+        table.handle(encode("j", [("compute", t + (50 * i + k) * MS, t + (50 * i + k + 1) * MS)
+                                  for k in range(50)]), 5, 0)
     _, _, attributed, pending = table.views(clock.t)
     assert pending == 100 and dict(attributed)["overflow"] == 400
