@@ -516,8 +516,10 @@ class Session:
         batches through an iterator it keeps, stopping at the loader's length), or the job already dropped it (a probe like next(iter(loader)), a pass cut short with break): from the first
         of its waits to the training wait that follows the last of them is reported as the ``eval`` phase,
         and the step starts there (its time, samples and histogram count training only).  What came before
-        the evaluation since the previous step is training (_before: Lightning makes a validation's iterator,
-        its DataLoader workers started, before its on_validation_start).  A training iterator made after the
+        the evaluation since the previous step is training where the evaluation's loader is one the
+        instrumentor registered (PyTorch's; _before: Lightning makes a validation's iterator, its DataLoader
+        workers started, before its on_validation_start, and its clock counts that as training); a tf.data
+        loop's making of its validation iterator stays in neither.  A training iterator made after the
         evaluation's last wait (Lightning's, after its sanity check; a plain loop's next epoch) ends the
         evaluation where it began to be made: its workers' start-up is training's, in the step (``after``: a
         step came before), or before the first step in neither (the run starts at its first training wait,
@@ -560,7 +562,7 @@ class Session:
         e = made if fresh else b
         if e > a:
             rep.record_phase("eval", a, e)
-        if a > start:
+        if a > start and waits[first][3] in refs:   # a PyTorch loader's (tf.data's: neither, as before)
             self._before(waits, first, start, a, rep)
         del waits[:final + 1]
         return max(start, made if fresh and after else b)
