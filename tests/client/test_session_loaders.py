@@ -126,6 +126,21 @@ def test_what_comes_before_an_evaluation_is_training():
     assert shares(s.reporter) == [(0, 20, 4, 10), (75, 90, 12, 5)]
 
 
+def test_what_comes_before_a_tf_data_evaluation_is_in_neither():
+    """tf.data's iterators are not registered (no s.loader()): a custom TensorFlow loop's own clock starts its
+    evaluation after making the validation iterator and counts that in neither, and so does teye."""
+    s = session()
+    s.wait(0, 10, 4, 1)
+    s.step(20)
+    s.wait(30, 40, 4, 7)                # a validation pass run to its end, made from 20 to 30
+    s.wait(40, 42, 0, 7)
+    s.ended.add(7)
+    s.wait(45, 55, 4, 1)
+    s.step(60)
+    assert s.reporter.phases == [("eval", 30, 45)]
+    assert shares(s.reporter) == [(0, 20, 4, 10), (45, 60, 4, 10)]
+
+
 def test_an_evaluation_ends_where_the_training_iterator_was_made():
     """A training iterator made after an evaluation's last wait (Lightning's after its sanity check, a plain
     loop's next epoch; its workers start then) ends the evaluation there: before the first step the run starts

@@ -136,6 +136,8 @@ MUTANTS = {
         False),
     "session_before_the_evaluation_dropped.patch": (
         ["tests/client/test_session_loaders.py::test_what_comes_before_an_evaluation_is_training"], False),
+    "session_tf_data_before_the_evaluation_trains.patch": (
+        ["tests/client/test_session_loaders.py::test_what_comes_before_a_tf_data_evaluation_is_in_neither"], False),
     "client_job_name_difference_unsaid.patch": (
         ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"],
         False),
