@@ -15,6 +15,8 @@ The matrix: framework x input x evaluation.
 - framework: a plain PyTorch loop with a batch-size probe and validation passes under model.eval()/no_grad()
   (tests/client/torch_eval.py), the Hugging Face Trainer with a tiny BERT built from a config
   (tests/client/hf_trainer.py), PyTorch Lightning with its sanity check (tests/client/lightning_job.py),
+  the same with 2 DataLoader workers (light-w2, issue 39: its own wait_s and collate_s are the workers',
+  which the script does not see: its share columns read 0; eval s and train s are the figures to compare),
   Keras 3 Model.fit with validation_data every epoch, a predict between epochs and an evaluate and a predict
   after fit (tests/client/keras_eval.py: epochs of STEPS/4 batches), a custom TensorFlow loop with a probe
   and validation passes (tests/client/tf_eval_loop.py);
@@ -63,6 +65,7 @@ FRAMEWORKS = {
     "torch": ("plain PyTorch loop", "torch_eval.py"),
     "hf": ("Hugging Face Trainer", "hf_trainer.py"),
     "lightning": ("Lightning Trainer", "lightning_job.py"),
+    "light-w2": ("Lightning Trainer, 2 DataLoader workers", "lightning_job.py"),
     "keras": ("Keras Model.fit", "keras_eval.py"),
     "tf": ("TensorFlow custom loop", "tf_eval_loop.py"),
 }
@@ -75,6 +78,8 @@ def command(fw: str, steps: int, every: int, fast: bool, tmp: str) -> list:
     args = [sys.executable, os.path.join(HERE, FRAMEWORKS[fw][1]), str(steps), str(every)]
     if fw == "hf":
         args.append(os.path.join(tmp, "out"))
+    if fw == "light-w2":
+        args += ["--workers", "2"]
     return args + (["--fast"] if fast else [])
 
 

@@ -173,6 +173,8 @@ class Session:
         self.aside = False       # the process has its own Reporter: zero-code phases stand aside
         self.train_keys = []     # the loaders (iterators) whose batches were followed by a step, newest last
         self.refs = {}           # loader number -> weak reference to its iterator (None: cannot tell), until it trains
+        self.made = {}           # loader number -> when its iterator was made (where the instrumentor tells), until its first step
+        self.carried = 0         # samples of the training waits before an evaluation, counted by the step (_before)
         self.ended = set()       # loaders whose end (StopIteration) was waited for since the last step
         self.nograd = set()      # loaders read with autograd off since the last step (where the instrumentor tells)
         self.exit_hook = False   # finish() registered at exit (once an evaluation was seen)
@@ -267,9 +269,11 @@ class Session:
         a, b, n, k = w[-1]
         w[-1] = (a, b, n + samples, k)
 
-    def loader(self, key, it):
+    def loader(self, key, it, made=None):
         """A new loader (iterator) numbered ``key``: kept by a weak reference, so that a step can tell one still
-        in use (a second loader the step consumes) from one already dropped (a probe, a validation pass)."""
+        in use (a second loader the step consumes) from one already dropped (a probe, a validation pass).
+        ``made``: when the iterator began to be made (its DataLoader workers start then), where the instrumentor
+        knows it: an evaluation ends there when the training iterator was made after it (_evaluation)."""
         refs = self.refs
         try:
             refs[key] = weakref.ref(it)
@@ -278,6 +282,12 @@ class Session:
         if len(refs) > self.MAX_LOADERS:  # iterators that never trained: keep the newest
             for k in list(refs)[:self.MAX_LOADERS // 2]:
                 del refs[k]
+        if made is not None:
+            m = self.made
+            m[key] = made
+            if len(m) > self.MAX_LOADERS:
+                for k in list(m)[:self.MAX_LOADERS // 2]:
+                    del m[k]
 
     def comm(self, start_ns, end_ns):
         c = self.comms
@@ -322,6 +332,7 @@ class Session:
             self.release(rep)
         waits = self.waits
         start = self.step_start
+        after = start is not None   # a step came before this one
         if start is None:
             start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
@@ -329,13 +340,16 @@ class Session:
         if self.evals:
             start = self._declared(start, rep)
         if waits and waits[-1][3] is not None:
-            start = self._evaluation(waits, start, rep)
+            start = self._evaluation(waits, start, rep, after)
+        carried = self.carried
+        if carried:
+            self.carried = 0
         if self.off_thread:
             # the batches are read in other threads than the training loop's (prefetching threads): their
             # waits overlap its compute and its own wait is not seen, so no split; the samples read since
             # the last step still count (taken from the front only: a reading thread may append meanwhile)
             n = len(waits)
-            samples = sum(w[2] for w in waits[:n] if w[2] > 0)
+            samples = sum(w[2] for w in waits[:n] if w[2] > 0) + carried
             del waits[:n]
             del comms[:]
             if rep.source != self.step_source:
@@ -384,6 +398,7 @@ class Session:
             if end_ns > t:
                 phases += (_C, t, end_ns)
             waits.clear()
+        samples += carried
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
@@ -491,7 +506,7 @@ class Session:
         if len(self.ddp) > self.MAX_DDP:
             del self.ddp[0]
 
-    def _evaluation(self, waits, start, rep):
+    def _evaluation(self, waits, start, rep, after=True):
         """Evaluation apart from training.  Every loader (iterator) whose batches were read between two
         optimizer steps on the stepping thread is training input (semi-supervised, contrastive, multi-task
         steps read two or three), in whatever order and however often each is read: the one the step
@@ -500,8 +515,15 @@ class Session:
         read with autograd off (under torch.no_grad() or inference_mode(), as Lightning's validation reads its
         batches through an iterator it keeps, stopping at the loader's length), or the job already dropped it (a probe like next(iter(loader)), a pass cut short with break): from the first
         of its waits to the training wait that follows the last of them is reported as the ``eval`` phase,
-        and the step starts there (its time, samples and histogram count training only).  Returns the
-        step's start; removes the evaluation's waits."""
+        and the step starts there (its time, samples and histogram count training only).  What came before
+        the evaluation since the previous step is training where the evaluation's loader is one the
+        instrumentor registered (PyTorch's; _before: Lightning makes a validation's iterator, its DataLoader
+        workers started, before its on_validation_start, and its clock counts that as training); a tf.data
+        loop's making of its validation iterator stays in neither.  A training iterator made after the
+        evaluation's last wait (Lightning's, after its sanity check; a plain loop's next epoch) ends the
+        evaluation where it began to be made: its workers' start-up is training's, in the step (``after``: a
+        step came before), or before the first step in neither (the run starts at its first training wait,
+        as a job's without evaluation does).  Returns the step's start; removes the evaluation's waits."""
         keys, refs, ended, nograd = self.train_keys, self.refs, self.ended, self.nograd
         last = waits[-1][3]
         first = final = -1
@@ -533,11 +555,35 @@ class Session:
         nograd.clear()
         if first < 0:
             return start
-        a, b = max(waits[first][0], start), waits[final + 1][0]
-        if b > a:
-            rep.record_phase("eval", a, b)
+        a, nxt = max(waits[first][0], start), waits[final + 1]   # the training wait after it (the step's last is)
+        b = nxt[0]
+        made = self.made.pop(nxt[3], None)
+        fresh = made is not None and waits[final][1] <= made < b
+        e = made if fresh else b
+        if e > a:
+            rep.record_phase("eval", a, e)
+        if a > start and waits[first][3] in refs:   # a PyTorch loader's (tf.data's: neither, as before)
+            self._before(waits, first, start, a, rep)
         del waits[:final + 1]
-        return max(start, b)
+        return max(start, made if fresh and after else b)
+
+    def _before(self, waits, first, start, a, rep):
+        """The part of a step before its evaluation, [start, a]: training (its loaders' waits ``data_wait``,
+        the rest ``compute``, their samples the step's), outside the step's own interval, which starts after
+        the evaluation (so the step histogram does not hold it; the phase seconds do)."""
+        t = start
+        for w in waits[:first]:
+            x, y = max(w[0], t), min(w[1], a)
+            if y <= x:
+                continue
+            if x > t:
+                rep.record_phase("compute", t, x)
+            rep.record_phase("data_wait", x, y)
+            if w[2] > 0:
+                self.carried += w[2]
+            t = y
+        if a > t:
+            rep.record_phase("compute", t, a)
 
     def evaluation(self, fn, *args, **kwargs):
         """Call fn, a framework's evaluation (Keras' evaluate, predict, test_on_batch, predict_on_batch): the

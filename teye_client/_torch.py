@@ -78,7 +78,7 @@ def patch_dataloader(module):
         k = getattr(self, "_teye_loader", None)
         if k is None:
             k = self._teye_loader = next(_loaders)
-            s.loader(k, self)
+            s.loader(k, self, getattr(self, "_teye_made", None))
         if not _grad_enabled():
             s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
         t = _thread()
@@ -100,6 +100,31 @@ def patch_dataloader(module):
 
     base.__next__ = wrapper_of(__next__, orig)
     s.wait_source = SOURCE
+    _patch_made(base)
+    return True
+
+
+def _patch_made(base):
+    """Each iterator notes when it began to be made (``_BaseDataLoaderIter.__init__``, which the single-process
+    and multi-worker iterators call first, before the workers start): an evaluation followed by a training
+    iterator made after it ends there (Session._evaluation).  Anything other than the plain two-argument
+    function teye expects is left alone (the evaluation then ends at the training iterator's first wait)."""
+    init = base.__dict__.get("__init__")
+    code = getattr(init, "__code__", None)
+    if code is None or code.co_argcount != 2 or code.co_kwonlyargcount or getattr(init, "_teye", False):
+        debug("torch DataLoader: _BaseDataLoaderIter.__init__ is not the function teye expects: "
+              "an evaluation runs on to the next training batch")
+        return False
+
+    def __init__(self, loader):
+        t0 = _ns()
+        init(self, loader)
+        try:
+            self._teye_made = t0
+        except Exception:  # an iterator that takes no attribute: the evaluation ends at its first wait
+            pass
+
+    base.__init__ = wrapper_of(__init__, init)
     return True
 
 

@@ -1,6 +1,6 @@
 """An unmodified PyTorch Lightning run with a sanity check and validation every EVERY steps inside the epoch.
 
-    python lightning_job.py STEPS EVERY [SANITY] [--fast]
+    python lightning_job.py STEPS EVERY [SANITY] [--fast] [--workers N]
 
 EVERY: Lightning's val_check_interval, batches (10) or a fraction of the epoch (0.5).
 
@@ -8,7 +8,10 @@ Its own clock (a Callback): the time of the sanity check and of each validation,
 training (after the sanity check) to the end of its last batch less the validations in between,
 and the time inside the training set's __getitem__ (its input wait: no workers); the samples trained.
 EVERY 0: no evaluation (no validation loader, so neither a sanity check nor validation).  --fast: no sleep
-in __getitem__ (the tiny model's compute and the loader's own work are left).  Prints one JSON line;
+in __getitem__ (the tiny model's compute and the loader's own work are left).  --workers N: both loaders read
+by N DataLoader worker processes (not persistent: Lightning starts a validation's workers before its
+on_validation_start, and the training loader's after the sanity check); wait_s and collate_s are then the
+workers' (not seen here: 0), and the oracle is the clock of the hooks.  Prints one JSON line;
 collate_s: the time in the training loader's collate function (not in wait_s); between_s: from the end of
 each training batch (the first: from the start) to the next one's start, less validation (the loader's
 and Lightning's own work between batches: an upper bound of the input wait).  Before the JSON line, what
@@ -23,6 +26,11 @@ import torch
 
 fast = "--fast" in sys.argv[1:]
 argv = [a for a in sys.argv if a != "--fast"]
+workers = 0
+if "--workers" in argv:
+    i = argv.index("--workers")
+    workers = int(argv[i + 1])
+    del argv[i:i + 2]
 steps, every = int(argv[1]), (float(argv[2]) if "." in argv[2] else int(argv[2]))
 sanity = int(argv[3]) if len(argv) > 3 else 2
 SLEEP_S = 0 if fast else 0.005
@@ -110,8 +118,8 @@ def collate(batch):
         collate_s += time.perf_counter() - t
 
 
-loader = torch.utils.data.DataLoader(train_set, batch_size=BS, collate_fn=collate)
-val = torch.utils.data.DataLoader(Slow(BS * 6, SLEEP_S), batch_size=BS) if every else None
+loader = torch.utils.data.DataLoader(train_set, batch_size=BS, collate_fn=collate, num_workers=workers)
+val = torch.utils.data.DataLoader(Slow(BS * 6, SLEEP_S), batch_size=BS, num_workers=workers) if every else None
 t0 = time.perf_counter()
 trainer.fit(model, loader, val)
 wall = time.perf_counter() - t0
@@ -119,4 +127,4 @@ print("weights %.5f" % float(sum(p.detach().sum() for p in model.parameters())))
 print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
                   "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
                   "wait_s": train_set.spent, "collate_s": collate_s,
-                  "between_s": clock.between_s, "eval_s": clock.eval_s, "evals": clock.evals}))
+                  "between_s": clock.between_s, "eval_s": clock.eval_s, "evals": clock.evals, "workers": workers}))

@@ -88,3 +88,35 @@ def test_lightning_sanity_check_and_validation_are_apart(agent, sanity, every, e
     own = last_json(run.stdout)
     assert own["evals"] == evals + (1 if sanity else 0), own
     _check(agent, job, own, 40, 160)
+
+
+def test_lightning_with_dataloader_workers_eval_and_training_to_its_own_clock(agent):
+    """Issue 39: Lightning with 2 DataLoader workers (not persistent) starts each validation's workers before
+    its on_validation_start, and the training loader's after the sanity check, before on_train_start.  Its own
+    clock (a Callback): eval is on_validation_start..on_validation_end (the sanity check's and 4 validations'),
+    training from on_train_start to the last batch's end less those, the script's perf_counter around fit.
+    Both within 5 % (before: eval 10-30 % over, training 40-60 % under: the validations' start-up was counted
+    nowhere, the training workers' start-up as eval).  The workers' own figures (wait_s) are not seen by the
+    script: no share check here; the step histogram holds the optimizer steps only (no validation start-up).
+    Slow input (validations of about 0.35 s): the final validation, which no training batch follows, ends at
+    its last batch's fetch (its last validation_step is not seen), and a neighbour's load on a shared host
+    stretches the sub-millisecond gaps between the hooks and teye's bounds; benchmarks/frameworks.py has the
+    fast row (--workers 2)."""
+    pytest.importorskip("lightning")
+    job = "lightning-workers"
+    args = [sys.executable, os.path.join(HERE, "lightning_job.py"), "40", "10", "2", "--workers", "2"]
+    run = teye_run(args, socket_path=agent.path, job=job, timeout=300)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    assert (own["evals"], own["workers"]) == (5, 2), own
+    j = agent.jobs()[job]
+    phases = dict(j.phase_seconds)
+    print(job, "own", own, "teye", phases, j.steps, j.samples, j.step_hist.sum)
+    assert (j.steps, j.samples) == (own["steps"], own["samples"]) == (40, 160), (j.steps, j.samples, own)
+    assert phases.get("eval", 0.0) == pytest.approx(own["eval_s"], rel=0.05), (phases, own)
+    train = phases["data_wait"] + phases["compute"]
+    assert train == pytest.approx(own["train_s"], rel=0.05), (phases, own)
+    assert j.step_hist.sum <= train + 1e-3, (j.step_hist, phases)
+    # all of the job's time is in one of the two, but for the sanity check's start (before on_validation_start)
+    # and the training workers' start after it (before on_train_start): neither clock counts them
+    assert train + phases["eval"] <= own["wall_s"], (phases, own)

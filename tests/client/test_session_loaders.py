@@ -106,6 +106,78 @@ def test_a_held_loader_read_under_no_grad_is_eval_unless_it_trained():
     assert shares(s.reporter) == [(0, 20, 12, 15), (40, 60, 12, 15)]
 
 
+def test_what_comes_before_an_evaluation_is_training():
+    """Lightning makes a validation's iterator (its DataLoader workers started) before its on_validation_start,
+    which its own clock counts as training: from the previous step to the evaluation's first wait is training,
+    its training waits data_wait with their samples, the rest compute (outside the step's own interval, which
+    starts after the evaluation)."""
+    s = session()
+    a, b = loader(s, 1), loader(s, 2)   # noqa: F841
+    s.wait(0, 10, 4, 1)
+    s.step(20)
+    s.wait(25, 35, 4, 1)                # a training batch, then a validation pass (read under no_grad)
+    v = loader(s, 7)                    # noqa: F841 (held)
+    s.wait(50, 60, 4, 7)
+    s.wait(60, 70, 4, 7)
+    s.nograd.add(7)
+    s.wait(75, 80, 8, 2)
+    s.step(90)
+    assert s.reporter.phases == [("eval", 50, 75), ("compute", 20, 25), ("data_wait", 25, 35), ("compute", 35, 50)]
+    assert shares(s.reporter) == [(0, 20, 4, 10), (75, 90, 12, 5)]
+
+
+def test_what_comes_before_a_tf_data_evaluation_is_in_neither():
+    """tf.data's iterators are not registered (no s.loader()): a custom TensorFlow loop's own clock starts its
+    evaluation after making the validation iterator and counts that in neither, and so does teye."""
+    s = session()
+    s.wait(0, 10, 4, 1)
+    s.step(20)
+    s.wait(30, 40, 4, 7)                # a validation pass run to its end, made from 20 to 30
+    s.wait(40, 42, 0, 7)
+    s.ended.add(7)
+    s.wait(45, 55, 4, 1)
+    s.step(60)
+    assert s.reporter.phases == [("eval", 30, 45)]
+    assert shares(s.reporter) == [(0, 20, 4, 10), (45, 60, 4, 10)]
+
+
+def test_an_evaluation_ends_where_the_training_iterator_was_made():
+    """A training iterator made after an evaluation's last wait (Lightning's after its sanity check, a plain
+    loop's next epoch; its workers start then) ends the evaluation there: before the first step the run starts
+    at its first training wait (as a job's without evaluation does), after a step the start-up is the step's."""
+    s = session()
+    v = loader(s, 7)                    # noqa: F841 (the sanity check's iterator, read under no_grad)
+    s.wait(0, 10, 4, 7)
+    s.wait(10, 20, 4, 7)
+    s.nograd.add(7)
+    t = It()
+    s.loader(1, t, 30)                  # made at 30, its workers started: its first batch at 40
+    s.wait(40, 50, 4, 1)
+    s.step(60)
+    assert s.reporter.phases == [("eval", 0, 30)]
+    assert shares(s.reporter) == [(40, 60, 4, 10)]
+    v2 = loader(s, 8)                   # noqa: F841 (a validation pass at the end of the epoch, run to its end)
+    s.wait(70, 80, 4, 8)
+    s.wait(80, 90, 0, 8)
+    s.ended.add(8)
+    t2 = It()
+    s.loader(2, t2, 100)                # the next epoch's iterator
+    s.wait(120, 130, 4, 2)
+    s.step(140)
+    assert s.reporter.phases[1:] == [("eval", 70, 100), ("compute", 60, 70)]
+    assert shares(s.reporter)[1:] == [(100, 140, 4, 10)]
+    # an iterator made before the evaluation's last wait: the evaluation runs on to its first batch
+    v3 = loader(s, 9)                   # noqa: F841
+    t3 = It()
+    s.loader(3, t3, 145)
+    s.wait(150, 160, 0, 9)
+    s.ended.add(9)
+    s.wait(170, 180, 4, 3)
+    s.step(190)
+    assert s.reporter.phases[3:] == [("eval", 150, 170), ("compute", 140, 150)]
+    assert shares(s.reporter)[2:] == [(170, 190, 4, 10)]
+
+
 def test_a_loader_teye_cannot_hold_trains():
     s = session()
     s.loader(1, 5)                      # an int takes no weak reference: cannot tell, so training

@@ -230,6 +230,9 @@ def test_a_framework_that_looks_different_is_left_alone(tmp_path):
     # the same fake with the expected shape is patched (so the check above is what stood aside)
     _fake_torch(str(tmp_path), """
         class _BaseDataLoaderIter:
+            def __init__(self, loader):
+                pass
+
             def __next__(self):
                 return 1
         """, "def register_optimizer_step_post_hook(hook): pass\n")
@@ -241,6 +244,20 @@ def test_a_framework_that_looks_different_is_left_alone(tmp_path):
                           "teye: zero-code phases: instrumented PyTorch optimizer steps (torch.optim.optimizer)"]
     assert lines[3].endswith(": instrumented PyTorch DataLoader input waits, PyTorch optimizer steps; "
                              "no training step seen: nothing sent")
+    # an iterator __init__ of another shape: input waits still observed, the iterators' making times not
+    _fake_torch(str(tmp_path), """
+        class _BaseDataLoaderIter:
+            def __init__(self, loader, extra=None):
+                pass
+
+            def __next__(self):
+                return 1
+        """, "def register_optimizer_step_post_hook(hook): pass\n")
+    code2 = code[:-1] + ", hasattr(d._BaseDataLoaderIter.__init__, '_teye'))"
+    odd = plain_run([PY, "-c", code2], env=base_env(PYTHONPATH=pp, TEYE_DEBUG="1"))
+    lines = odd.stderr.splitlines()
+    assert odd.stdout == "__next__ True False\n" and len(lines) == 5, odd.stderr
+    assert "_BaseDataLoaderIter.__init__ is not the function teye expects" in lines[1]
 
 
 # -- bad inputs with a real training loop -----------------------------------------------------

@@ -143,6 +143,14 @@ MUTANTS = {
         ["tests/phases/test_cause.py::test_a_waiter_woken_into_a_loaded_run_queue_is_not_starved"], False),
     "session_read_ahead_counted_at_fetch.patch": (
         ["tests/client/test_session_loaders.py::test_a_read_ahead_loader_counts_the_batches_the_steps_took"], False),
+    # issue 39: Lightning with DataLoader workers, eval and training to its own clock
+    "session_eval_runs_past_the_training_iterator.patch": (
+        ["tests/client/test_session_loaders.py::test_an_evaluation_ends_where_the_training_iterator_was_made"],
+        False),
+    "session_before_the_evaluation_dropped.patch": (
+        ["tests/client/test_session_loaders.py::test_what_comes_before_an_evaluation_is_training"], False),
+    "session_tf_data_before_the_evaluation_trains.patch": (
+        ["tests/client/test_session_loaders.py::test_what_comes_before_a_tf_data_evaluation_is_in_neither"], False),
     "client_job_name_difference_unsaid.patch": (
         ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"],
         False),
