@@ -15,8 +15,9 @@ private = find_packages(include=[f"{p}{tail}" for p in PRIVATE for tail in ("", 
 public = find_packages(include=["teye", "teye_client", "teye_client.*"])
 
 setup(
-    packages=public + [f"{LIB}.{p}" for p in private],
+    # dashboards/json (data) and teye_client/_site (the directory `teye run` puts first on PYTHONPATH, no
+    # __init__.py) are listed as packages of their own, or setuptools warns that each would be ignored
+    packages=public + [f"{LIB}.{p}" for p in private] + [f"{LIB}.dashboards.json", "teye_client._site"],
     package_dir={LIB: "."},
-    package_data={f"{LIB}.dashboards": ["json/*.json"],
-                  "teye_client": ["_site/sitecustomize.py"]},  # the directory `teye run` puts first on PYTHONPATH
+    package_data={f"{LIB}.dashboards.json": ["*.json"], "teye_client._site": ["sitecustomize.py"]},
 )
