@@ -270,8 +270,8 @@ def render_overview(summary: Dict[str, Any]) -> str:
 
 
 PHASE_COLORS = {"data_wait": "#d62728", "host": "#7f7f7f", "compute": "#2ca02c", "communication": "#9467bd",
-                "checkpoint": "#8c564b", "eval": "#17becf", "other": "#bcbd22"}
-HOST_LANE = ("data_wait", "host", "checkpoint", "eval", "other")
+                "checkpoint": "#8c564b", "eval": "#17becf", "compile": "#e377c2", "other": "#bcbd22"}
+HOST_LANE = ("data_wait", "host", "checkpoint", "eval", "compile", "other")
 DEVICE_LANE = ("compute", "communication")
 GPU_BUSY_COLOR = "#98df8a"   # a GPU's utilization (its own colour: it is not a phase the job reported)
 IDLE_COLOR = "#ff7f0e"       # device idle: hatched, drawn from GPU samples only
