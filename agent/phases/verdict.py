@@ -434,11 +434,13 @@ class Evidence:
 
     @property
     def step_time(self) -> float:
-        """The reported steps' wall time; without steps, the phases' time but ``compile`` (a one-time cost
-        that shares are not taken of: docs/phases.md)."""
+        """The reported steps' wall time but ``compile`` (a one-time cost that shares are not taken of:
+        docs/phases.md; zero-code TensorFlow sends it between steps, a client may send it inside one), never
+        below another phase's time (so no share exceeds 1); without steps, the phases' time but compile."""
+        other = [v for p, v in self.phase_seconds.items() if p != "compile"]
         if self.step_seconds > 0:
-            return self.step_seconds
-        return sum(v for p, v in self.phase_seconds.items() if p != "compile")
+            return max([self.step_seconds - self.phase_seconds.get("compile", 0.0)] + other)
+        return sum(other)
 
     def share(self, phase: str) -> float:
         """The phase's share of step time (at most 1: checked when the evidence is made)."""
