@@ -308,12 +308,14 @@ class Session:
     def step(self, end_ns, owner=None, begun_ns=None, compiled=False):
         """A training step ended at end_ns; ``compiled``: the call that ended it, begun at begun_ns, traced and
         compiled its graph (_tf): the step ends where the call began, and the call is the ``compile`` phase
-        between that step and the next, outside any step's time."""
+        between that step and the next, outside any step's time, up to the end of this bookkeeping (at the
+        first step it makes the reporter: teye's own one-time cost, left out of the steps as well)."""
         if not compiled or begun_ns is None or not begun_ns <= end_ns:
             return self._step(end_ns, owner, begun_ns)
         self._step(begun_ns, owner, begun_ns)
         rep = self.reporter
         if rep is not None and self.step_start == begun_ns:  # the step was taken (not another optimizer's)
+            end_ns = max(end_ns, _ns())
             rep.record_phase("compile", begun_ns, end_ns)
             self.step_start = end_ns
 
