@@ -171,6 +171,8 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
     breakdown = {}
     for p in PHASES:
         s = phases.get(p, 0.0)
+        if p == "compile":   # between steps, in no share: compile_seconds
+            continue
         if s or (p in ("data_wait", "compute", "host", "communication") and j.source not in STEPS_ONLY_SOURCES):
             breakdown[p] = {"seconds": round(s, 6), "share": round(ev.share(p), 4),
                             "ms_per_step": round(1000 * s / j.steps, 3) if j.steps else None}
@@ -188,6 +190,8 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
         "step_seconds_total": round(step_total, 6),
         "mean_step_seconds": round(step_total / j.steps, 6) if j.steps else None,
         "step_time_breakdown": breakdown,
+        # tracing and compiling step functions (TensorFlow's first call, a retrace): between steps, in no share
+        "compile_seconds": round(dict(j.phase_seconds).get("compile", 0.0), 6),
         "input_bound_ratio": None if j.input_bound_ratio is None else round(j.input_bound_ratio, 4),
         "gpu_idle_ratio": None if j.gpu_idle_ratio is None else round(j.gpu_idle_ratio, 4),
         "gpu_idle_seconds_by_phase": ({k: round(v, 6) for k, v in sorted(idle_by_phase.items())}
@@ -247,6 +251,9 @@ def render_overview(summary: Dict[str, Any]) -> str:
             ms = "" if b["ms_per_step"] is None else f"{b['ms_per_step']:9.1f}"
             bar = "#" * int(round(20 * b["share"]))
             lines.append(f"    {p:<20}{ms:>9} {100 * b['share']:7.1f} %  {bar}")
+        if j.get("compile_seconds"):
+            lines.append(f"  compile: {j['compile_seconds']:.2f} s tracing and compiling step functions, between "
+                         "steps (in no share)")
         if j["input_bound_ratio"] is not None:
             lines.append(f"  input-bound: {100 * j['input_bound_ratio']:.1f} % of step time waiting for input")
         if j["gpu_idle_ratio"] is not None:
@@ -270,8 +277,8 @@ def render_overview(summary: Dict[str, Any]) -> str:
 
 
 PHASE_COLORS = {"data_wait": "#d62728", "host": "#7f7f7f", "compute": "#2ca02c", "communication": "#9467bd",
-                "checkpoint": "#8c564b", "eval": "#17becf", "other": "#bcbd22"}
-HOST_LANE = ("data_wait", "host", "checkpoint", "eval", "other")
+                "checkpoint": "#8c564b", "eval": "#17becf", "compile": "#e377c2", "other": "#bcbd22"}
+HOST_LANE = ("data_wait", "host", "checkpoint", "eval", "compile", "other")
 DEVICE_LANE = ("compute", "communication")
 GPU_BUSY_COLOR = "#98df8a"   # a GPU's utilization (its own colour: it is not a phase the job reported)
 IDLE_COLOR = "#ff7f0e"       # device idle: hatched, drawn from GPU samples only

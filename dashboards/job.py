@@ -107,9 +107,10 @@ def build():
     d = d.with_row(row("Timeline: phases and GPU busy/idle"))
     d = d.with_panel(timeseries(
         "Step time by phase", "Seconds per training step spent in each phase (data_wait, compute, host, "
-        "communication, checkpoint, eval, other), stacked: the stack's height is the step time.",
+        "communication, checkpoint, eval, other), stacked: the stack's height is the step time. Not compile "
+        "(tracing a step function, between steps: in the job's phase seconds and in teye report).",
         "s",
-        [target(f"sum by (phase) (rate(teye_job_phase_seconds_total{{{JOB}}}{RATE}))"
+        [target(f"sum by (phase) (rate(teye_job_phase_seconds_total{{{JOB}, phase!=\"compile\"}}{RATE}))"
                 f" / on () group_left () sum(rate(teye_job_steps_total{{{JOB}}}{RATE}))", "{{phase}}")],
         w=24, h=8, stack=True, min=0))
     d = d.with_panel(timeseries(

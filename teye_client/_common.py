@@ -305,7 +305,21 @@ class Session:
             except TypeError:
                 self.leader_ref = None
 
-    def step(self, end_ns, owner=None, begun_ns=None):
+    def step(self, end_ns, owner=None, begun_ns=None, compiled=False):
+        """A training step ended at end_ns; ``compiled``: the call that ended it, begun at begun_ns, traced and
+        compiled its graph (_tf): the step ends where the call began, and the call is the ``compile`` phase
+        between that step and the next, outside any step's time, up to the end of this bookkeeping (at the
+        first step it makes the reporter: teye's own one-time cost, left out of the steps as well)."""
+        if not compiled or begun_ns is None or not begun_ns <= end_ns:
+            return self._step(end_ns, owner, begun_ns)
+        self._step(begun_ns, owner, begun_ns)
+        rep = self.reporter
+        if rep is not None and self.step_start == begun_ns:  # the step was taken (not another optimizer's)
+            end_ns = max(end_ns, _ns())
+            rep.record_phase("compile", begun_ns, end_ns)
+            self.step_start = end_ns
+
+    def _step(self, end_ns, owner=None, begun_ns=None):
         """A training step ended at end_ns.  With several optimizers (a GAN's two), the job's step is the
         first one's: another one's steps count only once it steps twice without the first in between.
         ``begun_ns``: when the call that ends the step began, where the instrumentor knows it (the first
@@ -654,14 +668,14 @@ class Session:
         if rep is not None:
             rep.flush_all()
 
-    def step_guarded(self, end_ns, owner=None, begun_ns=None):
+    def step_guarded(self, end_ns, owner=None, begun_ns=None, compiled=False):
         """step(), called from a framework's hook: a bug of teye's must not end a training run, so an
         error switches zero-code phases off for the process (one line with TEYE_DEBUG=1).  An error a
         signal handler raised while step() ran is the job's, not teye's (PyTorch's SIGCHLD handler
         raises "DataLoader worker exited unexpectedly" wherever the main thread is): it goes on as it
         would have without teye."""
         try:
-            self.step(end_ns, owner, begun_ns)
+            self.step(end_ns, owner, begun_ns, compiled)
         except Exception as e:  # never into the training loop
             if from_signal_handler(e):
                 raise

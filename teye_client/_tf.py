@@ -15,6 +15,11 @@ Keras Model.fit alike).
 - Steps: Keras 3's ``BaseOptimizer.apply`` marks the ``tf.function`` being traced when it is called (or,
   run eagerly, ends a step itself); each later call of a marked function ends a step when it returns.
   So the step boundary is the train function's call, as Keras' own batch callbacks see it.
+- Compile: a call of a step function after which its tracing count (``experimental_get_tracing_count``)
+  grew traced and compiled the graph (the first step; a retrace for a new input shape).  That call is the
+  ``compile`` phase, between the step it ends (which ends where the call began) and the next: a one-time
+  cost outside the step time that shares are taken of, as Keras' progress bar leaves the first step out of
+  its time per step and the profiler is pointed past it.
 - Evaluation: Keras' ``evaluate``, ``predict``, ``test_on_batch`` and ``predict_on_batch`` (fit's validation
   runs through ``evaluate``) are wrapped: each call is the ``eval`` phase (Session.evaluation).  Each tf.data
   iterator's waits carry its number, so a custom loop's validation pass over its own iterator is ``eval``
@@ -96,6 +101,7 @@ def patch_function(module):
             return orig(self, *args, **kwds)
         local.fn = self
         _active[0] = self
+        traced = _traces(self)
         t0 = _ns()
         try:
             out = orig(self, *args, **kwds)
@@ -104,13 +110,23 @@ def patch_function(module):
             if _active[0] is self:
                 _active[0] = None
         if getattr(self, "_teye_step", False):
-            s.step_guarded(_ns(), None, t0)
+            s.step_guarded(_ns(), None, t0, traced is not None and _traces(self) != traced)
         return out
 
     cls.__call__ = wrapper_of(__call__, orig)
     if s.step_source is None:
         s.step_source = STEPS_ONLY
     return True
+
+
+def _traces(fn):
+    """How many times the tf.function fn has been traced (None where TensorFlow does not say): a call after
+    which the count grew traced and compiled its graph, a one-time cost that is not the step's (``compile``)."""
+    count = getattr(fn, "experimental_get_tracing_count", None)
+    try:
+        return count() if count is not None else None
+    except Exception:  # not the public method teye expects: no compile phase, the call is the step's compute
+        return None
 
 
 def _eager():

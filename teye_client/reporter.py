@@ -51,7 +51,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 
 __all__ = ["Reporter", "PHASES", "default_socket_path"]
 
-PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval")
+PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "compile")
 VERSION = 2                  # the protocol version of a datagram with sum records (1 without: any agent takes it)
 RESOLUTION_NS = 10_000_000   # = agent.phases.protocol.RESOLUTION_NS: steps shorter than this are summed
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)   # = the agent's

@@ -464,6 +464,7 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         # tests/workloads/test_diagnosis_fidelity.py holds teye's input-bound share against it.
         loop_next_s = 0.0
         loop_start = loop_end = None
+        loop_first_call_s = 0.0   # without warm-up: the first step's call of its tf.function, which traces it
         for i in range(steps):
             traced = contextlib.nullcontext()
             if profiling and i >= warmup:
@@ -483,7 +484,10 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
                     if loop_start is None:   # no warm-up: the first step starts at its first phase
                         loop_start = w0
                 with timer.phase("compute"):
+                    c0 = time.perf_counter()
                     loss = trainer.step(batch)
+                    if i == 0 and warmup == 0:
+                        loop_first_call_s = time.perf_counter() - c0
                 with timer.phase("host"):
                     if not math.isfinite(loss) and args.mixed_precision != "mixed_float16":
                         raise TrainingFailed(f"loss became {loss} at step {i + 1}")
@@ -550,8 +554,11 @@ def train(args, records: np.ndarray, log, *, num_workers: int = 1, worker_index:
         "weights_sha256": final_sha,
     }
     if loop_start is not None and loop_end is not None and loop_end > loop_start:
-        record["loop_clock"] = {"steps": steps - warmup, "wall_s": loop_end - loop_start, "next_s": loop_next_s,
-                                "input_wait_fraction": loop_next_s / (loop_end - loop_start)}
+        wall = loop_end - loop_start
+        record["loop_clock"] = {"steps": steps - warmup, "wall_s": wall, "next_s": loop_next_s,
+                                "input_wait_fraction": loop_next_s / wall, "first_call_s": loop_first_call_s,
+                                # the share of the steps' time but the first call's (teye's compile phase)
+                                "input_wait_fraction_steps": loop_next_s / (wall - loop_first_call_s)}
     if tf_profiler is not None:
         record["tf_profiler"] = tf_profiler
     return record

@@ -6,7 +6,7 @@ exported ``train_job`` label is the name as sent for trusted uids (the agent's o
 and ``phases.trusted_uids``) and ``USER/NAME`` for everyone else: another user can
 neither add to nor squat on a trusted user's job name.
 
-Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums over the
+Memory per job is fixed: per-phase totals (8 phases), a 30-slot ring of sums over the
 sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
 waiting for the step that closes them, and per phase at most COVER_SPANS spans of what it reported,
 against which its new intervals are merged: _Covered), at most ``max_pending_intervals``
@@ -62,7 +62,7 @@ STEP = -1                       # pending-interval key of a step (phases use the
 IN_STEP = 100                   # pending-interval keys IN_STEP + i: GPU idle inside steps, per IN_KINDS[i]
 # The GPU idle the verdict weighs, inside steps: which phases each kind's (merged) time covers.
 IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("host", ("host", "compute")),
-            ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval")))
+            ("explained", ("data_wait", "communication", "host", "compute", "checkpoint", "eval", "compile")))
 IN_KIND_INDEXES = tuple(frozenset(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS)
 OPEN_PER_PID = 128              # phases kept per process until the step that closes them arrives
 COVER_SPANS = 16                # spans per process and phase remembered to merge new intervals with (_Covered)

@@ -39,7 +39,7 @@ RESOLUTION_NS = 10_000_000
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 # Documented phase names; anything else is counted as "other".
-PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "other")
+PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "compile", "other")
 _PHASE_SET = frozenset(PHASES)
 
 ACCEPTED = "accepted"

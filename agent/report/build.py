@@ -12,7 +12,7 @@ from .fetch import Fetched, _fetch, _fetch_identity, _report_grid, _skew
 from .fetch import _grid_end, _step_of  # noqa: F401  (imported from here by tests/report)
 from .figures import _gpu_numbers, _host_numbers, _job_cgroup_numbers, _train_job_report, _vanished
 from .model import (DEFAULT_LOOKBACK_S, EXIT_CLOCK_SKEW, EXIT_COUNTER_RESET, EXIT_NO_PHASES, EXIT_NODE_VANISHED,
-                    EXIT_RUNNING, EXIT_UNKNOWN, Condition, Request, _iso, _mean, _r, _ratio, _sum)
+                    EXIT_RUNNING, EXIT_UNKNOWN, Condition, Request, _iso, _mean, _r, _ratio, _sum, share_base)
 from .notes import _grafana, _notes, _run_notes
 from .prom import Prometheus
 from .runs import _link, _merge_runs, _train_job_windows
@@ -134,7 +134,7 @@ def _training_side(tj_reports: List[dict]) -> dict:
             idle[p] += v or 0
         for k, s in t["verdict_shares"].items():
             votes[k] += s * (t["steps"] or 1)
-    total = sum(phases.values())
+    total = share_base(phases)
     nv = sum(votes.values())
     main = max(tj_reports, key=lambda t: t["steps"] or 0)
     stragglers = [t["straggler"] for t in tj_reports if t["straggler"]]

@@ -10,7 +10,7 @@ from ..phases.protocol import SOURCES
 from ..phases.verdict import CAUSES, KINDS
 from . import series as S
 from .fetch import Fetched
-from .model import _Acc, _r, _ratio
+from .model import _Acc, _r, _ratio, share_base
 from .runs import Span
 
 
@@ -117,7 +117,7 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         _pool(n, (steps, samples, step_sum, step_count), buckets)
         per_node[inst] = _node_entry(inst, sp, n)
     phases = {p: acc.value for p, acc in phase_s.items() if acc.value is not None}
-    total = sum(phases.values())
+    total = share_base(phases)
     idle = {p: acc.value for p, acc in idle_s.items() if acc.value is not None}
     hist = [(le, acc.total) for le, acc in buckets.items() if acc.seen]
     votes, causes, last_kind, last_cause = _votes(f, name, spans)

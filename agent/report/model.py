@@ -15,7 +15,7 @@ EXIT_COUNTER_RESET = 10
 EXIT_RUNNING = 11
 EXIT_NO_PHASES = 12
 
-PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "other")
+PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "compile", "other")
 DEFAULT_LOOKBACK_S = 7 * 86400
 
 
@@ -60,6 +60,12 @@ class _Acc:
     @property
     def value(self):
         return self.total if self.seen else None
+
+
+def share_base(phases) -> float:
+    """What a phase's share of a run is taken of: the phases' seconds but ``compile`` (the tracing and
+    compiling of a step function, a one-time cost between steps that the agent's shares leave out too)."""
+    return sum(v for p, v in phases.items() if p != "compile")
 
 
 def _ratio(a, b):

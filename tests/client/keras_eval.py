@@ -57,7 +57,18 @@ train = (train.map(slow(read_s, reads)) if read_s else train).with_options(no_pr
 val = tf.data.Dataset.from_tensor_slices((vx, vy)).batch(BATCH).map(slow(0.03, None))
 val_inputs = tf.data.Dataset.from_tensor_slices(vx).batch(BATCH).map(lambda a: slow(0.03, None)(a, 0)[0])
 
-model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(256, activation="relu"),
+traces = [0]   # the model's Python runs only while TensorFlow traces it: a batch during which this grew compiled
+
+
+class Traced(keras.layers.Layer):
+    """The identity, counting the times the model is traced (its own clock's compile_s; no change to the math)."""
+
+    def call(self, a):
+        traces[0] += 1
+        return a
+
+
+model = keras.Sequential([keras.Input((32,)), Traced(), keras.layers.Dense(256, activation="relu"),
                           keras.layers.Dense(256, activation="relu"), keras.layers.Dense(4)])
 model.compile(keras.optimizers.SGD(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               metrics=["accuracy"])
@@ -72,8 +83,12 @@ class Clock(keras.callbacks.Callback):
         self.loop_s = 0.0    # the training steps, each from the end of the one before (the first of an epoch
                              # from its begin): with outer_s, all of fit's time and the evaluations after it
         self.t = self.e = self.last = None
+        self.compile_s = 0.0  # the batches that traced the train step: their time less their map's reads
+        self.n = self.r = 0
+        self.traced = []      # which of step_times they are
 
     def on_train_batch_begin(self, batch, logs=None):
+        self.n, self.r = traces[0], len(reads)
         self.t = clock()
         if batch == 0:
             if self.last is not None:
@@ -83,6 +98,9 @@ class Clock(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         t = clock()
         self.step_times.append(t - self.t)
+        if traces[0] != self.n:
+            self.compile_s += t - self.t - sum(reads[self.r:])
+            self.traced.append(len(self.step_times) - 1)
         self.loop_s += t - self.last   # a step as the protocol's: from the previous one's end (docs/phases.md)
         self.last = t
         self.losses.append(float(logs["loss"]))
@@ -123,5 +141,6 @@ if out:
     json.dump({"losses": cb.losses, "history": hist.history, "evaluate": evaluated, "predictions": cb.predictions},
               open(out, "w"))
 print(json.dumps({"steps": len(cb.step_times), "samples": BATCH * len(cb.step_times), "train_s": sum(cb.step_times),
+                  "compile_s": cb.compile_s, "traced": cb.traced,
                   "wait_s": sum(reads), "wait_share": sum(reads) / sum(cb.step_times), "reads": len(reads),
                   "eval_s": cb.eval_s, "outer_s": cb.outer_s, "loop_s": cb.loop_s, "step_times": cb.step_times}))

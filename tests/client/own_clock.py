@@ -14,6 +14,7 @@ class OwnClock:
     clock = staticmethod(clock)
 
     def __init__(self):
+        self.compile_s = 0.0   # summed by the job: its calls that traced its step function (in train_s too)
         self.train_s = self.wait_s = self.eval_s = 0.0
         self.samples = 0
         self.step_times = []
@@ -44,4 +45,6 @@ class OwnClock:
             self.eval_s += (clock() if final_end is None else final_end) - self.eval_from
         print(json.dumps(dict({"steps": steps, "samples": self.samples, "train_s": self.train_s,
                                "wait_s": self.wait_s, "wait_share": self.wait_s / self.train_s,
+                               "compile_s": self.compile_s,
+                               "wait_share_steps": self.wait_s / (self.train_s - self.compile_s),
                                "eval_s": self.eval_s, "step_times": self.step_times}, **extra)))

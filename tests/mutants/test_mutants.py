@@ -16,6 +16,15 @@ from tests.procs import REPO
 
 # patch -> (tests that must fail on it, whether the C helpers must be rebuilt)
 MUTANTS = {
+    # issue 39: a step function's compiling call is compile, between steps and in no share
+    "compile_call_in_the_step.patch": (
+        ["tests/client/test_session_compile.py::test_the_call_that_compiled_is_compile_between_two_steps"], False),
+    "report_share_counts_compile.patch": (
+        ["tests/report/test_compile_units.py::test_compile_is_listed_and_in_no_share"], False),
+    "evidence_step_time_keeps_compile.patch": (
+        ["tests/phases/test_verdict.py::test_compile_is_in_no_share_wherever_the_client_put_it"], False),
+    "rule_input_share_counts_compile.patch": (
+        ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"], False),
     # issue 38 (RSS): the idle agent without prometheus_client, two malloc arenas, process_* read by teye
     "render_negotiate_om_default.patch": (["tests/test_render.py::test_negotiation_is_prometheus_clients"], False),
     "daemon_registry_at_start.patch": (

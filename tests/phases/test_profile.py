@@ -24,18 +24,25 @@ SCRIPT = """
 import json, sys, time
 from workloads.phases import Reporter
 wait_s, compute_s, steps, out, status = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+compile_s = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0   # once, after the first step (a retrace)
 rep = Reporter(train_job="injected")
-waited, t0 = 0.0, None
-for _ in range(steps):
+waited, t0, compiled = 0.0, None, 0.0
+for i in range(steps):
     with rep.phase("data_wait"):
         w0 = time.perf_counter()
         t0 = w0 if t0 is None else t0   # the first step starts at its first phase
         time.sleep(wait_s)
         waited += time.perf_counter() - w0
+    if i == 1 and compile_s:
+        c0 = time.perf_counter()
+        with rep.phase("compile"):
+            time.sleep(compile_s)
+        compiled = time.perf_counter() - c0
     with rep.phase("compute"):
         time.sleep(compute_s)
     rep.step(samples=32)
-json.dump({"input_bound_ratio": waited / (time.perf_counter() - t0)}, open(out, "w"))
+json.dump({"input_bound_ratio": waited / (time.perf_counter() - t0 - compiled), "compile_s": compiled},
+          open(out, "w"))
 sys.exit(status)
 """
 
@@ -47,7 +54,8 @@ def _profile(tmp_path, name, *args, config=None):
         (tmp_path / "teye.yaml").write_text(config)
         conf = ["--config", str(tmp_path / "teye.yaml")]
     p = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(out), *conf, "--",
-                        sys.executable, "-c", SCRIPT, *[str(a) for a in args[:3]], str(truth), str(args[3])],
+                        sys.executable, "-c", SCRIPT, *[str(a) for a in args[:3]], str(truth),
+                        *[str(a) for a in args[3:]]],
                        capture_output=True, text=True, cwd=REPO, timeout=120,
                        env={**os.environ, "PYTHONPATH": REPO})
     summary = json.loads((out / "summary.json").read_text())
@@ -82,6 +90,21 @@ def test_input_bound_command(tmp_path):
         assert near(IDLE_COLOR) == 0 and near(PHASE_COLORS["compute"]) > 100
     else:
         assert summary["timeline_png"] is None and "matplotlib" in summary["timeline_note"]
+
+
+def test_compile_inside_a_step_is_apart_and_in_no_share(tmp_path):
+    """A client that sends a compile phase inside a step (the Reporter's own layout): listed on its own line,
+    left out of the step-time breakdown and of the input-bound share (the loop's clock, its compile taken out)."""
+    p, summary, truth, out = _profile(tmp_path, "compiled", 0.03, 0.01, 15, 0, 0.3,
+                                      config="collectors:\n  gpu: {enabled: false}\n")
+    assert p.returncode == 0, p.stderr[-2000:]
+    (job,) = summary["jobs"]
+    assert job["steps"] == 15 and "compile" not in job["step_time_breakdown"]
+    assert job["compile_seconds"] == pytest.approx(truth["compile_s"], abs=0.005)
+    assert job["input_bound_ratio"] == pytest.approx(truth["input_bound_ratio"], abs=0.005)   # 0.75, 0.45 counted
+    assert job["step_time_breakdown"]["data_wait"]["share"] == pytest.approx(truth["input_bound_ratio"], abs=0.005)
+    text = p.stdout
+    assert f"compile: {job['compile_seconds']:.2f} s tracing and compiling step functions, between steps" in text
 
 
 def test_compute_bound_command(tmp_path):

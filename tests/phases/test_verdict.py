@@ -197,3 +197,17 @@ def test_decide_gives_the_sources_advice(source, says, never):
     c = decide(ev({"data_wait": 0.5, "compute": 9.5}, step_seconds=10.0, steps=10, source=source))
     assert c.kind == "compute" and c.recommendation == recommendation("compute", source=source)
     assert never not in c.recommendation
+
+
+def test_compile_is_in_no_share_wherever_the_client_put_it():
+    """compile (docs/phases.md) leaves the step time: inside a 1 s step with 0.4 s of it, 0.3 s of data_wait is
+    half of the 0.6 s left; without steps, the phases but compile.  A client whose data_wait overlaps its
+    compile (bad input: 0.9 s of data_wait and 0.5 s of compile in a 1 s step) gets a share of at most 1, no
+    error."""
+    ev = Evidence(window_s=60, phase_seconds={"data_wait": 0.3, "compute": 0.3, "compile": 0.4}, step_seconds=1.0)
+    assert ev.step_time == pytest.approx(0.6) and ev.share("data_wait") == pytest.approx(0.5)
+    ev = Evidence(window_s=60, phase_seconds={"data_wait": 0.3, "compute": 0.3, "compile": 4.0})
+    assert ev.step_time == pytest.approx(0.6) and ev.share("data_wait") == pytest.approx(0.5)
+    ev = Evidence(window_s=60, phase_seconds={"data_wait": 0.9, "compile": 0.5}, step_seconds=1.0)
+    assert ev.step_time == pytest.approx(0.9) and ev.share("data_wait") == pytest.approx(1.0)
+    assert decide(ev, Thresholds()).kind == "input"
