@@ -9,7 +9,7 @@ neither add to nor squat on a trusted user's job name.
 Memory per job is fixed: per-phase totals (7 phases), a 30-slot ring of sums over the
 sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
 waiting for the step that closes them, and per phase at most COVER_SPANS spans of what it reported,
-against which its new intervals are merged: _Covered), at most ``max_pending_intervals``
+against which its new intervals are merged: _Covered; as many of its windows' spans), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are held, live or
 ended; a job silent for ``job_expiry_seconds`` expires and its series disappear.  A full table makes

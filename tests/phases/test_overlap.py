@@ -237,6 +237,19 @@ def test_windows_of_two_processes_are_never_merged():
     assert view.steps == WIN_STEPS
 
 
+def test_a_window_overlapping_the_last_by_a_microsecond_loses_no_step():
+    """Its steps and samples in proportion, rounded to the nearest: all of them here; its phases' time in
+    proportion, rounded down."""
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    table.handle(encode("j", sums=[_win(t), _win(t + 8 * MS - 1000)]), 10, 0)
+    fig = _figures(table, clock)
+    assert (fig["steps"], fig["samples"], fig["hist"]) == (2 * WIN_STEPS, 2 * WIN_SAMPLES, 2 * WIN_STEPS)
+    share = (8 * MS - 1000) / (8 * MS)
+    assert fig["data_wait"] == pytest.approx(0.002 * (1 + share), abs=1e-12)
+    assert fig["step_s"] == pytest.approx(0.006 * (1 + share), abs=1e-12)
+
+
 def test_a_window_and_an_interval_of_one_process_are_not_merged_with_each_other():
     """The documented rule: a window is merged with the process's earlier windows, an interval with its earlier
     intervals of that phase, never one with the other (a window does not say where in its span its phases
