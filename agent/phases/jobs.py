@@ -9,7 +9,7 @@ neither add to nor squat on a trusted user's job name.
 Memory per job is fixed: per-phase totals (8 phases), a 30-slot ring of sums over the
 sliding window, a step-time histogram, at most 64 pids (each with at most 128 phases
 waiting for the step that closes them, and per phase at most COVER_SPANS spans of what it reported,
-against which its new intervals are merged: _Covered), at most ``max_pending_intervals``
+against which its new intervals are merged: _Covered; as many of its windows' spans), at most ``max_pending_intervals``
 intervals waiting for GPU samples, and GPU idle totals per (GPU, phase) for the GPUs the
 agent samples.  At most ``max_jobs`` jobs (and ``max_jobs_per_user`` per uid) are held, live or
 ended; a job silent for ``job_expiry_seconds`` expires and its series disappear.  A full table makes
@@ -51,7 +51,7 @@ from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause, ranks
 from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEP_BUCKETS, STEPS_ONLY_SOURCES, Identity, Limits,
-                       Message, Rejected, decode, identity_of)
+                       Message, Rejected, Window, decode, identity_of)
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
 log = logging.getLogger("teye.phases")
@@ -66,6 +66,7 @@ IN_KINDS = (("input", ("data_wait",)), ("communication", ("communication",)), ("
 IN_KIND_INDEXES = tuple(frozenset(PHASE_INDEX[p] for p in names) for _, names in IN_KINDS)
 OPEN_PER_PID = 128              # phases kept per process until the step that closes them arrives
 COVER_SPANS = 16                # spans per process and phase remembered to merge new intervals with (_Covered)
+WINDOWS = NP                    # a process's covers: one per phase index, then this one, its windows' spans
 MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
 WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
 DATA_WAIT = 0                   # PHASES.index("data_wait")
@@ -609,7 +610,7 @@ class JobTable:
         # per phase, what this process already reported (processes beyond MAX_PIDS share one set)
         covers = job.cover.get(pid if known else -1)
         if covers is None:
-            covers = job.cover[pid if known else -1] = [None] * NP
+            covers = job.cover[pid if known else -1] = [None] * (NP + 1)   # + WINDOWS: its windows' spans
         gpus = ()
         if (msg.phases or msg.steps or msg.sums) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
@@ -718,7 +719,7 @@ class JobTable:
                     self._queue_step(job, group)
                 if rec is not None:
                     rec.append((job.label, "step", s, e))
-        if msg.sums and self._apply_sums(job, msg.sums, pid, gpus, rk, now, cur_slot, cur):
+        if msg.sums and self._apply_sums(job, msg.sums, pid, covers, gpus, rk, now, cur_slot, cur):
             waited = True
         if waited:
             self.probe.track(pid, uid, now)
@@ -726,12 +727,15 @@ class JobTable:
             job.source = ident.src
         return ACCEPTED
 
-    def _apply_sums(self, job: _Job, sums, pid: int, gpus, rk: Optional[_Rank], now: int, cur_slot, cur) -> bool:
+    def _apply_sums(self, job: _Job, sums, pid: int, covers, gpus, rk: Optional[_Rank], now: int, cur_slot,
+                    cur) -> bool:
         """Version 2's windows of fast steps (protocol.Window): what _apply does with a step and its phases,
         from their sums.  A window's phases are spread uniformly over it for GPU idle (attribution.Pending
         with ns) and for the input probe; its in-step time is the client's own clipping, at most the steps'.
-        A window is not an interval: it is not merged with the process's intervals (_Covered); each phase of it
-        counts at most the window's span (protocol._window holds it there).
+        Each phase of a window counts at most the window's span (protocol._window holds it there), and its
+        steps' time too (held here).  A window is not an interval: it is merged with the process's earlier
+        windows only (``covers[WINDOWS]``, a _Covered of their spans), not with its intervals; a window whose
+        span they partly cover counts the uncovered share of it (_part), a copy of one counts nothing.
         Returns whether a data_wait was queued for the probe."""
         ring = job.ring
         width = ring.width
@@ -739,8 +743,32 @@ class JobTable:
         rec = self.recorded
         waited = False
         untracked = bool(job.untracked) and pid in job.untracked
+        spans = covers[WINDOWS]
+        if spans is None:
+            spans = covers[WINDOWS] = _Covered()
         for w in sums:
-            s, e, n, step_ns = w.start_ns, w.end_ns, w.steps, w.step_ns
+            s, e = w.start_ns, w.end_ns
+            # only what this process's windows had not covered yet counts (issue 39); a window of no span
+            # stands for its first nanosecond, so that a copy of it is a copy
+            span = e - s if e > s else 1
+            ends = spans.ends
+            if not ends or s >= ends[-1]:   # the usual case, as _apply inlines it: after all the earlier windows
+                if ends and s == ends[-1]:
+                    ends[-1] = s + span
+                else:
+                    spans.starts.append(s)
+                    ends.append(s + span)
+                    if len(ends) > COVER_SPANS:
+                        spans.forget()
+            else:
+                new = sum(b - a for a, b in spans.add(s, s + span))
+                if new < span:
+                    if not new:   # all of it counted already: a copy
+                        continue
+                    w = _part(w, new, span)
+            n, step_ns = w.steps, w.step_ns
+            if step_ns > e - s:   # steps of one process do not overlap: their time is at most the span
+                step_ns = e - s
             slot = cur_slot if e // width >= cur else ring.slot(e, now)
             rslot = rk.ring.slot(e, now) if rk is not None else None
             kinds = [0] * len(IN_KINDS)
@@ -1180,6 +1208,21 @@ def _add_counts(hist: List[int], counts: Tuple[int, ...], m: int, n: int) -> Non
         hist[i] += q
     for _, _, i in sorted(shares, key=lambda x: -x[1])[:left]:
         hist[i] += 1
+
+
+def _part(w: "Window", new: int, span: int) -> "Window":
+    """The share new / span of a window (0 < new < span): what it adds where the process's earlier windows
+    covered the rest of its span.  Its phases' time (as reported and inside the steps) and its steps' time in
+    proportion, rounded down (never more than time); its steps in proportion, rounded to the nearest (a window
+    overlapping the last by a few ns loses no step; a sliver of less than half a step's share adds none),
+    spread over its buckets as _add_counts spreads them; its samples in proportion to the steps counted."""
+    n = w.steps
+    m = (2 * n * new + span) // (2 * span)
+    hist = [0] * len(w.hist)
+    if m:
+        _add_counts(hist, w.hist, m, n)
+    return Window(w.start_ns, w.end_ns, m, (2 * w.samples * m + n) // (2 * n), min(w.step_ns, span) * new // span,
+                  tuple((p, ns * new // span, inside * new // span) for p, ns, inside in w.phases), tuple(hist))
 
 
 def _scaled_usage(u: "cause.WaitUsage", f: float) -> "cause.WaitUsage":

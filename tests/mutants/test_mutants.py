@@ -68,6 +68,20 @@ MUTANTS = {
         ["tests/phases/test_overlap.py::test_1000_copies_of_one_interval_add_exactly_its_length"], False),
     "overlap_gpu_idle_of_the_raw_interval.patch": (
         ["tests/phases/test_overlap.py::test_gpu_idle_of_overlapping_intervals_is_the_idle_of_their_union"], False),
+    # issue 39: a process's overlapping windows of fast steps (version 2) counted once in time
+    "sums_window_copies_counted_again.patch": (
+        ["tests/phases/test_overlap.py::test_1000_copies_of_one_window_add_exactly_one_window"], False),
+    "sums_partial_window_counted_whole.patch": (
+        ["tests/phases/test_overlap.py::test_two_windows_overlapping_by_half_add_one_and_a_half_windows"], False),
+    "sums_empty_window_counted_per_copy.patch": (
+        ["tests/phases/test_overlap.py::test_a_window_of_no_span_counts_its_steps_once_and_no_time"], False),
+    "sums_step_time_over_the_span.patch": (
+        ["tests/phases/test_overlap.py::test_a_windows_phase_above_its_span_is_held_there_and_its_copies_add_nothing"],
+        False),
+    "sums_part_steps_rounded_down.patch": (
+        ["tests/phases/test_overlap.py::test_a_window_overlapping_the_last_by_a_microsecond_loses_no_step"], False),
+    "sums_windows_of_all_processes_merged.patch": (
+        ["tests/phases/test_overlap.py::test_windows_of_two_processes_are_never_merged"], False),
     # issue 38: the client sums what the agent cannot resolve (protocol version 2)
     "sums_window_past_the_resolution.patch": (
         ["tests/phases/test_sums.py::test_a_process_stepping_200000_times_a_second_sends_a_bounded_number_of_records"],

@@ -164,3 +164,184 @@ def test_processes_beyond_the_tracked_64_share_one_set():
     for pid in range(100, 100 + jobs.MAX_PIDS + 6):
         table.handle(encode("many", [("data_wait", t, t + S)]), pid, 0)
     assert _phases(table, clock, "many")[0]["data_wait"] == jobs.MAX_PIDS + 1
+
+
+# -- windows of fast steps (version 2): a process's windows merged with its earlier windows ----------------------
+# A window is [start, end, steps, samples, step_ns, [[phase, ns, in_step_ns], ...], [steps per bucket]]; the
+# oracles below are the windows' own figures, written out by hand, and for random windows a sweep over every
+# boundary that finds what of each window's span the earlier ones left uncovered.
+
+WIN_STEPS, WIN_SAMPLES = 4, 32
+
+
+def _win(a, length=8 * MS, steps=WIN_STEPS, samples=WIN_SAMPLES, step_ns=6 * MS, dw=2 * MS, cp=4 * MS):
+    """A window of 4 steps of 1.5 ms (bucket 0.005 s) starting at a: data_wait 2 ms, compute 4 ms."""
+    return (a, a + length, steps, samples, step_ns, [["data_wait", dw, dw // 2], ["compute", cp, cp]], [steps])
+
+
+def _figures(table, clock, job="j"):
+    got, view = _phases(table, clock, job)
+    return {"data_wait": got.get("data_wait", 0.0), "compute": got.get("compute", 0.0), "steps": view.steps,
+            "samples": view.samples, "step_s": view.step_hist.sum, "hist": view.step_hist.buckets[0][1]}
+
+
+def _want(f):
+    """One window's figures (_win's defaults) times f."""
+    return {"data_wait": pytest.approx(0.002 * f, abs=1e-12), "compute": pytest.approx(0.004 * f, abs=1e-12),
+            "steps": WIN_STEPS * f, "samples": WIN_SAMPLES * f, "step_s": pytest.approx(0.006 * f, abs=1e-12),
+            "hist": WIN_STEPS * f}
+
+
+def test_1000_copies_of_one_window_add_exactly_one_window():
+    table, ctx, clock = _table(attribution_max_delay_seconds=60.0)
+    t = clock.t - 5 * S
+    ctx.gpu_pids[10] = frozenset({"0"})
+    ctx.timeline.add("0", t - S, t + S, 0.25)   # one sample around the window: idle = 0.75 x its phase's time
+    w = _win(t)
+    for _ in range(10):   # in ten datagrams of 100 copies each
+        assert table.handle(encode("j", sums=[w] * 100, rank=0, world=1), 10, 0) == "accepted"
+    table.attribute(clock.t, force=True)
+    assert _figures(table, clock) == _want(1)
+    view = _phases(table, clock)[1]
+    (rank,) = view.ranks
+    assert rank.steps == WIN_STEPS and dict(rank.phase_seconds)["data_wait"] == pytest.approx(0.002, abs=1e-12)
+    # the window's sums: its in-step data_wait (1 ms) over its steps' time (6 ms), once
+    assert view.evidence.phase_seconds["data_wait"] == pytest.approx(0.001, abs=1e-12)
+    assert view.input_bound_ratio == pytest.approx(1 / 6, rel=1e-9)
+    idle = {p: s for g, p, s in view.gpu_idle_seconds if g == "0"}
+    assert idle["data_wait"] == pytest.approx(0.75 * 0.002, abs=1e-9)
+    assert idle["compute"] == pytest.approx(0.75 * 0.004, abs=1e-9)
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_two_windows_overlapping_by_half_add_one_and_a_half_windows(order):
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    ws = [_win(t), _win(t + 4 * MS)]   # 8 ms each, the second from the first's middle: 12 ms of span in all
+    for w in (ws if order == "in order" else ws[::-1]):
+        assert table.handle(encode("j", sums=[w]), 10, 0) == "accepted"
+    assert _figures(table, clock) == _want(1.5)
+
+
+def test_windows_of_two_processes_are_never_merged():
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    for pid, rank in ((10, 0), (11, 1)):
+        for _ in range(3):
+            table.handle(encode("ddp", sums=[_win(t)], rank=rank, world=2), pid, 0)
+    got, view = _phases(table, clock, "ddp")
+    assert got["data_wait"] == pytest.approx(0.004, abs=1e-12)   # each process's own 2 ms once
+    assert [r.steps for r in view.ranks] == [WIN_STEPS, WIN_STEPS]
+    assert view.samples == 2 * WIN_SAMPLES
+    # (the job's global steps count a step when its first rank makes it: 4)
+    assert view.steps == WIN_STEPS
+
+
+def test_a_window_overlapping_the_last_by_a_microsecond_loses_no_step():
+    """Its steps and samples in proportion, rounded to the nearest: all of them here; its phases' time in
+    proportion, rounded down."""
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    table.handle(encode("j", sums=[_win(t), _win(t + 8 * MS - 1000)]), 10, 0)
+    fig = _figures(table, clock)
+    assert (fig["steps"], fig["samples"], fig["hist"]) == (2 * WIN_STEPS, 2 * WIN_SAMPLES, 2 * WIN_STEPS)
+    share = (8 * MS - 1000) / (8 * MS)
+    assert fig["data_wait"] == pytest.approx(0.002 * (1 + share), abs=1e-12)
+    assert fig["step_s"] == pytest.approx(0.006 * (1 + share), abs=1e-12)
+
+
+def test_a_window_and_an_interval_of_one_process_are_not_merged_with_each_other():
+    """The documented rule: a window is merged with the process's earlier windows, an interval with its earlier
+    intervals of that phase, never one with the other (a window does not say where in its span its phases
+    lie; the client sends a step either way, never both).  A phase's counter of one process thus grows by at
+    most its wall time from intervals plus its wall time from windows."""
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    for _ in range(3):   # each kind three times, interleaved, in one datagram and in separate ones
+        table.handle(encode("j", [("data_wait", t, t + 8 * MS)], sums=[_win(t)]), 10, 0)
+        table.handle(encode("j", sums=[_win(t)]), 10, 0)
+        table.handle(encode("j", [("data_wait", t, t + 8 * MS)]), 10, 0)
+    got = _phases(table, clock)[0]
+    assert got["data_wait"] == pytest.approx(0.008 + 0.002, abs=1e-12)
+
+
+def test_a_reversed_window_is_rejected_and_counts_nothing():
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    assert table.handle(encode("j", sums=[_win(t)]), 10, 0) == "accepted"
+    bad = (t + 8 * MS, t, 4, 32, 6 * MS, [["data_wait", 2 * MS, MS]], [4])
+    assert table.handle(encode("j", sums=[bad]), 10, 0) == "bad_interval"
+    assert _figures(table, clock) == _want(1)
+
+
+def test_a_window_of_no_span_counts_its_steps_once_and_no_time():
+    """Its phases are held at its span (0) by the decoder, its steps' time here; its copies add nothing."""
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    w = (t, t, 3, 24, 3 * MS, [["data_wait", 2 * MS, MS]], [3])
+    for _ in range(5):
+        assert table.handle(encode("j", sums=[w, w]), 10, 0) == "accepted"
+    got, view = _phases(table, clock)
+    assert (view.steps, view.samples, view.step_hist.sum) == (3, 24, 0.0)
+    assert got.get("data_wait", 0.0) == 0.0
+
+
+def test_a_windows_phase_above_its_span_is_held_there_and_its_copies_add_nothing():
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    w = _win(t, dw=86_400 * S, cp=9 * MS, step_ns=30 * MS)   # a day of data_wait, 9 ms of compute, 30 ms of
+    for _ in range(4):                                        # steps: all in 8 ms of span
+        assert table.handle(encode("j", sums=[w] * 3), 10, 0) == "accepted"
+    got, view = _phases(table, clock)
+    assert got["data_wait"] == pytest.approx(0.008, abs=1e-12) and got["compute"] == pytest.approx(0.008, abs=1e-12)
+    assert view.steps == WIN_STEPS and view.step_hist.sum == pytest.approx(0.008, abs=1e-12)
+
+
+def test_window_memory_is_bounded_and_a_copy_of_a_forgotten_window_adds_nothing():
+    table, _, clock = _table()
+    t = clock.t - 100 * S
+    for k in range(1000):   # disjoint windows: one span each
+        table.handle(encode("j", sums=[_win(t + k * 10 * MS)]), 10, 0)
+    (job,) = table._jobs.values()
+    (covers,) = job.cover.values()
+    assert len(covers[jobs.WINDOWS].ends) == COVER_SPANS
+    assert all(c is None for c in covers[:jobs.WINDOWS])   # no interval was sent
+    before = _figures(table, clock)
+    assert before == _want(1000)
+    table.handle(encode("j", sums=[_win(t)]), 10, 0)   # long forgotten: counted as covered
+    assert _figures(table, clock) == before
+
+
+def _uncovered(span, earlier):
+    """ns of span = (a, b) that no span in earlier covers, by a sweep over every boundary."""
+    a, b = span
+    cuts = sorted({a, b} | {x for x, _ in earlier if a < x < b} | {y for _, y in earlier if a < y < b})
+    return sum(hi - lo for lo, hi in zip(cuts, cuts[1:]) if not any(x <= lo and hi <= y for x, y in earlier))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_random_overlapping_windows_count_their_uncovered_share_and_never_more_than_time(seed):
+    rng = random.Random(seed)
+    table, _, clock = _table()
+    t = clock.t - 5 * S
+    sent, want_dw, want_steps = [], 0, 0
+    for _ in range(60):   # 3-10 ms windows within 40 ms: at most 13 disjoint spans, all remembered
+        a = t + rng.randrange(0, 30_000) * 1000
+        length = rng.randrange(3_000, 10_001) * 1000
+        n = rng.randrange(1, 9)
+        dw = rng.randrange(0, length + 1)
+        w = (a, a + length, n, 8 * n, rng.randrange(0, length + 1), [["data_wait", dw, 0]], [n])
+        if sent and rng.random() < 0.3:
+            w = rng.choice(sent)   # a copy of an earlier one
+        new = _uncovered((w[0], w[1]), [(x[0], x[1]) for x in sent])
+        span = w[1] - w[0]
+        want_dw += w[5][0][1] * new // span
+        want_steps += (2 * w[2] * new + span) // (2 * span)
+        sent.append(w)
+        assert table.handle(encode("j", sums=[w]), 10, 0) == "accepted"
+    got, view = _phases(table, clock)
+    assert got["data_wait"] == pytest.approx(want_dw / S, abs=1e-12)
+    assert view.steps == want_steps
+    union = _uncovered((t - S, t + S), []) - _uncovered((t - S, t + S), [(x[0], x[1]) for x in sent])
+    assert got["data_wait"] <= union / S + 1e-12 and view.step_hist.sum <= union / S + 1e-12
+    assert sum(x[5][0][1] for x in sent) / S > union / S   # the raw sum would have run faster than time
