@@ -1,6 +1,6 @@
 """Keras Model.fit on models no test contains: teye's input share against the TensorFlow profiler's (issue 39).
 
-    python benchmarks/keras_profiler.py [--repeats 3] [--steps 120] [--load N] [--only mlp,aug,gru]
+    python benchmarks/keras_profiler.py [--repeats 3] [--steps 120] [--load N] [--only mlp,aug,text]
 
 Each model of benchmarks/keras_models.py runs unmodified under `teye run` (zero-code phases to a fresh
 in-process agent phase path, tests/client/helpers.LiveAgent), with the TensorFlow profiler tracing batches
@@ -34,7 +34,7 @@ from tests.client.helpers import LiveAgent, base_env, teye_run  # noqa: E402
 from workloads.tfprofile import input_analysis  # noqa: E402
 
 JOB = os.path.join(ROOT, "benchmarks", "keras_models.py")
-MODELS = ("mlp", "aug", "gru")
+MODELS = ("mlp", "aug", "text")
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
        "TF_NUM_INTRAOP_THREADS": "1"}
 
