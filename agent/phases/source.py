@@ -25,8 +25,9 @@ log = logging.getLogger("teye.phases")
 
 PHASE_SECONDS = metric("teye_job_phase_seconds_total", COUNTER,
                        "Seconds the training job spent in each phase (data_wait, compute, host, communication, "
-                       "checkpoint, eval, other), as reported by the job over the phase socket; each process's "
-                       "overlapping intervals of a phase count once (docs/phases.md).",
+                       "checkpoint, eval, compile, other), as reported by the job over the phase socket; each "
+                       "process's overlapping intervals of a phase count once; compile (tracing a step function) "
+                       "is in no share of the step time (docs/phases.md).",
                        ["train_job", "phase"])
 STEPS = metric("teye_job_steps_total", COUNTER,
                "Training steps the job reported: global steps for a data-parallel job (a step of all its ranks "
