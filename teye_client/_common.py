@@ -158,14 +158,17 @@ class Session:
     MAX_LOADERS = 256
     MAX_TRAIN_KEYS = 64
     MAX_DDP = 16
+    # compilations among comms ([start_ns, end_ns, -2, thread]: see compiled()); a class default, so that a
+    # process that never compiles has the instance attributes it had (two more per instance cost 5 % more
+    # client CPU per step in benchmarks/zero_code.py's client loop, one 2 %: CPython 3.11 shares an instance
+    # dict's keys only up to 30 names)
+    compiles = 0
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
         self.comms = []          # [start_ns, end_ns, -1, None] in collectives called from Python since the last step
         self.in_comm = 0         # collectives in progress (one inside another is timed once)
-        self.compiles = 0        # compilations among comms ([start_ns, end_ns, -2, thread]: see compiled())
         self.step_start = None   # the previous step's end
-        self.first_start = None  # the first step's start, before any evaluation moved it (_own_compiles)
         self.reporter = None
         self.wait_source = None  # what can observe input waits (set by the instrumentors when they patch)
         self.source = None       # ... once it has observed one (None: steps only)
@@ -365,7 +368,7 @@ class Session:
         start = self.step_start
         after = start is not None   # a step came before this one
         if start is None:
-            start = self.first_start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
+            start = first = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
         comms = self.comms
         if self.evals:
@@ -398,7 +401,8 @@ class Session:
             return
         if comms:  # waits, collectives and compilations in time order (their samples are -1, -2)
             if self.compiles:
-                comms = self._own_compiles(comms, after, rep)
+                # ``first``: the first step's start, before any evaluation moved it (set where ``after`` is not)
+                comms = self._own_compiles(comms, None if after else first, rep)
             waits = sorted(waits + comms, key=lambda w: (w[0], w[1]))
             self.waits.clear()
             del comms[:]
@@ -440,11 +444,11 @@ class Session:
         else:
             rep.record_step(phases, start, end_ns, samples)
 
-    def _own_compiles(self, comms, after, rep):
+    def _own_compiles(self, comms, first, rep):
         """comms, less the compilations (samples -2) that are not this step's: those of another thread than
         the one that steps (this one: it overlaps the loop's own work, which a carve would take from it), and,
-        at the first step, those that ended before its start (a warm-up call before the first batch is
-        read: sent as ``compile`` apart from the step, as a compiling call between two steps is)."""
+        at the first step (``first``: its start), those that ended before it (a warm-up call before the first
+        batch is read: sent as ``compile`` apart from the step, as a compiling call between two steps is)."""
         self.compiles = 0
         me = _thread()
         out = []
@@ -452,7 +456,7 @@ class Session:
             if c[2] == -2:
                 if c[3] != me:
                     continue
-                if not after and c[1] <= self.first_start:
+                if first is not None and c[1] <= first:
                     rep.record_phase("compile", c[0], c[1])
                     continue
             out.append(c)
