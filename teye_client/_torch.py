@@ -19,6 +19,9 @@
   threads sharing one iterator): the training loop's own wait (on the queue) cannot be seen, and the
   loader's waits overlap its compute, so from then on the process reports steps and samples only, no
   data_wait split (``Session.off_thread``): an absent input-bound share rather than a wrong one.
+- torch.compile: each compilation (``torch._dynamo.callback.callback_handler``'s start and end callbacks) on
+  the thread that steps is the ``compile`` phase of the step it lies in, carved out of its compute
+  (patch_compile, Session.compiled).
 - Evaluation: each iterator's waits carry its number; waits of iterators whose batches no optimizer
   step follows (validation, test, probes) are the ``eval`` phase, not training (Session._evaluation).
 """

@@ -1,10 +1,11 @@
 """An unmodified PyTorch script (no teye import) whose model is torch.compile'd; input-bound (the dataset
 sleeps).  The zero-code tests (tests/client/test_torch_compile.py) run it under ``teye run``.
 
-    python torch_compile_job.py {compile|eager|fail} STEPS
+    python torch_compile_job.py {compile|inductor|eager|fail} STEPS
 
 - compile: ``torch.compile(model, backend="aot_eager", dynamic=False)`` (no C compiler needed); the epoch
   ends on a short batch mid-run (a new input shape: a recompile), then the next epoch's full batches (cached).
+- inductor: the same with PyTorch's default backend (needs a C compiler; no test depends on it).
 - eager: the same loop, no torch.compile.
 - fail: compiled with a backend that raises; the job catches the error at its first step and goes on with
   the eager model (torch ends the compilation in a ``finally``: its interval is closed).
@@ -67,7 +68,8 @@ def main():
     run = model
     if MODE != "eager":
         _own_compile_clock()
-        run = torch.compile(model, backend="aot_eager" if MODE == "compile" else failing_backend, dynamic=False)
+        backend = {"compile": "aot_eager", "inductor": "inductor"}.get(MODE, failing_backend)
+        run = torch.compile(model, backend=backend, dynamic=False)
     it = iter(loader)
     steps = samples = 0
     step_s = wait_s = 0.0
