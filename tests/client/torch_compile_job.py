@@ -10,11 +10,11 @@ sleeps).  The zero-code tests (tests/client/test_torch_compile.py) run it under 
 - fail: compiled with a backend that raises; the job catches the error at its first step and goes on with
   the eager model (torch ends the compilation in a ``finally``: its interval is closed).
 
-Its own clock (time.perf_counter) times each step (from asking for its batch to the end of its optimizer step)
-and its input waits (inside next(), the new epoch's iterator included); its compilations are timed with the
-same public callbacks PyTorch offers any job (``torch._dynamo.callback.callback_handler``).  One JSON line
-at the end: steps, samples, step_s (the steps' sum), wait_s, compile_s (the compilations, also in step_s),
-compiles (how many), first_step_s.
+Its own clock (time.perf_counter) times each step (from the end of the previous one, the first from asking
+for its batch, to the end of its optimizer step) and its input waits (inside next(), the new epoch's
+iterator included); its compilations are timed with the same public callbacks PyTorch offers any job
+(``torch._dynamo.callback.callback_handler``).  One JSON line at the end: steps, samples, step_s (the
+steps' sum), wait_s, compile_s (the compilations, also in step_s), compiles (how many), first_step_s.
 """
 import json
 import sys
@@ -73,7 +73,7 @@ def main():
     it = iter(loader)
     steps = samples = 0
     step_s = wait_s = 0.0
-    first_step_s = None
+    first_step_s = prev = None
     while steps < STEPS:
         t0 = clock()
         try:
@@ -95,7 +95,8 @@ def main():
         t2 = clock()
         steps += 1
         samples += len(x)
-        step_s += t2 - t0
+        step_s += t2 - (t0 if prev is None else prev)   # from the previous step's end, as teye's steps run
+        prev = t2
         wait_s += t1 - t0
         if first_step_s is None:
             first_step_s = t2 - t0
