@@ -9,6 +9,7 @@ _common), and the reporter only lazily, at the first step.  Standard library onl
 import atexit
 import os
 import sys
+import threading
 import time
 import weakref
 
@@ -16,7 +17,9 @@ _DEBUG = os.environ.get("TEYE_DEBUG") == "1"
 _C = '"compute"'    # phase names as the reporter's flat buffers hold them (JSON-quoted)
 _W = '"data_wait"'
 _M = '"communication"'
+_K = '"compile"'
 _ns = time.monotonic_ns
+_thread = threading.get_ident
 
 def debug(msg):
     """One line on stderr when TEYE_DEBUG=1 (never otherwise: the job's output stays its own)."""
@@ -155,6 +158,11 @@ class Session:
     MAX_LOADERS = 256
     MAX_TRAIN_KEYS = 64
     MAX_DDP = 16
+    # compilations among comms ([start_ns, end_ns, -2, thread]: see compiled()); a class default, so that a
+    # process that never compiles has the instance attributes it had (two more per instance cost 5 % more
+    # client CPU per step in benchmarks/zero_code.py's client loop, one 2 %: CPython 3.11 shares an instance
+    # dict's keys only up to 30 names)
+    compiles = 0
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -295,6 +303,18 @@ class Session:
         if len(c) > self.MAX_WAITS:
             del c[:self.MAX_WAITS // 2]
 
+    def compiled(self, start_ns, end_ns, thread):
+        """A compilation (torch.compile's, _torch.patch_compile) ran on ``thread`` from start_ns to end_ns: kept
+        with the collectives (samples -2), so that the step it lies in carves it out of its compute as the
+        ``compile`` phase (_step).  One on another thread than the one that steps is dropped there."""
+        if self.aside:
+            return
+        self.compiles += 1
+        c = self.comms
+        c.append((start_ns, end_ns, -2, thread))
+        if len(c) > self.MAX_WAITS:
+            del c[:self.MAX_WAITS // 2]
+
     def lead(self, optimizer):
         """A weak reference to the leading optimizer, where ``optimizer`` leads: once the job drops it (a new
         model and optimizer per task, per fold, per trial), the next optimizer leads from its first step."""
@@ -348,7 +368,7 @@ class Session:
         start = self.step_start
         after = start is not None   # a step came before this one
         if start is None:
-            start = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
+            start = first = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
         self.step_start = end_ns
         comms = self.comms
         if self.evals:
@@ -379,7 +399,10 @@ class Session:
             rep.record_step((), start, end_ns, 0)
             del comms[:]
             return
-        if comms:  # waits and collectives in time order (a collective's samples are -1)
+        if comms:  # waits, collectives and compilations in time order (their samples are -1, -2)
+            if self.compiles:
+                # ``first``: the first step's start, before any evaluation moved it (set where ``after`` is not)
+                comms = self._own_compiles(comms, None if after else first, rep)
             waits = sorted(waits + comms, key=lambda w: (w[0], w[1]))
             self.waits.clear()
             del comms[:]
@@ -404,7 +427,7 @@ class Session:
                 if b > end_ns:
                     b = end_ns
                 if n < 0:
-                    phases += (_M, a, b)
+                    phases += (_M if n == -1 else _K, a, b)
                 else:
                     phases += (_W, a, b)
                     samples += n
@@ -420,6 +443,25 @@ class Session:
             self.hold(rep, phases, start, end_ns, samples)
         else:
             rep.record_step(phases, start, end_ns, samples)
+
+    def _own_compiles(self, comms, first, rep):
+        """comms, less the compilations (samples -2) that are not this step's: those of another thread than
+        the one that steps (this one: it overlaps the loop's own work, which a carve would take from it), and,
+        at the first step (``first``: its start), those that ended before it (a warm-up call before the first
+        batch is read: sent as ``compile`` apart from the step, as a compiling call between two steps is)."""
+        self.compiles = 0
+        me = _thread()
+        out = []
+        for c in comms:
+            if c[2] == -2:
+                if c[3] != me:
+                    continue
+                if first is not None and c[1] <= first:
+                    rep.record_phase("compile", c[0], c[1])
+                    continue
+            out.append(c)
+        del comms[:]
+        return out
 
     def hold(self, rep, phases, start, end_ns, samples):
         """A step of a process with DistributedDataParallel modules: kept until the next step ends, when DDP

@@ -19,6 +19,9 @@
   threads sharing one iterator): the training loop's own wait (on the queue) cannot be seen, and the
   loader's waits overlap its compute, so from then on the process reports steps and samples only, no
   data_wait split (``Session.off_thread``): an absent input-bound share rather than a wrong one.
+- torch.compile: each compilation (``torch._dynamo.callback.callback_handler``'s start and end callbacks) on
+  the thread that steps is the ``compile`` phase of the step it lies in, carved out of its compute
+  (patch_compile, Session.compiled).
 - Evaluation: each iterator's waits carry its number; waits of iterators whose batches no optimizer
   step follows (validation, test, probes) are the ``eval`` phase, not training (Session._evaluation).
 """
@@ -269,4 +272,46 @@ def patch_horovod(module):
         debug("horovod.torch.mpi_ops.synchronize is not the function teye expects: Horovod's exchange not timed")
         return False
     module.synchronize = _timed(orig)
+    return True
+
+
+def patch_compile(module):
+    """torch.compile's compilations (``torch._dynamo.callback.callback_handler``: PyTorch calls its start
+    callbacks when the outermost compilation in progress begins and its end callbacks when it ends, in a
+    ``finally``, also when the compilation raises; on the compiling thread; a frame traced for the first time,
+    a retrace for a new shape, a backward compiled at its first run, a CUDA graph's recording): each one on
+    the thread that steps is the ``compile`` phase of the step it lies in, carved out of its compute
+    (Session.compiled, Session._own_compiles).  Its counter of compilations in progress is the process's:
+    where two threads compile at once, the start is called on one and the end maybe on the other; such an
+    interval, whose thread is not one, is dropped.  A handler of another shape is left alone."""
+    h = getattr(module, "callback_handler", None)
+    reg_start = getattr(h, "register_start_callback", None)
+    reg_end = getattr(h, "register_end_callback", None)
+    if not callable(reg_start) or not callable(reg_end):
+        debug("torch._dynamo.callback has no callback_handler.register_start_callback / register_end_callback: "
+              "torch.compile's compilation stays in compute")
+        return False
+    if any(getattr(cb, "_teye", False) for cb in getattr(h, "start_callbacks", ())):
+        return False
+    s = session
+    began = [None]   # (thread, start_ns) of the compilation in progress
+
+    def _teye_compile_start(args):
+        began[0] = (_thread(), _ns())
+
+    def _teye_compile_end(args):
+        b = began[0]
+        began[0] = None
+        if b is None:
+            return
+        t = _thread()
+        if b[0] == t:
+            try:
+                s.compiled(b[1], _ns(), t)
+            except Exception as e:  # never into the compilation
+                debug("zero-code phases: a compilation: %s: %s" % (type(e).__name__, e))
+
+    _teye_compile_start._teye = _teye_compile_end._teye = True
+    reg_start(_teye_compile_start)
+    reg_end(_teye_compile_end)
     return True

@@ -103,6 +103,11 @@ def _torch_ddp(module):
     return _torch.patch_ddp(module)
 
 
+def _torch_compile(module):
+    from . import _torch
+    return _torch.patch_compile(module)
+
+
 def _accelerate_loader(module):
     from . import _torch
     return _torch.patch_accelerate(module)
@@ -181,6 +186,7 @@ HOOKS = {
     "torch.optim.optimizer": _torch_optimizer,
     "torch.distributed.distributed_c10d": _torch_distributed,
     "torch.nn.parallel.distributed": _torch_ddp,
+    "torch._dynamo.callback": _torch_compile,
     "horovod.torch.mpi_ops": _horovod_torch,
     "accelerate.data_loader": _accelerate_loader,
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
@@ -195,6 +201,7 @@ WHAT = {
     "torch.optim.optimizer": "PyTorch optimizer steps",
     "torch.distributed.distributed_c10d": "torch.distributed collectives",
     "torch.nn.parallel.distributed": "DDP gradient exchange",
+    "torch._dynamo.callback": "torch.compile compilations",
     "horovod.torch.mpi_ops": "Horovod synchronize",
     "accelerate.data_loader": "accelerate DataLoaderShard samples",
     "tensorflow.python.data.ops.iterator_ops": "tf.data input waits",

@@ -17,6 +17,17 @@ from tests.procs import REPO
 # patch -> (tests that must fail on it, whether the C helpers must be rebuilt)
 MUTANTS = {
     # issue 39: a step function's compiling call is compile, between steps and in no share
+    # torch.compile's compilations (torch._dynamo.callback) are compile inside the steps, on the stepping thread
+    "torch_compile_is_communication.patch": (
+        ["tests/client/test_session_compile.py::test_a_compilation_inside_a_step_is_carved_out_of_its_compute"], False),
+    "torch_compile_any_thread.patch": (
+        ["tests/client/test_session_compile.py::test_a_compilation_on_another_thread_is_not_the_steps"], False),
+    "torch_compile_warm_up_dropped.patch": (
+        ["tests/client/test_session_compile.py::test_a_warm_up_compilation_before_the_first_batch_is_compile_apart_from_the_first_step"], False),
+    "torch_compile_end_on_any_thread.patch": (
+        ["tests/client/test_session_compile.py::test_a_compilation_that_ends_on_another_thread_is_dropped"], False),
+    "torch_compile_start_stays_open.patch": (
+        ["tests/client/test_session_compile.py::test_a_start_without_its_end_leaves_nothing_open"], False),
     "compile_call_in_the_step.patch": (
         ["tests/client/test_session_compile.py::test_the_call_that_compiled_is_compile_between_two_steps"], False),
     "report_share_counts_compile.patch": (
