@@ -140,13 +140,13 @@ def cluster(tmp_path_factory):
         try:
             agents = [NsAgent(pair.ns[i], pair.mgmt[i], str(conf), os.path.join(d, f"{'ab'[i]}.sock"),
                               str(tmp / f"agent-{'ab'[i]}.log")) for i in range(2)]
-            # Prometheus judges the shaped run only: its first scrapes (~6 s after its start) pass during the
-            # unshaped one
             prom = Prometheus(str(tmp), [a.target for a in agents], rule_files=RULES)
+            # (not overlapped with the unshaped run: Prometheus' start-up work during it slows its backward,
+            # the baseline of what the shaping added, and the two oracles then part by more than 10 points)
+            prom.wait_for("count(up == 1) == 2", timeout=30)
             free = run_job(pair, agents, "ddp-free")
             # judged now: after the shaped run (a minute later) this run's view has gone idle
             free_seen = settled(agents, "ddp-free")
-            prom.wait_for("count(up == 1) == 2", timeout=30)
             netns.shape(pair, RATE_MBIT)
             shaped = run_job(pair, agents, "ddp-shaped")
             # every step of the shaped run judged on both nodes, a netclass/qdisc read and a scrape after it:
