@@ -136,8 +136,10 @@ MUTANTS = {
         ["tests/client/test_session_loaders.py::test_what_comes_before_an_evaluation_is_training"]),
     "session_tf_data_before_the_evaluation_trains.patch": (
         ["tests/client/test_session_loaders.py::test_what_comes_before_a_tf_data_evaluation_is_in_neither"]),
+    # the case whose names differ: the other three say nothing with or without the mutant
     "client_job_name_difference_unsaid.patch": (
-        ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"]),
+        ["tests/client/test_run_says.py::test_a_scripts_own_job_name_wins_over_job_and_a_difference_is_said"
+         "[mine-other-mine-True]"]),
     "client_pod_name_hostname_first.patch": ["tests/client/test_zero_code.py::test_job_name_order"],
     "client_off_switch_skips_users_sitecustomize.patch": (
         ["tests/client/test_zero_code.py::test_the_off_switch_still_runs_the_users_sitecustomize"]),
