@@ -102,6 +102,13 @@ def settled(agents, name, timeout=20.0):
     return [shares(a, name) for a in agents]
 
 
+def _until(done, timeout):
+    """Polls done() until it holds or the timeout passes (the tests then assert what it polled for)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.25)
+
+
 def shares(agent, name):
     """Each rank's communication share and the node's job series, from the agent's own exposition."""
     s = agent.series()
@@ -134,13 +141,19 @@ def cluster(tmp_path_factory):
             agents = [NsAgent(pair.ns[i], pair.mgmt[i], str(conf), os.path.join(d, f"{'ab'[i]}.sock"),
                               str(tmp / f"agent-{'ab'[i]}.log")) for i in range(2)]
             prom = Prometheus(str(tmp), [a.target for a in agents], rule_files=RULES)
+            # (not overlapped with the unshaped run: Prometheus' start-up work during it slows its backward,
+            # the baseline of what the shaping added, and the two oracles then part by more than 10 points)
             prom.wait_for("count(up == 1) == 2", timeout=30)
             free = run_job(pair, agents, "ddp-free")
             # judged now: after the shaped run (a minute later) this run's view has gone idle
             free_seen = settled(agents, "ddp-free")
             netns.shape(pair, RATE_MBIT)
             shaped = run_job(pair, agents, "ddp-shaped")
-            time.sleep(6)   # a netclass/qdisc read and two scrapes after the last flush
+            # every step of the shaped run judged on both nodes, a netclass/qdisc read and a scrape after it:
+            # what the tests read, polled for (up to the 6 s once slept here), never asserted here
+            settled(agents, "ddp-shaped")
+            _until(lambda: len(prom.query('teye_job_communication_cause{train_job="ddp-shaped"} == 1')) == 2 and
+                   len(prom.query('teye_network_qdisc_rate_bytes{kind="tbf"}')) == 2, timeout=6.0)
             yield {"pair": pair, "agents": agents, "prom": prom, "free": free, "shaped": shaped,
                    "free_seen": free_seen}
         finally:

@@ -5,17 +5,12 @@ for it must fail there, each for its own reason (issues 25 and 33).
 
 1. runs the named tests on the copy as it is: they must pass (a test that already fails, or only skips,
    would "catch" any patch);
-2. applies the patch (one that no longer applies fails: update it with the code it breaks) and rebuilds
-   the C helpers when the patch touches them;
+2. applies the patch (one that no longer applies fails: update it with the code it breaks);
 3. runs the named tests again: pytest must report a failure, and every failure must be in the call of a
    named test: a collection error, a failing fixture or another test's failure is not the mutant caught.
-
-The child runs keep the caller's ``TEYE_REQUIRE_FAST`` only where the C helpers are built in the tree:
-forcing the compiled path where it does not exist fails tests for that reason alone, whatever the patch.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -27,17 +22,15 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", ".hypothesis", ".pytest_cache", "out"}
-FAST_GLOB = os.path.join("agent", "phases", "_fast*.so")
 
 
 def copy_tree(repo: str, dst: str) -> None:
-    """The working tree (tracked and untracked files git does not ignore, and the built C helpers)."""
+    """The working tree (tracked and untracked files git does not ignore)."""
     listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=repo, capture_output=True)
     if listed.returncode != 0:   # not a git checkout: everything but the usual junk
         shutil.copytree(repo, dst, symlinks=True, ignore=lambda d, names: [n for n in names if n in SKIP_DIRS])
         return
     names = [n for n in listed.stdout.decode().split("\0") if n]
-    names += [os.path.relpath(p, repo) for p in glob.glob(os.path.join(repo, FAST_GLOB))]
     for n in names:
         src, to = os.path.join(repo, n), os.path.join(dst, n)
         if not os.path.lexists(src):   # deleted in the working tree, not yet in git
@@ -49,14 +42,6 @@ def copy_tree(repo: str, dst: str) -> None:
             shutil.copy2(src, to)
 
 
-def child_env(tree: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, HERE])}
-    env.pop("TEYE_PURE_PYTHON", None)
-    if not glob.glob(os.path.join(tree, FAST_GLOB)):
-        env.pop("TEYE_REQUIRE_FAST", None)   # nothing compiled to require
-    return env
-
-
 def named(nodeid: str, tests: Sequence[str]) -> bool:
     """Whether a test id is one of the named tests (a file names all of its tests, a test all its cases)."""
     return any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[") for t in tests)
@@ -66,7 +51,7 @@ def run_tests(tree: str, tests: Sequence[str], out: str, first_failure: bool) ->
     """The named tests' outcomes in the tree (see mutant_plugin.py), with the run's exit status as the last entry."""
     if os.path.exists(out):
         os.unlink(out)
-    env = {**child_env(tree), "TEYE_MUTANT_OUTCOMES": out}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, HERE]), "TEYE_MUTANT_OUTCOMES": out}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutant_plugin",
                           *(["-x"] if first_failure else []), *tests], cwd=tree, env=env, capture_output=True,
                          text=True, timeout=600)
@@ -92,8 +77,7 @@ def baseline(repo: str, tests: Sequence[str], workdir: str) -> List[dict]:
     return run_tests(tree, sorted(set(tests)), os.path.join(workdir, "outcomes.jsonl"), first_failure=False)
 
 
-def check(repo: str, patch: str, tests: Sequence[str], rebuild: bool, workdir: str,
-          base: Optional[List[dict]] = None) -> None:
+def check(repo: str, patch: str, tests: Sequence[str], workdir: str, base: Optional[List[dict]] = None) -> None:
     """Raises AssertionError unless the named tests pass on the tree and fail, themselves, on the patched tree;
     pytest.skip where they only skip here (the machine lacks what they need).  ``base``: the outcomes of a
     :func:`baseline` run that included these tests (step 1 is then not run again)."""
@@ -114,17 +98,9 @@ def check(repo: str, patch: str, tests: Sequence[str], rebuild: bool, workdir: s
     ran = [r for r in base[:-1] if r["when"] == "call" and r["outcome"] == "passed"]
     if not ran:
         pytest.skip(f"{name}: its tests only skip here: " + "; ".join(r["text"][-200:] for r in base[:-1]))
-    # 2. the patch applies (and the C helpers are rebuilt with it)
+    # 2. the patch applies
     applied = subprocess.run(["git", "apply", os.path.abspath(patch)], cwd=tree, capture_output=True, text=True)
     assert applied.returncode == 0, f"{name} no longer applies: {applied.stderr}"
-    if rebuild:
-        if not glob.glob(os.path.join(tree, FAST_GLOB)):
-            pytest.skip(f"{name}: the C helpers are not built here (no compiler)")
-        for so in glob.glob(os.path.join(tree, FAST_GLOB)):
-            os.unlink(so)
-        built = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
-                               env=child_env(tree), capture_output=True, text=True, timeout=300)
-        assert built.returncode == 0, built.stderr[-2000:]
     # 3. with the patch: a named test fails, in its own call (1: tests ran and some failed)
     mut = run_tests(tree, tests, out, first_failure=True)
     failed = [r for r in mut[:-1] if r["outcome"] == "failed"]

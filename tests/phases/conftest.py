@@ -26,10 +26,3 @@ def listener(sockdir):
     s.settimeout(2.0)
     yield path, s
     s.close()
-
-
-@pytest.fixture
-def phase_path():
-    """The phase path the test runs on: one, in Python, since issue 38 removed the compiled mirror (kept as a
-    fixture so the suites that ran on both paths read as before)."""
-    return "python"

@@ -12,9 +12,6 @@ from agent.phases.jobs import JobTable
 from agent.phases.protocol import encode
 from tests.phases.helpers import MS, S, ctx_with_clock, oracle_idle, phases_cfg, random_phases, random_samples
 
-# every test here runs on the C job-table path (agent/phases/_fast_table.c) and on _apply, its specification
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 NAMES = ("data_wait", "compute", "host", "communication")
 
 

@@ -14,9 +14,6 @@ from agent.phases.source import PhasesReading
 from agent.phases.verdict import INPUT_CAUSE_RECOMMENDATIONS, InputWait, input_cause
 from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
 
-# every test here runs on the C job-table path (agent/phases/_fast_table.c) and on _apply, its specification
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 PID, UID = 4242, 1000
 TCK = 100            # USER_HZ: /proc/<pid>/stat counts CPU time in 10 ms ticks
 

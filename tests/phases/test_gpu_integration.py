@@ -18,9 +18,6 @@ from agent.phases.protocol import encode
 from tests.gpu.fake_pynvml import FakeGpu, FakeNvml, Timeline
 from tests.phases.helpers import MS, S, phases_cfg
 
-# every test here runs on the C job-table path (agent/phases/_fast_table.c) and on _apply, its specification
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 MONO_OFFSET_NS = 1_699_000_000_000_000_000  # the simulated CLOCK_MONOTONIC runs this far behind the wall clock
 START_US = 1_700_000_000_000_000
 PERIOD_US = 100_000                          # one driver sample every 100 ms

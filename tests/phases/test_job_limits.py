@@ -1,22 +1,18 @@
 """Job limits that cannot lock others out, and pods as tenants (issue 36), on the job table itself with
 the machine's real uid numbers (nobody and daemon flood, bin is the victim, root the agent): the
 oracle is the limits' own rule (max-min fair shares of phases.max_jobs) and the datagrams the test
-sent, counted by the test.  Every test runs on the C job-table path and on _apply, its specification."""
+sent, counted by the test."""
 from __future__ import annotations
 
 import logging
 import os
 import pwd
 
-import pytest
-
 from agent.phases.jobs import RUN_END_SILENCE_NS, JobTable
 from agent.phases.pods import PodResolver
 from agent.phases.protocol import encode
 from tests.phases.helpers import DAEMON, MS, NOBODY, S, ctx_with_clock, phases_cfg
 from tests.phases.test_jobs import _exposition
-
-pytestmark = pytest.mark.usefixtures("phase_path")
 
 AGENT = 0                                   # the agent's own uid here
 VICTIM = pwd.getpwnam("bin").pw_uid

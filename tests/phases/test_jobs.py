@@ -14,9 +14,6 @@ from exporters.prometheus import make_registry
 from tests.conftest import parse_exposition
 from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
 
-# every test here runs on the C job-table path (agent/phases/_fast_table.c) and on _apply, its specification
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 NOBODY = pwd.getpwnam("nobody").pw_uid
 
 

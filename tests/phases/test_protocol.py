@@ -11,8 +11,6 @@ from agent.phases.jobs import JobTable
 from agent.phases.protocol import RESULTS, Limits, Message, Rejected, decode, encode
 from tests.phases.helpers import S, ctx_with_clock, phases_cfg
 
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 NOW = 1000 * S
 T = NOW - S  # a plausible CLOCK_MONOTONIC time one second ago
 

@@ -21,8 +21,6 @@ from agent.config import defaults
 from tests.conftest import PROCFS
 from tests.phases.helpers import MS, phases_cfg
 
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -40,7 +38,7 @@ def _send(path, data):
         s.sendto(data, path)
 
 
-def test_messages_are_attributed_with_kernel_credentials(sockdir, phase_path):
+def test_messages_are_attributed_with_kernel_credentials(sockdir):
     path = os.path.join(sockdir, "p.sock")
     src = PhaseSource(phases_cfg(), AgentContext(), socket_path=path)
     try:

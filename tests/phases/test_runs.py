@@ -16,8 +16,6 @@ from agent.phases.jobs import RUN_END_SILENCE_NS, JobTable, process_alive
 from agent.phases.protocol import encode
 from tests.phases.helpers import MS, NOBODY, S, ctx_with_clock, phases_cfg
 
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 
 class Processes:
     def __init__(self):

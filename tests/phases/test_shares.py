@@ -17,9 +17,6 @@ from agent.profile import _job_summary
 from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
 from workloads.phases import Reporter
 
-# every test here runs on the C job-table path (agent/phases/_fast_table.c) and on _apply, its specification
-pytestmark = pytest.mark.usefixtures("phase_path")
-
 
 def _drain(s):
     out = []

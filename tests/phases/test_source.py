@@ -33,7 +33,7 @@ def test_src_is_validated_and_optional():
     assert protocol.source_of(plain) is None
 
 
-def test_source_label_and_evidence(phase_path):
+def test_source_label_and_evidence():
     ctx, clock = ctx_with_clock()
     table = JobTable(phases_cfg(), ctx, own_uid=0)
     t = clock.t - 10 * S

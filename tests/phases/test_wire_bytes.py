@@ -1,8 +1,6 @@
 """The fast paths of the phase protocol keep the wire bytes, the accounting and the client's delivery unchanged."""
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import socket
@@ -11,9 +9,6 @@ from agent.phases.jobs import STEP_BUCKETS, JobTable
 from agent.phases.protocol import encode
 from tests.phases.helpers import MS, S, ctx_with_clock, phases_cfg
 from workloads.phases import Reporter, _encode
-
-# every test here runs on the C job-table path (agent/phases/_fast_table.c) and on _apply, its specification
-pytestmark = pytest.mark.usefixtures("phase_path")
 
 
 def test_client_datagram_is_json_dumps_byte_for_byte():
