@@ -35,7 +35,9 @@ torch_eval.py and tf_eval_loop.py the time asking for a batch, in keras_eval.py 
 map: Keras takes its batches where the script cannot time them, so the eager fetch's own cost is not in it), the time in its training loader's collate function
 (collate_s; none in torch_eval.py, whose wait_s holds it), in lightning_job.py also the time between
 its training batches less validation (between_s: the loader's and Lightning's own work too, an upper
-bound of the input wait) and the time inside its evaluations (eval_s).
+bound of the input wait) and the time inside its evaluations (eval_s); in keras_eval.py and tf_eval_loop.py
+also the time of the calls that traced and compiled the train step (compile_s: teye's compile phase, in no
+share), taken out of train_s before any share or training time is compared.
 
 Printed per cell, medians over the repeats (run in rounds: every cell once, then again, so a neighbour's
 load falls on all cells alike): teye's training share of data_wait (data_wait / (data_wait + compute),
@@ -113,12 +115,15 @@ def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
     # their training loader's collate function
     own_all = own["wait_s"] + own.get("collate_s", 0.0)
     gap = own.get("between_s")   # lightning_job.py: between training batches, an upper bound of the wait
-    return {"own_share": own["wait_s"] / own["train_s"], "own_all_share": own_all / own["train_s"],
-            "own_gap_share": float("nan") if gap is None else gap / own["train_s"],
+    # keras_eval.py and tf_eval_loop.py time the calls that traced and compiled their step (compile_s): teye's
+    # compile phase, in no share and not in its training time (docs/phases.md)
+    steps_s = own["train_s"] - own.get("compile_s", 0.0)
+    return {"own_share": own["wait_s"] / steps_s, "own_all_share": own_all / steps_s,
+            "own_gap_share": float("nan") if gap is None else gap / steps_s,
             "teye_share": ph.get("data_wait", 0.0) / train if train else float("nan"),
             "own_steps": own["steps"], "own_samples": own["samples"], "teye_steps": j.steps,
             "teye_samples": j.samples or 0, "own_eval": own["eval_s"], "teye_eval": ph.get("eval", 0.0),
-            "own_train": own["train_s"], "teye_train": train, "verdict": verdict}
+            "own_train": steps_s, "teye_train": train, "verdict": verdict}
 
 
 def extra_run(kind: str, mode: str, job: str) -> dict:
