@@ -70,14 +70,8 @@ test)
     TEYE_WHEELHOUSE="$(cd "$VENV" && pwd)/wheelhouse"
     deploy/wheelhouse.sh --python "$PY" "$TEYE_WHEELHOUSE" >/dev/null
     export TEYE_WHEELHOUSE
-    # two workers, each test module on one (its module fixtures shared, its tests in order): the suite's many
-    # waits (Prometheus' scrapes, fresh agents, scripted jobs) overlap (23 min in one process on a 2-core VM,
-    # 14 min on two); TEYE_TEST_WORKERS=1 runs it in one process
-    workers=${TEYE_TEST_WORKERS:-2}
-    par=()
-    if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadfile); fi
     set +e
-    "$VENV/bin/python" -m pytest --durations=25 "${par[@]}" "$@"
+    "$VENV/bin/python" -m pytest --durations=25 "$@"
     rc=$?
     set -e
     if [ $rc = 5 ]; then
