@@ -62,6 +62,21 @@ RENAMES: Dict[str, str] = {
     "teye_load1": "node_load1",
     "teye_load5": "node_load5",
     "teye_load15": "node_load15",
+    # node-mixin's alerts (deploy/prometheus/rules/teye-host.yml, group teye-node-mixin)
+    "teye_network_receive_errors_total": "node_network_receive_errs_total",
+    "teye_network_transmit_errors_total": "node_network_transmit_errs_total",
+    "teye_nf_conntrack_entries": "node_nf_conntrack_entries",
+    "teye_nf_conntrack_entries_limit": "node_nf_conntrack_entries_limit",
+    "teye_textfile_scrape_error": "node_textfile_scrape_error",
+    "teye_disk_io_time_weighted_seconds_total": "node_disk_io_time_weighted_seconds_total",
+    "teye_vmstat_pgmajfault_total": "node_vmstat_pgmajfault",
+    "teye_filefd_allocated": "node_filefd_allocated",
+    "teye_filefd_maximum": "node_filefd_maximum",
+    "teye_md_disks": "node_md_disks",
+    "teye_md_disks_required": "node_md_disks_required",
+    "teye_md_state": "node_md_state",
+    # node_exporter's systemd collector is off by default there too (--collector.systemd)
+    "teye_systemd_unit_state": "node_systemd_unit_state",
 }
 # teye family -> a node_exporter expression, ``{m}`` where the selector's matchers go (with a leading comma when
 # there are any: ``{mode="idle"{m}}``).  No teye family has an exact node_exporter name here.
