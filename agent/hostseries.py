@@ -75,6 +75,8 @@ RENAMES: Dict[str, str] = {
     "teye_md_disks": "node_md_disks",
     "teye_md_disks_required": "node_md_disks_required",
     "teye_md_state": "node_md_state",
+    "teye_bonding_slaves": "node_bonding_slaves",
+    "teye_bonding_active": "node_bonding_active",
     # node_exporter's systemd collector is off by default there too (--collector.systemd)
     "teye_systemd_unit_state": "node_systemd_unit_state",
 }

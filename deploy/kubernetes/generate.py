@@ -6,7 +6,12 @@
 - prometheusrule.yaml: one PrometheusRule per file of deploy/prometheus/rules/, its ``spec.groups`` the
   file's groups unchanged (the rule files stay what promtool tests and plain Prometheus load);
 - grafana-dashboards.yaml: one ConfigMap per dashboard of dashboards/json/, labelled for the Grafana
-  sidecar of kube-prometheus-stack (``grafana_dashboard: "1"``) and put in the ``teye`` folder.
+  sidecar of kube-prometheus-stack (``grafana_dashboard: "1"``) and put in the ``teye`` folder;
+- components/node-exporter-mode/prometheusrule.yaml: the node_exporter mode's patch of the PrometheusRules, one per file
+  of deploy/prometheus/rules-node-exporter/ (same names as the base's, so the overlay's patch replaces their
+  groups with the files' own);
+- components/node-exporter-mode/agent-config.yaml: the patch of the agent's ConfigMap, daemonset.yaml's ``teye.yml`` with
+  ``host.node_exporter: true`` added (one source for the rest of the configuration).
 
 Standard library and PyYAML only.
 """
@@ -22,6 +27,7 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 RULES = os.path.join(REPO, "deploy", "prometheus", "rules")
+RULES_NODE_EXPORTER = os.path.join(REPO, "deploy", "prometheus", "rules-node-exporter")
 DASHBOARDS = os.path.join(REPO, "dashboards", "json")
 NAMESPACE = "teye"
 # kube-prometheus-stack's Prometheus selects PrometheusRule and ServiceMonitor objects by the Helm release's
@@ -35,9 +41,9 @@ def _name(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def rule_objects():
+def rule_objects(rules_dir=RULES):
     out = []
-    for path in sorted(glob.glob(os.path.join(RULES, "*.yml"))):
+    for path in sorted(glob.glob(os.path.join(rules_dir, "*.yml"))):
         with open(path, encoding="utf-8") as fh:
             groups = yaml.safe_load(fh)["groups"]
         out.append({
@@ -47,6 +53,33 @@ def rule_objects():
             "spec": {"groups": groups},
         })
     return out
+
+
+def node_exporter_rule_objects():
+    return rule_objects(RULES_NODE_EXPORTER)
+
+
+MODE_CONFIG = """\
+    # The node_exporter mode (docs/operations.md): kube-prometheus-stack's node-exporter exports the host;
+    # teye's collectors that node_exporter's defaults cover are off, its dashboards and rules read node_*.
+    host:
+      node_exporter: true
+"""
+
+
+def node_exporter_config_objects():
+    with open(os.path.join(HERE, "daemonset.yaml"), encoding="utf-8") as fh:
+        (cm,) = [d for d in yaml.safe_load_all(fh) if d and d["kind"] == "ConfigMap"
+                 and d["metadata"]["name"] == "teye-agent-config"]
+    text = cm["data"]["teye.yml"]
+    base = yaml.safe_load(text)
+    if "host" in base:
+        raise SystemExit("daemonset.yaml's teye.yml has a host: key: merge node_exporter into it here")
+    text = text.rstrip("\n") + "\n" + "\n".join(line[4:] for line in MODE_CONFIG.splitlines()) + "\n"
+    assert yaml.safe_load(text) == {**base, "host": {"node_exporter": True}}
+    return [{"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": cm["metadata"]["name"], "namespace": cm["metadata"]["namespace"]},
+             "data": {"teye.yml": text}}]
 
 
 def dashboard_objects():
@@ -86,6 +119,9 @@ def render(objects, src: str) -> str:
 FILES = {
     "prometheusrule.yaml": (rule_objects, "deploy/prometheus/rules/*.yml"),
     "grafana-dashboards.yaml": (dashboard_objects, "dashboards/json/*.json"),
+    "components/node-exporter-mode/prometheusrule.yaml": (node_exporter_rule_objects,
+                                               "deploy/prometheus/rules-node-exporter/*.yml"),
+    "components/node-exporter-mode/agent-config.yaml": (node_exporter_config_objects, "deploy/kubernetes/daemonset.yaml"),
 }
 
 

@@ -232,3 +232,126 @@ def test_the_image_is_one_reference_overridable_through_kustomize(tmp_path):
         f"resources:\n  - {os.path.relpath(K8S, tmp_path)}\nimages:\n  - name: localhost/teye\n"
         "    newName: registry.example/ml/teye\n    newTag: 9.9.9\n")
     assert _images(_kustomize(str(tmp_path))) == ["registry.example/ml/teye:9.9.9"] * 2
+
+
+# Both modes and the documented choices (issue 49): the components under deploy/kubernetes/components/, each
+# used from an admin's overlay as README.md here shows, built by kubectl kustomize and validated whole.
+COMPONENTS = os.path.join(K8S, "components")
+NE_MODE = "node-exporter-mode"
+
+
+def _overlay(tmp_path, components=(), name="overlay"):
+    d = tmp_path / name
+    d.mkdir()
+    text = f"resources:\n  - {os.path.relpath(K8S, d)}\n"
+    if components:
+        text += "components:\n" + "".join(f"  - {os.path.relpath(os.path.join(COMPONENTS, c), d)}\n"
+                                          for c in components)
+    (d / "kustomization.yaml").write_text(text)
+    return _kustomize(str(d))
+
+
+def _pod(objs):
+    (ds,) = [o for o in objs if o["kind"] == "DaemonSet"]
+    return ds["spec"]["template"]["spec"]
+
+
+def test_components_are_the_documented_choices():
+    assert sorted(os.listdir(COMPONENTS)) == [NE_MODE, "runtimeclass-nvidia", "tolerate-all"]
+    with open(os.path.join(K8S, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    for c in os.listdir(COMPONENTS):
+        with open(os.path.join(COMPONENTS, c, "kustomization.yaml"), encoding="utf-8") as fh:
+            assert yaml.safe_load(fh)["kind"] == "Component", c
+        assert f"components/{c}" in readme, c
+
+
+def test_every_mode_and_component_builds_and_is_valid_against_the_schemas(tmp_path):
+    combos = [(), ("runtimeclass-nvidia",), ("tolerate-all",), (NE_MODE,),
+              (NE_MODE, "runtimeclass-nvidia", "tolerate-all")]
+    crs = []
+    for i, combo in enumerate(combos):
+        objs = _overlay(tmp_path, combo, name=f"o{i}")
+        core = [o for o in objs if not o["apiVersion"].startswith("monitoring.coreos.com/")]
+        for o in core:
+            assert core_errors(o) == [], (combo, o["kind"], o["metadata"]["name"])
+        crs += [o for o in objs if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    results = crd_errors(crs)
+    assert len(results) == len(crs) and [r for r in results if r["errors"]] == []
+    assert {(r["kind"], r["name"]) for r in results} >= {("ServiceMonitor", "teye-node-exporter"),
+                                                          ("PrometheusRule", "teye-host")}
+
+
+def test_the_daemonset_needs_no_runtimeclass_and_the_components_set_one_or_tolerate_all(tmp_path):
+    base = _pod(_overlay(tmp_path, name="base"))
+    assert "runtimeClassName" not in base        # pods start where no RuntimeClass nvidia exists
+    assert {(t["key"], t["effect"]) for t in base["tolerations"]} == \
+        {("nvidia.com/gpu", "NoSchedule"), ("nvidia.com/gpu", "NoExecute")}
+    rc = _pod(_overlay(tmp_path, ("runtimeclass-nvidia",), name="rc"))
+    assert rc["runtimeClassName"] == "nvidia"
+    assert {k: v for k, v in rc.items() if k != "runtimeClassName"} == base
+    tol = _pod(_overlay(tmp_path, ("tolerate-all",), name="tol"))
+    assert tol["tolerations"] == [{"operator": "Exists"}]          # every key and effect
+    assert {k: v for k, v in tol.items() if k != "tolerations"} == \
+        {k: v for k, v in base.items() if k != "tolerations"}
+
+
+# kube-prometheus-stack's node-exporter Service as its chart renders it (prometheus-node-exporter's
+# templates/service.yaml and the stack's values: service.labels.jobLabel, service.portName) for release R
+def _stack_node_exporter_service(release="kube-prometheus-stack", namespace="monitoring"):
+    return {"metadata": {"namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": "prometheus-node-exporter",
+                                    "app.kubernetes.io/instance": release, "jobLabel": "node-exporter"}},
+            "spec": {"ports": [{"name": "http-metrics", "port": 9100}]}}
+
+
+def test_node_exporter_mode_rules_config_and_the_scrape_that_joins_instance(tmp_path):
+    from agent import config as config_mod
+    from agent.hostseries import COVERED
+    base = _overlay(tmp_path, name="base")
+    mode = _overlay(tmp_path, (NE_MODE,), name="mode")
+    rules = {o["metadata"]["name"]: o["spec"]["groups"] for o in mode if o["kind"] == "PrometheusRule"}
+    base_rules = {o["metadata"]["name"]: o["spec"]["groups"] for o in base if o["kind"] == "PrometheusRule"}
+    assert sorted(rules) == sorted(base_rules)
+    for path in glob.glob(os.path.join(REPO, "deploy", "prometheus", "rules", "*.yml")):
+        name = os.path.splitext(os.path.basename(path))[0]
+        translated = os.path.join(REPO, "deploy", "prometheus", "rules-node-exporter", os.path.basename(path))
+        with open(translated if os.path.exists(translated) else path, encoding="utf-8") as fh:
+            assert rules[name] == yaml.safe_load(fh)["groups"], name
+    assert rules["teye-host"] != base_rules["teye-host"]
+    # the agent's configuration: the base's, with host.node_exporter, and the agent's own loader agrees
+    (cm,) = [o for o in mode if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "teye-agent-config"]
+    (base_cm,) = [o for o in base if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "teye-agent-config"]
+    assert yaml.safe_load(cm["data"]["teye.yml"]) == {**yaml.safe_load(base_cm["data"]["teye.yml"]),
+                                                      "host": {"node_exporter": True}}
+    p = tmp_path / "teye.yml"
+    p.write_text(cm["data"]["teye.yml"])
+    cfg = config_mod.load(str(p), None, set())
+    assert cfg["host"]["node_exporter"] is True and not any(cfg["collectors"][c]["enabled"] for c in COVERED)
+    # the rest of the objects are the base's
+    key = lambda o: (o["kind"], o["metadata"]["name"])   # noqa: E731
+    assert {key(o) for o in mode} == {key(o) for o in base} | {("ServiceMonitor", "teye-node-exporter")}
+    same = [o for o in base if o["kind"] not in ("PrometheusRule", "ConfigMap") or key(o) != key(cm)]
+    assert [o for o in same if o["kind"] != "PrometheusRule"] == \
+        [o for o in mode if key(o) in {key(x) for x in same} and o["kind"] != "PrometheusRule"]
+    # the ServiceMonitor selects the stack's node-exporter Service, keeps its job name and relabels instance
+    # exactly as teye's own ServiceMonitor does (the node's name): the two exporters' series of a node meet
+    sms = {o["metadata"]["name"]: o for o in mode if o["kind"] == "ServiceMonitor"}
+    ne, teye = sms["teye-node-exporter"], sms["teye-agent"]
+    svc = _stack_node_exporter_service()
+    assert ne["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert ne["spec"]["namespaceSelector"] == {"any": True}
+    assert svc["metadata"]["labels"][ne["spec"]["jobLabel"]] == "node-exporter"
+    assert ne["metadata"]["labels"]["release"] == teye["metadata"]["labels"]["release"] == \
+        ne["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"]
+    (ep,) = ne["spec"]["endpoints"]
+    assert ep["port"] in {p["name"] for p in svc["spec"]["ports"]}
+    (tep,) = teye["spec"]["endpoints"]
+    assert ep["relabelings"] == tep["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance", "action": "replace"}]
+    assert ep["interval"] == tep["interval"]
+    # and the stack's own ServiceMonitor is turned off by the values file shipped beside it
+    with open(os.path.join(COMPONENTS, NE_MODE, "kube-prometheus-stack-values.yaml"), encoding="utf-8") as fh:
+        values = yaml.safe_load(fh)
+    assert values["prometheus-node-exporter"]["prometheus"]["monitor"]["enabled"] is False
+    assert values["defaultRules"]["rules"]["nodeExporterAlerting"] is False     # teye-host has them (Teye*)
