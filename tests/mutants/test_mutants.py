@@ -241,6 +241,16 @@ MUTANTS = {
         ["tests/phases/test_profile_timeline.py::test_fast_steps_read_as_steady_bands_not_a_block_of_ticks"]),
     "profile_idle_from_phase_gaps.patch": (
         ["tests/phases/test_profile_timeline.py::test_a_cpu_only_job_has_no_hatched_idle_and_its_gpu_lane_says_so"]),
+    # issue 49: node-mixin's alerts with runbooks, Kubernetes for both modes
+    "alert_without_runbook_url.patch": (
+        ["tests/deploy/test_runbooks.py::test_every_alert_of_every_rule_file_has_a_runbook_url_to_its_own_section"]),
+    "filling_up_without_current_usage_guard.patch": (
+        ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"]),
+    "node_exporter_servicemonitor_keeps_pod_address.patch": (
+        ["tests/deploy/test_kubernetes.py::test_node_exporter_mode_rules_config_and_the_scrape_that_joins_instance"]),
+    "daemonset_requires_runtimeclass_nvidia.patch": (
+        ["tests/deploy/test_kubernetes.py::"
+         "test_the_daemonset_needs_no_runtimeclass_and_the_components_set_one_or_tolerate_all"]),
 }
 
 
