@@ -248,6 +248,8 @@ MUTANTS = {
         ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"]),
     "node_exporter_servicemonitor_keeps_pod_address.patch": (
         ["tests/deploy/test_kubernetes.py::test_node_exporter_mode_rules_config_and_the_scrape_that_joins_instance"]),
+    "alertmanager_pair_inhibits_other_alerts.patch": (
+        ["tests/deploy/test_alertmanager_inhibit.py::test_a_critical_mutes_its_own_warning_only"]),
     "daemonset_requires_runtimeclass_nvidia.patch": (
         ["tests/deploy/test_kubernetes.py::"
          "test_the_daemonset_needs_no_runtimeclass_and_the_components_set_one_or_tolerate_all"]),
