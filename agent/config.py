@@ -97,15 +97,16 @@ COLLECTORS = {
     "memory": (5.0, "memory (/proc/meminfo)"),
     "disk": (5.0, "block devices (/proc/diskstats)"),
     "network": (5.0, "network interfaces (/proc/net/dev)"),
-    "netstat": (5.0, "protocol counters, socket use and connection tracking (/proc/net/{snmp,netstat,sockstat}, "
-                      "nf_conntrack)"),
+    "netstat": (5.0, "protocol counters, socket use, connection tracking and UDP queues (/proc/net/{snmp,snmp6,"
+                      "netstat,sockstat,sockstat6,udp,udp6,stat/nf_conntrack}, nf_conntrack)"),
     "netclass": (5.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
     "qdisc": (5.0, "root queueing discipline of each interface: bytes, drops, overlimits, a shaper's rate (rtnetlink)"),
     "infiniband": (5.0, "InfiniBand ports (/sys/class/infiniband)"),
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
-    "loadavg": (5.0, "load average (/proc/loadavg)"),
+    "loadavg": (5.0, "load average, file handles and entropy (/proc/loadavg, /proc/sys/fs/file-nr, "
+                   "/proc/sys/kernel/random)"),
     "filesystem": (5.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
     "textfile": (15.0, "metrics sites' scripts write to textfile.directory (*.prom, node_exporter's format)"),
     "hwmon": (15.0, "host sensors: hwmon chips (temperatures, fans, power, voltages) and thermal zones (/sys/class)"),
