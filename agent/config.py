@@ -95,7 +95,7 @@ def _collector(interval: float, enabled: bool = True, help: str = "") -> Dict[st
 COLLECTORS = {
     "cpu": (5.0, "CPU time by mode (/proc/stat)"),
     "memory": (5.0, "memory (/proc/meminfo)"),
-    "disk": (5.0, "block devices (/proc/diskstats)"),
+    "disk": (5.0, "block devices and md arrays (/proc/diskstats, /proc/mdstat, udev's device properties)"),
     "network": (5.0, "network interfaces (/proc/net/dev)"),
     "netstat": (5.0, "protocol counters, socket use, connection tracking and UDP queues (/proc/net/{snmp,snmp6,"
                       "netstat,sockstat,sockstat6,udp,udp6,stat/nf_conntrack}, nf_conntrack)"),
@@ -111,7 +111,7 @@ COLLECTORS = {
     "textfile": (15.0, "metrics sites' scripts write to textfile.directory (*.prom, node_exporter's format)"),
     "hwmon": (15.0, "host sensors: hwmon chips (temperatures, fans, power, voltages) and thermal zones (/sys/class)"),
     "edac": (15.0, "host memory ECC errors (EDAC: /sys/devices/system/edac/mc)"),
-    "os": (60.0, "kernel and distribution: uname(2) and os-release"),
+    "os": (60.0, "kernel and distribution: uname(2), os-release and SELinux state"),
     "timex": (15.0, "clock synchronisation: NTP sync status, offset and error (adjtimex(2), read-only)"),
     "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
     "allocation": (5.0, "GPU allocation to Slurm jobs (prolog mapping directory) and Kubernetes pods (kubelet "
@@ -134,6 +134,9 @@ SCHEMA: Dict[str, Any] = {
     "sysfs": Field(STR, "/sys", "Root of the sys filesystem (as node_exporter's --path.sysfs)."),
     "rootfs": Field(STR, "/", "Where the host's root filesystem is seen, for the filesystem collector's statvfs "
                     "of each mount point (as node_exporter's --path.rootfs; e.g. /host/root in a container)."),
+    "udev_data": Field(STR, "/run/udev/data", "udev's database of device properties, for teye_disk_info's model, "
+                       "serial, WWN and path (as node_exporter's --path.udev.data; e.g. /host/root/run/udev/data in "
+                       "a container). Missing: those labels are empty."),
     "cgroupfs": Field(STR, "/sys/fs/cgroup", "Root of the cgroup tree (v1 controller hierarchies or the v2 "
                       "unified hierarchy), as cAdvisor's and cgroup_exporter's cgroup root."),
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),

@@ -52,8 +52,11 @@ def test_quoting_comments_and_the_usr_lib_fallback(tmp_path):
     got = _labels(src, "teye_os_info")
     assert got == {"id": "rocky", "id_like": "rhel centos fedora", "name": "Rocky Linux",
                    "pretty_name": 'Rocky \\"Blue\\" Onyx',  # as the exposition escapes it
-                   "version": "", "version_id": "9.4", "version_codename": ""}
+                   "version": "", "version_id": "9.4", "version_codename": "",
+                   # node_exporter 1.5's other os-release labels, empty where the file has none
+                   "build_id": "", "image_id": "", "image_version": "", "variant": "", "variant_id": ""}
     assert src.collect().release["PRETTY_NAME"] == 'Rocky "Blue" Onyx'
+    assert _values(src, "teye_os_version") == {("rocky", "rhel centos fedora", "Rocky Linux"): 9.4}
 
 
 
