@@ -39,9 +39,10 @@ UNREADABLE = metric("teye_md_unreadable_total", COUNTER, "Reads of /proc/mdstat 
 
 MAX_ARRAYS = 1024
 _HEAD = re.compile(r"^(md[A-Za-z0-9_]+) : (\S+)")
-_STATUS = re.compile(r"\[(\d+)/(\d+)\] \[[U_]+\]")
-_PROGRESS = re.compile(r"\((\d+)/(\d+)\)")
-_MEMBER = re.compile(r"\S+\[\d+\]")
+_STATUS = re.compile(r"\[([0-9]+)/([0-9]+)\] \[[U_]+\]")
+_PROGRESS = re.compile(r"\(([0-9]+)/([0-9]+)\)")
+_MEMBER = re.compile(r"\S+\[[0-9]+\]")
+_BLOCKS = re.compile(r"\s*([0-9]+) blocks")
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,10 @@ def _array(head: str, body: List[str], path: str, lineno: int) -> MdArray:
     device, state = m.group(1), m.group(2)
     if state not in ("active", "inactive"):
         raise ParseError(path, f"line {lineno}: {device}: state {state!r}, expected active or inactive")
-    if not body or not body[0].split() or not body[0].split()[0].isdigit() or "blocks" not in body[0]:
+    size = _BLOCKS.match(body[0]) if body else None
+    if size is None:
         raise ParseError(path, f"line {lineno + 1}: {device}: expected '<blocks> blocks ...' under the array")
-    blocks = int(body[0].split()[0])
+    blocks = int(size.group(1))
     words = head.split()[3:]
     failed, spare = head.count("(F)"), head.count("(S)")
     members = sum(1 for w in words if _MEMBER.match(w))

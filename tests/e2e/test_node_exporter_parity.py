@@ -14,6 +14,7 @@ import pytest
 
 from agent.hostseries import RENAMES, node_family_account
 from tests.conftest import parse_exposition
+from tests.e2e.node_tolerances import ABSENT_HERE_IN_NODE_EXPORTER, left_out, tolerance
 from tests.procs import Agent, free_port, http_get, wait_http
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -195,49 +196,6 @@ def test_every_family_node_exporter_exports_here_is_mapped_or_excused(both):
 # the teye family of a rename that is not exported by the agent's /metrics itself
 EQUIVALENT_ELSEWHERE = {"node_systemd_unit_state": "the systemd collector, off by default"}
 
-# Gauges that move between node_exporter's read and teye's (teye samples every second here, node_exporter at the
-# scrape): family -> absolute tolerance.  Every other gauge must be equal.
-MOVING = {
-    "teye_load1": 0.5, "teye_load5": 0.5, "teye_load15": 0.5,
-    "teye_filefd_allocated": 500, "teye_entropy_available_bits": 256,
-    "teye_procs_running": 8, "teye_procs_blocked": 8,
-    "teye_udp_queues_bytes": 1 << 20, "teye_time_seconds": 5.0,
-    "teye_timex_maxerror_seconds": 0.01, "teye_timex_estimated_error_seconds": 0.01,
-    "teye_nf_conntrack_entries": 200, "teye_disk_io_in_progress": 8,
-    "teye_sockstat_sockets_used": 200, "teye_sockstat_TCP_inuse": 200, "teye_sockstat_TCP_tw": 200,
-    "teye_sockstat_TCP_alloc": 200, "teye_sockstat_TCP_orphan": 50, "teye_sockstat_TCP_mem": 1000,
-    "teye_sockstat_TCP_mem_bytes": 4096 * 1000, "teye_sockstat_UDP_inuse": 50, "teye_sockstat_UDP_mem": 1000,
-    "teye_sockstat_UDP_mem_bytes": 4096 * 1000, "teye_sockstat_TCP6_inuse": 50, "teye_sockstat_UDP6_inuse": 50,
-    "teye_sockstat_RAW_inuse": 10, "teye_sockstat_RAW6_inuse": 10, "teye_netstat_Tcp_CurrEstab": 200,
-    "teye_filesystem_avail_bytes": 1 << 30, "teye_filesystem_free_bytes": 1 << 30,
-    "teye_filesystem_files_free": 100000, "teye_textfile_mtime_seconds": 0,
-}
-# memory moves by tens of MiB a second on this shared machine; sizes that are fixed stay exact
-MEMORY_FIXED = {"teye_memory_total_bytes", "teye_memory_swap_total_bytes", "teye_memory_vmalloc_total_bytes",
-                "teye_memory_huge_page_size_bytes", "teye_memory_commit_limit_bytes", "teye_memory_hugetlb_bytes",
-                "teye_memory_direct_map_1g_bytes", "teye_memory_hardware_corrupted_bytes",
-                "teye_memory_balloon_bytes", "teye_memory_bounce_bytes", "teye_memory_nfs_unstable_bytes",
-                "teye_memory_vmalloc_chunk_bytes", "teye_memory_secondary_page_tables_bytes"}
-MEMORY_TOLERANCE = 256 << 20
-# series one exporter has and the other leaves out on purpose: (teye family, label, value) -> why
-LEFT_OUT = {
-    "lo": "Debian's node_exporter leaves loopback out of some netclass families; teye exports every interface",
-    "zram": "teye's disk.exclude leaves zram devices (compressed RAM, not a disk) out; node_exporter 1.5 keeps them",
-}
-
-
-def _left_out(lbl):
-    return any(k == "device" and (v == "lo" or re.fullmatch(r"z?ram\d+", v)) for k, v in lbl)
-
-
-def _tolerance(name):
-    if name in MOVING:
-        return MOVING[name]
-    if name.startswith("teye_memory_") and name not in MEMORY_FIXED:
-        return MEMORY_TOLERANCE
-    return 0.0
-
-
 def test_every_renamed_family_has_node_exporters_series_and_values(both):
     """Each plain rename node_exporter exports here: the same series (label sets, both ways) and the same values:
     counters between node_exporter's two reads (teye's last read is at most a second older than the first, 5 %
@@ -258,7 +216,7 @@ def test_every_renamed_family_has_node_exporters_series_and_values(both):
             mine = {k: v for k, v in mine.items() if k in a}
         if teye_name == "teye_network_speed_bytes":   # node_exporter says -125000 for unknown: absent in teye
             a = {k: v for k, v in a.items() if v >= 0}
-        skip = {lbl for lbl in set(a) ^ set(mine) if _left_out(lbl)}
+        skip = {lbl for lbl in set(a) ^ set(mine) if left_out(lbl)}
         only_ne, only_teye = set(a) - set(mine) - skip, set(mine) - set(a) - skip
         if only_ne or only_teye:
             bad.append((teye_name, "series", sorted(only_ne)[:3], sorted(only_teye)[:3]))
@@ -268,21 +226,13 @@ def test_every_renamed_family_has_node_exporters_series_and_values(both):
             if teye_name.endswith("_total"):
                 ok = lo - max(0.05 * lo, 10) <= v <= hi
             else:
-                tol = _tolerance(teye_name)
+                tol = tolerance(teye_name)
                 ok = lo - tol <= v <= hi + tol
             if not ok:
                 bad.append((teye_name, dict(lbl), v, lo, hi))
             compared += 1
     assert not bad, bad
     assert compared >= 250, compared
-
-
-# families teye exports where this node_exporter (1.5, Debian) has no such series: a newer node_exporter's field, or
-# one its netlink path leaves out
-ABSENT_HERE_IN_NODE_EXPORTER = {
-    "teye_textfile_mtime_seconds",             # compared in test_textfile_families_equal (the file's own path)
-    "teye_netstat_TcpExt_TCPOFOQueue_total",   # not among node_exporter's default netstat fields (--collector.netstat.fields)
-}
 
 
 def test_equivalents_that_are_not_renames(both):
