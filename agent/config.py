@@ -118,15 +118,16 @@ COLLECTORS = {
                         "pod-resources)"),
     "jobs": (5.0, "per-job CPU, memory, I/O and pressure from the Slurm job and Kubernetes pod cgroups "
                   "(<cgroupfs>)"),
+    "systemd": (15.0, "systemd units and their state (systemctl show; off by default, as in node_exporter)"),
     "gpu": (5.0, "NVIDIA GPUs (NVML)"),
     "pmu": (5.0, "host hardware counters (perf events: CPI, FLOPS, memory and PCIe bandwidth)"),
     "phases": (1.0, "training-job phases (phase socket)"),
 }
 
-# Off unless configured: only NFS servers run nfsd (deploy/teye.example.yml, install.sh and the DaemonSet agree).
+# Off unless configured: systemd, as in node_exporter (one systemctl run a period); only NFS servers run nfsd (deploy/teye.example.yml, install.sh and the DaemonSet agree).
 # The hardware collectors (gpu, pmu, infiniband) stay on: where the node lacks the hardware they are *absent*
 # (teye_collector_absent=1), which no alert fires on.
-OFF_BY_DEFAULT = frozenset({"nfsd"})
+OFF_BY_DEFAULT = frozenset({"nfsd", "systemd"})
 
 SCHEMA: Dict[str, Any] = {
     "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
@@ -183,6 +184,12 @@ SCHEMA: Dict[str, Any] = {
     },
     "network": {
         "exclude": Field(STR, r"^$", "Regex of interface names to skip (none by default).", _regex),
+    },
+    "systemd": {
+        "unit_include": Field(STR, None, "Regex a unit's whole name must match to be exported (node_exporter's "
+                              "--collector.systemd.unit-include); unset: every unit.", _regex, nullable=True),
+        "unit_exclude": Field(STR, r".+\.(automount|device|mount|scope|slice)", "Regex of unit names to leave out "
+                              "(node_exporter's --collector.systemd.unit-exclude and its default).", _regex),
     },
     "gpu": {
         "busy_threshold": Field(FLOAT, 0.0, "A driver utilization sample at or below this ratio counts as idle.", _ratio),

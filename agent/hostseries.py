@@ -341,7 +341,7 @@ NOT_EXPORTED: Dict[str, str] = {
                  "teye_web_* (docs/operations.md)",
     "process_virtual_memory_max_bytes": "client_python's process collector, whose families teye's process_* "
                                         "follow, has none (RLIMIT_AS is unlimited on nodes)",
-    "node_softnet_backlog_len": "a newer node_exporter's (not 1.5's); per CPU, 3 more series a CPU for a gauge "
+    "node_softnet_backlog_len": "a newer node_exporter's (not 1.5's): one more series a CPU for a gauge "
                                 "that is 0 but for a moment",
     "node_softnet_cpu_collision_total": "a newer node_exporter's (not 1.5's): transmit lock collisions, a "
                                         "counter that stays 0 on current kernels (lockless queues)",
