@@ -279,3 +279,17 @@ def test_static_attributes_are_read_once_a_minute_and_at_once_when_the_link_chan
 def test_bonding_masters_beside_the_interfaces_is_not_an_interface():
     r = NetclassSource(SYSFS, procfs=PROCFS).collect()
     assert "bonding_masters" not in {d for d, _ in r.links} and r.unreadable_total == 0
+
+
+def test_softnet_labels_the_kernels_cpu_number_where_it_prints_one(tmp_path):
+    """Kernels from 5.10 print the CPU's number (13th column); an offline CPU has no line, so the line's index is
+    not the CPU: CPU 1 offline here, lines for 0, 2 and 3."""
+    (tmp_path / "net").mkdir()
+    shutil.copy(os.path.join(PROCFS.replace("node_exporter", "net_dev"), "net", "dev"), tmp_path / "net" / "dev")
+    rows = [(0x10, 0, 1, 0), (0x20, 5, 2, 2), (0x30, 0, 3, 3)]   # processed, dropped, squeezed, cpu
+    (tmp_path / "net" / "softnet_stat").write_text("".join(
+        f"{p:08x} {d:08x} {s:08x} " + "00000000 " * 9 + f"{c:08x}\n" for p, d, s, c in rows))
+    out = _exposition([NetworkSource(str(tmp_path))])
+    assert {dict(lbl)["cpu"]: v for (n, lbl), v in out.items() if n == "teye_softnet_processed_total"} == \
+        {"0": 16, "2": 32, "3": 48}
+    assert out[("teye_softnet_dropped_total", (("cpu", "2"),))] == 5
