@@ -37,6 +37,7 @@ def render() -> str:
         help_ = s.help.replace("|", "\\|")
         lines.append(f"| `{name}` | {s.kind} | {labels} | {s.unit or unit_of(name) or '–'} | `{s.source_file}` | {help_} |")
     lines += _dcgm_lines()
+    lines += _node_exporter_lines()
     return "\n".join(lines) + "\n"
 
 
@@ -51,4 +52,33 @@ def _dcgm_lines():
     for field, family, note in DCGM_FIELDS:
         fams = ", ".join(f"`{f.strip()}`" for f in family.split(",")) if family else "–"
         out.append(f"| `{field}` | {fams} | {note or '–'} |")
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _node_exporter_lines():
+    """node_exporter's families and teye's (agent.hostseries: RENAMES, DERIVED, EQUIVALENTS, NOT_EXPORTED)."""
+    from .hostseries import DERIVED, EQUIVALENTS, NOT_EXPORTED, RENAMES
+    out = ["", "## node_exporter's families", "",
+           "node_exporter 1.5's families (its default collectors on a Linux GPU node, and mdadm, bonding and systemd "
+           "where the node has them) and teye's. A plain rename has the same labels and values (teye's counters end "
+           "in `_total`); the node_exporter mode reads node_exporter's series through the same map "
+           "(`agent/hostseries.py`). `tests/e2e/test_node_exporter_parity.py` fails on a family node_exporter "
+           "exports that none of these tables names.", "",
+           "### Same labels and values", "", "| node_exporter | teye |", "|---|---|"]
+    out += [f"| `{ne}` | `{teye}` |" for teye, ne in sorted(RENAMES.items(), key=lambda kv: kv[1])]
+    out += ["", "### Equivalents that are not a rename", "", "| node_exporter | teye |", "|---|---|"]
+    for ne in sorted(EQUIVALENTS):
+        name = f"`{ne}*`" if ne.endswith("_") else f"`{ne}`"
+        out.append(f"| {name} | {_cell(EQUIVALENTS[ne])} |")
+    out += ["", "In the node_exporter mode, teye's families below are read from node_exporter's series by these "
+            "expressions:", "", "| teye | node_exporter expression |", "|---|---|"]
+    out += [f"| `{teye}` | `{_cell(DERIVED[teye].format(m0='', m=''))}` |" for teye in sorted(DERIVED)]
+    out += ["", "### Not exported by teye, and why", "", "| node_exporter | why not |", "|---|---|"]
+    for ne in sorted(NOT_EXPORTED):
+        name = f"`{ne}*`" if ne.endswith("_") else f"`{ne}`"
+        out.append(f"| {name} | {_cell(NOT_EXPORTED[ne])} |")
     return out

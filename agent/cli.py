@@ -22,6 +22,8 @@ def _common_source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML config file (every key has a default)")
     p.add_argument("--procfs", "--path.procfs", dest="procfs", metavar="PATH", help="root of /proc (default /proc)")
     p.add_argument("--sysfs", "--path.sysfs", dest="sysfs", metavar="PATH", help="root of /sys (default /sys)")
+    p.add_argument("--udev-data", "--path.udev.data", dest="udev_data", metavar="PATH",
+                   help="udev's device database (default /run/udev/data)")
     p.add_argument("--cgroupfs", metavar="PATH", help="root of the cgroup tree (default /sys/fs/cgroup)")
     p.add_argument("--log-level", "--log.level", dest="log_level", choices=["debug", "info", "warning", "error"],
                    help="log level (default info)")
@@ -40,7 +42,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     """CLI flags as a nested config dict (only flags that were given)."""
     o: dict = {}
     for flag, key in (("listen", "listen"), ("procfs", "procfs"), ("sysfs", "sysfs"), ("cgroupfs", "cgroupfs"),
-                      ("log_level", "log_level")):
+                      ("udev_data", "udev_data"), ("log_level", "log_level")):
         v = getattr(args, flag, None)
         if v is not None:
             o[key] = v

@@ -95,37 +95,39 @@ def _collector(interval: float, enabled: bool = True, help: str = "") -> Dict[st
 COLLECTORS = {
     "cpu": (5.0, "CPU time by mode (/proc/stat)"),
     "memory": (5.0, "memory (/proc/meminfo)"),
-    "disk": (5.0, "block devices (/proc/diskstats)"),
+    "disk": (5.0, "block devices and md arrays (/proc/diskstats, /proc/mdstat, udev's device properties)"),
     "network": (5.0, "network interfaces (/proc/net/dev)"),
-    "netstat": (5.0, "protocol counters, socket use and connection tracking (/proc/net/{snmp,netstat,sockstat}, "
-                      "nf_conntrack)"),
+    "netstat": (5.0, "protocol counters, socket use, connection tracking and UDP queues (/proc/net/{snmp,snmp6,"
+                      "netstat,sockstat,sockstat6,udp,udp6,stat/nf_conntrack}, nf_conntrack)"),
     "netclass": (5.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
     "qdisc": (5.0, "root queueing discipline of each interface: bytes, drops, overlimits, a shaper's rate (rtnetlink)"),
     "infiniband": (5.0, "InfiniBand ports (/sys/class/infiniband)"),
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
-    "loadavg": (5.0, "load average (/proc/loadavg)"),
+    "loadavg": (5.0, "load average, file handles and entropy (/proc/loadavg, /proc/sys/fs/file-nr, "
+                   "/proc/sys/kernel/random)"),
     "filesystem": (5.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
     "textfile": (15.0, "metrics sites' scripts write to textfile.directory (*.prom, node_exporter's format)"),
     "hwmon": (15.0, "host sensors: hwmon chips (temperatures, fans, power, voltages) and thermal zones (/sys/class)"),
     "edac": (15.0, "host memory ECC errors (EDAC: /sys/devices/system/edac/mc)"),
-    "os": (60.0, "kernel and distribution: uname(2) and os-release"),
+    "os": (60.0, "kernel and distribution: uname(2), os-release and SELinux state"),
     "timex": (15.0, "clock synchronisation: NTP sync status, offset and error (adjtimex(2), read-only)"),
     "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
     "allocation": (5.0, "GPU allocation to Slurm jobs (prolog mapping directory) and Kubernetes pods (kubelet "
                         "pod-resources)"),
     "jobs": (5.0, "per-job CPU, memory, I/O and pressure from the Slurm job and Kubernetes pod cgroups "
                   "(<cgroupfs>)"),
+    "systemd": (15.0, "systemd units and their state (systemctl show; off by default, as in node_exporter)"),
     "gpu": (5.0, "NVIDIA GPUs (NVML)"),
     "pmu": (5.0, "host hardware counters (perf events: CPI, FLOPS, memory and PCIe bandwidth)"),
     "phases": (1.0, "training-job phases (phase socket)"),
 }
 
-# Off unless configured: only NFS servers run nfsd (deploy/teye.example.yml, install.sh and the DaemonSet agree).
+# Off unless configured: systemd, as in node_exporter (one systemctl run a period); only NFS servers run nfsd (deploy/teye.example.yml, install.sh and the DaemonSet agree).
 # The hardware collectors (gpu, pmu, infiniband) stay on: where the node lacks the hardware they are *absent*
 # (teye_collector_absent=1), which no alert fires on.
-OFF_BY_DEFAULT = frozenset({"nfsd"})
+OFF_BY_DEFAULT = frozenset({"nfsd", "systemd"})
 
 SCHEMA: Dict[str, Any] = {
     "listen": Field(STR, "0.0.0.0:9835", "HOST:PORT the HTTP server (/metrics, /healthz) listens on.", _hostport),
@@ -133,6 +135,9 @@ SCHEMA: Dict[str, Any] = {
     "sysfs": Field(STR, "/sys", "Root of the sys filesystem (as node_exporter's --path.sysfs)."),
     "rootfs": Field(STR, "/", "Where the host's root filesystem is seen, for the filesystem collector's statvfs "
                     "of each mount point (as node_exporter's --path.rootfs; e.g. /host/root in a container)."),
+    "udev_data": Field(STR, "/run/udev/data", "udev's database of device properties, for teye_disk_info's model, "
+                       "serial, WWN and path (as node_exporter's --path.udev.data; e.g. /host/root/run/udev/data in "
+                       "a container). Missing: those labels are empty."),
     "cgroupfs": Field(STR, "/sys/fs/cgroup", "Root of the cgroup tree (v1 controller hierarchies or the v2 "
                       "unified hierarchy), as cAdvisor's and cgroup_exporter's cgroup root."),
     "log_level": Field(STR, "info", "Log level: debug, info, warning or error.", _level),
@@ -179,6 +184,12 @@ SCHEMA: Dict[str, Any] = {
     },
     "network": {
         "exclude": Field(STR, r"^$", "Regex of interface names to skip (none by default).", _regex),
+    },
+    "systemd": {
+        "unit_include": Field(STR, None, "Regex a unit's whole name must match to be exported (node_exporter's "
+                              "--collector.systemd.unit-include); unset: every unit.", _regex, nullable=True),
+        "unit_exclude": Field(STR, r".+\.(automount|device|mount|scope|slice)", "Regex of unit names to leave out "
+                              "(node_exporter's --collector.systemd.unit-exclude and its default).", _regex),
     },
     "gpu": {
         "busy_threshold": Field(FLOAT, 0.0, "A driver utilization sample at or below this ratio counts as idle.", _ratio),

@@ -90,7 +90,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     from exporters.webconfig import WebConfig
     from exporters.webstats import WebStats
     from exporters.render import Exposition
-    from exporters.selfstats import ProcessStats, chain
+    from exporters.selfstats import ProcessStats, chain, wall_clock
 
     from .context import AgentContext
     from . import heap
@@ -118,7 +118,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     # server's counters; teye formats /metrics itself, prometheus_client's registry is made only where a
     # scrape needs its encoder
     get, stale = (lambda: sampler.snapshot), cfg["stale_after_seconds"]
-    extra, hidden = chain(stats.state, ProcessStats().state), config_mod.hidden_collectors(cfg)
+    extra, hidden = chain(stats.state, ProcessStats().state, wall_clock()), config_mod.hidden_collectors(cfg)
 
     def registry():   # prometheus_client's encoder, for the scrapes teye's own cannot answer (render.negotiate)
         from exporters.prometheus import make_registry

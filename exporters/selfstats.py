@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 from typing import Callable, Dict, List, Sequence, Tuple
 
 from agent.metrics import COUNTER, GAUGE, MetricSpec
 
-from .specs import Layout
+from .specs import TIME_SECONDS, Layout
 
 Producer = Callable[[], Tuple[Layout, Sequence[float]]]
 
@@ -97,6 +98,16 @@ class ProcessStats:
             entries = tuple((self._specs[n], ()) for n in names)
             layout = self._layouts[key] = Layout(entries, len(entries))
         return layout, values
+
+
+_WALL_CLOCK = Layout(((TIME_SECONDS, ()),), 1)
+
+
+def wall_clock(clock: Callable[[], float] = time.time) -> Producer:
+    """``teye_time_seconds``: the wall clock when the scrape is answered (node_exporter's node_time_seconds)."""
+    def state() -> Tuple[Layout, List[float]]:
+        return _WALL_CLOCK, [clock()]
+    return state
 
 
 def chain(*producers: Producer) -> Producer:

@@ -26,6 +26,9 @@ COLLECTOR_AGE = metric("teye_collector_last_read_age_seconds", GAUGE,
                        "Seconds since the collector's last completed read.", ["collector"])
 COLLECTOR_FAILURES = metric("teye_collector_failures_total", COUNTER,
                             "Reads of the collector that failed since the agent started.", ["collector"])
+TIME_SECONDS = metric("teye_time_seconds", GAUGE, "The node's wall clock at the scrape, seconds since the Unix "
+                      "epoch (written by the HTTP server when it answers, as node_exporter's node_time_seconds; "
+                      "compare with timestamp() for a clock that is off).")
 BUILD_INFO = metric("teye_build_info", GAUGE, "Always 1; the version label says which teye runs.", ["version"])
 
 

@@ -126,7 +126,7 @@ def test_start_up_line_counts_each_state():
     line = collectors_line(cfg, s.snapshot)
     assert line == ("collectors running: cpu; absent (2, no such hardware here; not an alert): gpu (no driver); "
                     "pmu (no PMU); down (1): nfs ([Errno 5] I/O error); first read not finished: jobs; "
-                    "disabled in the configuration: nfsd")
+                    "disabled in the configuration: nfsd, systemd")
 
 
 def test_explicit_collectors_from_the_file_and_the_flags(tmp_path):
@@ -143,7 +143,8 @@ def test_explicit_collectors_from_the_file_and_the_flags(tmp_path):
 # -- defaults, one answer everywhere -----------------------------------------------------------------
 def test_defaults_agree_across_embedded_example_installer_and_daemonset():
     embedded = {n: c["enabled"] for n, c in config_mod.defaults()["collectors"].items()}
-    assert embedded["nfsd"] is False and all(v for n, v in embedded.items() if n != "nfsd")
+    off = {"nfsd", "systemd"}   # systemd: off by default, as node_exporter's (issue 49)
+    assert all(embedded[n] is False for n in off) and all(v for n, v in embedded.items() if n not in off)
     with open(os.path.join(REPO, "deploy", "teye.example.yml")) as fh:
         example = yaml.safe_load(fh)
     # the example sets no collector on explicitly (that would turn absent hardware into an alert) and

@@ -103,3 +103,13 @@ def test_limits_without_the_open_files_line_drop_the_two_fd_families(tmp_path):
     v = parse_exposition(fast)
     assert fast == slow and v[("process_cpu_seconds_total", ())] == (250 + 150) / TICKS
     assert "process_open_fds" not in fast and "process_max_fds" not in fast
+
+
+def test_the_wall_clock_is_read_at_each_scrape_not_sampled():
+    """teye_time_seconds (node_exporter's node_time_seconds, issue 49): the clock the producer is handed, at the call."""
+    from exporters.selfstats import wall_clock
+    ticks = iter([1795900000.25, 1795900015.5])
+    state = wall_clock(lambda: next(ticks))
+    (layout1, v1), (layout2, v2) = state(), state()
+    assert (v1, v2) == ([1795900000.25], [1795900015.5]) and layout1 is layout2
+    assert [spec.name for spec, _ in layout1.entries] == ["teye_time_seconds"] and layout1.per_scrape == 1

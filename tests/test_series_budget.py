@@ -33,7 +33,10 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "container", "rank", "fstype", "operstate", "duplex", "address",
                   "sysname", "release", "machine", "nodename", "domainname", "id", "id_like", "pretty_name",
                   "version_id", "version_codename", "file", "chip", "chip_name", "sensor",
-                  "zone", "controller", "csrow")
+                  "zone", "controller", "csrow",
+                  # issue 49
+                  "major", "minor", "path", "wwn", "model", "serial", "revision", "build_id", "image_id",
+                  "image_version", "variant", "variant_id", "time_zone", "clocksource", "ip", "queue", "master")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
@@ -94,19 +97,27 @@ def test_series_per_node_follow_the_documented_budget(n_jobs):
         == job_budget(n_jobs, len(input_bound))
 
     # per device or port: at most the documented series
-    per_entity = {"teye_disk_": ("device", 17), "teye_network_": ("device", 16)}
-    for prefix, (label, most) in per_entity.items():
+    # network: /proc/net/dev's 16 and netclass's 20 per interface, and 2 node-wide (interfaces vanished, unreadable)
+    per_entity = {"teye_disk_": ("device", 18, 0), "teye_network_": ("device", 16 + 20, 2)}
+    for prefix, (label, most, node_wide) in per_entity.items():
         rows = [r for r in per_prefix(series, prefix) if not r[0].startswith("teye_network_qdisc_")]
-        assert 0 < len(rows) <= most * len({lb[label] for _, lb in rows})
+        per_dev = [r for r in rows if label in r[1]]
+        assert 0 < len(per_dev) <= most * len({lb[label] for _, lb in per_dev})
+        assert len(rows) - len(per_dev) <= node_wide
+    assert len(per_prefix(series, "teye_softnet_")) <= 3 * n_cpu
+    md = per_prefix(series, "teye_md_")   # the fixture's 17 arrays
+    assert len(md) == 11 * len({lb["device"] for _, lb in md}) == 11 * 17
     qd = per_prefix(series, "teye_network_qdisc_")   # 7 per interface's root qdisc, +1 for a tbf rate
     assert sorted({lb["device"] for _, lb in qd}) == ["eth0", "ib0"] and len(qd) == 7 * 2 + 1
     ib = per_prefix(series, "teye_infiniband_")
     ports = {(lb["device"], lb["port"]) for _, lb in ib if "port" in lb}
     hcas = {lb["device"] for _, lb in ib}
     assert ports and len(ib) <= 25 * len(ports) + len(hcas)
-    assert len(per_prefix(series, "teye_memory_")) <= 48
+    assert len(per_prefix(series, "teye_memory_")) <= 57
     assert len(per_prefix(series, "teye_pressure_")) <= 24
     assert len(per_prefix(series, "teye_load")) == 5 and len(per_prefix(series, "teye_vmstat_")) <= 7
+    assert len(per_prefix(series, "teye_filefd_")) + len(per_prefix(series, "teye_entropy_")) == 4
+    assert len(per_prefix(series, "teye_timex_")) == 17 and len(per_prefix(series, "teye_time_zone_")) == 1
     mounts = {lb["mountpoint"] for _, lb in per_prefix(series, "teye_filesystem_") if "mountpoint" in lb}
     assert mounts and len(per_prefix(series, "teye_filesystem_")) <= 1 + 7 * len(mounts)
     cg = per_prefix(series, "teye_slurm_job_") + per_prefix(series, "teye_pod_") + per_prefix(series, "teye_jobs_")

@@ -37,6 +37,7 @@ FACTORIES = {
     "edac": "agent.sources.edac:from_config",
     "hwmon": "agent.sources.hwmon:from_config",
     "textfile": "agent.sources.textfile:from_config",
+    "systemd": "agent.sources.systemd:from_config",
     "jobs": "agent.sources.cgroups:from_config",
     "allocation": "agent.sources.allocation:from_config",
     "gpu": "agent.gpu.source:from_config",

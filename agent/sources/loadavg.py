@@ -1,16 +1,18 @@
 """Load average, from <procfs>/loadavg (node_exporter's ``loadavg`` collector: node_load1/5/15).
 
 The file is ``0.21 0.37 0.39 1/719 19737``: the run-queue averages over 1, 5 and 15 minutes, the
-runnable and total scheduling entities, and the last pid handed out (proc(5)).
+runnable and total scheduling entities, and the last pid handed out (proc(5)).  The same pass reads the
+kernel's file-handle table and random pool (agent/sources/kernel.py: node_exporter's ``filefd`` and ``entropy``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
 
 from ..errors import ParseError, parse_float, parse_int
 from ..metrics import GAUGE, Point, metric, point
 from ._files import read_text, under
+from .kernel import KernelTables, KernelTablesReader
 
 LOAD1 = metric("teye_load1", GAUGE, "1-minute load average: runnable plus uninterruptible tasks, exponentially "
                "averaged (/proc/loadavg; node_exporter's node_load1).")
@@ -29,6 +31,7 @@ class LoadReading:
     load15: float
     runnable: int
     tasks: int
+    tables: Optional[KernelTables] = None   # file handles and entropy, read in the same pass
 
     def points(self) -> Iterator[Point]:
         yield point(LOAD1, self.load1)
@@ -36,6 +39,8 @@ class LoadReading:
         yield point(LOAD15, self.load15)
         yield point(RUNNABLE, self.runnable)
         yield point(TASKS, self.tasks)
+        if self.tables is not None:
+            yield from self.tables.points()
 
 
 def parse_loadavg(text: str, path: str = "loadavg") -> LoadReading:
@@ -60,9 +65,10 @@ class LoadavgSource:
 
     def __init__(self, procfs: str = "/proc"):
         self.path = under(procfs, "loadavg")
+        self.tables = KernelTablesReader(procfs)
 
     def collect(self) -> LoadReading:
-        return parse_loadavg(read_text(self.path), self.path)
+        return replace(parse_loadavg(read_text(self.path), self.path), tables=self.tables.read())
 
 
 def from_config(cfg, ctx=None) -> LoadavgSource:

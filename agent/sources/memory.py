@@ -71,6 +71,16 @@ _MORE = (
     ("DirectMap4k", "direct_map_4k", "Kernel direct map in 4 KiB pages"),
     ("DirectMap2M", "direct_map_2m", "Kernel direct map in 2 MiB pages"),
     ("DirectMap1G", "direct_map_1g", "Kernel direct map in 1 GiB pages"),
+    ("KReclaimable", "kernel_reclaimable", "Kernel memory the kernel reclaims under pressure (reclaimable slab "
+                                           "and other kernel caches; 4.20+)"),
+    ("Zswap", "zswap", "Memory the zswap compressed swap cache uses (5.19+)"),
+    ("Zswapped", "zswapped", "Anonymous memory held compressed in zswap, at its uncompressed size (5.19+)"),
+    ("Balloon", "balloon", "Memory a hypervisor's balloon driver took back from this guest"),
+    ("FileHugePages", "file_huge_pages", "Page cache in transparent huge pages (5.4+)"),
+    ("FilePmdMapped", "file_pmd_mapped", "Page cache mapped into user space with huge pages (5.4+)"),
+    ("ShmemPmdMapped", "shmem_pmd_mapped", "Shared memory mapped into user space with huge pages"),
+    ("SecPageTables", "secondary_page_tables", "Secondary page tables (KVM's and IOMMU's; 6.1+)"),
+    ("VmallocChunk", "vmalloc_chunk", "Largest free block of the vmalloc address space (0 since 4.4)"),
 )
 MORE = {field: metric(f"teye_memory_{name}_bytes", GAUGE, f"{help_}, in bytes (/proc/meminfo {field}; "
                       f"node_exporter's node_memory_{field.replace('(', '_').replace(')', '')}_bytes).")

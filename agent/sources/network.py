@@ -8,13 +8,18 @@ transmit counters.  Counters wider than the column are glued to the colon
 """
 from __future__ import annotations
 
+import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Iterator, Optional, Pattern, Union
 
 from ..errors import ParseError, parse_int
+from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, Point, metric, point
 from ._files import read_text, under
+from .softnet import SoftnetReading, parse_softnet
+
+log = RateLimitedLog(logging.getLogger("teye.network"))
 
 # Column order of /proc/net/dev (8 receive, then 8 transmit).
 COLUMNS = ("rx_bytes", "rx_packets", "rx_errors", "rx_drops", "rx_fifo", "rx_frame", "rx_compressed",
@@ -83,11 +88,14 @@ class NetworkReading:
     """Per-interface counters keyed by interface name."""
 
     interfaces: Dict[str, InterfaceStats]
+    softnet: Optional[SoftnetReading] = None   # per-CPU receive work, read in the same pass
 
     def points(self) -> Iterator[Point]:
         for dev, st in self.interfaces.items():
             for col in COLUMNS:
                 yield point(_SPECS[col], getattr(st, col), dev)
+        if self.softnet is not None:
+            yield from self.softnet.points()
 
 
 def parse_net_dev(text: str, path: str = "net/dev",
@@ -131,11 +139,24 @@ class NetworkSource:
 
     def __init__(self, procfs: str = "/proc", exclude: Optional[str] = None, ctx=None):
         self.path = under(procfs, "net", "dev")
+        self.softnet_path = under(procfs, "net", "softnet_stat")
         self.exclude = re.compile(exclude) if exclude else None
         self.ctx = ctx
+        self.softnet_unreadable = 0
+
+    def _softnet(self) -> Optional[SoftnetReading]:
+        try:
+            cpus = parse_softnet(read_text(self.softnet_path, limit=1 << 20), self.softnet_path)
+        except FileNotFoundError:
+            return None
+        except (ParseError, OSError) as e:   # garbled or refused: the softnet families only
+            self.softnet_unreadable += 1
+            log.warning(self.softnet_path, "network: %s (softnet families left out)", e)
+            return SoftnetReading((), self.softnet_unreadable)
+        return SoftnetReading(cpus, self.softnet_unreadable)
 
     def collect(self) -> NetworkReading:
-        reading = parse_net_dev(read_text(self.path), self.path, self.exclude)
+        reading = replace(parse_net_dev(read_text(self.path), self.path, self.exclude), softnet=self._softnet())
         if self.ctx is not None:   # for the network cause of communication-bound jobs (AgentContext.links)
             links, now = self.ctx.links, self.ctx.clock()
             links.sampled = True

@@ -154,7 +154,7 @@ def test_the_mode_turns_off_the_covered_collectors_unless_one_is_turned_on_expli
     assert config_mod.hidden_collectors(cfg) == frozenset()
     cfg, explicit = _load(tmp_path, "host:\n  node_exporter: true\ncollectors:\n  hwmon:\n    enabled: true\n")
     off = {c for c, v in cfg["collectors"].items() if not v["enabled"]}
-    assert off == (set(COVERED) - {"hwmon"}) | {"nfsd"}
+    assert off == (set(COVERED) - {"hwmon"}) | {"nfsd", "systemd"}   # off by default in both exporters
     assert explicit == {"hwmon"}
     assert all(cfg["collectors"][c]["enabled"] for c in SAMPLED_NOT_EXPORTED + ("qdisc", "infiniband", "gpu"))
     assert config_mod.hidden_collectors(cfg) == frozenset(SAMPLED_NOT_EXPORTED)

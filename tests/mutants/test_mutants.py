@@ -17,6 +17,28 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 49: node_exporter's other default families
+    "netstat_garbled_optional_file_fails_the_pass.patch": (
+        ["tests/sources/test_node_families.py::test_a_garbled_optional_netstat_file_loses_only_its_families"]),
+    "netclass_attributes_never_read_again.patch": (
+        ["tests/sources/test_node_families.py::test_static_attributes_are_read_once_a_minute_and_at_once_when_the_link_changes"]),
+    "netclass_link_change_keeps_cached_attributes.patch": (
+        ["tests/sources/test_node_families.py::test_static_attributes_are_read_once_a_minute_and_at_once_when_the_link_changes"]),
+    "netclass_bonding_masters_read_as_an_interface.patch": (
+        ["tests/sources/test_node_families.py::test_bonding_masters_beside_the_interfaces_is_not_an_interface"]),
+    "md_raid0_without_its_members.patch": (
+        ["tests/sources/test_node_families.py::test_every_new_family_equals_node_exporters_golden_output",
+         "tests/sources/test_node_families.py::test_md_arrays_by_hand"]),
+    "md_pending_resync_in_sync.patch": (
+        ["tests/sources/test_node_families.py::test_every_new_family_equals_node_exporters_golden_output"]),
+    "softnet_cpu_from_the_line.patch": (
+        ["tests/sources/test_node_families.py::test_softnet_labels_the_kernels_cpu_number_where_it_prints_one"]),
+    "selinux_less_host_says_nothing.patch": (
+        ["tests/sources/test_node_families.py::test_an_selinux_less_host_reads_not_enabled_and_an_selinux_host_its_modes"]),
+    "timex_pps_jitter_ignores_sta_nano.patch": (
+        ["tests/sources/test_timex.py::test_loop_tick_and_pps_fields_in_node_exporters_units"]),
+    "systemd_include_searched.patch": (
+        ["tests/sources/test_systemd.py::test_include_and_exclude_are_whole_name_matches"]),
     # issue 39: a step function's compiling call is compile, between steps and in no share
     # torch.compile's compilations (torch._dynamo.callback) are compile inside the steps, on the stepping thread
     "torch_compile_is_communication.patch": (

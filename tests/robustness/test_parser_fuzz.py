@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from agent.errors import ParseError
 from agent.gpu import procinfo
 from agent.phases import protocol
-from agent.sources import cpu, disk, infiniband, memory, network, nfs, nfsd, pressure
+from agent.sources import cpu, disk, infiniband, kernel, md, memory, netclass, netstat, network, nfs, nfsd, osinfo, \
+    pressure, softnet
 from tests.conftest import PROCFS, SYSFS
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,6 +62,7 @@ def parses_or_parse_error(fn, text):
         return None
 
 
+SELINUX_CONFIG = os.path.join(os.path.dirname(os.path.dirname(PROCFS)), "selinux", "etc", "selinux", "config")
 NET_DEV = os.path.join(os.path.dirname(os.path.dirname(PROCFS)), "net_dev", "proc", "net", "dev")
 
 # parser, the fixture file it reads (mutated by the fuzzer), and what a reading must be
@@ -82,6 +84,29 @@ TEXT_PARSERS = {
     **{f"pressure/{n}": (lambda t: pressure.parse_psi(t, "pressure"), os.path.join(PROCFS, "pressure", n),
                          lambda r: all(isinstance(v, pressure.PsiLine) for v in r.values()))
        for n in ("cpu", "io", "memory", "irq")},
+    # issue 49: node_exporter's other default families
+    "net/snmp6": (lambda t: netstat.parse_snmp6(t, "snmp6"), os.path.join(PROCFS, "net", "snmp6"),
+                  lambda r: all(isinstance(v, int) and "6_" in k for k, v in r.items())),
+    "net/sockstat6": (lambda t: netstat.parse_sockstat(t, "sockstat6"), os.path.join(PROCFS, "net", "sockstat6"),
+                      lambda r: all(isinstance(v, int) for v in r.values())),
+    "net/stat/nf_conntrack": (lambda t: netstat.parse_conntrack_stat(t, "nf_conntrack"),
+                              os.path.join(PROCFS, "net", "stat", "nf_conntrack"),
+                              lambda r: all(isinstance(v, int) and v >= 0 for v in r.values())),
+    "net/udp": (lambda t: netstat.parse_udp_queues(t, "udp"), os.path.join(PROCFS, "net", "udp"),
+                lambda r: len(r) == 2 and all(isinstance(v, int) and v >= 0 for v in r)),
+    "net/softnet_stat": (lambda t: softnet.parse_softnet(t, "softnet_stat"), os.path.join(PROCFS, "net", "softnet_stat"),
+                         lambda r: len({c for c, *_ in r}) == len(r) and all(min(v) >= 0 for _, *v in r)),
+    "net/arp": (lambda t: netclass.parse_arp(t, "arp"), os.path.join(PROCFS, "net", "arp"),
+                lambda r: all(isinstance(v, int) and v > 0 for v in r.values())),
+    "mdstat": (lambda t: md.parse_mdstat(t, "mdstat"), os.path.join(PROCFS, "mdstat"),
+               lambda r: all(isinstance(a, md.MdArray) and a.state in md.STATES and 0 <= a.active <= a.required
+                             and min(a.failed, a.spare, a.blocks, a.synced) >= 0 for a in r)),
+    "sys/fs/file-nr": (lambda t: kernel.parse_file_nr(t, "file-nr"), os.path.join(PROCFS, "sys", "fs", "file-nr"),
+                       lambda r: len(r) == 2 and min(r) >= 0),
+    "sys/kernel/random/entropy_avail": (lambda t: kernel.parse_bits(t, "entropy_avail"),
+                                        os.path.join(PROCFS, "sys", "kernel", "random", "entropy_avail"),
+                                        lambda r: isinstance(r, int) and r >= 0),
+    "etc/selinux/config": (lambda t: osinfo.parse_selinux_config(t, "config"), SELINUX_CONFIG, lambda r: r in (None, -1, 0, 1)),
 }
 
 

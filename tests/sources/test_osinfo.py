@@ -25,6 +25,23 @@ def _labels(src, name):
     return rows[0] if rows else None
 
 
+def _values(src, name):
+    s = Sampler({"os": (src, 60.0)})
+    assert s.read_once("os").up
+    out = parse_exposition(generate_latest(make_registry(lambda: s.snapshot)).decode())
+    return {tuple(v for _, v in sorted(l, key=lambda kv: ("id", "id_like", "name").index(kv[0]))): val
+            for (n, l), val in out.items() if n == name}
+
+
+def test_os_version_equals_node_exporters_golden_output(node_exporter_golden):
+    """node_exporter's fixture os-release (Ubuntu 20.04) and its golden node_os_version."""
+    from tests.conftest import NODE_EXPORTER
+    gold = {tuple(v for _, v in sorted(l, key=lambda kv: ("id", "id_like", "name").index(kv[0]))): val
+            for (n, l), val in node_exporter_golden.items() if n == "node_os_version"}
+    assert _values(OsInfoSource("/proc", rootfs=NODE_EXPORTER), "teye_os_version") == gold == \
+        {("ubuntu", "debian", "Ubuntu"): 20.04}
+
+
 def test_uname_equals_coreutils():
     got = _labels(OsInfoSource("/proc"), "teye_uname_info")
     u = lambda flag: subprocess.run(["uname", flag], capture_output=True, text=True, check=True).stdout.strip()  # noqa
@@ -52,8 +69,11 @@ def test_quoting_comments_and_the_usr_lib_fallback(tmp_path):
     got = _labels(src, "teye_os_info")
     assert got == {"id": "rocky", "id_like": "rhel centos fedora", "name": "Rocky Linux",
                    "pretty_name": 'Rocky \\"Blue\\" Onyx',  # as the exposition escapes it
-                   "version": "", "version_id": "9.4", "version_codename": ""}
+                   "version": "", "version_id": "9.4", "version_codename": "",
+                   # node_exporter 1.5's other os-release labels, empty where the file has none
+                   "build_id": "", "image_id": "", "image_version": "", "variant": "", "variant_id": ""}
     assert src.collect().release["PRETTY_NAME"] == 'Rocky "Blue" Onyx'
+    assert _values(src, "teye_os_version") == {("rocky", "rhel centos fedora", "Rocky Linux"): 9.4}
 
 
 
