@@ -178,10 +178,15 @@ def pick_run(earlier: List[dict], which: str, step: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- Prometheus side
+def _quoted(name: str) -> str:
+    """A label value as a PromQL string literal."""
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 def _series_points(prom, name: str, a: float, b: float, step: float) -> Dict[Tuple[str, str], Dict[float, float]]:
     """The run's counters on the report's grid, summed over nodes: (metric, phase) -> {t: value}; the world
     size gauge as the largest value seen and the processes as their sum over nodes, per time."""
-    sel = '{__name__=~"' + "|".join(_SERIES) + '",train_job="' + name.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+    sel = '{__name__=~"' + "|".join(_SERIES) + '",train_job=' + _quoted(name) + '}'
     lo = a - step
     out: Dict[Tuple[str, str], Dict[float, float]] = defaultdict(dict)
     for m, pts in prom.query_range(sel, lo, b, step):
@@ -194,6 +199,14 @@ def _series_points(prom, name: str, a: float, b: float, step: float) -> Dict[Tup
             else:
                 d[t] = d.get(t, 0.0) + v
     return dict(out)
+
+
+def _still_running(prom, name: str, at: float) -> bool:
+    """Whether the job's agent said a process of its run still ran at ``at`` (teye_job_running, its newest sample
+    then): the report's grid says so only when the counters moved at its last point, which a run between two
+    scrapes at the time of the call misses."""
+    sel = 'teye_job_running{train_job=' + _quoted(name) + '}'
+    return any(v == 1 for _, _, v in prom.query(f"max({sel})", at=at))
 
 
 def world_size(points, a: float, b: float) -> Optional[int]:
@@ -246,6 +259,8 @@ def compare(prom, req, name: str, which: str, latest_doc: dict) -> dict:
         conds.append({"code": EXIT_WORLD_SIZE, "kind": "world_size_differs",
                       "message": f"the runs had different world sizes ({w_p} then {w_l}): samples/s is compared "
                                  f"per rank; step time and shares as they are"})
+    if last_job["state"] != "running" and _still_running(prom, name, latest_doc["until"]):
+        last_job = {**last_job, "state": "running"}
     if last_job["state"] == "running":
         conds.append({"code": EXIT_RUNNING, "kind": "running",
                       "message": f"the latest run is still running: compared so far (to {last_job['end_time']})"})
