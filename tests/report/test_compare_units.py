@@ -60,6 +60,11 @@ def test_intervals_are_each_scrape_intervals_own_figures():
 def test_an_interval_where_a_counter_fell_is_left_out():
     pts = _pts(count=[0, 10, 20, 5, 15], sum=[0, 1.0, 2.0, 0.5, 1.5])   # an agent restart between 2 and 3
     assert C.intervals(pts, 0.0, 4.0)["step_seconds"] == pytest.approx([0.1, 0.1, 0.1])
+    # a restart the step counters hide (they passed their old values by the next scrape: 20 -> 25 steps, 2.0 ->
+    # 5.0 s, "0.6 s a step"), which the data_wait counter shows by falling (1.0 -> 0.4): the interval is out
+    pts = _pts(count=[0, 10, 20, 25, 35], sum=[0, 1.0, 2.0, 5.0, 6.0], dw=[0, 0.5, 1.0, 0.4, 0.9],
+               cp=[0, 0.5, 1.0, 2.5, 3.0])
+    assert C.intervals(pts, 0.0, 4.0)["step_seconds"] == pytest.approx([0.1, 0.1, 0.1])
 
 
 def _job(step, sps, dw, cp, verdict="input", busy=None, state="finished"):
