@@ -223,7 +223,8 @@ def _run_info(job: dict, world: Optional[int], n_iv: int) -> dict:
     det = (job.get("train_job_details") or [{}])[0]
     starts = [v for v in (det.get("run_start") or {}).values() if v is not None]
     return {"start": job["start"], "end": job["end"], "start_time": job["start_time"], "end_time": job["end_time"],
-            "run_start": min(starts) if starts else None, "state": job["state"], "steps": job.get("steps"),
+            "run_start": min(starts) if starts else None, "state": job["state"],
+            "steps": None if job.get("steps") is None else int(round(job["steps"])),
             "world_size": world, "scrape_intervals": n_iv, "input_bound_ratio": job.get("input_bound_ratio"),
             "exit_status": job["exit_status"], "conditions": job["conditions"]}
 
@@ -297,6 +298,8 @@ def _change(key: str, f: dict) -> str:
         return "changed" if f["changed"] else "same"
     if f["change"] is None:
         return "n/a"
+    if f["change"] == 0:
+        return "no change"
     if key.startswith("share.") or key == "gpu_idle_ratio":
         txt = f"{100 * f['change']:+.1f} points"
     elif f["relative_change"] is not None:
