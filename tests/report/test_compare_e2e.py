@@ -144,3 +144,55 @@ def test_compare_two_runs_of_one_job_against_their_own_clocks(tmp_path):
             prom.stop()
         agent.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------- runs of different world sizes
+def _world_history(T0: int) -> str:
+    """A job run twice on one node, a 1 s scrape written with promtool: 2 ranks, then 4, each rank 640
+    samples/s (64 then 128 samples a 50 ms step), data_wait 30 % of each step."""
+    lines = []
+    tj = 'instance="cmpw-a:9400",job="teye",train_job="cmp-world"'
+    runs = [(10.0, 2, 64, 11), (30.0, 4, 128, 200)]     # start (s after T0), world size, samples a step, pid
+    for t in range(0, 51):
+        lines.append(f'up{{instance="cmpw-a:9400",job="teye"}} 1 {T0 + t}')
+        now = [r for r in runs if r[0] <= t]
+        if not now:
+            continue
+        start, world, per, pid = now[-1]
+        n = min(200, int((t - start) / 0.05 + 1e-9))     # 10 s of steps
+        ts = T0 + t
+        for row in (f'teye_job_info{{{tj},user="alice",uid="1000",pid="{pid}",source="client"}} 1',
+                    f"teye_job_start_time_seconds{{{tj}}} {T0 + start:.3f}", f"teye_job_processes{{{tj}}} 1",
+                    f"teye_job_world_size{{{tj}}} {world}", f"teye_job_steps_total{{{tj}}} {n}",
+                    f"teye_job_samples_total{{{tj}}} {n * per}", f"teye_job_step_seconds_sum{{{tj}}} {n * 0.05:.6f}",
+                    f"teye_job_step_seconds_count{{{tj}}} {n}",
+                    f'teye_job_phase_seconds_total{{{tj},phase="data_wait"}} {n * 0.015:.6f}',
+                    f'teye_job_phase_seconds_total{{{tj},phase="compute"}} {n * 0.035:.6f}'):
+            lines.append(f"{row} {ts}")
+    lines.sort(key=lambda x: (x.rsplit(" ", 2)[0].split("{")[0], x.rsplit(" ", 2)[0], float(x.rsplit(" ", 1)[1])))
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+def test_runs_of_different_world_sizes_are_compared_per_rank(tmp_path):
+    if not prometheus_binary() or not shutil.which("promtool"):
+        pytest.skip("prometheus not installed (./dev.sh test installs it)")
+    from tests.report.test_runs_e2e import T0, _prometheus
+    prom = _prometheus(str(tmp_path / "world"), _world_history(T0))
+    try:
+        rc, doc, err = compare(prom, "--train-job", "cmp-world", "--compare")
+        assert rc == 13, err
+        assert [c["kind"] for c in doc["conditions"]] == ["world_size_differs"]
+        assert len(err.strip().splitlines()) == 1 and "different world sizes (2 then 4)" in err
+        assert doc["previous"]["world_size"] == 2 and doc["latest"]["world_size"] == 4
+        f = doc["figures"]
+        assert "samples_per_second" not in f
+        # 64 samples a 50 ms step over 2 ranks, 128 over 4: 640 samples/s a rank both times, nothing changed
+        assert f["samples_per_second_per_rank"]["previous"] == pytest.approx(640.0)
+        assert f["samples_per_second_per_rank"]["latest"] == pytest.approx(640.0)
+        assert f["samples_per_second_per_rank"]["beyond_noise"] is False
+        assert f["step_seconds_mean"]["change"] == pytest.approx(0.0, abs=1e-9)
+        assert f["share.data_wait"]["latest"] == pytest.approx(0.3)
+        rc, out, err = compare(prom, "--train-job", "cmp-world", "--compare", fmt="text")
+        assert rc == 13 and "Samples/s per rank" in out
+    finally:
+        prom.stop()
