@@ -78,7 +78,8 @@ def test_figures_shares_and_world_sizes():
           "share.data_wait": [0.5, 0.5, 0.5], "share.compute": [0.5, 0.5, 0.5]}
     a, b = _job(0.04, 800.0, 6.0, 6.0), _job(0.022, 1600.0, 1.0, 9.0, verdict="compute", busy=0.75)
     f = C.figures(a, b, iv, iv, 1, 1)
-    assert f["share.data_wait"]["previous"] == pytest.approx(0.5) and f["share.data_wait"]["latest"] == pytest.approx(0.1)
+    assert f["share.data_wait"]["previous"] == pytest.approx(0.5)
+    assert f["share.data_wait"]["latest"] == pytest.approx(0.1)
     assert f["share.data_wait"]["beyond_noise"] is True          # spread 0: any change counts
     assert f["verdict"] == {"previous": "input", "latest": "compute", "changed": True}
     assert f["gpu_idle_ratio"]["previous"] is None and f["gpu_idle_ratio"]["latest"] == pytest.approx(0.25)
