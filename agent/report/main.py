@@ -78,6 +78,11 @@ def run(args, cfg) -> int:
         print("teye report: name the jobs: --slurm-job ID, --train-job NAME or --user NAME --since T",
               file=sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "compare", None) is not None and (len(args.train_job or []) != 1 or args.slurm_job or args.user
+                                                       or args.format not in ("text", "json")):
+        print("teye report: --compare takes one --train-job NAME (no --slurm-job, --user) and --format text or json",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.user and not args.since and not (args.slurm_job or args.train_job):
         print("teye report: --user needs --since (and optionally --until)", file=sys.stderr)
         return EXIT_USAGE
@@ -111,6 +116,9 @@ def run(args, cfg) -> int:
         http = HttpConfig.load(args.http_config_file or rcfg.get("http_config_file"))
         prom = Prometheus(url, http, timeout=timeout, deadline=deadline, max_answer_bytes=int(cap))
         doc = build(prom, req)
+        if getattr(args, "compare", None) is not None:     # docs/report.md "Comparing runs"
+            from . import compare
+            return compare.run(args, prom, req, doc)
     except PrometheusError as e:
         print(f"teye report: {e}", file=sys.stderr)
         return e.exit_status
@@ -145,6 +153,9 @@ def add_parser(sub) -> None:
     r.add_argument("--format", choices=["text", "json", "markdown", "summary"], default="text",
                    help="text with bars (default), json (stable keys), markdown, or summary (the epilog's "
                    "AdminComment)")
+    r.add_argument("--compare", nargs="?", const="previous", metavar="RUN",
+                   help="with one --train-job: its latest run beside an earlier one (previous; N runs back; or a "
+                   "time inside it), each change judged against the runs' spread (docs/report.md)")
     r.add_argument("--max-bytes", type=int, default=1024, metavar="N",
                    help="--format summary: at most N bytes (default 1024; the epilog's AdminComment bound)")
     r.add_argument("--cpus", type=int, metavar="N", help="cores allocated to the job (for CPU efficiency)")

@@ -258,6 +258,13 @@ MUTANTS = {
     "qdisc_children_exported.patch": ["tests/sources/test_qdisc.py::test_a_replayed_dump_with_known_values"],
     "tf_exchange_taken_as_observed.patch": (
         ["tests/phases/test_ranks.py::test_tensorflow_ranks_have_no_scaling_efficiency_and_the_exchange_not_observed"]),
+    # issue 46: --compare, did the fix help: the noise rule, world sizes per rank, intervals across a restart
+    "compare_noise_ignored.patch": (
+        ["tests/report/test_compare_units.py::test_a_change_beyond_noise_counts_and_one_inside_it_does_not"]),
+    "compare_world_size_ignored.patch": (
+        ["tests/report/test_compare_units.py::test_figures_shares_and_world_sizes"]),
+    "compare_interval_reset_counted.patch": (
+        ["tests/report/test_compare_units.py::test_an_interval_where_a_counter_fell_is_left_out"]),
     # issue 38: teye profile's timeline readable at any step rate, device idle from GPU samples only
     "profile_fast_steps_not_banded.patch": (
         ["tests/phases/test_profile_timeline.py::test_fast_steps_read_as_steady_bands_not_a_block_of_ticks"]),
