@@ -138,6 +138,7 @@ class Sampler:
                       failures=prev.failures + (0 if absent else 1), absent=absent)
 
     def _loop(self, name: str, interval_s: float) -> None:
+        _name_thread(f"teye-{name}")
         # a source may pace itself between reads (the GPU source: faster while phase intervals wait for its
         # samples, never slower than its driver ring allows); otherwise its configured interval
         pace = getattr(self._sources[name][0], "next_interval_s", None)
@@ -172,6 +173,16 @@ class Sampler:
                     close()
                 except EXPECTED_ERRORS as e:
                     log.warning("closing %s: %s", src, e)
+
+
+def _name_thread(name: str) -> None:
+    """The OS thread's name (top -H, /proc/<pid>/task/*/comm: benchmarks/footprint.py counts CPU and wakeups by
+    it); Python's thread names stay inside Python.  Linux's limit is 15 bytes."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+            fh.write(name[:15])
+    except OSError:
+        pass
 
 
 def _describe(e: BaseException) -> str:
