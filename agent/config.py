@@ -97,7 +97,7 @@ COLLECTORS = {
     "memory": (5.0, "memory (/proc/meminfo)"),
     "disk": (5.0, "block devices (/proc/diskstats)"),
     "network": (5.0, "network interfaces (/proc/net/dev)"),
-    "netstat": (5.0, "protocol counters, socket use and connection tracking (/proc/net/{snmp,netstat,sockstat}, "
+    "netstat": (15.0, "protocol counters, socket use and connection tracking (/proc/net/{snmp,netstat,sockstat}, "
                       "nf_conntrack)"),
     "netclass": (15.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
     "qdisc": (5.0, "root queueing discipline of each interface: bytes, drops, overlimits, a shaper's rate (rtnetlink)"),
