@@ -110,8 +110,11 @@ def test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up(monkeypatc
         assert not s.snapshot.is_up("stuck", time.monotonic_ns(), 0.5)
         release.set()
         time.sleep(0.5)
+        # the thread that was stuck returned and left: one sampler again, not two reading the same schedule
+        samplers = [t for t in threading.enumerate() if t.name == "teye-sampler" and t.is_alive()]
     finally:
         s.stop()
+    assert len(samplers) == 1, samplers
     # others were read on after the watchdog's hand-over (HANG_S + at most one watchdog period ~ 0.6 s)
     assert during >= 5, during
     assert stuck.max_in_read == 1                       # never a second read while the first hangs
