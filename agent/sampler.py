@@ -4,9 +4,9 @@ One thread (``teye-sampler``) reads every source at its own interval: sources wh
 (every 5 s collector starts on the same tick) are read back to back in one wake-up.  Waking is what an idle
 agent spends most on (docs/operations.md, "Agent footprint": a thread per collector woke 23 threads and
 handed the GIL round on every tick), so the schedule coalesces timers.  A source that hangs (a stuck NFS
-mount, a lost GPU) still delays nobody else for long: a watchdog (``teye-watchdog``, one wake-up every
-HANG_S) sees the sampler stuck in one read for more than HANG_S, leaves that read to its thread and starts a
-new sampler thread that reads everyone else; the stuck source is not read again until its read returns (one
+mount, a lost GPU) still delays nobody else for long: a watchdog (``teye-watchdog``, woken by the first read
+of a tick) sees the sampler stuck in one read for more than HANG_S (or the shortest interval), leaves that
+read to its thread and starts a new sampler thread that reads everyone else; the stuck source is not read again until its read returns (one
 call in flight per source), and is reported down by the exporters meanwhile (``is_up``).  After every read
 the sampler publishes a new immutable :class:`Snapshot` by swapping one reference; readers (exporters,
 ``teye profile``) just read ``sampler.snapshot``, lock-free.
@@ -29,8 +29,9 @@ log = logging.getLogger("teye.sampler")
 # What a failing read may raise, translated into "collector down".  Anything else is
 # a bug: it is logged with its traceback (rate-limited) and the collector is down too.
 EXPECTED_ERRORS = (OSError, ParseError, SourceUnavailable)
-# a read in progress longer than this hands the schedule to a new sampler thread
-HANG_S = 5.0
+# a read in progress longer than this (or than the shortest interval, if shorter) hands the schedule to a new
+# sampler thread
+HANG_S = 1.0
 # a collector whose hardware is absent (no GPU, no PMU, no InfiniBand) is probed again this often, not every interval
 ABSENT_REPROBE_S = 60.0
 
@@ -178,6 +179,8 @@ class Sampler:
                     if self._due and self._due[0][0] <= now:
                         deadline, order, name = heapq.heappop(self._due)
                         self._busy = (name, time.monotonic())
+                        if self._watch_idle:        # the first read of a tick: the watchdog starts watching
+                            self._wcv.notify()
                         break
                     wait = (self._due[0][0] - now) / 1e9 if self._due else None
                     cv.wait(wait)
@@ -191,27 +194,40 @@ class Sampler:
                     cv.notify_all()     # a replacement sampler may be sleeping past this source's new slot
 
     def _watch(self) -> None:
-        """Wakes every HANG_S: a read in progress for longer than that gets the schedule a new thread."""
+        """Sleeps while the sampler sleeps; woken by the first read of a tick, it waits until that read (or the
+        one in progress then) has run for hang_s: one still in progress gets the schedule a new thread.  Two
+        wake-ups a tick, none between ticks."""
         _name_thread("teye-watchdog")
-        while not self._stop.wait(HANG_S):
-            with self._cv:
+        with self._lock:
+            while not self._stop.is_set():
                 busy = self._busy
-                if busy is None or time.monotonic() - busy[1] < HANG_S:
+                if busy is None:
+                    self._watch_idle = True
+                    self._wcv.wait()
+                    self._watch_idle = False
+                    continue
+                left = busy[1] + self.hang_s - time.monotonic()
+                if left > 0:
+                    self._wcv.wait(left)
                     continue
                 self._gen += 1
                 self._busy = None
                 t = threading.Thread(target=self._run, args=(self._gen,), name="teye-sampler", daemon=True)
                 self._threads.append(t)
-            self._rlog.warning(f"{busy[0]}:hang", "collector %s has been reading for more than %g s: the other "
-                               "collectors go on in a new sampler thread; %s is read again once that read "
-                               "returns", busy[0], HANG_S, busy[0])
-            t.start()
+                t.start()
+                log.info("collector %s has been reading for more than %g s: the other collectors go on in a new "
+                         "sampler thread; %s is read again once that read returns", busy[0], self.hang_s, busy[0])
 
     def start(self) -> None:
         now = self._clock()
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)      # the sampler threads wait on it for the next slot
+        self._wcv = threading.Condition(self._lock)     # the watchdog waits on it
+        self._watch_idle = False
         self._gen = 0
         self._busy: Optional[Tuple[str, float]] = None
+        # a read longer than the shortest interval delays another source's slot: hand over then (at most HANG_S)
+        self.hang_s = min([HANG_S] + [iv for _, iv in self._sources.values()])
         # every source due now: those of one interval then share every later slot
         self._due = [(now, i, name) for i, name in enumerate(self._sources)]
         heapq.heapify(self._due)
@@ -227,6 +243,7 @@ class Sampler:
         if cv is not None:
             with cv:
                 cv.notify_all()
+                self._wcv.notify_all()
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
