@@ -190,10 +190,6 @@ class PhasesReading:
             yield point(SHED, j.shed, name)
 
 
-# the phases collector's interval while no training job reports (an idle node: one wake-up less a second)
-IDLE_INTERVAL_S = 5.0
-
-
 class PhaseSource:
     name = "phases"
 
@@ -214,7 +210,6 @@ class PhaseSource:
         sock, path, ident = open_socket(configured)
         self.path = path
         self.rebinds = 0
-        self._busy = False
         self.receiver = self._receiver(sock, ident)
         if self.probe is not None:
             self.probe.start()
@@ -240,11 +235,6 @@ class PhaseSource:
         log.warning("phase socket %s bound again", self.path)
         return "bound it again"
 
-    def next_interval_s(self, configured: float) -> float:
-        """The configured interval (1 s) while jobs are in the table; every IDLE_INTERVAL_S while none is: the
-        receiver takes a new job's first messages at once, and its series appear within that."""
-        return configured if self._busy else max(configured, IDLE_INTERVAL_S)
-
     def collect(self, force: bool = False) -> PhasesReading:
         why = self.receiver.socket_state()
         if why is not None:   # this pass says so (teye_collector_up 0); the next one reads the new socket
@@ -252,7 +242,6 @@ class PhaseSource:
         now = self.ctx.clock()
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)
-        self._busy = bool(views) or bool(pending)
         return PhasesReading(views, results, attributed, pending, self.path)
 
     def close(self) -> None:
