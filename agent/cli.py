@@ -24,7 +24,11 @@ def _common_source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sysfs", "--path.sysfs", dest="sysfs", metavar="PATH", help="root of /sys (default /sys)")
     p.add_argument("--udev-data", "--path.udev.data", dest="udev_data", metavar="PATH",
                    help="udev's device database (default /run/udev/data)")
-    p.add_argument("--cgroupfs", metavar="PATH", help="root of the cgroup tree (default /sys/fs/cgroup)")
+    p.add_argument("--rootfs", "--path.rootfs", dest="rootfs", metavar="PATH",
+                   help="where the host's / is mounted, for the filesystem and os collectors (default /; "
+                        "/host/root in the image)")
+    p.add_argument("--cgroupfs", metavar="PATH", help="root of the cgroup tree (default /sys/fs/cgroup; "
+                                                       "/host/sys/fs/cgroup in the image)")
     p.add_argument("--log-level", "--log.level", dest="log_level", choices=["debug", "info", "warning", "error"],
                    help="log level (default info)")
 
@@ -41,8 +45,8 @@ def _collector_flags(p: argparse.ArgumentParser) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     """CLI flags as a nested config dict (only flags that were given)."""
     o: dict = {}
-    for flag, key in (("listen", "listen"), ("procfs", "procfs"), ("sysfs", "sysfs"), ("cgroupfs", "cgroupfs"),
-                      ("udev_data", "udev_data"), ("log_level", "log_level")):
+    for flag, key in (("listen", "listen"), ("procfs", "procfs"), ("sysfs", "sysfs"), ("rootfs", "rootfs"),
+                      ("cgroupfs", "cgroupfs"), ("udev_data", "udev_data"), ("log_level", "log_level")):
         v = getattr(args, flag, None)
         if v is not None:
             o[key] = v

@@ -97,23 +97,23 @@ COLLECTORS = {
     "memory": (5.0, "memory (/proc/meminfo)"),
     "disk": (5.0, "block devices and md arrays (/proc/diskstats, /proc/mdstat, udev's device properties)"),
     "network": (5.0, "network interfaces (/proc/net/dev)"),
-    "netstat": (5.0, "protocol counters, socket use, connection tracking and UDP queues (/proc/net/{snmp,snmp6,"
+    "netstat": (15.0, "protocol counters, socket use, connection tracking and UDP queues (/proc/net/{snmp,snmp6,"
                       "netstat,sockstat,sockstat6,udp,udp6,stat/nf_conntrack}, nf_conntrack)"),
-    "netclass": (5.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
+    "netclass": (15.0, "network link state: up, carrier, speed, MTU, carrier changes (/sys/class/net)"),
     "qdisc": (5.0, "root queueing discipline of each interface: bytes, drops, overlimits, a shaper's rate (rtnetlink)"),
     "infiniband": (5.0, "InfiniBand ports (/sys/class/infiniband)"),
     "nfs": (5.0, "NFS client (/proc/self/mountstats, /proc/net/rpc/nfs)"),
     "nfsd": (5.0, "NFS server (/proc/net/rpc/nfsd)"),
     "pressure": (5.0, "pressure stall information (/proc/pressure)"),
-    "loadavg": (5.0, "load average, file handles and entropy (/proc/loadavg, /proc/sys/fs/file-nr, "
-                   "/proc/sys/kernel/random)"),
-    "filesystem": (5.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
+    "loadavg": (15.0, "load average, file handles and entropy (/proc/loadavg, /proc/sys/fs/file-nr, "
+                    "/proc/sys/kernel/random)"),
+    "filesystem": (15.0, "mounted filesystems: size, free, available, inodes, read-only (statvfs of <procfs>/1/mountinfo)"),
     "textfile": (15.0, "metrics sites' scripts write to textfile.directory (*.prom, node_exporter's format)"),
     "hwmon": (15.0, "host sensors: hwmon chips (temperatures, fans, power, voltages) and thermal zones (/sys/class)"),
     "edac": (15.0, "host memory ECC errors (EDAC: /sys/devices/system/edac/mc)"),
     "os": (60.0, "kernel and distribution: uname(2), os-release and SELinux state"),
     "timex": (15.0, "clock synchronisation: NTP sync status, offset and error (adjtimex(2), read-only)"),
-    "vmstat": (5.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
+    "vmstat": (15.0, "virtual-memory events: OOM kills, page faults, paging and swapping (/proc/vmstat)"),
     "allocation": (5.0, "GPU allocation to Slurm jobs (prolog mapping directory) and Kubernetes pods (kubelet "
                         "pod-resources)"),
     "jobs": (5.0, "per-job CPU, memory, I/O and pressure from the Slurm job and Kubernetes pod cgroups "

@@ -149,8 +149,9 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
              server.scheme, config_mod.join_hostport(h, p), server.max_connections,
              collectors_line(cfg, sampler.snapshot))
     try:
-        while not stop.wait(2.0):  # a signal handler sets stop, which wakes this at once
-            pass
+        # a signal handler sets stop, which wakes this at once (a lock's wait is interrupted by signals on POSIX
+        # since Python 3.2): no timeout, so an idle agent's main thread never wakes (it woke every 2 s)
+        stop.wait()
     finally:
         server.stop()
         sampler.stop()

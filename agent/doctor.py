@@ -264,6 +264,25 @@ def collector_lines(cfg, explicit=()) -> List[str]:
          f"on this node) have teye_collector_absent 1 and do not fire TeyeCollectorFailing"]
 
 
+def rootfs_line(rootfs: str, procfs: str) -> str:
+    """Whether --path.rootfs shows the host's root filesystem (filesystem and os collectors)."""
+    from .sources.filesystem import ROOTFS_EMPTY, ROOTFS_MISSING, FilesystemSource
+    src = FilesystemSource(procfs, rootfs)
+    state = src.rootfs_state()
+    fix = ("not the host: mount the host's / there read-only (podman -v /:/host/root:ro,rslave; the DaemonSet's "
+           "hostPath / at /host/root) or drop --path.rootfs; no filesystem is exported until then")
+    if state == ROOTFS_MISSING:
+        return f"host root: {rootfs} does not exist: {fix}"
+    if state == ROOTFS_EMPTY:
+        return f"host root: {rootfs} is an empty directory: {fix}"
+    if src._prefix:
+        osr = "os-release found" if any(os.path.isfile(p) for p in (os.path.join(rootfs, "etc/os-release"),
+                                                                     os.path.join(rootfs, "usr/lib/os-release"))) \
+            else "no os-release there"
+        return f"host root: {rootfs} (--path.rootfs): mount points statted there, {osr}"
+    return "host root: / (the agent's own root: pass --path.rootfs where the host's / is mounted elsewhere)"
+
+
 def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/dev",
            euid: Optional[int] = None, collectors: bool = False, explicit=()) -> List[str]:
     euid = os.geteuid() if euid is None else euid
@@ -272,6 +291,7 @@ def report(cfg, loader: Callable[[], object] = load_pynvml, dev_root: str = "/de
     lines.append(nfs_line(cfg["procfs"]))
     lines.append(perf_line(cfg["procfs"], euid))
     lines.append(device_line(dev_root))
+    lines.append(rootfs_line(cfg["rootfs"], cfg["procfs"]))
     lines.extend(pmu_lines(cfg["sysfs"], cfg["procfs"]))
     from .sources.cgroups import doctor_lines as job_cgroup_lines
     lines.extend(job_cgroup_lines(cfg["cgroupfs"], cfg["jobs"]["pod_log_dir"], cfg["jobs"]["max_jobs"],

@@ -1,12 +1,19 @@
 """The sampler owns the clock and the schedule.
 
-Each source runs in its own thread at its own interval, so a source that hangs
-(a stuck NFS mount, a lost GPU) delays nobody else.  After every read the sampler
-publishes a new immutable :class:`Snapshot` by swapping one reference; readers
-(exporters, ``teye profile``) just read ``sampler.snapshot``, lock-free.
+One thread (``teye-sampler``) reads every source at its own interval: sources whose reads fall due together
+(every 5 s collector starts on the same tick) are read back to back in one wake-up.  Waking is what an idle
+agent spends most on (docs/operations.md, "Agent footprint": a thread per collector woke 23 threads and
+handed the GIL round on every tick), so the schedule coalesces timers.  A source that hangs (a stuck NFS
+mount, a lost GPU) still delays nobody else for long: a watchdog (``teye-watchdog``, woken by the first read
+of a tick) sees the sampler stuck in one read for more than HANG_S (or the shortest interval), leaves that
+read to its thread and starts a new sampler thread that reads everyone else; the stuck source is not read again until its read returns (one
+call in flight per source), and is reported down by the exporters meanwhile (``is_up``).  After every read
+the sampler publishes a new immutable :class:`Snapshot` by swapping one reference; readers (exporters,
+``teye profile``) just read ``sampler.snapshot``, lock-free.
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -22,6 +29,11 @@ log = logging.getLogger("teye.sampler")
 # What a failing read may raise, translated into "collector down".  Anything else is
 # a bug: it is logged with its traceback (rate-limited) and the collector is down too.
 EXPECTED_ERRORS = (OSError, ParseError, SourceUnavailable)
+# a read in progress longer than this (or than the shortest interval, if shorter) hands the schedule to a new
+# sampler thread
+HANG_S = 1.0
+# a collector whose hardware is absent (no GPU, no PMU, no InfiniBand) is probed again this often, not every interval
+ABSENT_REPROBE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -137,31 +149,101 @@ class Sampler:
                       updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1,
                       failures=prev.failures + (0 if absent else 1), absent=absent)
 
-    def _loop(self, name: str, interval_s: float) -> None:
-        # a source may pace itself between reads (the GPU source: faster while phase intervals wait for its
-        # samples, never slower than its driver ring allows); otherwise its configured interval
-        pace = getattr(self._sources[name][0], "next_interval_s", None)
-        interval_ns = int(interval_s * 1e9)
-        deadline = self._clock()
-        while not self._stop.is_set():
-            self.read_once(name)
-            if pace is not None:
-                interval_ns = max(1_000_000, int(pace(interval_s) * 1e9))
-            deadline += interval_ns
-            now = self._clock()
-            if deadline < now:  # we fell behind (slow read): skip missed slots, keep the phase
-                deadline += ((now - deadline) // interval_ns + 1) * interval_ns
-            self._stop.wait((deadline - now) / 1e9)
+    def _next_deadline(self, name: str, deadline: int) -> int:
+        """The next slot after a read whose slot was ``deadline``: a source may pace itself between reads (the
+        GPU source: faster while phase intervals wait for its samples, never slower than its driver ring
+        allows), otherwise its configured interval; slots missed by a slow read are skipped, the phase kept
+        (so sources of one interval stay on one tick)."""
+        src, interval_s = self._sources[name]
+        pace = getattr(src, "next_interval_s", None)
+        if self.snapshot.sources[name].absent:
+            interval_s = max(interval_s, ABSENT_REPROBE_S)
+            pace = None
+        interval_ns = max(1_000_000, int((pace(interval_s) if pace is not None else interval_s) * 1e9))
+        deadline += interval_ns
+        now = self._clock()
+        if deadline < now:
+            deadline += ((now - deadline) // interval_ns + 1) * interval_ns
+        return deadline
+
+    def _run(self, gen: int) -> None:
+        """The sampler thread: read whatever is due, in slot order, then sleep until the next slot."""
+        _name_thread("teye-sampler")
+        cv = self._cv
+        while True:
+            with cv:
+                while True:
+                    if self._stop.is_set() or gen != self._gen:
+                        return
+                    now = self._clock()
+                    if self._due and self._due[0][0] <= now:
+                        deadline, order, name = heapq.heappop(self._due)
+                        self._busy = (name, time.monotonic())
+                        if self._watch_idle:        # the first read of a tick: the watchdog starts watching
+                            self._wcv.notify()
+                        break
+                    wait = (self._due[0][0] - now) / 1e9 if self._due else None
+                    cv.wait(wait)
+            try:
+                self.read_once(name)
+            finally:
+                with cv:
+                    if gen == self._gen:
+                        self._busy = None
+                    heapq.heappush(self._due, (self._next_deadline(name, deadline), order, name))
+                    cv.notify_all()     # a replacement sampler may be sleeping past this source's new slot
+
+    def _watch(self) -> None:
+        """Sleeps while the sampler sleeps; woken by the first read of a tick, it waits until that read (or the
+        one in progress then) has run for hang_s: one still in progress gets the schedule a new thread.  Two
+        wake-ups a tick, none between ticks."""
+        _name_thread("teye-watchdog")
+        with self._lock:
+            while not self._stop.is_set():
+                busy = self._busy
+                if busy is None:
+                    self._watch_idle = True
+                    self._wcv.wait()
+                    self._watch_idle = False
+                    continue
+                left = busy[1] + self.hang_s - time.monotonic()
+                if left > 0:
+                    self._wcv.wait(left)
+                    continue
+                self._gen += 1
+                self._busy = None
+                t = threading.Thread(target=self._run, args=(self._gen,), name="teye-sampler", daemon=True)
+                self._threads.append(t)
+                t.start()
+                log.info("collector %s has been reading for more than %g s: the other collectors go on in a new "
+                         "sampler thread; %s is read again once that read returns", busy[0], self.hang_s, busy[0])
 
     def start(self) -> None:
-        for name, (_, interval) in self._sources.items():
-            t = threading.Thread(target=self._loop, args=(name, interval), name=f"teye-{name}", daemon=True)
+        now = self._clock()
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)      # the sampler threads wait on it for the next slot
+        self._wcv = threading.Condition(self._lock)     # the watchdog waits on it
+        self._watch_idle = False
+        self._gen = 0
+        self._busy: Optional[Tuple[str, float]] = None
+        # a read longer than the shortest interval delays another source's slot: hand over then (at most HANG_S)
+        self.hang_s = min([HANG_S] + [iv for _, iv in self._sources.values()])
+        # every source due now: those of one interval then share every later slot
+        self._due = [(now, i, name) for i, name in enumerate(self._sources)]
+        heapq.heapify(self._due)
+        for target, args, name in ((self._run, (0,), "teye-sampler"), (self._watch, (), "teye-watchdog")):
+            t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop the loops and close the sources; a thread stuck in a hung read is abandoned (daemon)."""
         self._stop.set()
+        cv = getattr(self, "_cv", None)
+        if cv is not None:
+            with cv:
+                cv.notify_all()
+                self._wcv.notify_all()
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -172,6 +254,16 @@ class Sampler:
                     close()
                 except EXPECTED_ERRORS as e:
                     log.warning("closing %s: %s", src, e)
+
+
+def _name_thread(name: str) -> None:
+    """The OS thread's name (top -H, /proc/<pid>/task/*/comm: benchmarks/footprint.py counts CPU and wakeups by
+    it); Python's thread names stay inside Python.  Linux's limit is 15 bytes."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+            fh.write(name[:15])
+    except OSError:
+        pass
 
 
 def _describe(e: BaseException) -> str:

@@ -31,6 +31,7 @@ def cfg_of(argv):
     (["--listen", "127.0.0.1:9"], ["--web.listen-address", "127.0.0.1:9"]),
     (["--procfs", PROCFS], ["--path.procfs", PROCFS]),
     (["--sysfs", SYSFS], ["--path.sysfs", SYSFS]),
+    (["--rootfs", "/host/root"], ["--path.rootfs", "/host/root"]),
     (["--log-level", "debug"], ["--log.level", "debug"]),
 ])
 def test_node_exporter_spelling_gives_the_same_configuration(ours, theirs):
@@ -42,8 +43,9 @@ def test_node_exporter_spelling_gives_the_same_configuration(ours, theirs):
 
 @pytest.mark.parametrize("cmd", ["doctor", "record --output x", "profile"])
 def test_path_flags_on_every_command_that_reads_the_node(cmd):
-    a, _ = cfg_of(shlex.split(cmd) + ["--path.procfs", "/p", "--path.sysfs", "/s"])
-    assert (a["procfs"], a["sysfs"]) == ("/p", "/s")
+    a, _ = cfg_of(shlex.split(cmd) + ["--path.procfs", "/p", "--path.sysfs", "/s", "--path.rootfs", "/r",
+                                      "--cgroupfs", "/c"])
+    assert (a["procfs"], a["sysfs"], a["rootfs"], a["cgroupfs"]) == ("/p", "/s", "/r", "/c")
 
 
 @pytest.mark.parametrize("name", sorted(config_mod.COLLECTORS))

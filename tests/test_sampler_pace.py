@@ -51,3 +51,71 @@ def test_a_source_that_paces_itself_is_read_at_its_own_interval_then_at_the_conf
         assert plain.reads == 1               # a source without the hook keeps the configured interval
     finally:
         s.stop()
+
+
+# -- one sampler thread, coalesced ticks; a hang handed over (issue 49) ----------------------------------------
+
+class Recorder:
+    def __init__(self, name, hang=None):
+        self.name = name
+        self.calls = []                 # (native thread id, monotonic time)
+        self.hang = hang                # an Event the read waits for, while set to one
+        self.in_read = 0
+        self.max_in_read = 0
+
+    def collect(self):
+        self.calls.append((threading.get_native_id(), time.monotonic()))
+        self.in_read += 1
+        self.max_in_read = max(self.max_in_read, self.in_read)
+        try:
+            if self.hang is not None:
+                self.hang.wait(30)
+        finally:
+            self.in_read -= 1
+        return None
+
+
+def test_sources_of_one_interval_are_read_back_to_back_in_one_thread():
+    """Five sources every 0.2 s: each tick reads all five in one thread, within a few ms of each other,
+    and the agent's threads are the sampler and its watchdog, not one per source."""
+    srcs = [Recorder(f"s{i}") for i in range(5)]
+    s = Sampler({r.name: (r, 0.2) for r in srcs})
+    before = threading.active_count()
+    s.start()
+    try:
+        time.sleep(1.1)
+        threads = threading.active_count() - before
+    finally:
+        s.stop()
+    assert threads == 2
+    tids = {tid for r in srcs for tid, _ in r.calls}
+    assert len(tids) == 1
+    n = min(len(r.calls) for r in srcs)
+    assert 5 <= n <= 7
+    for k in range(n):                       # the k-th read of every source: one burst
+        times = [r.calls[k][1] for r in srcs]
+        assert max(times) - min(times) < 0.05, (k, times)
+
+
+def test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up(monkeypatch):
+    import agent.sampler as sampler_mod
+    monkeypatch.setattr(sampler_mod, "HANG_S", 0.3)
+    release = threading.Event()
+    stuck, other = Recorder("stuck", hang=release), Recorder("other")
+    s = Sampler({"stuck": (stuck, 0.1), "other": (other, 0.1)})
+    s.start()
+    try:
+        time.sleep(1.5)
+        during = len(other.calls)
+        assert not s.snapshot.is_up("stuck", time.monotonic_ns(), 0.5)
+        release.set()
+        time.sleep(0.5)
+        # the thread that was stuck returned and left: one sampler again, not two reading the same schedule
+        samplers = [t for t in threading.enumerate() if t.name == "teye-sampler" and t.is_alive()]
+    finally:
+        s.stop()
+    assert len(samplers) == 1, samplers
+    # others were read on after the watchdog handed over (a read longer than the shortest interval, 0.1 s)
+    assert during >= 5, during
+    assert stuck.max_in_read == 1                       # never a second read while the first hangs
+    assert len(stuck.calls) >= 2                        # read again once the stuck read returned

@@ -7,6 +7,20 @@ cgroup, tmpfs under /run/credentials, overlay layers of container runtimes...) a
 remaining mount point is ``statvfs``-ed under ``rootfs`` (``/`` unless the host's root is mounted
 elsewhere, as node_exporter's ``--path.rootfs``).
 
+In a container (``--path.rootfs=/host/root``) the mount table is the host's where the host's /proc is
+mounted and its pid 1 readable (hostPID, or podman's ``-v /proc:/host/proc``): mount points are the
+host's own.  Where only the container's own table is readable, the host's mounts appear under the
+rootfs prefix: those are kept with the prefix taken off the ``mountpoint`` label (as node_exporter's
+``rootfsStripPrefix``), and the container's own mounts beside them (``/etc/hosts``, ``/run/teye``) are
+left out.  A mount point inside the rootfs seen again (the host's root bind-mounted onto ``/host/root``
+itself, or the recursive copy ``rbind`` makes) is left out too.  Each mount point's fate is counted in
+``teye_filesystem_mount_points{state}``.
+
+Where ``rootfs`` is missing or empty (the container was started without ``-v /:/host/root``), the agent
+does not see the host: ``teye_filesystem_rootfs_state{state="missing"|"empty"}`` is 1, no mount is
+statted and none is exported (rather than a device error on every mount point), and ``teye doctor``
+says so in one line.
+
 A network filesystem whose server is gone can make ``statvfs`` hang for minutes.  Network mounts are
 therefore statted in a thread of their own, waited for at most MOUNT_TIMEOUT_S: a mount that does not
 answer is exported with ``teye_filesystem_device_error 1`` and no sizes, and is not statted again until
@@ -18,6 +32,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -57,6 +72,27 @@ DEVICE_ERROR = metric("teye_filesystem_device_error", GAUGE,
                       LABELS)
 SKIPPED = metric("teye_filesystem_mounts_skipped", GAUGE,
                  "Mount points past the first %d that are not exported (a bound on series)." % MAX_MOUNTS)
+# what became of each mount point of the mount table (one series per state, 0 included)
+EXPORTED, ERROR, STUCK, OVER_LIMIT, EXCLUDED, AUTOFS, ROOTFS_SELF, OUTSIDE_ROOTFS = (
+    "exported", "device_error", "stuck", "over_limit", "excluded", "autofs", "rootfs_self", "outside_rootfs")
+MOUNT_STATES = (EXPORTED, ERROR, STUCK, OVER_LIMIT, EXCLUDED, AUTOFS, ROOTFS_SELF, OUTSIDE_ROOTFS)
+MOUNT_POINTS = metric(
+    "teye_filesystem_mount_points", GAUGE,
+    "Mount points of the mount table by what became of them at the last pass: exported (sizes read), "
+    "device_error (statvfs failed), stuck (statvfs did not answer within %g s, or an earlier call has not "
+    "returned: a network server gone), over_limit (past the first %d), excluded (pseudo filesystems and "
+    "runtime mount points, node_exporter's default exclusions), autofs (automount points: never statted, "
+    "which would trigger the mount), rootfs_self (the rootfs seen again inside itself: a bind mount of "
+    "--path.rootfs onto itself), outside_rootfs (the container's own mounts beside the host's, when only the "
+    "container's mount table is readable)." % (MOUNT_TIMEOUT_S, MAX_MOUNTS), ["state"])
+ROOTFS_OK, ROOTFS_MISSING, ROOTFS_EMPTY = "host", "missing", "empty"
+ROOTFS_STATES = (ROOTFS_OK, ROOTFS_MISSING, ROOTFS_EMPTY)
+ROOTFS_STATE = metric(
+    "teye_filesystem_rootfs_state", GAUGE,
+    "1 for the state of --path.rootfs (rootfs): host (the host's root is seen there), missing (no such "
+    "directory: in a container, the host's / is not mounted there) or empty (an empty directory: a mount "
+    "namespace without the host's root); in the last two no mount point is statted or exported, and teye "
+    "doctor says what to mount.", ["state"])
 
 
 class Mount(NamedTuple):
@@ -123,8 +159,14 @@ class FilesystemReading:
     # (mount, stats or None when statvfs failed or hangs)
     mounts: Tuple[Tuple[Mount, Optional[FsStats]], ...]
     skipped: int
+    rootfs_state: str = ROOTFS_OK
+    states: Tuple[Tuple[str, int], ...] = ()      # (state, mount points), MOUNT_STATES order
 
     def points(self) -> Iterator[Point]:
+        for state in ROOTFS_STATES:
+            yield point(ROOTFS_STATE, 1 if state == self.rootfs_state else 0, state)
+        for state, n in self.states:
+            yield point(MOUNT_POINTS, n, state)
         for m, st in self.mounts:
             labels = (m.device, m.fstype, m.mountpoint)
             yield point(DEVICE_ERROR, 0 if st is not None else 1, *labels)
@@ -152,6 +194,8 @@ class FilesystemSource:
                  timeout_s: float = MOUNT_TIMEOUT_S):
         self.procfs = procfs
         self.rootfs = rootfs
+        # the prefix under which the host's mounts appear in a container's own mount table ("" for "/")
+        self._prefix = os.path.normpath(rootfs).rstrip("/") if rootfs else ""
         self._statvfs = statvfs  # the one door to the syscall (tests hand a fake)
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
@@ -167,13 +211,24 @@ class FilesystemSource:
         raise FileNotFoundError(f"{under(self.procfs, '1', 'mountinfo')} and self/mountinfo: no such file")
 
     def _path(self, mountpoint: str) -> str:
-        return os.path.join(self.rootfs, mountpoint.lstrip("/")) if self.rootfs != "/" else mountpoint
+        return self._prefix + mountpoint if self._prefix else mountpoint
 
-    def _stat_in_thread(self, mp: str) -> Optional[FsStats]:
+    def rootfs_state(self) -> str:
+        """host, missing or empty: whether --path.rootfs shows a root filesystem at all."""
+        if not self._prefix:
+            return ROOTFS_OK
+        try:
+            with os.scandir(self.rootfs) as it:
+                return ROOTFS_OK if next(it, None) is not None else ROOTFS_EMPTY
+        except (FileNotFoundError, NotADirectoryError):
+            return ROOTFS_MISSING
+
+    def _start(self, mp: str) -> Optional[Tuple[threading.Thread, list]]:
+        """statvfs of one mount point in a thread of its own; None while an earlier call is still stuck."""
         with self._lock:
             if mp in self._in_flight:  # still stuck in an earlier pass: do not pile up threads
                 return None
-        box: List[Optional[FsStats]] = [None]
+        box: list = [None]
 
         def call():
             try:
@@ -188,35 +243,86 @@ class FilesystemSource:
         with self._lock:
             self._in_flight[mp] = t
         t.start()
-        t.join(self.timeout_s)
-        return box[0] if not t.is_alive() else None
+        return t, box
 
     def stuck(self) -> List[str]:
         """Mount points whose statvfs has not returned yet."""
         with self._lock:
             return sorted(self._in_flight)
 
-    def collect(self) -> FilesystemReading:
-        path, text = self._mountinfo()
-        # a mount point mounted over more than once: the last mount is the visible one (dict order is the
-        # first occurrence's, so mountinfo order is kept)
+    def _host_mounts(self, mounts: List[Mount], count: Dict[str, int]) -> List[Mount]:
+        """The host's mount points, labelled as the host names them, each once (the last mount of a point is
+        the visible one; mountinfo order kept)."""
+        prefix = self._prefix
+        under_prefix = bool(prefix) and any(m.mountpoint == prefix or m.mountpoint.startswith(prefix + "/")
+                                            for m in mounts)
         last: Dict[str, Mount] = {}
-        for m in parse_mountinfo(text, path):
-            if wanted(m):
-                last[m.mountpoint] = m
-        mounts = list(last.values())
+        for m in mounts:
+            mp = m.mountpoint
+            if under_prefix:       # the container's own table: the host's mounts are those under the prefix
+                if mp != prefix and not mp.startswith(prefix + "/"):
+                    count[OUTSIDE_ROOTFS] += 1
+                    continue
+                mp = mp[len(prefix):] or "/"
+                m = m._replace(mountpoint=mp)
+            if prefix and (mp == prefix or mp.startswith(prefix + "/")):
+                count[ROOTFS_SELF] += 1        # the rootfs inside itself: statting it would see the host twice
+                continue
+            if m.fstype == "autofs":
+                count[AUTOFS] += 1
+                continue
+            if not wanted(m):
+                count[EXCLUDED] += 1
+                continue
+            if mp in last:
+                count[EXCLUDED] += 1           # mounted over: only the last one is seen
+            last[mp] = m
+        return list(last.values())
+
+    def collect(self) -> FilesystemReading:
+        count = dict.fromkeys(MOUNT_STATES, 0)
+        state = self.rootfs_state()
+        if state != ROOTFS_OK:
+            return FilesystemReading((), 0, state, tuple(count.items()))
+        path, text = self._mountinfo()
+        mounts = self._host_mounts(parse_mountinfo(text, path), count)
         skipped = max(0, len(mounts) - MAX_MOUNTS)
-        out = []
+        count[OVER_LIMIT] = skipped
+        stats: Dict[str, Optional[FsStats]] = {}
+        waiting = []
+        # network mounts first, all at once, each in a thread of its own: one deadline for them all, so N dead
+        # servers cost one timeout, not N
+        network = set()
         for m in mounts[:MAX_MOUNTS]:
             if m.fstype in NETWORK_FSTYPES or m.fstype.startswith("fuse."):
-                st = self._stat_in_thread(m.mountpoint)
+                network.add(m.mountpoint)
+                started = self._start(m.mountpoint)
+                if started is None:
+                    stats[m.mountpoint] = None
+                    count[STUCK] += 1
+                else:
+                    waiting.append((m.mountpoint, started))
+        for m in mounts[:MAX_MOUNTS]:
+            if m.mountpoint in stats or m.mountpoint in network:
+                continue
+            try:
+                stats[m.mountpoint] = _stats(self._statvfs(self._path(m.mountpoint)))
+            except OSError:
+                stats[m.mountpoint] = None
+                count[ERROR] += 1
+        deadline = time.monotonic() + self.timeout_s
+        for mp, (t, box) in waiting:
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                stats[mp] = None
+                count[STUCK] += 1
             else:
-                try:
-                    st = _stats(self._statvfs(self._path(m.mountpoint)))
-                except OSError:
-                    st = None
-            out.append((m, st))
-        return FilesystemReading(tuple(out), skipped)
+                stats[mp] = box[0]
+                if box[0] is None:
+                    count[ERROR] += 1
+        out = tuple((m, stats[m.mountpoint]) for m in mounts[:MAX_MOUNTS])
+        count[EXPORTED] = sum(1 for _, st in out if st is not None)
+        return FilesystemReading(out, skipped, ROOTFS_OK, tuple(count.items()))
 
 
 def from_config(cfg, ctx=None) -> FilesystemSource:

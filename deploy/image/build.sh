@@ -10,7 +10,9 @@
 #   2. a venv at /opt/teye/venv gets teye[kubernetes] (grpcio: the kubelet's pod-resources API, for the GPU
 #      allocation to pods) from WHEELHOUSE (pip --no-index: the image build needs the Debian archive, never
 #      PyPI); pip and the wheels are removed afterwards;
-#   3. podman import turns the tarball into an image (entrypoint teye, user 65210, port 9835; OCI labels title,
+#   3. podman import turns the tarball into an image (entrypoint teye, user 65210, port 9835; the default command
+#      reads the host where the README's command and the DaemonSet mount it: /host/proc, /host/sys, the host's /
+#      at /host/root (--path.rootfs) and its cgroups at /host/sys/fs/cgroup; OCI labels title,
 #      version (the wheelhouse's teye version), licenses and description, one LABEL each) and
 #      podman save writes OUT.tar (OCI archive: `podman load -i OUT.tar`, `skopeo copy oci-archive:...`).
 # Needs root (or a user namespace) for mmdebstrap, and podman; all Debian packages
@@ -62,7 +64,7 @@ mmdebstrap --variant=essential --include=python3,python3-venv,libstdc++6 --mode=
     "$SUITE" "$TMP/rootfs.tar" ${MIRROR:+"$MIRROR"} >&2
 podman import \
     --change 'ENTRYPOINT ["/opt/teye/venv/bin/teye"]' \
-    --change 'CMD ["agent", "--listen=0.0.0.0:9835", "--procfs=/host/proc", "--sysfs=/host/sys", "--phase-socket=/run/teye/phases.sock"]' \
+    --change 'CMD ["agent", "--listen=0.0.0.0:9835", "--procfs=/host/proc", "--sysfs=/host/sys", "--path.rootfs=/host/root", "--cgroupfs=/host/sys/fs/cgroup", "--phase-socket=/run/teye/phases.sock"]' \
     --change 'USER 65210:65210' \
     --change 'EXPOSE 9835/tcp' \
     --change 'ENV PATH=/opt/teye/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin' \

@@ -213,6 +213,15 @@ MUTANTS = {
         ["tests/phases/test_runs.py::test_ended_runs_give_way_to_a_new_job_at_the_limits"]),
     "pods_not_in_job_key.patch": (
         ["tests/phases/test_job_limits.py::test_two_pods_of_one_uid_are_kept_apart"]),
+    # issue 49: a true host view from a container; the coalesced sampler
+    "filesystem_rootfs_prefix_in_label.patch": (
+        ["tests/sources/test_filesystem.py::test_container_mount_table_keeps_the_hosts_mounts_without_the_prefix"]),
+    "filesystem_not_host_not_raised.patch": (
+        ["tests/sources/test_filesystem.py::test_no_host_root_is_one_named_state_not_an_error_per_mount"]),
+    "filesystem_rootfs_self_statted.patch": (
+        ["tests/sources/test_filesystem.py::test_rootfs_bound_onto_itself_is_counted_not_statted"]),
+    "sampler_hang_not_handed_over.patch": (
+        ["tests/test_sampler_pace.py::test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up"]),
     # issue 40: absent hardware and node_exporter's flag conventions
     "absent_after_it_worked.patch": (
         ["tests/test_collector_states.py::test_absent_until_it_worked_then_down_and_failures_counted_only_for_down"]),

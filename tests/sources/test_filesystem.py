@@ -2,7 +2,10 @@
 faked at its one door, a network mount whose server is gone, and 5,000 mount points."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sys
 import subprocess
 import threading
 import time
@@ -115,7 +118,7 @@ def test_a_network_mount_that_hangs_never_holds_the_pass_and_is_not_piled_up(tmp
         assert time.monotonic() - t0 < 2
         got = {m.mountpoint: s for m, s in r.mounts}
         assert got["/mnt/gone"] is None and got["/"].size == 409600 and got["/scratch"].size == 409600
-        pts = {(p.spec.name, p.labels[2]): p.value for p in r.points() if p.labels}
+        pts = {(p.spec.name, p.labels[2]): p.value for p in r.points() if len(p.labels) == 3}
         assert pts[("teye_filesystem_device_error", "/mnt/gone")] == 1
         assert ("teye_filesystem_size_bytes", "/mnt/gone") not in pts
         assert pts[("teye_filesystem_device_error", "/scratch")] == 0
@@ -178,8 +181,12 @@ def test_rootfs_prefix_is_where_mount_points_are_statted(tmp_path):
     procfs = _mountinfo(tmp_path, ["21 0 8:1 / / rw - ext4 /dev/sda1 rw\n",
                                    "31 21 0:43 / /scratch rw - xfs /dev/sdb rw\n"])
     seen = []
-    FilesystemSource(procfs, rootfs="/host/root", statvfs=lambda p: seen.append(p) or V(1, 1, 1, 1, 1)).collect()
-    assert seen == ["/host/root/", "/host/root/scratch"]
+    root = tmp_path / "host" / "root"
+    (root / "etc").mkdir(parents=True)
+    r = FilesystemSource(procfs, rootfs=str(root) + "/",
+                         statvfs=lambda p: seen.append(p) or V(1, 1, 1, 1, 1)).collect()
+    assert seen == [f"{root}/", f"{root}/scratch"]
+    assert [m.mountpoint for m, _ in r.mounts] == ["/", "/scratch"]      # labelled as the host names them
 
 
 @pytest.mark.parametrize("text,why", [
@@ -192,3 +199,222 @@ def test_garbled_mountinfo_is_a_parse_error_and_the_collector_down(tmp_path, tex
         parse_mountinfo(text, "mountinfo")
     st, out = _exposition(FilesystemSource(_mountinfo(tmp_path, [text]), statvfs=lambda p: V(1, 1, 1, 1, 1)))
     assert not st.up and out[("teye_collector_up", (("collector", "filesystem"),))] == 0
+
+
+# --- a view of the host from a container (--path.rootfs) -------------------------------------------------------
+
+def _states(r):
+    return dict(r.states)
+
+
+def _host_root(tmp_path):
+    root = tmp_path / "host" / "root"
+    (root / "etc").mkdir(parents=True)
+    return str(root)
+
+
+def test_container_mount_table_keeps_the_hosts_mounts_without_the_prefix(tmp_path):
+    """Only the container's own mountinfo readable (no host pid 1): the host's mounts appear under the rootfs
+    prefix; exported as the host names them, the container's own mounts beside them left out and counted."""
+    root = _host_root(tmp_path)
+    procfs = _mountinfo(tmp_path, [
+        "600 500 0:90 / / rw - overlay overlay rw\n",                       # the container's own root
+        "601 600 8:1 /etc/hosts /etc/hosts rw - ext4 /dev/sda1 rw\n",         # a file podman binds
+        "602 600 0:91 / /run/teye rw - tmpfs tmpfs rw\n",
+        f"610 600 8:1 / {root} ro,rslave - ext4 /dev/sda1 rw\n",              # -v /:/host/root:ro,rslave
+        f"611 610 8:17 / {root}/scratch ro - xfs /dev/sdb1 rw\n",
+        f"612 610 0:40 / {root}/proc ro - proc proc rw\n",
+        f"613 610 0:44 / {root}/mnt/nfs ro - nfs4 srv:/export rw\n"])
+    seen = []
+
+    def statvfs(p):
+        seen.append(p)
+        return V(10, 5, 4, 3, 2)
+
+    r = FilesystemSource(procfs, rootfs=root, statvfs=statvfs, timeout_s=2).collect()
+    assert [(m.mountpoint, m.device, m.fstype) for m, _ in r.mounts] == [
+        ("/", "/dev/sda1", "ext4"), ("/scratch", "/dev/sdb1", "xfs"), ("/mnt/nfs", "srv:/export", "nfs4")]
+    assert sorted(seen) == sorted([root + "/", root + "/scratch", root + "/mnt/nfs"])
+    assert _states(r) == {"exported": 3, "device_error": 0, "stuck": 0, "over_limit": 0, "excluded": 1,
+                          "autofs": 0, "rootfs_self": 0, "outside_rootfs": 3}
+    labels = {p.labels[2] for p in r.points() if p.spec.name == "teye_filesystem_size_bytes"}
+    assert not any(root in lb for lb in labels), labels
+
+
+def test_rootfs_bound_onto_itself_is_counted_not_statted(tmp_path):
+    """The host's / bind-mounted at the rootfs and again inside it (mount --rbind / twice): the copy inside is
+    the same filesystems seen twice; it is left out and counted, never statted."""
+    root = _host_root(tmp_path)
+    procfs = _mountinfo(tmp_path, [
+        "21 0 8:1 / / rw - ext4 /dev/sda1 rw\n",
+        f"30 21 8:1 / {root} rw - ext4 /dev/sda1 rw\n",                     # the host's own table, the bind seen
+        f"31 30 8:1 / {root}{root} rw - ext4 /dev/sda1 rw\n",
+        "32 21 8:17 / /scratch rw - xfs /dev/sdb1 rw\n"])
+    seen = []
+    r = FilesystemSource(procfs, rootfs=root, statvfs=lambda p: seen.append(p) or V(1, 1, 1, 1, 1)).collect()
+    # host view from a table that holds the prefix: the mounts under it are the host's; the one inside is the self
+    assert [m.mountpoint for m, _ in r.mounts] == ["/"]
+    assert _states(r)["rootfs_self"] == 1 and _states(r)["outside_rootfs"] == 2
+    assert seen == [root + "/"]
+
+
+def test_host_mount_table_with_a_bind_of_the_rootfs_at_its_path(tmp_path):
+    """hostPID: the host's own table, mount points without the prefix, and a mount at the rootfs path itself
+    (another agent's bind on the host): not the host's data, counted rootfs_self."""
+    procfs = _mountinfo(tmp_path, [
+        "21 0 8:1 / / rw - ext4 /dev/sda1 rw\n",
+        "32 21 8:17 / /scratch rw - xfs /dev/sdb1 rw\n"])
+    root = _host_root(tmp_path)
+    r = FilesystemSource(procfs, rootfs=root, statvfs=lambda p: V(1, 1, 1, 1, 1)).collect()
+    assert [m.mountpoint for m, _ in r.mounts] == ["/", "/scratch"]
+    assert _states(r)["outside_rootfs"] == 0 and _states(r)["rootfs_self"] == 0
+
+
+@pytest.mark.parametrize("make,state", [
+    (lambda p: None, "missing"),                           # -v /:/host/root left out of the command
+    (lambda p: p.mkdir(parents=True), "empty"),            # a mount namespace with an empty /host/root
+    (lambda p: (p.parent.mkdir(parents=True), p.write_text("x")), "missing"),   # a file, not a directory
+])
+def test_no_host_root_is_one_named_state_not_an_error_per_mount(tmp_path, make, state):
+    root = tmp_path / "host" / "root"
+    make(root)
+    procfs = _mountinfo(tmp_path, ["21 0 8:1 / / rw - ext4 /dev/sda1 rw\n",
+                                   "32 21 8:17 / /scratch rw - xfs /dev/sdb1 rw\n",
+                                   "33 21 0:44 / /mnt/nfs rw - nfs4 srv:/x rw\n"])
+
+    def statvfs(p):
+        raise AssertionError(f"statted {p} without a host root")
+
+    st, out = _exposition(FilesystemSource(procfs, rootfs=str(root), statvfs=statvfs))
+    assert st.up, st.error
+    got = {dict(l)["state"]: v for (n, l), v in out.items() if n == "teye_filesystem_rootfs_state"}
+    assert got == {"host": 0, "missing": 0, "empty": 0, state: 1}
+    assert not [k for k in out if k[0].startswith("teye_filesystem_") and dict(k[1]).get("mountpoint")]
+    from agent.doctor import rootfs_line
+    line = rootfs_line(str(root), procfs)
+    assert "not the host" in line and str(root) in line
+
+
+def test_with_the_host_root_the_state_is_host(tmp_path):
+    root = _host_root(tmp_path)
+    procfs = _mountinfo(tmp_path, ["21 0 8:1 / / rw - ext4 /dev/sda1 rw\n"])
+    st, out = _exposition(FilesystemSource(procfs, rootfs=root, statvfs=lambda p: V(1, 1, 1, 1, 1)))
+    got = {dict(l)["state"]: v for (n, l), v in out.items() if n == "teye_filesystem_rootfs_state"}
+    assert got == {"host": 1, "missing": 0, "empty": 0}
+    assert _by_mount(out, "teye_filesystem_device_error") == {"/": 0}
+
+
+def test_autofs_points_are_never_statted_and_the_mount_on_top_is(tmp_path):
+    """An automount point (autofs) is not statted (that would mount it, or hang on a dead server); once the
+    automounter mounted NFS on top, the NFS mount is exported, in a thread of its own."""
+    root = _host_root(tmp_path)
+    procfs = _mountinfo(tmp_path, [
+        "21 0 8:1 / / rw - ext4 /dev/sda1 rw\n",
+        "40 21 0:50 / /net rw - autofs systemd-1 rw,fd=5\n",
+        "41 21 0:51 / /home rw - autofs auto.home rw\n",
+        "42 41 0:52 / /home rw - nfs4 srv:/home rw\n"])
+    seen = []
+    r = FilesystemSource(procfs, rootfs=root, statvfs=lambda p: seen.append(p) or V(1, 1, 1, 1, 1)).collect()
+    assert sorted(seen) == [root + "/", root + "/home"]
+    assert [(m.mountpoint, m.fstype) for m, _ in r.mounts] == [("/", "ext4"), ("/home", "nfs4")]
+    assert _states(r)["autofs"] == 2
+
+
+def test_many_stuck_nfs_mounts_cost_one_timeout_and_are_counted_stuck(tmp_path):
+    """Ten NFS servers gone: the pass waits one timeout, not ten; the next pass starts no new call for a mount
+    still stuck and does not wait at all for them."""
+    root = _host_root(tmp_path)
+    procfs = _mountinfo(tmp_path, ["21 0 8:1 / / rw - ext4 /dev/sda1 rw\n"] +
+                        [f"{30 + i} 21 0:{60 + i} / /mnt/gone{i} rw - nfs4 srv{i}:/x rw\n" for i in range(10)])
+    release, calls = threading.Event(), []
+
+    def statvfs(p):
+        calls.append(p)
+        if "/mnt/gone" in p:
+            release.wait(30)
+        return V(1, 1, 1, 1, 1)
+
+    src = FilesystemSource(procfs, rootfs=root, statvfs=statvfs, timeout_s=0.3)
+    try:
+        t0 = time.monotonic()
+        r = src.collect()
+        first = time.monotonic() - t0
+        t0 = time.monotonic()
+        r2 = src.collect()
+        second = time.monotonic() - t0
+    finally:
+        release.set()
+    assert first < 0.3 * 3, first              # one deadline for the ten (ten in a row would be 3 s)
+    assert second < 0.2, second                # nothing new started, nothing waited for
+    assert _states(r)["stuck"] == 10 and _states(r)["exported"] == 1
+    assert _states(r2)["stuck"] == 10 and len(calls) == 11 + 1
+    assert {p.labels[2]: p.value for p in r.points() if p.spec.name == "teye_filesystem_device_error"} == \
+        {"/": 0, **{f"/mnt/gone{i}": 1 for i in range(10)}}
+
+
+def test_5000_mounts_under_a_rootfs_are_bounded_counted_and_quick(tmp_path):
+    root = _host_root(tmp_path)
+    lines = [f"600 500 0:90 / / rw - overlay overlay rw\n", f"601 600 8:1 / {root} rw - ext4 /dev/sda1 rw\n"]
+    lines += [f"{700 + i} 601 0:{50 + i} / {root}/mnt/m{i} rw - ext4 /dev/loop{i} rw\n" for i in range(4999)]
+    src = FilesystemSource(_mountinfo(tmp_path, lines), rootfs=root, statvfs=lambda p: V(1, 1, 1, 1, 1))
+    r = src.collect()
+    assert len(r.mounts) == fs.MAX_MOUNTS and r.skipped == 5000 - fs.MAX_MOUNTS
+    assert _states(r) == {"exported": fs.MAX_MOUNTS, "device_error": 0, "stuck": 0, "over_limit": 3976,
+                          "excluded": 0, "autofs": 0, "rootfs_self": 0, "outside_rootfs": 1}
+    assert r.mounts[-1][0].mountpoint == f"/mnt/m{fs.MAX_MOUNTS - 2}"
+
+
+_REAL = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[3])
+from agent.sources.filesystem import FilesystemSource
+root, procfs = sys.argv[1], sys.argv[2]
+out = {}
+for name, src in (("host_table", FilesystemSource("/proc", rootfs=root)),
+                  ("own_table", FilesystemSource(procfs, rootfs=root))):
+    r = src.collect()
+    out[name] = {"mounts": {m.mountpoint: [m.device, m.fstype, s.size if s else None, s.files if s else None]
+                            for m, s in r.mounts}, "states": dict(r.states), "rootfs": r.rootfs_state}
+print(json.dumps(out))
+'''
+
+
+def test_a_real_bind_mounted_host_root_gives_the_hosts_figures(tmp_path):
+    """The host's / bind-mounted (rbind, rslave, as podman's -v /:/host/root:ro,rslave) in a mount namespace of
+    the test's own, mounted there twice so the rootfs holds itself: read through the host's table (/proc/1) and
+    through the namespace's own (self), the mount points, devices and sizes are the host's, as coreutils' df
+    states them outside the namespace; the copies inside the rootfs are counted rootfs_self."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare(1) to make a mount namespace")
+    root = tmp_path / "host" / "root"
+    root.mkdir(parents=True)
+    own = tmp_path / "procfs-own"
+    own.mkdir()
+    os.symlink("/proc/self", own / "self")         # no "1": the container's own table, as without hostPID
+    script = (f"mount --rbind / {root} && mount --make-rslave {root} && mount --rbind / {root} && "
+              f"exec {sys.executable} -c \"$0\" {root} {own} {os.getcwd()}")
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, _REAL],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode != 0 and "Operation not permitted" in res.stderr:
+        pytest.skip(f"mount namespaces refused here: {res.stderr.strip()}")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    df = subprocess.run(["df", "-B1", "-a", "--output=target,size,itotal"], capture_output=True, text=True,
+                        check=True).stdout.splitlines()[1:]
+    oracle = {}
+    for line in df:
+        target, size, itotal = line.rsplit(None, 2)
+        if size != "-":
+            oracle[target] = (int(size), int(itotal) if itotal != "-" else 0)
+    host = FilesystemSource("/proc").collect()
+    want = {m.mountpoint: [m.device, m.fstype] for m, s in host.mounts}
+    assert "/" in want
+    for view in ("host_table", "own_table"):
+        g = got[view]
+        assert g["rootfs"] == "host"
+        assert {mp: v[:2] for mp, v in g["mounts"].items()} == want, view
+        for mp, (_, _, size, files) in g["mounts"].items():
+            assert (size, files) == oracle[mp], (view, mp)
+        assert not any(str(root) in mp for mp in g["mounts"])
+    assert got["own_table"]["states"]["rootfs_self"] > 0
+    assert got["own_table"]["states"]["outside_rootfs"] > 0
