@@ -223,6 +223,16 @@ MUTANTS = {
         ["tests/web/test_auth_flood.py::test_refusals_held_by_the_throttle_delay_never_fill_the_connection_table"]),
     "auth_rate_limit_before_auth.patch": (
         ["tests/web/test_auth_flood.py::test_clients_that_never_authenticate_cannot_spend_the_rate_limit"]),
+    # issue 48: a reload never weakens the guard
+    "webconfig_reload_drops_users.patch": (
+        ["tests/web/test_reload_guard.py::test_a_reload_that_drops_basic_auth_is_refused_and_the_old_guard_stays"
+         "[users section removed]"]),
+    "webconfig_reload_weakens_client_certs.patch": (
+        ["tests/web/test_reload_guard.py::test_weakened_client_certificates_are_refused"]),
+    "webconfig_reload_drops_sans.patch": (
+        ["tests/web/test_reload_guard.py::test_weakened_client_certificates_are_refused"]),
+    "webconfig_empty_users_accepted.patch": (
+        ["tests/web/test_reload_guard.py::test_present_but_empty_users_is_refused_at_start_too"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),

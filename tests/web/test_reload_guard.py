@@ -125,24 +125,28 @@ def test_changing_users_and_adding_auth_still_reload(tmp_path, hashes):
 
 def test_weakened_client_certificates_are_refused(tmp_path, pki):
     path = tmp_path / "web.yml"
-    strict = (f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki['ca']}\n"
-              "  client_allowed_sans: [client.teye.test]\n")
+    strict = f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki['ca']}\n"
+    sans = "  client_allowed_sans: [client.teye.test]\n"
     write_web(path, web_yaml(pki, extra_tls=strict))
     srv, _ = start(str(path))
     no_cert, with_cert = client_context(pki["ca"]), client_context(pki["ca"], pki["client"], pki["client-key"])
+    other_san = client_context(pki["ca"], pki["server"], pki["server-key"])   # right CA, SAN not allowed
     try:
         assert handshake_refused(srv, no_cert)
-        for weaker in ("", f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {pki['ca']}\n",
-                       f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki['ca']}\n"):
+        for weaker in ("", f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {pki['ca']}\n"):
             write_web(path, web_yaml(pki, extra_tls=weaker))
             assert handshake_refused(srv, no_cert)
             assert request(srv, ctx=with_cert)[:3:2] == (200, BODY)
-        # the SAN check still applies: the server's own certificate (right CA, other SAN) is refused
-        assert handshake_refused(srv, client_context(pki["ca"], pki["server"], pki["server-key"]))
-        assert (srv._web.reloads_ok, srv._web.reloads_failed) == (0, 3)
-        write_web(path, web_yaml(pki, extra_tls=strict.replace("client.teye.test", "client.teye.test, other")))
+        assert (srv._web.reloads_ok, srv._web.reloads_failed) == (0, 2)
+        write_web(path, web_yaml(pki, extra_tls=strict + sans))                # stronger: loads
+        assert handshake_refused(srv, other_san)
+        write_web(path, web_yaml(pki, extra_tls=strict))                       # the SANs dropped: refused
+        assert handshake_refused(srv, other_san)
         assert request(srv, ctx=with_cert)[0] == 200
         assert (srv._web.reloads_ok, srv._web.reloads_failed) == (1, 3)
+        write_web(path, web_yaml(pki, extra_tls=strict + sans.replace("client.teye.test", "client.teye.test, other")))
+        assert request(srv, ctx=with_cert)[0] == 200                           # other SANs: not weaker
+        assert (srv._web.reloads_ok, srv._web.reloads_failed) == (2, 3)
     finally:
         srv.stop()
 
