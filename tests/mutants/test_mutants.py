@@ -233,6 +233,19 @@ MUTANTS = {
         ["tests/web/test_reload_guard.py::test_weakened_client_certificates_are_refused"]),
     "webconfig_empty_users_accepted.patch": (
         ["tests/web/test_reload_guard.py::test_present_but_empty_users_is_refused_at_start_too"]),
+    # issue 48: the client trusts only its own directory; counters that stay possible
+    "client_trusts_any_owner.patch": (
+        ["tests/client/test_socket_trust.py::"
+         "test_a_directory_planted_by_another_uid_gets_nothing_and_the_drop_is_counted_and_said"]),
+    "possible_steps_over_span.patch": (
+        ["tests/phases/test_possible_counts.py::test_each_rule_at_its_last_valid_and_first_invalid_value"]),
+    "possible_buckets_disagree.patch": (
+        ["tests/phases/test_possible_counts.py::test_each_rule_at_its_last_valid_and_first_invalid_value"]),
+    "window_part_buckets_unchecked.patch": (
+        ["tests/phases/test_possible_counts.py::test_part_of_a_slow_steps_window_keeps_its_buckets_possible"]),
+    "window_of_no_span_one_ns.patch": (
+        ["tests/phases/test_possible_counts.py::"
+         "test_zero_span_windows_a_nanosecond_apart_add_one_step_per_microsecond_at_most"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),

@@ -177,3 +177,33 @@ def test_the_clients_own_windows_are_all_possible():
         data = ('{"v":2,"job":"j","sums":[%s]}' % ",".join(sums)).encode()
         msg = decode(data, t + 1)
         assert sum(w.steps for w in msg.sums) >= 1
+
+
+def test_part_of_a_slow_steps_window_keeps_its_buckets_possible():
+    """Two windows of one step over 5 ms (5.5 ms of 6 ms), the second overlapping the first by half: it counts
+    its step (half a step, rounded to the nearest) and half its time, 2.75 ms, which a step over 5 ms cannot
+    take: that step counts in the first bucket, and the histogram stays one real steps could give."""
+    table, clock = _table()
+    t = clock.t - 5 * S
+    a = (t, t + 6 * MS, 1, 8, 5500 * 1000, [["compute", 5 * MS, 5 * MS]], [0, 1])
+    b = (t + 3 * MS, t + 9 * MS) + a[2:]
+    for w in (a, b):
+        assert table.handle(encode("j", sums=[w]), 10, 0) == "accepted"
+    h = _view(table, clock).step_hist
+    assert [c for _, c in h.buckets[:2]] == [1, 2] and h.count == 2
+    assert h.sum == pytest.approx(0.00825, abs=1e-12)
+    assert _consistent(h)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_windows_of_slow_steps_overlapping_at_random_keep_the_histogram_possible(seed):
+    rng = random.Random(seed)
+    table, clock = _table()
+    t = clock.t - 5 * S
+    for _ in range(200):
+        span = rng.randrange(EDGE + 1, RESOLUTION_NS + 1)
+        a = t + rng.randrange(0, 40 * MS)
+        w = (a, a + span, 1, 8, rng.randrange(EDGE + 1, span + 1), [["compute", 0, 0]], [0, 1])
+        assert table.handle(encode("j", sums=[w]), 10, 0) == "accepted"
+        h = _view(table, clock).step_hist
+        assert _consistent(h), (w, h)
