@@ -246,6 +246,11 @@ MUTANTS = {
     "window_of_no_span_one_ns.patch": (
         ["tests/phases/test_possible_counts.py::"
          "test_zero_span_windows_a_nanosecond_apart_add_one_step_per_microsecond_at_most"]),
+    # issue 48: the receiver charges by cost
+    "receiver_charges_by_count.patch": (
+        ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
+    "receiver_no_shed_on_sight.patch": (
+        ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),
