@@ -176,6 +176,8 @@ SCHEMA: Dict[str, Any] = {
         "directory": Field(STR, None, "Directory of *.prom files in Prometheus' text format that sites' own "
                            "scripts write (node_exporter's --collector.textfile.directory); unset reads none.",
                            nullable=True),
+        "follow_symlinks": Field(BOOL, False, "Read a *.prom file that is a symbolic link leading out of the "
+                                 "directory (off: such a file is skipped and logged without its content)."),
     },
     "network": {
         "exclude": Field(STR, r"^$", "Regex of interface names to skip (none by default).", _regex),
