@@ -46,6 +46,7 @@ import asyncio
 import errno
 import logging
 import os
+import re
 import resource
 import socket
 import ssl
@@ -88,6 +89,7 @@ LINGER_S = 1.0                  # after the answer, unread client bytes are read
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
            413: "Content Too Large", 500: "Internal Server Error", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
            503: "Service Unavailable"}
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")   # in a header value: NUL and the other controls (HTAB allowed)
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 # render(accept, accept_encoding) -> (body, content type, extra headers): the one place the
@@ -187,6 +189,8 @@ def parse_head(head: bytes) -> _Request:
             raise _BadRequest(400, "malformed header field")
         name = name.lower()
         value = value.strip(" \t")
+        if _CONTROL.search(value):
+            raise _BadRequest(400, f"a control character in the {name[:40]} header field")
         if name in headers:
             if name in ("content-length", "host", "authorization"):
                 raise _BadRequest(400, f"repeated {name} header")
@@ -528,14 +532,29 @@ class MetricsServer:
             except asyncio.IncompleteReadError:
                 return None
         try:
-            rest = await _within(reader.readuntil(b"\r\n\r\n"), lim.header_timeout_seconds, "header")
+            return await _within(self._head_lines(reader, start), lim.header_timeout_seconds, "header")
         except asyncio.IncompleteReadError as e:
-            if first and not e.partial:
+            if first and not e.partial and not start:
                 return None  # connected and closed without a request
             raise
         except asyncio.LimitOverrunError:
             return _BadRequest(431, "request head too large")
-        return start + rest[:-4]
+
+    async def _head_lines(self, reader: asyncio.StreamReader, start: bytes):
+        """The request head line by line, without its final blank line; a line ending in a bare LF is answered
+        400 at once (never a wait for a CRLF CRLF that will not come: issue 48), a head over max_header_bytes
+        431."""
+        head = bytearray(start)
+        limit = self.limits.max_header_bytes
+        while True:
+            line = await reader.readuntil(b"\n")
+            head += line
+            if len(head) > limit:
+                return _BadRequest(431, "request head too large")
+            if not head.endswith(b"\r\n"):
+                return _BadRequest(400, "a line of the request head ends in a bare LF (CRLF required)")
+            if len(head) >= 4 and head[-4:] == b"\r\n\r\n" or head == b"\r\n":
+                return bytes(head[:-4] if len(head) >= 4 else b"")
 
     async def _answer(self, head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       conn: Optional[_Conn] = None) -> bool:
