@@ -251,6 +251,15 @@ MUTANTS = {
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     "receiver_no_shed_on_sight.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
+    # issue 48: the smaller ones
+    "http_bare_lf_waits.patch": (
+        ["tests/web/test_http_server.py::test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout"]),
+    "http_control_char_accepted.patch": (
+        ["tests/web/test_http_server.py::test_bad_requests_get_a_4xx_and_no_traceback"]),
+    "textfile_logs_content.patch": (
+        ["tests/sources/test_textfile.py::test_a_bad_line_is_named_by_number_without_its_content"]),
+    "textfile_follows_links_out.patch": (
+        ["tests/sources/test_textfile.py::test_a_link_out_is_skipped_unless_configured_and_a_link_inside_is_read"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),
