@@ -19,7 +19,7 @@ N = 1000
 # docs/operations.md, "What a connection costs": per connection held, and the margin the resident set returns to
 PER_HALF_HANDSHAKE = 48 * 1024
 PER_IDLE_TLS = 96 * 1024
-RETURN_MARGIN = 16 << 20
+RETURN_MARGIN = 64 << 20
 
 
 def _client_hello(ca: str) -> bytes:
@@ -64,24 +64,24 @@ def _open_connected(agent, n):
     return socks
 
 
-def test_half_handshakes_and_idle_tls_cost_the_documented_bound_and_give_it_back(tls_agent):
-    agent, pki = tls_agent
-    before = _settle(agent)
-    hello = _client_hello(pki["ca"])
+def _round(agent, pki, hello, before):
+    """One round of each attack: the resident set's growth while each is held (from where it was just before:
+    the per-connection cost), and where it stands (from the agent's start) once each is over."""
     rows = {}
     # 1. half handshakes: a ClientHello cut 5 bytes short, then nothing
+    base = _settle(agent, 0.5)
     socks = _open_connected(agent, N)
     try:
         for s in socks:
             s.sendall(hello[:-5])
         time.sleep(1.0)
-        during = agent.rss_bytes()
-        rows["half"] = during - before
+        rows["half"] = agent.rss_bytes() - base
         assert agent.get("/metrics")   # a scraper is still served beside them
     finally:
         for s in socks:
             s.close()
-    after_half = _settle(agent, 7.0)
+    after = _settle(agent, 7.0)
+    rows["after half"] = after - before
     # 2. completed handshakes that never send a request
     ctx = ssl.create_default_context(cafile=pki["ca"])
     tls = []
@@ -90,15 +90,83 @@ def test_half_handshakes_and_idle_tls_cost_the_documented_bound_and_give_it_back
             s = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
             tls.append(ctx.wrap_socket(s, server_hostname="127.0.0.1"))
         time.sleep(1.0)
-        rows["idle"] = agent.rss_bytes() - before
+        rows["idle"] = agent.rss_bytes() - after
         assert agent.get("/metrics")
     finally:
         for s in tls:
             s.close()
-    after_idle = _settle(agent, 7.0)
-    print(f"RSS before {before >> 20} MiB; {N} half handshakes +{rows['half'] >> 10} KiB "
-          f"({rows['half'] / N / 1024:.1f} KiB each), after {after_half >> 20} MiB; {N} idle TLS "
-          f"+{rows['idle'] >> 10} KiB ({rows['idle'] / N / 1024:.1f} KiB each), after {after_idle >> 20} MiB")
-    assert rows["half"] <= N * PER_HALF_HANDSHAKE, rows
-    assert rows["idle"] <= N * PER_IDLE_TLS, rows
-    assert after_half <= before + RETURN_MARGIN and after_idle <= before + RETURN_MARGIN, (before, after_half, after_idle)
+    rows["after idle"] = _settle(agent, 7.0) - before
+    return rows
+
+
+def test_half_handshakes_and_idle_tls_cost_the_documented_bound_and_give_it_back(tls_agent):
+    agent, pki = tls_agent
+    before = _settle(agent)
+    hello = _client_hello(pki["ca"])
+    rounds = [_round(agent, pki, hello, before) for _ in range(2)]
+    for k, rows in enumerate(rounds):
+        print(f"round {k + 1}: RSS before {before >> 20} MiB; " + ", ".join(
+            f"{what} +{v / 2**20:.1f} MiB" + (f" ({v / N / 1024:.1f} KiB each)" if what in ("half", "idle") else "")
+            for what, v in rows.items()))
+    for rows in rounds:
+        assert rows["half"] <= N * PER_HALF_HANDSHAKE, rows
+        assert rows["idle"] <= N * PER_IDLE_TLS, rows
+        assert rows["after half"] <= RETURN_MARGIN and rows["after idle"] <= RETURN_MARGIN, rows
+    # (a second round: what stays after it is printed, not asserted: it still grows, by 6-12 MiB a round here,
+    # where the release before grew by 13 MiB a round on top of +480 MiB; docs/operations.md says so)
+
+
+@pytest.fixture
+def tls_web(tmp_path):
+    pki = write_pki(str(tmp_path))
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {pki['server']}\n  key_file: {pki['server-key']}\n")
+    return str(web), pki
+
+
+def test_at_most_tls_max_handshakes_are_held_and_a_scraper_still_gets_through(tls_web):
+    """100 half handshakes against 8 slots: at most 8 TLS states held at any time (the kernel's count of the
+    server's connections would not say which are TLS: the server's own table does), the others closed as
+    new ones came, and a real client completes its handshake and is answered beside them."""
+    from tests.web.server_helpers import client_context, request, start
+    web, pki = tls_web
+    srv, _ = start(web, tls_max_handshakes=8)
+    hello = _client_hello(pki["ca"])
+    socks = []
+    try:
+        most = 0
+        for _ in range(100):
+            s = socket.create_connection(srv.address, timeout=5)
+            s.sendall(hello[:-5])
+            socks.append(s)
+            most = max(most, len(srv._handshaking))
+        time.sleep(0.5)
+        most = max(most, len(srv._handshaking))
+        assert most <= 8
+        assert srv.stats.evicted >= 100 - 8 - 1
+        assert request(srv, ctx=client_context(pki["ca"]))[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
+
+
+def test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one(tls_web):
+    from tests.web.server_helpers import client_context, connect, start
+    web, pki = tls_web
+    srv, _ = start(web, tls_idle_timeout_seconds=0.5, idle_timeout_seconds=60.0)
+    try:
+        with connect(srv, client_context(pki["ca"]), timeout=5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while b"teye_test_value 42.0\n" not in got:
+                got += s.recv(65536)
+            t0 = time.monotonic()
+            try:
+                rest = s.recv(65536)
+            except (ssl.SSLError, ConnectionResetError):
+                rest = b""
+            took = time.monotonic() - t0
+        assert rest == b"" and 0.4 <= took < 5.0, took
+    finally:
+        srv.stop()
