@@ -260,6 +260,11 @@ MUTANTS = {
         ["tests/sources/test_textfile.py::test_a_bad_line_is_named_by_number_without_its_content"]),
     "textfile_follows_links_out.patch": (
         ["tests/sources/test_textfile.py::test_a_link_out_is_skipped_unless_configured_and_a_link_inside_is_read"]),
+    # issue 48: TLS connections that cost what they say
+    "tls_handshakes_unbounded.patch": (
+        ["tests/web/test_tls_cost.py::test_at_most_tls_max_handshakes_are_held_and_a_scraper_still_gets_through"]),
+    "tls_idle_like_plain.patch": (
+        ["tests/web/test_tls_cost.py::test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),
