@@ -73,11 +73,11 @@ SHED_PID_SHARE = 0.125
 SHARE_RENEW_S = _SLICE_S                # the shares are renewed each slice while shedding lasts longer
 SHED_UID_SHARE = 0.5
 SHED_MIN = 4                            # ... and at least this many (a client's flush, close and retry)
-# What a datagram costs (issue 48): the budget is spent in units of UNIT_NS of the receive thread's time handling
+# What a datagram costs (issue 48): the budget is spent in units of UNIT_NS (40 us) of the receive thread's CPU time handling
 # it (decode and apply, measured), at least one unit a datagram; before a datagram is read its cost is estimated
 # from its size, one unit per BYTES_PER_UNIT bytes, for the shares of a slice (benchmarks/datagram_cost.py
 # measures both: the estimate is below the cost of the expensive shapes, but any of them is over a share).
-UNIT_NS = 20_000
+UNIT_NS = 40_000
 BYTES_PER_UNIT = 400
 MAX_DEBTORS = 4096                      # uids whose spending is remembered (the rest: none, as a new uid)
 _thread_ns = time.thread_time_ns
@@ -347,7 +347,8 @@ class Receiver:
         rate = self._per_slice / (_SLICE_S * 1e9)
         self._spent = max(0.0, self._spent - (now_ns - self._spent_at) * rate) + cost
         self._spent_at = now_ns
-        for debts, key, share in ((self._debts, uid, SHED_UID_SHARE), (self._pid_debts, pid, SHED_PID_SHARE)):
+        # (a process's bucket drains at its uid's share: a process alone may spend what its uid may)
+        for debts, key, share in ((self._debts, uid, SHED_UID_SHARE), (self._pid_debts, pid, SHED_UID_SHARE)):
             if key is None:
                 continue
             units, at = debts.get(key, (0.0, now_ns))
@@ -368,10 +369,10 @@ class Receiver:
         return units
 
     def _in_debt(self, uid: int, pid: int, now_ns: int) -> bool:
-        """Shed on sight: a process that spent more than a slice's budget beyond its share, or one that is
-        spending (more than SHED_MIN units beyond its share) for a uid that did (64 processes of one uid share
-        one uid's share; a quiet process of that uid, a job beside the flood, is not held back)."""
-        pid_debt = self._debt(self._pid_debts, pid, SHED_PID_SHARE, now_ns)
+        """Shed on sight: a process that spent more than a slice's budget beyond its uid's share, or one that is
+        spending (more than SHED_MIN units beyond it) for a uid that did (64 processes of one uid share one uid's
+        share; a quiet process of that uid, a job beside the flood, is not held back)."""
+        pid_debt = self._debt(self._pid_debts, pid, SHED_UID_SHARE, now_ns)
         if pid_debt > self._per_slice:
             return True
         return pid_debt > SHED_MIN and self._debt(self._debts, uid, SHED_UID_SHARE, now_ns) > self._per_slice
@@ -391,8 +392,8 @@ class Receiver:
         return cost
 
     def _take(self, batch) -> None:
-        """The datagrams of one receive, within the budget: each handled and charged, except those of a uid
-        already over its share by more than a slice's budget, discarded unread and charged as shed."""
+        """The datagrams of one receive, within the budget: each handled and charged, except, while the receiver
+        is busy, those of a process in debt (_in_debt), discarded unread and charged as shed."""
         shed: Dict[Tuple[int, int], int] = {}
         now = time.monotonic_ns()
         for item in batch:
@@ -444,7 +445,10 @@ class Receiver:
                         continue
                     est = max(1, len(item[0]) // BYTES_PER_UNIT)
                     np_, nu = per_pid.get(pid, 0) + est, per_uid.get(uid, 0) + est
-                    if np_ > pid_cap or nu > uid_cap or self._in_debt(uid, pid, now):
+                    # (a sender's first datagram of a slice passes whatever its size, unless it is in debt: a job
+                    # alone sending large datagrams is not shed because the receiver is busy with them)
+                    if ((np_ > pid_cap and pid in per_pid) or (nu > uid_cap and uid in per_uid)
+                            or self._in_debt(uid, pid, now)):
                         shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
                     else:   # (the shares count the estimate: what contention adds to a cost is no one's)
                         self._handle_one(item)
