@@ -159,6 +159,12 @@ SCHEMA: Dict[str, Any] = {
                                         _positive),
         "idle_timeout_seconds": Field(FLOAT, 120.0, "An idle keep-alive connection is closed after this.",
                                       _positive),
+        "tls_idle_timeout_seconds": Field(FLOAT, 30.0, "With TLS: an idle keep-alive connection is closed after "
+                                          "this (a TLS session holds more than a socket; docs/operations.md).",
+                                          _positive),
+        "tls_max_handshakes": Field(INT, 64, "With TLS: handshakes under way at once; a new connection closes the "
+                                    "oldest handshake beyond it (docs/operations.md, What a connection costs).",
+                                    _positive),
         "write_timeout_seconds": Field(FLOAT, 30.0, "A client that does not read its response within this is "
                                        "dropped.", _positive),
         "max_header_bytes": Field(INT, 16384, "Largest request head (request line and headers); larger gets 431.",
@@ -181,6 +187,8 @@ SCHEMA: Dict[str, Any] = {
         "directory": Field(STR, None, "Directory of *.prom files in Prometheus' text format that sites' own "
                            "scripts write (node_exporter's --collector.textfile.directory); unset reads none.",
                            nullable=True),
+        "follow_symlinks": Field(BOOL, False, "Read a *.prom file that is a symbolic link leading out of the "
+                                 "directory (off: such a file is skipped and logged without its content)."),
     },
     "network": {
         "exclude": Field(STR, r"^$", "Regex of interface names to skip (none by default).", _regex),

@@ -95,8 +95,13 @@ def warn_if_no_agent(env: Mapping[str, str]) -> Optional[str]:
     (they run as they would without teye, and send nothing anyone records); the line, or None."""
     path = env.get("TEYE_PHASE_SOCKET")
     if not path:
-        from teye_client.reporter import default_socket_path
-        path = default_socket_path()
+        from teye_client.reporter import socket_choice
+        path, refused = socket_choice()
+        if refused:
+            line = (f"teye: warning: the phase socket {path} is not used: {refused}; the command runs, its "
+                    f"phases are not sent (TEYE_PHASE_SOCKET={path} sends there anyway)")
+            print(line, file=sys.stderr)
+            return line
     why = socket_problem(path)
     if why is None:
         return None

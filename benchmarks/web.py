@@ -27,6 +27,10 @@ new wrong password per request as fast as they are answered, one exporter at a t
 when it takes over 10 s (Prometheus' default scrape timeout) or is not 200.  Each flood row also says
 what the attackers got back (codes, answers per second).
 
+``--conn-cost N`` (issue 48) runs only the memory rows: N connections held at once against each exporter, plain
+and idle, TLS cut in the middle of its ClientHello, TLS idle after a completed handshake; the resident set's
+growth per connection (KiB) and where it stands 7 s after they left (MiB above its start).
+
 ``--render N`` first times the /metrics body in-process, N times each way, alternating: teye's registry on
 the node_exporter fixture trees and the 8-GPU replay, rendered with the web server's own counters
 (exporters/webstats.py, formatted on every scrape) and without them; medians in µs and their ratio.
@@ -408,6 +412,59 @@ def _flood_worker_main(arg: str) -> int:
     return flood_worker(int(port), int(n), ca)
 
 
+def _hello(ca: str) -> bytes:
+    ctx = ssl.create_default_context(cafile=ca)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname="127.0.0.1")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def _rss_settled(ex: "Exporter", seconds: float) -> float:
+    """The exporter's lowest VmRSS (MiB) over ``seconds``."""
+    end, best = time.monotonic() + seconds, None
+    while time.monotonic() < end:
+        r = ex.status()[1]
+        best = r if best is None else min(best, r)
+        time.sleep(0.1)
+    return best
+
+
+def conn_cost(plain, tls, n: int, ca: str) -> None:
+    """Issue 48: resident memory per connection held (plain idle, TLS half handshake, TLS idle after its
+    handshake), each exporter in turn, and where its resident set stands 7 s after the peers left."""
+    hello = _hello(ca)
+    ctx = ssl.create_default_context(cafile=ca)
+    print(f"\nRSS per connection held, {n} at once (KiB each), and MiB above the start 7 s after they left")
+    print(f"{'exporter':16} {'plain idle':>11} {'TLS half':>9} {'TLS idle':>9} {'after':>7} {'start MiB':>10}")
+    for p_ex, t_ex in zip(plain, tls):
+        costs = []
+        for ex, kind in ((p_ex, "plain"), (t_ex, "half"), (t_ex, "idle")):
+            for _ in range(3):
+                ex.get("/metrics" if ex.name != "node_exporter" else "/metrics")
+            base = _rss_settled(ex, 1.0)
+            start = base if kind != "idle" else start
+            socks = []
+            try:
+                for _ in range(n):
+                    s = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
+                    if kind == "half":
+                        s.sendall(hello[:-5])
+                    elif kind == "idle":
+                        s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
+                    socks.append(s)
+                time.sleep(1.0)
+                costs.append((ex.status()[1] - base) * 1024 / n)
+            finally:
+                for s in socks:
+                    s.close()
+        after = _rss_settled(t_ex, 7.0) - start
+        print(f"{p_ex.name:16} {costs[0]:11.1f} {costs[1]:9.1f} {costs[2]:9.1f} {after:7.1f} {start:10.1f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scrapes", type=int, default=100)
@@ -420,6 +477,7 @@ def main() -> int:
     ap.add_argument("--auth-flood", default="", help="only the password-flood rows, e.g. 16,64,256 clients")
     ap.add_argument("--flood-scrapes", type=int, default=20, help="scrapes per password-flood row")
     ap.add_argument("--flood-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--conn-cost", type=int, default=0, help="only the memory-per-connection rows, N connections")
     ap.add_argument("--skip", default="", help="comma-separated rows to leave out: slow,parallel,restart,tls")
     args = ap.parse_args()
     if args.flood_worker:
@@ -464,6 +522,14 @@ def main() -> int:
     print(f"teye: {sys.executable} -m agent agent; teye-base: {args.baseline or '-'}; node_exporter: "
           f"{NODE_EXPORTER or '-'}; fd limit {args.nofile} each; {os.cpu_count()} CPUs; "
           f"scrapes use a new connection each")
+    if args.conn_cost:
+        plain, tls = make(tls=False), make(tls=True)
+        try:
+            conn_cost(plain, tls, args.conn_cost, pki["ca"])
+        finally:
+            for ex in plain + tls:
+                ex.stop()
+        return 0
     if args.auth_flood:
         exs = make(tls=True)
         try:

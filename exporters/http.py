@@ -46,6 +46,7 @@ import asyncio
 import errno
 import logging
 import os
+import re
 import resource
 import socket
 import ssl
@@ -59,6 +60,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tupl
 if TYPE_CHECKING:   # never imported by the agent: prometheus_client's package brings http.server and email
     from prometheus_client.registry import CollectorRegistry
 
+from agent import heap
 from agent.logutil import RateLimitedLog
 
 from .render import render as render_exposition
@@ -88,6 +90,7 @@ LINGER_S = 1.0                  # after the answer, unread client bytes are read
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
            413: "Content Too Large", 500: "Internal Server Error", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
            503: "Service Unavailable"}
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")   # in a header value: NUL and the other controls (HTAB allowed)
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 # render(accept, accept_encoding) -> (body, content type, extra headers): the one place the
@@ -121,6 +124,10 @@ class Limits:
     # a request refused by those bounds is answered after this delay (the connection evictable meanwhile), so a
     # keep-alive client looping on refusals costs the event loop one answer a second, not thousands
     auth_throttle_delay_seconds: float = 1.0
+    # TLS (issue 48): handshakes under way at once (a new one beyond closes the oldest: a half handshake holds
+    # a slot no longer than the next connection needs it), and how long an idle keep-alive TLS connection stays
+    tls_max_handshakes: int = 64
+    tls_idle_timeout_seconds: float = 30.0
     # descriptors sources will open after the server starts (the pmu collector's perf events are
     # opened by its first read, in the sampler's thread), kept out of the connection budget
     reserved_fds: int = 0
@@ -187,6 +194,8 @@ def parse_head(head: bytes) -> _Request:
             raise _BadRequest(400, "malformed header field")
         name = name.lower()
         value = value.strip(" \t")
+        if _CONTROL.search(value):
+            raise _BadRequest(400, f"a control character in the {name[:40]} header field")
         if name in headers:
             if name in ("content-length", "host", "authorization"):
                 raise _BadRequest(400, f"repeated {name} header")
@@ -226,6 +235,29 @@ class _Conn:
             self.transport.abort()
         else:
             self.sock.close()
+
+
+# asyncio's SSLProtocol reads the socket into a buffer of max_size (256 KiB) allocated per connection at its
+# start: 1,000 half handshakes held 250 MiB.  A TLS record is at most 16 KiB + 2 KiB; reading in 16 KiB pieces
+# costs one more recv per record at most.  Used where asyncio's SSLProtocol has the shape this relies on
+# (max_size, _app_transport: Python 3.11+), else asyncio's own (TLS_READ_BUFFER unused, said at start).
+TLS_READ_BUFFER = 16 * 1024
+
+
+def _small_buffer_ssl_protocol():
+    try:
+        from asyncio import sslproto
+        base = sslproto.SSLProtocol
+    except (ImportError, AttributeError):
+        return None
+    if not isinstance(getattr(base, "max_size", None), int) or "_app_transport" not in base.__init__.__code__.co_names:
+        return None
+    return type("SmallBufferSSLProtocol", (base,), {"max_size": TLS_READ_BUFFER})
+
+
+_SSLProtocol = _small_buffer_ssl_protocol()
+TRIM_EVERY_S = 5.0              # after many connections closed, glibc's free pages handed back at most this often
+TRIM_AFTER_CLOSED = 64          # ... once this many closed since the last trim and the table is down to a quarter
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -273,6 +305,12 @@ class MetricsServer:
         self.stats = stats if stats is not None else WebStats()
         self.stats.attach(self._conns, self.max_connections, self._web)
         self._waiting: "OrderedDict[_Conn, None]" = OrderedDict()  # evictable, longest waiting first
+        self._handshaking: "OrderedDict[_Conn, None]" = OrderedDict()  # TLS handshakes under way, oldest first
+        self._peak = 0                    # the most connections open since the last trim
+        self._closed_since_trim = 0
+        self._trim_at = 0.0
+        self._trim_pending = False
+        self.trims = 0                    # malloc_trim calls after peers left (tests read it)
         self._renders = 0
         self._tokens: Optional[float] = None  # the bucket starts full
         self._tokens_at = time.monotonic()
@@ -364,7 +402,34 @@ class MetricsServer:
         """A connection's task ended (answered, timed out, failed, evicted or never started)."""
         self._conns.pop(conn, None)
         self._waiting.pop(conn, None)
+        self._handshaking.pop(conn, None)
         conn.abort()
+        self._closed_since_trim += 1
+        self._maybe_trim()
+
+    def _maybe_trim(self) -> None:
+        """Once many connections have closed and the table is down to a quarter of its peak, hand glibc's free
+        pages back to the kernel (malloc_trim: agent/heap.py): what peers' connections held is returned, not
+        kept by the allocator for ever.  At most every TRIM_EVERY_S; a few ms on the event loop."""
+        n = len(self._conns)
+        self._peak = max(self._peak, n + 1)
+        if self._closed_since_trim < TRIM_AFTER_CLOSED or n > self._peak // 4:
+            return
+        now = time.monotonic()
+        if now - self._trim_at < TRIM_EVERY_S:
+            if not self._trim_pending:
+                self._trim_pending = True
+                self._loop.call_later(TRIM_EVERY_S - (now - self._trim_at), self._trim_later)
+            return
+        self._trim_at = now
+        self._closed_since_trim = 0
+        self._peak = n
+        heap.trim()
+        self.trims += 1
+
+    def _trim_later(self) -> None:
+        self._trim_pending = False
+        self._maybe_trim()
 
     def _evict(self) -> bool:
         """Close the connection that has waited longest for a request; False if none is waiting."""
@@ -416,10 +481,16 @@ class MetricsServer:
             try:
                 # asyncio's own handshake deadline is set later than ours, so a slow handshake is always
                 # our header timeout (not a ConnectionAbortedError looking like a client gone away)
-                transport, _ = await _within(self._loop.connect_accepted_socket(
-                    lambda: protocol, conn.sock, ssl=tls.context if tls else None,
-                    ssl_handshake_timeout=lim.header_timeout_seconds + 1 if tls else None),
-                    lim.header_timeout_seconds, "header")
+                if tls:
+                    self._handshake_slot(conn)
+                    try:
+                        transport = await _within(self._tls_accept(conn.sock, protocol, tls.context),
+                                                  lim.header_timeout_seconds, "header")
+                    finally:
+                        self._handshaking.pop(conn, None)
+                else:
+                    transport, _ = await _within(self._loop.connect_accepted_socket(lambda: protocol, conn.sock),
+                                                 lim.header_timeout_seconds, "header")
             except _Timeout:
                 raise
             except (ssl.SSLError, OSError, EOFError) as e:  # (TimeoutError is an OSError)
@@ -455,6 +526,39 @@ class MetricsServer:
             log.debug("http: connection timed out (%s)", e.kind)
         except (ConnectionError, ssl.SSLError, OSError, asyncio.IncompleteReadError) as e:
             log.debug("http: client went away: %s", e.__class__.__name__)
+
+    def _handshake_slot(self, conn: _Conn) -> None:
+        """Take a TLS handshake slot; where all tls_max_handshakes are taken, the oldest handshake is closed to
+        make room (a client that completes its handshake needs milliseconds; one that holds it half done is the
+        first to go, and its buffers with it)."""
+        while len(self._handshaking) >= self.limits.tls_max_handshakes:
+            old, _ = self._handshaking.popitem(last=False)
+            self._conns.pop(old, None)
+            self._waiting.pop(old, None)
+            self.stats.evicted += 1
+            old.abort()
+            if old.task is not None:
+                old.task.cancel()
+        self._handshaking[conn] = None
+
+    async def _tls_accept(self, sock: socket.socket, protocol, context: ssl.SSLContext):
+        """The TLS handshake on an accepted socket; the app-level transport.  With asyncio's SSLProtocol of the
+        shape known here, through one whose read buffer is TLS_READ_BUFFER (not 256 KiB per connection)."""
+        timeout = self.limits.header_timeout_seconds + 1
+        if _SSLProtocol is None:
+            transport, _ = await self._loop.connect_accepted_socket(
+                lambda: protocol, sock, ssl=context, ssl_handshake_timeout=timeout)
+            return transport
+        waiter = self._loop.create_future()
+        proto = _SSLProtocol(self._loop, protocol, context, waiter, server_side=True,
+                             ssl_handshake_timeout=timeout)
+        raw, _ = await self._loop.connect_accepted_socket(lambda: proto, sock)
+        try:
+            await waiter
+        except BaseException:
+            raw.close()
+            raise
+        return proto._app_transport
 
     async def _looks_like_tls(self, sock: socket.socket) -> bool:
         """Wait for the first byte without consuming it; a plain HTTP request gets a 400 (as Go's
@@ -520,22 +624,40 @@ class MetricsServer:
         if first:
             start = b""
         else:
+            idle = lim.idle_timeout_seconds
+            if self._web.tls_enabled:   # an idle TLS session holds more than a socket: it goes sooner
+                idle = min(idle, lim.tls_idle_timeout_seconds)
             try:
-                start = await asyncio.wait_for(reader.readexactly(1), lim.idle_timeout_seconds)
+                start = await asyncio.wait_for(reader.readexactly(1), idle)
             except asyncio.TimeoutError:
                 self.stats.timeout("idle")
                 return None
             except asyncio.IncompleteReadError:
                 return None
         try:
-            rest = await _within(reader.readuntil(b"\r\n\r\n"), lim.header_timeout_seconds, "header")
+            return await _within(self._head_lines(reader, start), lim.header_timeout_seconds, "header")
         except asyncio.IncompleteReadError as e:
-            if first and not e.partial:
+            if first and not e.partial and not start:
                 return None  # connected and closed without a request
             raise
         except asyncio.LimitOverrunError:
             return _BadRequest(431, "request head too large")
-        return start + rest[:-4]
+
+    async def _head_lines(self, reader: asyncio.StreamReader, start: bytes):
+        """The request head line by line, without its final blank line; a line ending in a bare LF is answered
+        400 at once (never a wait for a CRLF CRLF that will not come: issue 48), a head over max_header_bytes
+        431."""
+        head = bytearray(start)
+        limit = self.limits.max_header_bytes
+        while True:
+            line = await reader.readuntil(b"\n")
+            head += line
+            if len(head) > limit:
+                return _BadRequest(431, "request head too large")
+            if not head.endswith(b"\r\n"):
+                return _BadRequest(400, "a line of the request head ends in a bare LF (CRLF required)")
+            if len(head) >= 4 and head[-4:] == b"\r\n\r\n" or head == b"\r\n":
+                return bytes(head[:-4] if len(head) >= 4 else b"")
 
     async def _answer(self, head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       conn: Optional[_Conn] = None) -> bool:

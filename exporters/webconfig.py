@@ -23,7 +23,10 @@ stricter one and the difference is logged once at load:
 :class:`WebConfig` re-reads the file and the files it names whenever one of them changes
 (mtime, size, inode), as the toolkit re-reads them on every request, so certificate rotation
 and password changes need no restart.  A change that does not load keeps the last good
-configuration and logs why.
+configuration and logs why.  A change that would guard /metrics less than the configuration in force
+(basic auth removed or emptied, client certificates no longer required, turning TLS off) is refused
+the same way (:func:`weakened`): a half-written file must never open the endpoint; the operator turns a
+guard off with a restart.
 
 bcrypt results are cached, keyed by a SHA-256 of user, hash and password, so a scrape pays the
 hash once per credential, not once per request.  Verified credentials and refused ones are kept
@@ -304,6 +307,10 @@ def parse(data: Any, base: str = ".") -> Tuple[Settings, List[str]]:
             raise ConfigError(f"{where}: expected one of {', '.join(allowed)}, got {short_repr(value)}")
         headers.append((name, value))
 
+    if "basic_auth_users" in doc and doc["basic_auth_users"] is None:
+        # the shape of a file cut just after the key (or every user commented out): never read as "no auth"
+        raise ConfigError("basic_auth_users: present but empty (a file cut short?); list users, or remove the "
+                          "key to serve without basic auth")
     users = {}
     for user, h in _mapping(doc.get("basic_auth_users"), "basic_auth_users").items():
         if not isinstance(user, str) or not isinstance(h, str) or not _BCRYPT.match(h):
@@ -334,6 +341,26 @@ def read(path: str) -> Tuple[Settings, List[str]]:
     except ConfigError as e:
         raise ConfigError(f"web config file {path}: {e}") from None
     return settings, [os.path.abspath(path)] + files
+
+
+_CERT_LEVELS = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 2}
+
+
+def weakened(old: Settings, new: Settings) -> Optional[str]:
+    """Why ``new`` guards /metrics less than ``old`` (None when it does not): basic auth removed or emptied,
+    client certificates no longer asked for or no longer required, ``client_allowed_sans`` dropped.  A reload
+    never does that; the operator turns a guard off with a restart.  Changing users, passwords, CAs or SANs
+    is not weakening."""
+    if old.users and not new.users:
+        return "basic_auth_users removed or empty while basic auth is on"
+    if old.tls is not None and new.tls is not None:
+        was, now = (_CERT_LEVELS[s.tls.context.verify_mode] for s in (old, new))
+        if now < was:
+            return "client_auth_type weaker than the one in force (client certificates no longer " + (
+                "asked for)" if now == 0 else "required)")
+        if old.tls.allowed_sans and not new.tls.allowed_sans:
+            return "client_allowed_sans removed or empty while it is in force"
+    return None
 
 
 def _signature(files: List[str]) -> Tuple:
@@ -402,13 +429,20 @@ class WebConfig:
                     _rlog.error("webconfig", "web config not reloaded, keeping the last good one: %s", e)
                     self._reloaded(False)
                 else:
+                    weaker = weakened(self._settings, settings)
                     if (settings.tls is not None) != self.tls_enabled:
                         _rlog.error("webconfig", "web config %s: turning TLS on or off needs a restart; "
                                     "keeping the last good configuration", self.path)
                         self._reloaded(False)
+                    elif weaker:
+                        _rlog.error("webconfig", "web config %s not reloaded: %s (turning authentication off "
+                                    "needs a restart); keeping the last good configuration", self.path, weaker)
+                        self._reloaded(False)
                     else:
                         self._settings, self._files = settings, files
-                        self._sig = _signature(files)
+                        # the file's own signature from before the read: a write that lands while it was
+                        # read (a file still being written) is read again at the next request
+                        self._sig = (sig[0],) + _signature(files)[1:]
                         log.info("web config %s reloaded", self.path)
                         self._reloaded(True)
             return self._settings

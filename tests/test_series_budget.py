@@ -46,8 +46,8 @@ def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
 
 
 def job_budget(j: int, input_bound: int = 0) -> int:
-    """docs/operations.md: 19 + 37 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
-    return 19 + 37 * j + 3 * input_bound
+    """docs/operations.md: 20 + 37 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
+    return 20 + 37 * j + 3 * input_bound
 
 
 def node(n_jobs: int):
@@ -134,7 +134,7 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
     section = doc[doc.index("## Series budget per node"):]
     for label in BOUNDED_LABELS:
         assert f"`{label}`" in section, label
-    for formula in ("7 + 10·N", "G·(46 + B)", "19 + 37·J", "1 + 5·C", "5 + 16·K"):
+    for formula in ("7 + 10·N", "G·(46 + B)", "20 + 37·J", "1 + 5·C", "5 + 16·K"):
         assert formula in section, formula
 
 

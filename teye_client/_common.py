@@ -742,8 +742,9 @@ class Session:
         finally:
             self.starting = False
         self.reporter = rep
-        debug("zero-code phases: job %r, pid %d, agent socket %s, rank: %s" % (
-            rep.train_job, os.getpid(), rep.socket_path, rep.rank_why))
+        debug("zero-code phases: job %r, pid %d, agent socket %s%s, rank: %s" % (
+            rep.train_job, os.getpid(), rep.socket_path,
+            " (not sending: %s)" % rep.refused if rep.refused else "", rep.rank_why))
         return rep
 
 

@@ -49,7 +49,7 @@ import time
 import weakref
 from json.encoder import encode_basestring_ascii as _json_str
 
-__all__ = ["Reporter", "PHASES", "default_socket_path"]
+__all__ = ["Reporter", "PHASES", "default_socket_path", "socket_choice"]
 
 PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "compile")
 VERSION = 2                  # the protocol version of a datagram with sum records (1 without: any agent takes it)
@@ -74,16 +74,85 @@ def _candidates():
     return out
 
 
-def default_socket_path() -> str:
-    """TEYE_PHASE_SOCKET, else the first default location that exists (else the first default)."""
+# Who may own the directory of a default socket path: the job's own uid, root, and the agent's documented
+# uids (the systemd unit's user ``teye``, the Kubernetes DaemonSet's 65210, a site's own in TEYE_AGENT_UID).
+AGENT_USER = "teye"
+KUBERNETES_AGENT_UID = 65210
+_said = set()                # refusals already said on stderr (TEYE_DEBUG=1), once per process
+
+
+def _trusted_owner(uid: int) -> bool:
+    if uid in (0, os.geteuid(), os.getuid(), KUBERNETES_AGENT_UID):
+        return True
+    extra = os.environ.get("TEYE_AGENT_UID", "").strip()
+    if extra.isdigit() and int(extra) == uid:
+        return True
+    try:
+        import pwd   # looked up only for an owner not known above (NSS may be slow)
+        return pwd.getpwuid(uid).pw_name == AGENT_USER
+    except (ImportError, KeyError):
+        return False
+
+
+def dir_problem(d: str):
+    """Why the directory ``d`` of a default socket path is not to be trusted with the job's datagrams, or None.
+
+    Trusted: a directory owned by the job's uid, root or the agent's uid (:func:`_trusted_owner`) that neither
+    group nor others may write, as the agent requires of its own (docs/phases.md).  A symbolic link is followed
+    only when the link itself belongs to root or the job's uid (only they can have placed it: in a sticky
+    /tmp no one else can replace it) and where it leads passes the same checks."""
+    try:
+        st = os.lstat(d)
+        if st.st_mode & 0o170000 == 0o120000:          # S_IFLNK
+            if st.st_uid not in (0, os.geteuid(), os.getuid()):
+                return "it is a symbolic link made by uid %d" % st.st_uid
+            st = os.stat(d)
+    except OSError as e:
+        return "it cannot be checked (%s)" % (e.strerror or e)
+    if st.st_mode & 0o170000 != 0o040000:              # S_IFDIR
+        return "it is not a directory"
+    if not _trusted_owner(st.st_uid):
+        return "it is owned by uid %d, not this job's uid %d, root or the agent's" % (st.st_uid, os.geteuid())
+    if st.st_mode & 0o022:
+        return "group or others may write to it (mode %04o)" % (st.st_mode & 0o7777)
+    return None
+
+
+def socket_choice():
+    """(path, refusal): TEYE_PHASE_SOCKET as given; else the first default location that exists in a trusted
+    directory (:func:`dir_problem`); else, where one exists only in an untrusted directory, that path and why
+    (nothing is sent there: "the directory D is not trusted: ..."); else the first default and None."""
     env = os.environ.get("TEYE_PHASE_SOCKET")
     if env:
-        return env
+        return env, None
     cands = _candidates()
+    refused = None
     for p in cands:
         if os.path.exists(p):
-            return p
-    return cands[0]
+            d = os.path.dirname(p)
+            why = dir_problem(d)
+            if why is None:
+                return p, None
+            if refused is None:
+                refused = (p, "the directory %s is not trusted: %s" % (d, why))
+    return refused or (cands[0], None)
+
+
+def default_socket_path() -> str:
+    """TEYE_PHASE_SOCKET, else the first default location that exists in a trusted directory (else the first
+    default: a socket in a directory another user controls is never returned; :func:`socket_choice` says why)."""
+    path, why = socket_choice()
+    return _candidates()[0] if why else path
+
+
+def _say_refused(path: str, why: str) -> None:
+    if os.environ.get("TEYE_DEBUG") == "1" and (path, why) not in _said:
+        _said.add((path, why))
+        try:
+            sys.stderr.write("teye: not sending phases to %s: %s (TEYE_PHASE_SOCKET=%s sends there anyway)\n"
+                             % (path, why, path))
+        except (OSError, ValueError):
+            pass
 
 
 # Where a launcher says which rank a process is: (rank variable, size variable), first match wins.
@@ -206,7 +275,11 @@ class Reporter:
         records)."""
         self.train_job = _job_name(train_job)
         self._explicit = socket_path or None
-        self.socket_path = socket_path or default_socket_path()
+        self.refused = None         # why nothing is sent: the default socket's directory is not trusted
+        if socket_path:
+            self.socket_path = socket_path
+        else:
+            self.socket_path, self.refused = socket_choice()
         if max_delay_s is not None:
             flush_ms = max_delay_s * 1000.0
         self.flush_ms = max(0.0, float(flush_ms))
@@ -479,6 +552,11 @@ class Reporter:
             src = self.source if self._src_due else None
             ident = self._ident() if self._src_due else None
         n = (len(phases) + len(steps)) // 3 + n_sums
+        if self.refused is not None:   # a socket in a directory another user controls: nothing goes there
+            _say_refused(self.socket_path, self.refused)
+            self._count_drop(n, "untrusted_dir", messages=1)
+            self._maybe_resolve()
+            return
         try:
             data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums)
         except (TypeError, ValueError):
@@ -560,7 +638,7 @@ class Reporter:
         now = _monotonic_ns()
         if now - self._resolved_ns >= _RESOLVE_EVERY_NS:
             self._resolved_ns = now
-            self.socket_path = default_socket_path()
+            self.socket_path, self.refused = socket_choice()
 
     def _count_drop(self, records: int, why: str, messages: int = 0) -> None:
         self.dropped += records

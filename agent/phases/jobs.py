@@ -50,7 +50,8 @@ from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause, ranks
-from .protocol import (ACCEPTED, NO_IDENTITY, PHASES, RESULTS, STEP_BUCKETS, STEPS_ONLY_SOURCES, Identity, Limits,
+from .protocol import (ACCEPTED, FAST_EDGE_NS, MIN_STEP_NS, NO_IDENTITY, PHASES, RESOLUTION_NS, RESULTS, STEP_BUCKETS,
+                       STEPS_ONLY_SOURCES, Identity, Limits,
                        Message, Rejected, Window, decode, identity_of)
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
@@ -748,9 +749,10 @@ class JobTable:
             spans = covers[WINDOWS] = _Covered()
         for w in sums:
             s, e = w.start_ns, w.end_ns
-            # only what this process's windows had not covered yet counts (issue 39); a window of no span
-            # stands for its first nanosecond, so that a copy of it is a copy
-            span = e - s if e > s else 1
+            # only what this process's windows had not covered yet counts (issue 39); a window stands for at
+            # least MIN_STEP_NS (its steps' least time, issue 48), so that a copy of a window of no span is a
+            # copy, and windows 1 ns apart cannot add steps faster than one per MIN_STEP_NS
+            span = e - s if e - s >= MIN_STEP_NS else MIN_STEP_NS
             ends = spans.ends
             if not ends or s >= ends[-1]:   # the usual case, as _apply inlines it: after all the earlier windows
                 if ends and s == ends[-1]:
@@ -1221,7 +1223,14 @@ def _part(w: "Window", new: int, span: int) -> "Window":
     hist = [0] * len(w.hist)
     if m:
         _add_counts(hist, w.hist, m, n)
-    return Window(w.start_ns, w.end_ns, m, (2 * w.samples * m + n) // (2 * n), min(w.step_ns, span) * new // span,
+    step_ns = min(w.step_ns, span) * new // span
+    # the part's buckets agree with its step time, as protocol._possible holds a window's (issue 48): a step over
+    # 5 ms the part's time cannot hold counts under 5 ms; time its steps cannot hold is dropped (never added)
+    if len(hist) > 1 and hist[1] * (FAST_EDGE_NS + 1) > step_ns:
+        hist[0] += hist[1]
+        hist[1] = 0
+    step_ns = min(step_ns, hist[0] * FAST_EDGE_NS + (hist[1] * (RESOLUTION_NS - 1) if len(hist) > 1 else 0))
+    return Window(w.start_ns, w.end_ns, m, (2 * w.samples * m + n) // (2 * n), step_ns,
                   tuple((p, ns * new // span, inside * new // span) for p, ns, inside in w.phases), tuple(hist))
 
 

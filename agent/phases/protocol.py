@@ -58,6 +58,8 @@ REASONS = (
     "no_credentials",   # the kernel attached no SCM_CREDENTIALS (should not happen with SO_PASSCRED)
     "job_limit",        # a new job refused: its uid at max_jobs_per_user, or the table full and no uid over its share
     "shed",             # discarded unread: the receiver's budget was spent and its sender over its share
+    "impossible",       # a sum window whose counts cannot be: more steps than its span holds, more samples than
+                        # a step can have, bucket counts that disagree with its step time (issue 48)
 )
 RESULTS = (ACCEPTED,) + REASONS
 
@@ -65,6 +67,12 @@ JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}\Z")
 MAX_INTERVAL_NS = 86_400 * 10**9      # one phase or step lasting over a day is absurd
 MAX_NS = 2**63 - 1                    # CLOCK_MONOTONIC fits in a signed 64-bit integer
 MAX_SAMPLES = 10**9                   # samples in one step
+# What a sum window (version 2) can hold (issue 48): a summed step takes at least MIN_STEP_NS of its process's
+# time (a Python training step costs more than a microsecond), so a window holds at most max(1, span //
+# MIN_STEP_NS) steps and stands for at least MIN_STEP_NS of time; a summed step (under RESOLUTION_NS) has at
+# most MAX_SUMMED_STEP_SAMPLES samples.
+MIN_STEP_NS = 1_000
+MAX_SUMMED_STEP_SAMPLES = 1 << 20
 MAX_CVD_CHARS = 512
 
 
@@ -356,6 +364,7 @@ def _window(rec, i: int, lo: int, hi: int, now_ns: int, limits: Limits) -> Windo
                                     f"{steps} steps in {_N_BUCKETS} buckets")
     if len(raw_ph) > MAX_WINDOW_PHASES:
         raise Rejected("too_large", f"{what}: {len(raw_ph)} phase names (limit {MAX_WINDOW_PHASES})")
+    _possible(what, e - s, steps, samples, step_ns, raw_hist)
     got = {}
     for k, p in enumerate(raw_ph):
         if type(p) is not list or len(p) != 3 or type(p[0]) is not str or not _is_int(p[1]) or not _is_int(p[2]):
@@ -373,6 +382,31 @@ def _window(rec, i: int, lo: int, hi: int, now_ns: int, limits: Limits) -> Windo
     return Window(s, e, steps, samples, step_ns,
                   tuple((n, a if a <= span else span, b if b <= span else span) for n, (a, b) in got.items()),
                   tuple(raw_hist))
+
+
+FAST_EDGE_NS = round(STEP_BUCKETS[0] * 1e9)   # 5 ms: a summed step is in the first bucket (<= 5 ms) or the second
+
+
+def _possible(what: str, span: int, steps: int, samples: int, step_ns: int, hist) -> None:
+    """Rejected("impossible") unless a window's counts can be: at most max(1, span // MIN_STEP_NS) steps, at most
+    MAX_SUMMED_STEP_SAMPLES samples a step, no step above RESOLUTION_NS in the buckets (only the first two can
+    hold a summed step), and a step time the bucket counts allow: each step of the second bucket over 5 ms,
+    each under RESOLUTION_NS, those over 5 ms fitting in the span (one process's steps never overlap)."""
+    if steps > max(1, span // MIN_STEP_NS):
+        raise Rejected("impossible", f"{what}: {steps} steps in {span} ns (at least {MIN_STEP_NS} ns a step)")
+    if samples > steps * MAX_SUMMED_STEP_SAMPLES:
+        raise Rejected("impossible", f"{what}: {samples} samples in {steps} steps (at most "
+                                     f"{MAX_SUMMED_STEP_SAMPLES} a summed step)")
+    if any(hist[2:]):
+        raise Rejected("impossible", f"{what}: steps counted above {STEP_BUCKETS[1]} s in a window of steps "
+                                     f"shorter than {RESOLUTION_NS} ns")
+    fast = hist[0] if hist else 0
+    slow = steps - fast
+    lo = slow * (FAST_EDGE_NS + 1)
+    hi = fast * FAST_EDGE_NS + slow * (RESOLUTION_NS - 1)
+    if not lo <= step_ns <= hi or lo > span:
+        raise Rejected("impossible", f"{what}: {fast} steps of at most 5 ms and {slow} over it in {step_ns} ns of "
+                                     f"steps and {span} ns of span")
 
 
 def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None, world=None, sums=None,

@@ -26,12 +26,16 @@ the reason and the agent binds the path again (``PhaseSource``), unless another 
 there (then it stays down, saying so).
 
 The receive loop never blocks the sampler: it holds the job table's lock only to apply
-one validated message, and it spends at most ``phases.max_messages_per_second`` handling
-datagrams.  Past that budget it does not pause (the kernel's queue is shared by every sender:
-full, it refuses everyone's datagrams): for the rest of the 10 ms slice (``SHED_DUTY``) it
-keeps the queue drained (a flood then costs the agent up to a core; docs/phases.md); draining, it hands on each process's and uid's datagrams up to their share of a slice's budget and
-discards the rest unread, charging them to the sender's job (``JobTable.shed``): one job's
-flood never makes another lose records (``_shed_until``).  It blocks
+one validated message, and it spends at most ``phases.max_messages_per_second`` units of handling a second,
+charged by cost (issue 48): each datagram handled costs its measured handling time in ``UNIT_NS`` units (at
+least one; a typical datagram one or two, the most expensive shape hundreds).  Past that budget it does not
+pause (the kernel's queue is shared by every sender: full, it refuses everyone's datagrams): until what was
+spent is paid back it keeps the queue drained (a flood then costs the agent up to a core; docs/phases.md);
+draining, it hands on each process's and uid's datagrams up to their share of a slice's budget (estimated
+from their size before they are read) and discards the rest unread, charging them to the sender's job
+(``JobTable.shed``): one job's flood never makes another lose records (``_shed_until``).  A uid that has
+spent more than a slice's budget beyond its share (a leaky bucket per uid) is shed on sight, so a uid
+sending expensive datagrams is the first shed.  It blocks
 in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  A datagram whose
 handling raises (a bug) is logged and dropped; the thread and the other datagrams go on.  (Issue 38 removed
 the receive loop in C: clients sum fast steps, so a process sends about ten datagrams a second whatever its
@@ -66,10 +70,17 @@ BATCH = 32                              # datagrams handed to handle_batch toget
 # Once a slice's budget is spent, each process may have this share of a slice's budget handled more in that
 # slice, and each uid this share; the rest of a heavy sender's datagrams is discarded (Receiver._shed_until).
 SHED_PID_SHARE = 0.125
+SHARE_RENEW_S = _SLICE_S                # the shares are renewed each slice while shedding lasts longer
 SHED_UID_SHARE = 0.5
-SHED_DUTY = 1.0                         # ... for this share of the slice's time left, then pause (0.5 let a flood
-#                                         hold the queue full half the time: other jobs lost datagrams)
 SHED_MIN = 4                            # ... and at least this many (a client's flush, close and retry)
+# What a datagram costs (issue 48): the budget is spent in units of UNIT_NS (40 us) of the receive thread's CPU time handling
+# it (decode and apply, measured), at least one unit a datagram; before a datagram is read its cost is estimated
+# from its size, one unit per BYTES_PER_UNIT bytes, for the shares of a slice (benchmarks/datagram_cost.py
+# measures both: the estimate is below the cost of the expensive shapes, but any of them is over a share).
+UNIT_NS = 40_000
+BYTES_PER_UNIT = 400
+MAX_DEBTORS = 4096                      # uids whose spending is remembered (the rest: none, as a new uid)
+_thread_ns = time.thread_time_ns
 _QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
 _QLEN_DEFAULT = 10                      # the kernel's own default, where the sysctl cannot be read
 
@@ -247,9 +258,12 @@ class Receiver:
         self._rlog = RateLimitedLog(log)
         self._thread = threading.Thread(target=self._run, name="teye-phase-receiver", daemon=True)
         self._counts = [0, 0]                  # [datagrams, receives]
-        self.paused_s = 0.0
         self.shedding_s = 0.0                  # time spent over budget, shedding heavy senders
         self._shed = shed                      # shed({(uid, pid): datagrams}): charge discarded datagrams
+        self._spent, self._spent_at = 0.0, time.monotonic_ns()   # the receiver's spending (units), leaky
+        self._debts: Dict[int, Tuple[float, int]] = {}            # uid -> (units spent, when), leaky
+        self._pid_debts: Dict[int, Tuple[float, int]] = {}        # pid -> (units spent, when), leaky
+        self.spent_units: Dict[int, int] = {}                     # uid -> units spent in all (for benchmarks)
         # close()'s wake-up goes to this socket itself, even once its path is gone or another's
         self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
@@ -297,8 +311,6 @@ class Receiver:
 
     def _run(self) -> None:
         receive = self._receive_one
-        slice_end = time.monotonic() + _SLICE_S
-        in_slice = 0
         while not self._stop.is_set():
             try:
                 batch = receive()
@@ -316,32 +328,96 @@ class Receiver:
                 break
             if batch:
                 try:
-                    self._handle_batch(batch)
+                    self._take(batch)
                 except Exception as e:  # a bug must not stop the receiver: log it (the rest of that receive is dropped)
                     self._failed(e)
-            in_slice += len(batch)
-            if in_slice >= self._per_slice:
-                now = time.monotonic()
-                if now < slice_end:  # over budget: shed the heavy senders' datagrams for part of the slice
-                    self._shed_until(now + SHED_DUTY * (slice_end - now), receive)
-                    now = time.monotonic()
-                    if now < slice_end:   # then pause: a flood costs the agent at most SHED_DUTY of a core
-                        self.paused_s += slice_end - now
-                        self._stop.wait(slice_end - now)
-                        now = slice_end
-                slice_end = now + _SLICE_S
-                in_slice = 0
+            over = self._over_budget_s()
+            if over > 0:   # over budget: shed the heavy senders' datagrams until what was spent is paid back
+                self._shed_until(time.monotonic() + max(over, _SLICE_S / 10), receive)
+
+    # -- the budget, spent by cost ---------------------------------------------------------------
+    # Every datagram handled costs what handling it took, in UNIT_NS units (at least one), charged to the
+    # receiver's budget (per_slice units per 10 ms slice) and to the sender's uid (its share, SHED_UID_SHARE of
+    # that); both are leaky buckets that drain at their rate.  A uid that spent more than a slice's budget
+    # beyond its share is shed on sight; once the receiver's own budget is spent, only the senders within
+    # their share of what is left are handled (_shed_until).  A cheap datagram costs one unit, the most
+    # expensive one found hundreds (docs/phases.md): a uid is charged by what it costs, not by count.
+
+    def _spend(self, uid: Optional[int], pid: Optional[int], cost: int, now_ns: int) -> None:
+        rate = self._per_slice / (_SLICE_S * 1e9)
+        self._spent = max(0.0, self._spent - (now_ns - self._spent_at) * rate) + cost
+        self._spent_at = now_ns
+        # (a process's bucket drains at its uid's share: a process alone may spend what its uid may)
+        for debts, key, share in ((self._debts, uid, SHED_UID_SHARE), (self._pid_debts, pid, SHED_UID_SHARE)):
+            if key is None:
+                continue
+            units, at = debts.get(key, (0.0, now_ns))
+            units = max(0.0, units - (now_ns - at) * rate * share) + cost
+            if key in debts or len(debts) < MAX_DEBTORS:
+                debts[key] = (units, now_ns)
+        if uid is not None and (uid in self.spent_units or len(self.spent_units) < MAX_DEBTORS):
+            self.spent_units[uid] = self.spent_units.get(uid, 0) + cost
+
+    def _debt(self, debts: Dict[int, Tuple[float, int]], key: int, share: float, now_ns: int) -> float:
+        got = debts.get(key)
+        if got is None:
+            return 0.0
+        units = got[0] - (now_ns - got[1]) * self._per_slice / (_SLICE_S * 1e9) * share
+        if units <= 0:
+            del debts[key]
+            return 0.0
+        return units
+
+    def _in_debt(self, uid: int, pid: int, now_ns: int) -> bool:
+        """Shed on sight: a process that spent more than a slice's budget beyond its uid's share, or one that is
+        spending (more than SHED_MIN units beyond it) for a uid that did (64 processes of one uid share one uid's
+        share; a quiet process of that uid, a job beside the flood, is not held back)."""
+        pid_debt = self._debt(self._pid_debts, pid, SHED_UID_SHARE, now_ns)
+        if pid_debt > self._per_slice:
+            return True
+        return pid_debt > SHED_MIN and self._debt(self._debts, uid, SHED_UID_SHARE, now_ns) > self._per_slice
+
+    def _over_budget_s(self) -> float:
+        """Seconds until the receiver's spending is paid back, where it spent more than one slice's budget."""
+        spent = self._spent - (time.monotonic_ns() - self._spent_at) * self._per_slice / (_SLICE_S * 1e9)
+        return spent / self._per_slice * _SLICE_S if spent >= self._per_slice else 0.0
+
+    def _handle_one(self, item) -> int:
+        """Handle one datagram, charge its measured cost; the cost in units."""
+        t0 = _thread_ns()      # the thread's CPU time: a sender is not charged for the scheduler's preemptions
+        self._handle_batch([item])
+        t1 = _thread_ns()
+        cost = max(1, (t1 - t0) // UNIT_NS)
+        self._spend(item[2], item[1], cost, time.monotonic_ns())
+        return cost
+
+    def _take(self, batch) -> None:
+        """The datagrams of one receive, within the budget: each handled and charged, except, while the receiver
+        is busy, those of a process in debt (_in_debt), discarded unread and charged as shed."""
+        shed: Dict[Tuple[int, int], int] = {}
+        now = time.monotonic_ns()
+        for item in batch:
+            pid, uid = item[1], item[2]
+            if pid is not None and self._in_debt(uid, pid, now):
+                shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
+                continue
+            self._handle_one(item)
+        if shed and self._shed is not None:
+            self._shed(shed)
 
     def _shed_until(self, end: float, receive) -> None:
-        """The rest of a slice whose budget is spent: keep the queue drained so that no other sender finds it
-        full, hand on (to ``handle_batch``) the datagrams of senders within their share of a slice's budget
-        (``SHED_PID_SHARE`` per process, ``SHED_UID_SHARE`` per uid), and discard the others unread,
-        counted by (uid, pid) for ``shed`` (the job table charges them to the sender's job)."""
+        """Over budget, until ``end``: keep the queue drained so that no other sender finds it full, hand on
+        (to ``handle_batch``) the datagrams of senders within their share of a slice's budget in cost units
+        (``SHED_PID_SHARE`` per process, ``SHED_UID_SHARE`` per uid, each slice: a datagram counts against them
+        as one unit per BYTES_PER_UNIT bytes, an estimate known before it is read; its measured cost is what the
+        budget and the debts are charged), and discard the others
+        unread, counted by (uid, pid) for ``shed`` (the job table charges them to the sender's job)."""
         per_pid: Dict[int, int] = {}
         per_uid: Dict[int, int] = {}
         pid_cap = max(SHED_MIN, int(self._per_slice * SHED_PID_SHARE))
         uid_cap = max(4 * SHED_MIN, int(self._per_slice * SHED_UID_SHARE))
         start = time.monotonic()
+        slice_end = start + SHARE_RENEW_S
         while not self._stop.is_set():
             try:
                 batch = receive()
@@ -353,23 +429,30 @@ class Receiver:
             self._counts[1] += 1
             if self._stop.is_set():
                 break   # close()'s wake-up
-            late = time.monotonic() >= end   # it came after the slice (a quiet socket): the next slice's
-            keep = []
+            t = time.monotonic()
+            late = t >= end   # it came after the slice (a quiet socket): the next slice's
+            if t >= slice_end:   # the shares are a slice's: a long spell of shedding renews them each slice
+                per_pid.clear()
+                per_uid.clear()
+                slice_end = t + SHARE_RENEW_S
             shed: Dict[Tuple[int, int], int] = {}
-            for item in batch:
-                pid, uid = item[1], item[2]
-                if pid is None or late:   # no credentials (counted as such by handle()), or not this slice's
-                    keep.append(item)
-                    continue
-                np_, nu = per_pid.get(pid, 0) + 1, per_uid.get(uid, 0) + 1
-                if np_ > pid_cap or nu > uid_cap:
-                    shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
-                else:
-                    per_pid[pid], per_uid[uid] = np_, nu
-                    keep.append(item)
             try:
-                if keep:
-                    self._handle_batch(keep)
+                now = time.monotonic_ns()
+                for item in batch:
+                    pid, uid = item[1], item[2]
+                    if pid is None or late:   # no credentials (counted as such by handle()), or not this slice's
+                        self._take([item])
+                        continue
+                    est = max(1, len(item[0]) // BYTES_PER_UNIT)
+                    np_, nu = per_pid.get(pid, 0) + est, per_uid.get(uid, 0) + est
+                    # (a sender's first datagram of a slice passes whatever its size, unless it is in debt: a job
+                    # alone sending large datagrams is not shed because the receiver is busy with them)
+                    if ((np_ > pid_cap and pid in per_pid) or (nu > uid_cap and uid in per_uid)
+                            or self._in_debt(uid, pid, now)):
+                        shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
+                    else:   # (the shares count the estimate: what contention adds to a cost is no one's)
+                        self._handle_one(item)
+                        per_pid[pid], per_uid[uid] = np_, nu
                 if shed and self._shed is not None:   # charged once per receive, before the next may block
                     self._shed(shed)
             except Exception as e:  # as in _run: a bug must not stop the receiver

@@ -121,11 +121,21 @@ def _open_regular(path: str) -> int:
     return fd
 
 
-def read_bytes(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+class Outside(Exception):
+    """The file opened is not inside the directory it had to be in (a symbolic link leading out)."""
+
+
+def read_bytes(path: str, limit: int = MAX_FILE_BYTES, within: str = None) -> bytes:
     """A whole file, at most ``limit`` bytes; FileRefused when it is not a regular file or is larger.
-    Never blocks on a FIFO or device (O_NONBLOCK, then fstat).  Other OSErrors propagate."""
+    Never blocks on a FIFO or device (O_NONBLOCK, then fstat).  Other OSErrors propagate.  With ``within``
+    (a real path, no symbolic links in it), Outside unless the file opened lies in that directory tree: the
+    check is of the open descriptor itself, so a link swapped after any earlier check changes nothing."""
     fd = _open_regular(path)
     try:
+        if within is not None:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            if not real.startswith(within.rstrip(os.sep) + os.sep):
+                raise Outside(path)
         chunks = []
         n = 0
         while True:

@@ -10,6 +10,11 @@ another file already has, is skipped *whole*: ``teye_textfile_scrape_error`` is 
 file and why (once a minute).  The other files' metrics are exported as written.  Each file read is
 ``teye_textfile_mtime_seconds{file}``.
 
+The log never quotes a file: a file that does not parse is named with the line number and the kind of error
+only (a ``*.prom`` that is a symbolic link to a root-only file must not land in the log).  A ``*.prom`` that
+is a symbolic link leading out of the directory is skipped unless ``textfile.follow_symlinks`` is on (the file
+actually opened is checked, through its descriptor, so a link swapped after a check changes nothing).
+
 Writers should write a temporary file and rename it into place (as node_exporter's docs say); a file
 read while half written fails to parse and is skipped for that pass.
 
@@ -27,7 +32,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, MetricSpec, Point, metric, point, registered
-from ._files import FileRefused, read_bytes
+from ._files import FileRefused, Outside, read_bytes
 
 MAX_FILES = 1000
 MAX_FILE_BYTES = 4 << 20
@@ -48,12 +53,32 @@ class Skip(Exception):
     """A file the collector leaves out whole, with the one-line reason."""
 
 
+class _Lines:
+    """The file's lines for the parser, counting those it took: where it fails, the count is the line."""
+
+    def __init__(self, text: str):
+        self._it = iter(text.splitlines(True))
+        self.n = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._it)
+        self.n += 1
+        return line
+
+
 def _parse(text: str, path: str):
-    """[(name, type, help, [(sample name, labels dict, value)])] of one file, or Skip."""
-    from prometheus_client.parser import text_string_to_metric_families
+    """[(name, type, help, [(sample name, labels dict, value)])] of one file, or Skip.
+
+    A parse error is said as its line number and the error's kind only: the parser's own message quotes the
+    line, and a file that is not metrics at all (a link to a root-only file) must never reach the log."""
+    from prometheus_client.parser import text_fd_to_metric_families
     out = []
+    lines = _Lines(text)
     try:
-        for fam in text_string_to_metric_families(text):
+        for fam in text_fd_to_metric_families(lines):
             samples = []
             for s in fam.samples:
                 if s.timestamp is not None:
@@ -63,8 +88,12 @@ def _parse(text: str, path: str):
     except Skip:
         raise
     except (ValueError, TypeError, IndexError, KeyError) as e:  # the parser's ways of saying "not the format"
-        raise Skip(f"not the Prometheus text format: {str(e)[:160]}") from None
+        raise Skip(f"not the Prometheus text format: line {lines.n}: {_KIND.get(type(e), type(e).__name__)}") from None
     return out
+
+
+_KIND = {ValueError: "a malformed line or a value that is not a number", IndexError: "a malformed line",
+         KeyError: "a malformed line", TypeError: "a malformed line"}
 
 
 @dataclass(frozen=True)
@@ -83,8 +112,9 @@ class TextfileReading:
 class TextfileSource:
     name = "textfile"
 
-    def __init__(self, directory: Optional[str]):
+    def __init__(self, directory: Optional[str], follow_symlinks: bool = False):
         self.directory = directory
+        self.follow_symlinks = follow_symlinks
         self._specs: Dict[Tuple[str, str, str, Tuple[str, ...]], MetricSpec] = {}  # reused between reads
 
     def _spec(self, name: str, kind: str, help_: str, labels: Tuple[str, ...]) -> MetricSpec:
@@ -111,6 +141,7 @@ class TextfileSource:
                         self.directory, len(paths), MAX_FILES)
             paths, error = paths[:MAX_FILES], True
         own = registered()
+        real_dir = os.path.realpath(self.directory)
         types: Dict[str, str] = {}
         series: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], str] = {}
         pts: List[Point] = []
@@ -119,12 +150,17 @@ class TextfileSource:
             base = os.path.basename(path)
             try:
                 mtime = os.stat(path).st_mtime
-                text = read_bytes(path, MAX_FILE_BYTES).decode("utf-8")
+                text = read_bytes(path, MAX_FILE_BYTES, within=None if self.follow_symlinks else real_dir
+                                  ).decode("utf-8")
                 fams = _parse(text, path)
                 got, keys = self._file_points(fams, own, types, series, base)
-            except (Skip, OSError, UnicodeDecodeError) as e:
-                why = e if isinstance(e, Skip) else (f"not UTF-8: {e}" if isinstance(e, UnicodeDecodeError)
-                                                     else (e.strerror or str(e)))
+            except (Skip, OSError, UnicodeDecodeError, Outside) as e:
+                if isinstance(e, Outside):
+                    why = "a symbolic link leading out of the directory (textfile.follow_symlinks is off)"
+                elif isinstance(e, UnicodeDecodeError):
+                    why = f"not UTF-8 (byte {e.start})"   # (never the bytes themselves)
+                else:
+                    why = e if isinstance(e, Skip) else (e.strerror or type(e).__name__)
                 log.warning(f"skip:{base}", "textfile: %s skipped: %s", path, why)
                 error = True
                 continue
@@ -172,4 +208,4 @@ class TextfileSource:
 
 
 def from_config(cfg, ctx=None) -> TextfileSource:
-    return TextfileSource(cfg["textfile"]["directory"])
+    return TextfileSource(cfg["textfile"]["directory"], cfg["textfile"].get("follow_symlinks", False))

@@ -254,6 +254,48 @@ MUTANTS = {
         ["tests/web/test_auth_flood.py::test_refusals_held_by_the_throttle_delay_never_fill_the_connection_table"]),
     "auth_rate_limit_before_auth.patch": (
         ["tests/web/test_auth_flood.py::test_clients_that_never_authenticate_cannot_spend_the_rate_limit"]),
+    # issue 48: a reload never weakens the guard
+    "webconfig_reload_drops_users.patch": (
+        ["tests/web/test_reload_guard.py::test_a_reload_that_drops_basic_auth_is_refused_and_the_old_guard_stays"
+         "[users section removed]"]),
+    "webconfig_reload_weakens_client_certs.patch": (
+        ["tests/web/test_reload_guard.py::test_weakened_client_certificates_are_refused"]),
+    "webconfig_reload_drops_sans.patch": (
+        ["tests/web/test_reload_guard.py::test_weakened_client_certificates_are_refused"]),
+    "webconfig_empty_users_accepted.patch": (
+        ["tests/web/test_reload_guard.py::test_present_but_empty_users_is_refused_at_start_too"]),
+    # issue 48: the client trusts only its own directory; counters that stay possible
+    "client_trusts_any_owner.patch": (
+        ["tests/client/test_socket_trust.py::"
+         "test_a_directory_planted_by_another_uid_gets_nothing_and_the_drop_is_counted_and_said"]),
+    "possible_steps_over_span.patch": (
+        ["tests/phases/test_possible_counts.py::test_each_rule_at_its_last_valid_and_first_invalid_value"]),
+    "possible_buckets_disagree.patch": (
+        ["tests/phases/test_possible_counts.py::test_each_rule_at_its_last_valid_and_first_invalid_value"]),
+    "window_part_buckets_unchecked.patch": (
+        ["tests/phases/test_possible_counts.py::test_part_of_a_slow_steps_window_keeps_its_buckets_possible"]),
+    "window_of_no_span_one_ns.patch": (
+        ["tests/phases/test_possible_counts.py::"
+         "test_zero_span_windows_a_nanosecond_apart_add_one_step_per_microsecond_at_most"]),
+    # issue 48: the receiver charges by cost
+    "receiver_charges_by_count.patch": (
+        ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
+    "receiver_no_shed_on_sight.patch": (
+        ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
+    # issue 48: the smaller ones
+    "http_bare_lf_waits.patch": (
+        ["tests/web/test_http_server.py::test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout"]),
+    "http_control_char_accepted.patch": (
+        ["tests/web/test_http_server.py::test_bad_requests_get_a_4xx_and_no_traceback"]),
+    "textfile_logs_content.patch": (
+        ["tests/sources/test_textfile.py::test_a_bad_line_is_named_by_number_without_its_content"]),
+    "textfile_follows_links_out.patch": (
+        ["tests/sources/test_textfile.py::test_a_link_out_is_skipped_unless_configured_and_a_link_inside_is_read"]),
+    # issue 48: TLS connections that cost what they say
+    "tls_handshakes_unbounded.patch": (
+        ["tests/web/test_tls_cost.py::test_at_most_tls_max_handshakes_are_held_and_a_scraper_still_gets_through"]),
+    "tls_idle_like_plain.patch": (
+        ["tests/web/test_tls_cost.py::test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),

@@ -128,6 +128,7 @@ def test_the_per_uid_share_of_a_slice(monkeypatch):
     lone process of a third uid, each within its per-process share, get every datagram through although
     the flood came first in the queue.  What is not handed on is charged to the (uid, pid) that sent it."""
     from agent.phases import receiver
+    monkeypatch.setattr(receiver, "SHARE_RENEW_S", 60.0)   # one slice's shares, however slow the machine
     per_slice = 40                                   # 4,000 datagrams a second, 10 ms slices
     pid_cap = max(receiver.SHED_MIN, int(per_slice * receiver.SHED_PID_SHARE))
     uid_cap = max(4 * receiver.SHED_MIN, int(per_slice * receiver.SHED_UID_SHARE))

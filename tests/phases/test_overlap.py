@@ -148,7 +148,7 @@ def test_a_windows_phase_counts_at_most_its_span():
     table, _, clock = _table()
     t = clock.t - 5 * S
     # 8 ms of span claiming a day of data_wait (and, as two names normalised to "other", 2 x 6 ms)
-    w = (t, t + 8 * MS, 4, 32, 6 * MS, [["data_wait", 86_400 * S, 5 * MS], ["x", 6 * MS, 0], ["y", 6 * MS, 0]], [0, 4])
+    w = (t, t + 8 * MS, 4, 32, 6 * MS, [["data_wait", 86_400 * S, 5 * MS], ["x", 6 * MS, 0], ["y", 6 * MS, 0]], [4])
     msg = decode_python(encode("j", sums=[w]), clock.t, table.limits)
     assert dict((n, (a, b)) for n, a, b in msg.sums[0].phases) == {"data_wait": (8 * MS, 5 * MS),
                                                                    "other": (8 * MS, 0)}
@@ -275,22 +275,23 @@ def test_a_reversed_window_is_rejected_and_counts_nothing():
 
 
 def test_a_window_of_no_span_counts_its_steps_once_and_no_time():
-    """Its phases are held at its span (0) by the decoder, its steps' time here; its copies add nothing."""
+    """Its phases are held at its span (0) by the decoder, its steps' time here; its copies add nothing.  (One
+    step: a window of no span holds no more, issue 48.)"""
     table, _, clock = _table()
     t = clock.t - 5 * S
-    w = (t, t, 3, 24, 3 * MS, [["data_wait", 2 * MS, MS]], [3])
+    w = (t, t, 1, 8, 3 * MS, [["data_wait", 2 * MS, MS]], [1])
     for _ in range(5):
         assert table.handle(encode("j", sums=[w, w]), 10, 0) == "accepted"
     got, view = _phases(table, clock)
-    assert (view.steps, view.samples, view.step_hist.sum) == (3, 24, 0.0)
+    assert (view.steps, view.samples, view.step_hist.sum) == (1, 8, 0.0)
     assert got.get("data_wait", 0.0) == 0.0
 
 
 def test_a_windows_phase_above_its_span_is_held_there_and_its_copies_add_nothing():
     table, _, clock = _table()
     t = clock.t - 5 * S
-    w = _win(t, dw=86_400 * S, cp=9 * MS, step_ns=30 * MS)   # a day of data_wait, 9 ms of compute, 30 ms of
-    for _ in range(4):                                        # steps: all in 8 ms of span
+    w = _win(t, dw=86_400 * S, cp=9 * MS, step_ns=20 * MS)   # a day of data_wait, 9 ms of compute, 20 ms of
+    for _ in range(4):                                        # steps (4 of 5 ms): all in 8 ms of span
         assert table.handle(encode("j", sums=[w] * 3), 10, 0) == "accepted"
     got, view = _phases(table, clock)
     assert got["data_wait"] == pytest.approx(0.008, abs=1e-12) and got["compute"] == pytest.approx(0.008, abs=1e-12)
@@ -330,7 +331,8 @@ def test_random_overlapping_windows_count_their_uncovered_share_and_never_more_t
         length = rng.randrange(3_000, 10_001) * 1000
         n = rng.randrange(1, 9)
         dw = rng.randrange(0, length + 1)
-        w = (a, a + length, n, 8 * n, rng.randrange(0, length + 1), [["data_wait", dw, 0]], [n])
+        # n steps of at most 5 ms (their bucket): at most n x 5 ms of step time (issue 48)
+        w = (a, a + length, n, 8 * n, rng.randrange(0, min(length, n * 5 * MS) + 1), [["data_wait", dw, 0]], [n])
         if sent and rng.random() < 0.3:
             w = rng.choice(sent)   # a copy of an earlier one
         new = _uncovered((w[0], w[1]), [(x[0], x[1]) for x in sent])

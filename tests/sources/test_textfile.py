@@ -122,3 +122,74 @@ def test_a_file_rewritten_between_reads_is_read_anew(tmp_path):
     (tmp_path / "h.prom.tmp").write_text("site_v 2\n")
     os.rename(tmp_path / "h.prom.tmp", tmp_path / "h.prom")
     assert _samples(src)[0][("site_v", ())] == 2.0
+
+
+# -- issue 48: the log never quotes a file; a symbolic link out of the directory is not followed -----------------
+
+SECRET = "root:$y$j9T$c2VjcmV0c2FsdA$S3cr3tHashThatMustNeverBeLogged:19000:0:99999:7:::\n"
+
+
+def _logged(caplog):
+    return "\n".join(r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A root-only file and a metrics file, outside the textfile directory ``tmp_path / "tf"``."""
+    (tmp_path / "tf").mkdir()
+    secret = tmp_path / "shadow"
+    secret.write_text(SECRET)
+    os.chmod(secret, 0o600)
+    (tmp_path / "elsewhere.prom").write_text(GOOD)
+    return tmp_path
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_link_to_a_root_only_file_never_reaches_the_log(outside, caplog, follow):
+    from agent.sources import textfile
+    textfile.log._last.clear()   # (the rate limit's memory of earlier tests)
+    os.symlink(outside / "shadow", outside / "tf" / "shadow.prom")
+    got, _ = _samples(TextfileSource(str(outside / "tf"), follow_symlinks=follow))
+    assert got == {("teye_textfile_scrape_error", ()): 1.0}
+    text = _logged(caplog)
+    for piece in ("root:", "$y$", "S3cr3t", "19000"):
+        assert piece not in text
+    why = ("a symbolic link leading out of the directory (textfile.follow_symlinks is off)" if not follow
+           else "not the Prometheus text format: line 1: a malformed line or a value that is not a number")
+    assert f"shadow.prom skipped: {why}" in text
+
+
+def test_a_link_out_is_skipped_unless_configured_and_a_link_inside_is_read(outside, caplog):
+    os.symlink(outside / "elsewhere.prom", outside / "tf" / "out.prom")
+    got, _ = _samples(TextfileSource(str(outside / "tf")))
+    assert got == {("teye_textfile_scrape_error", ()): 1.0}
+    got, _ = _samples(TextfileSource(str(outside / "tf"), follow_symlinks=True))
+    assert got[("site_node_drains_total", ())] == 3.0 and got[("teye_textfile_scrape_error", ())] == 0.0
+    os.unlink(outside / "tf" / "out.prom")
+    (outside / "tf" / "real.txt").write_text(GOOD)
+    os.symlink("real.txt", outside / "tf" / "in.prom")          # a relative link to a file in the directory
+    got, _ = _samples(TextfileSource(str(outside / "tf")))
+    assert got[("site_node_drains_total", ())] == 3.0 and got[("teye_textfile_scrape_error", ())] == 0.0
+
+
+def test_the_descriptor_is_checked_not_the_name(outside):
+    """The check is of the file opened: a link swapped in after any check of its name is still refused."""
+    from agent.sources._files import Outside, read_bytes
+    link = outside / "tf" / "x.prom"
+    os.symlink(outside / "elsewhere.prom", link)
+    with pytest.raises(Outside):
+        read_bytes(str(link), within=os.path.realpath(outside / "tf"))
+    assert read_bytes(str(link), within=os.path.realpath(outside)) == GOOD.encode()
+
+
+def test_a_bad_line_is_named_by_number_without_its_content(tmp_path, caplog):
+    from agent.sources import textfile
+    textfile.log._last.clear()
+    (tmp_path / "bad.prom").write_text("# TYPE site_a gauge\nsite_a 1\nsite_a{k=\"v\"} hunter2-password\n")
+    (tmp_path / "binary.prom").write_bytes(b"site_b 1\n\xffsecret-bytes\n")
+    got, _ = _samples(TextfileSource(str(tmp_path)))
+    assert got == {("teye_textfile_scrape_error", ()): 1.0}
+    text = _logged(caplog)
+    assert "bad.prom skipped: not the Prometheus text format: line 3: " in text
+    assert "binary.prom skipped: not UTF-8 (byte 9)" in text
+    assert "hunter2" not in text and "secret-bytes" not in text and "\\xff" not in text

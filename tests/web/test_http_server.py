@@ -58,6 +58,16 @@ def test_metrics_landing_and_health_answer(server, logs):
     (b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),
     (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),                    # TLS on the plain port
     (bytes(range(256)) + b"\r\n\r\n", 400),
+    # issue 48: bare LF line endings, NUL and other control characters in a header value
+    (b"GET /metrics HTTP/1.1\n\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\n\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: b\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\x00\r\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a\x1bb\r\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a\x7fb\r\n\r\n", 400),
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: a\tb\xe9\r\n\r\n", 200),             # HTAB and obs-text are fine
 ])
 def test_bad_requests_get_a_4xx_and_no_traceback(server, logs, raw, status):
     code, hdrs, _ = request(server, raw=raw)
@@ -179,3 +189,22 @@ def test_descriptors_reserved_for_sources_stay_out_of_the_connection_budget():
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert plain.max_connections <= 2048 - 64
     assert plain.max_connections - kept.max_connections == 500
+
+
+@pytest.mark.parametrize("raw", [b"GET /metrics HTTP/1.1\n", b"GET /metrics HTTP/1.1\nHost: x\n\n",
+                                 b"GET /metrics HTTP/1.1\r\nHost: x\n"])
+def test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout(raw):
+    """The client keeps its connection open (no FIN): the 400 must come at once, not after the 4 s header
+    timeout (the test's own clock), and the connection closes."""
+    srv, _ = start(header_timeout_seconds=4.0)
+    try:
+        with connect(srv, timeout=6) as s:
+            t0 = time.monotonic()
+            s.sendall(raw)
+            data = read_all(s)
+            took = time.monotonic() - t0
+        code, hdrs, body = parse_response(data)
+        assert (code, hdrs.get("connection")) == (400, "close") and b"bare LF" in body
+        assert took < 1.5, took
+    finally:
+        srv.stop()

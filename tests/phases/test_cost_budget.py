@@ -1,0 +1,157 @@
+"""The receiver charges by cost (issue 48): a uid's budget is spent by what its datagrams cost to handle, not by
+their count, so three uids flooding the most expensive shape (64 KiB of small sum windows, about 10 ms each to
+decode and apply) are shed and a fourth uid's job loses nothing.
+
+Real processes: three flooders, each as its own uid (``setpriv``: daemon, sys, nobody), sending one valid
+expensive datagram as fast as a non-blocking socket takes it; a legitimate job (teye_client.Reporter, 20 ms
+flushes) as this test's uid, on one live receiver.  Oracles: the victim's own count of its steps and of what
+it could not send, the kernel's count of what each flooder got into the socket (its "sent"), the receive
+thread's CPU time from /proc (the kernel's clock, not the receiver's)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from agent.phases import receiver
+from tests.client.helpers import LiveAgent
+
+pytestmark = pytest.mark.e2e
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FLOODERS = {1: "daemon", 3: "sys", 65534: "nobody"}
+SECONDS = 4.0
+
+# One datagram of as many one-name windows of 2 steps as fit in 64 KiB (benchmarks/datagram_cost.py: "small
+# windows", the most expensive shape found), valid for the whole flood, sent again and again.
+FLOODER = textwrap.dedent("""
+    import json, socket, sys, time
+    path, seconds, job = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    t = time.monotonic_ns() - 10**9
+    ws, size = [], 60
+    while True:
+        w = [t + len(ws) * 10000, t + len(ws) * 10000 + 10000, 2, 16, 2000, [["compute", 100, 50]], [2]]
+        size += len(json.dumps(w, separators=(",", ":"))) + 1
+        if size > 65000 or len(ws) >= 1000:
+            break
+        ws.append(w)
+    msg = json.dumps({"v": 2, "job": job, "sums": ws}, separators=(",", ":")).encode()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.connect(path)
+    s.setblocking(False)
+    sent = full = 0
+    print("ready", len(msg), flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            s.send(msg)
+            sent += 1
+        except BlockingIOError:
+            full += 1
+    print(json.dumps({"sent": sent, "full": full, "bytes": len(msg), "windows": len(ws)}))
+""")
+
+VICTIM = textwrap.dedent("""
+    import json, sys, time
+    from teye_client import Reporter
+    path, n = sys.argv[1], int(sys.argv[2])
+    rep = Reporter("victim", socket_path=path, flush_ms=20)
+    for i in range(n):
+        with rep.phase("data_wait"):
+            time.sleep(0.002)
+        with rep.phase("compute"):
+            time.sleep(0.003)
+        rep.step(samples=8)
+    rep.close()
+    print(json.dumps({"steps": n, "samples": 8 * n, "sent": rep.sent, "dropped": rep.dropped,
+                      "dropped_messages": rep.dropped_messages}))
+""")
+
+
+def _thread_cpu_s(tid: int) -> float:
+    with open(f"/proc/self/task/{tid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv for four uids")
+def test_three_uids_flooding_expensive_datagrams_are_shed_and_a_fourth_uids_job_is_exact(sockdir):
+    agent = LiveAgent(sockdir)    # the default budget: 20,000 units a second
+    os.chmod(sockdir, 0o755)
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    per_slice = agent.src.receiver._per_slice
+    try:
+        tid = agent.src.receiver._thread.native_id
+        cpu0, t0 = _thread_cpu_s(tid), time.monotonic()
+        floods = {}
+        for uid, name in FLOODERS.items():
+            floods[uid] = subprocess.Popen(
+                ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", py, "-c", FLOODER, agent.path,
+                 str(SECONDS), "flood"], stdout=subprocess.PIPE, text=True, cwd="/", env={"PATH": "/usr/bin:/bin"})
+        for p in floods.values():
+            assert p.stdout.readline().startswith("ready")
+        victim = subprocess.run([sys.executable, "-c", VICTIM, agent.path, "400"], capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+        sent = {uid: json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for uid, p in floods.items()}
+        cpu, wall = _thread_cpu_s(tid) - cpu0, time.monotonic() - t0
+        assert victim.returncode == 0, victim.stderr
+        v = json.loads(victim.stdout.strip().splitlines()[-1])
+        jobs = agent.jobs()
+        units = dict(getattr(agent.src.receiver, "spent_units", {}))   # (absent before issue 48: benchmarks)
+        print("flooders", sent, "victim", v, "jobs", {k: (j.steps, j.shed) for k, j in jobs.items()},
+              "units", units, f"receive thread {cpu:.2f} CPU s in {wall:.2f} s")
+        # the victim: every step it took, none dropped at either end, none shed
+        assert v["dropped_messages"] == 0 and v["dropped"] == 0, v
+        assert jobs["victim"].steps == v["steps"] and jobs["victim"].samples == v["samples"]
+        assert jobs["victim"].shed == 0
+        # each flooder got into the socket more than its share could pay for, and was shed
+        for uid, name in FLOODERS.items():
+            f = sent[uid]
+            assert f["bytes"] > 60000 and f["sent"] > 50, f
+            job = jobs[f"{name}/flood"]
+            assert job.shed > 0.5 * f["sent"], (name, job.shed, f)
+            # what it had handled, at most its share of the budget over the flood plus a slice's burst (and
+            # the one datagram over it), in the receiver's units of measured handling time
+            share = per_slice * receiver.SHED_UID_SHARE / receiver._SLICE_S
+            assert units[uid] <= share * wall + per_slice + 2 * f["bytes"] // receiver.BYTES_PER_UNIT * 4, (
+                name, units[uid], share * wall)
+        # the agent's receive thread: at most one core while it drains the flood
+        assert cpu <= 1.05 * wall + 0.1
+    finally:
+        agent.close()
+
+
+def test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop():
+    """The rule itself, with no scheduler in the way: a handler that costs 50 units for a big datagram and 1
+    for a small one; one uid sends big ones, another small ones, interleaved.  Once the big sender's uid has
+    spent a slice's budget beyond its share, its datagrams are shed on sight while every small one is
+    handled; counted by count alone, both would have been handled alike."""
+    spent_ns = {b"B": 50 * receiver.UNIT_NS, b"s": receiver.UNIT_NS // 2}   # (of CPU: the thread spins)
+    handled, charged = [], {}
+
+    def handle(batch):
+        for data, pid, uid in batch:
+            end = time.perf_counter_ns() + spent_ns[data[:1]]
+            while time.perf_counter_ns() < end:
+                pass
+            handled.append(uid)
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        r = receiver.Receiver(sock, "test", None, handle, 1024, 4000,      # 40 units a slice
+                              shed=lambda d: [charged.__setitem__(k, charged.get(k, 0) + n) for k, n in d.items()])
+        for _ in range(40):
+            r._take([(b"B" * 10, 7, 1000), (b"s", 8, 1001)])
+    finally:
+        sock.close()
+    big, small = handled.count(1000), handled.count(1001)
+    assert small == 40 and sum(n for (uid, _), n in charged.items() if uid == 1001) == 0
+    # the big sender: handled until its debt passed one slice's budget (40 units: a datagram of 50 did), then
+    # shed while its debt drains at 20 units a slice (the loop above takes well under a slice)
+    assert 1 <= big <= 3 and sum(charged.values()) == 40 - big

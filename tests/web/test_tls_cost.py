@@ -1,0 +1,172 @@
+"""TLS connections cost what docs/operations.md says, and give it back (issue 48): a real `teye agent` with TLS,
+1,000 half handshakes (a ClientHello cut short) and 1,000 idle completed handshakes held open; the agent's
+resident set (the kernel's VmRSS) during and after, against the documented bounds.  Loopback only, bounded in
+count and time."""
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import time
+
+import pytest
+
+from tests.web.agentproc import WebAgent
+from tests.web.certs import write_pki
+
+pytestmark = pytest.mark.e2e
+N = 1000
+# docs/operations.md, "What a connection costs": per connection held, and the margin the resident set returns to
+PER_HALF_HANDSHAKE = 48 * 1024
+PER_IDLE_TLS = 96 * 1024
+RETURN_MARGIN = 64 << 20
+
+
+def _client_hello(ca: str) -> bytes:
+    ctx = ssl.create_default_context(cafile=ca)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return out.read()
+
+
+def _settle(agent, seconds=1.5):
+    """The agent's RSS once the event loop has caught up (the lowest of a few samples over ``seconds``)."""
+    best = None
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        rss = agent.rss_bytes()
+        best = rss if best is None else min(best, rss)
+        time.sleep(0.1)
+    return best
+
+
+@pytest.fixture
+def tls_agent(tmp_path):
+    pki = write_pki(str(tmp_path))
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {pki['server']}\n  key_file: {pki['server-key']}\n")
+    agent = WebAgent(str(tmp_path), web_config=str(web), ca=pki["ca"])
+    try:
+        for _ in range(3):
+            agent.get("/metrics")    # warm: the first scrapes' allocations are the agent's, not the connections'
+        yield agent, pki
+    finally:
+        agent.stop()
+
+
+def _open_connected(agent, n):
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+        socks.append(s)
+    return socks
+
+
+def _round(agent, pki, hello, before):
+    """One round of each attack: the resident set's growth while each is held (from where it was just before:
+    the per-connection cost), and where it stands (from the agent's start) once each is over."""
+    rows = {}
+    # 1. half handshakes: a ClientHello cut 5 bytes short, then nothing
+    base = _settle(agent, 0.5)
+    socks = _open_connected(agent, N)
+    try:
+        for s in socks:
+            s.sendall(hello[:-5])
+        time.sleep(1.0)
+        rows["half"] = agent.rss_bytes() - base
+        assert agent.get("/metrics")   # a scraper is still served beside them
+    finally:
+        for s in socks:
+            s.close()
+    after = _settle(agent, 7.0)
+    rows["after half"] = after - before
+    # 2. completed handshakes that never send a request
+    ctx = ssl.create_default_context(cafile=pki["ca"])
+    tls = []
+    try:
+        for _ in range(N):   # each handshake at once (all connected first, the last would wait past the timeout)
+            s = socket.create_connection(("127.0.0.1", agent.port), timeout=10)
+            tls.append(ctx.wrap_socket(s, server_hostname="127.0.0.1"))
+        time.sleep(1.0)
+        rows["idle"] = agent.rss_bytes() - after
+        assert agent.get("/metrics")
+    finally:
+        for s in tls:
+            s.close()
+    rows["after idle"] = _settle(agent, 7.0) - before
+    return rows
+
+
+def test_half_handshakes_and_idle_tls_cost_the_documented_bound_and_give_it_back(tls_agent):
+    agent, pki = tls_agent
+    before = _settle(agent)
+    hello = _client_hello(pki["ca"])
+    rounds = [_round(agent, pki, hello, before) for _ in range(2)]
+    for k, rows in enumerate(rounds):
+        print(f"round {k + 1}: RSS before {before >> 20} MiB; " + ", ".join(
+            f"{what} +{v / 2**20:.1f} MiB" + (f" ({v / N / 1024:.1f} KiB each)" if what in ("half", "idle") else "")
+            for what, v in rows.items()))
+    for rows in rounds:
+        assert rows["half"] <= N * PER_HALF_HANDSHAKE, rows
+        assert rows["idle"] <= N * PER_IDLE_TLS, rows
+        assert rows["after half"] <= RETURN_MARGIN and rows["after idle"] <= RETURN_MARGIN, rows
+    # (a second round: what stays after it is printed, not asserted: it still grows, by 6-12 MiB a round here,
+    # where the release before grew by 13 MiB a round on top of +480 MiB; docs/operations.md says so)
+
+
+@pytest.fixture
+def tls_web(tmp_path):
+    pki = write_pki(str(tmp_path))
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {pki['server']}\n  key_file: {pki['server-key']}\n")
+    return str(web), pki
+
+
+def test_at_most_tls_max_handshakes_are_held_and_a_scraper_still_gets_through(tls_web):
+    """100 half handshakes against 8 slots: at most 8 TLS states held at any time (the kernel's count of the
+    server's connections would not say which are TLS: the server's own table does), the others closed as
+    new ones came, and a real client completes its handshake and is answered beside them."""
+    from tests.web.server_helpers import client_context, request, start
+    web, pki = tls_web
+    srv, _ = start(web, tls_max_handshakes=8)
+    hello = _client_hello(pki["ca"])
+    socks = []
+    try:
+        most = 0
+        for _ in range(100):
+            s = socket.create_connection(srv.address, timeout=5)
+            s.sendall(hello[:-5])
+            socks.append(s)
+            most = max(most, len(srv._handshaking))
+        time.sleep(0.5)
+        most = max(most, len(srv._handshaking))
+        assert most <= 8
+        assert srv.stats.evicted >= 100 - 8 - 1
+        assert request(srv, ctx=client_context(pki["ca"]))[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
+
+
+def test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one(tls_web):
+    from tests.web.server_helpers import client_context, connect, start
+    web, pki = tls_web
+    srv, _ = start(web, tls_idle_timeout_seconds=0.5, idle_timeout_seconds=60.0)
+    try:
+        with connect(srv, client_context(pki["ca"]), timeout=5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while b"teye_test_value 42.0\n" not in got:
+                got += s.recv(65536)
+            t0 = time.monotonic()
+            try:
+                rest = s.recv(65536)
+            except (ssl.SSLError, ConnectionResetError):
+                rest = b""
+            took = time.monotonic() - t0
+        assert rest == b"" and 0.4 <= took < 5.0, took
+    finally:
+        srv.stop()
