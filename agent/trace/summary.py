@@ -165,6 +165,7 @@ class Events:
         self.kernels: List[Tuple[float, float, str]] = []
         self.comm_kernels: List[Interval] = []
         self.memory: List[Interval] = []
+        self.device_events: List[Tuple[float, float, str]] = []    # every kernel, memcpy and memset
         self.skipped = 0
         inside: Dict[Tuple[Any, Any], List[Interval]] = {}     # data and comm spans per thread
         for ev in doc["traceEvents"]:
@@ -181,13 +182,14 @@ class Events:
                     self.device_steps[int(m.group(1))] = span
                 else:
                     self.steps[int(m.group(1))] = span
-            elif cat in KERNEL_CATS:
-                if "nccl" in name.lower():
+            elif cat in KERNEL_CATS or cat in MEMORY_CATS:
+                self.device_events.append((span[0], span[1], name))
+                if cat in MEMORY_CATS:
+                    self.memory.append(span)
+                elif "nccl" in name.lower():
                     self.comm_kernels.append(span)
                 else:
                     self.kernels.append((span[0], span[1], name))
-            elif cat in MEMORY_CATS:
-                self.memory.append(span)
             elif cat in HOST_CATS:
                 key = (ev.get("pid"), ev.get("tid"))
                 if name.startswith(DATA_PREFIX) and "__next__" in name:
@@ -323,14 +325,16 @@ def summarize(doc: Dict[str, Any], path: str = "", top: int = TOP_N) -> Dict[str
                 totals_dev[k] += dev[k]
         steps.append(row)
     durations = [r["duration_s"] for r in steps]
-    windows = sorted(ev.steps.values())
-    calls, self_us = self_times(ev.host_ops, windows)
+    calls, self_us = self_times(ev.host_ops, sorted(ev.steps.values()))
     top_ops = [{"name": name, "calls": calls[name], "self_s": us / 1e6, "share": (us / 1e6) / total if total else 0.0}
                for name, us in sorted(self_us.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
     kernel_time: Dict[str, float] = {}
     kernel_calls: Dict[str, int] = {}
-    for s, e, name in ev.kernels:
-        if any(w[0] <= s < w[1] for w in (ev.device_steps.get(n, ev.steps[n]) for n in ev.steps)):
+    dwindows = sorted(ev.device_steps.get(n, ev.steps[n]) for n in ev.steps)
+    dstarts = [w[0] for w in dwindows]
+    for s, e, name in ev.device_events:
+        i = bisect.bisect_right(dstarts, s) - 1
+        if i >= 0 and s < dwindows[i][1]:
             kernel_time[name] = kernel_time.get(name, 0.0) + (e - s)
             kernel_calls[name] = kernel_calls.get(name, 0) + 1
     top_kernels = [{"name": name, "calls": kernel_calls[name], "time_s": us / 1e6}
