@@ -17,7 +17,6 @@ figure means and what is not covered.
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 import math
 import re
