@@ -55,6 +55,9 @@ class TraceError(ValueError):
 def load(path: str, max_bytes: int = MAX_TRACE_BYTES) -> Dict[str, Any]:
     """The trace's top-level object, read with a bound: at most ``max_bytes`` (of the file, and of a
     ``.gz`` file's decompressed text).  TraceError for an unreadable, oversized, truncated or non-trace file."""
+    if path.endswith(".xplane.pb"):
+        raise TraceError(path, "a TensorFlow profiler trace (XSpace protobuf): not covered, only PyTorch's Chrome "
+                         "traces are (docs/trace.md)")
     try:
         with open(path, "rb") as fh:
             raw = fh.read(max_bytes + 1)

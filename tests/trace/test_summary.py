@@ -208,6 +208,9 @@ def test_json_that_is_not_a_trace(tmp_path):
     p = tmp_path / "report.json"
     p.write_text(json.dumps({"format": "teye-report", "jobs": []}))
     assert reason(str(p)).startswith("not a Chrome trace: no traceEvents list")
+    x = tmp_path / "host.xplane.pb"
+    x.write_bytes(b"\x0a\x05plane")
+    assert reason(str(x)).startswith("a TensorFlow profiler trace (XSpace protobuf): not covered")
     q = tmp_path / "text.json"
     q.write_text("step 1 loss 0.5\n")
     assert reason(str(q)).startswith("not JSON")
