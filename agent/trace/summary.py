@@ -149,8 +149,18 @@ def subtract(a: Sequence[Interval], b: Sequence[Interval]) -> List[Interval]:
     return out
 
 
-def clip(u: Sequence[Interval], window: Interval) -> List[Interval]:
-    return intersect(u, [window])
+def clip(u: Sequence[Interval], window: Interval, ends: Optional[Sequence[float]] = None) -> List[Interval]:
+    """The part of union ``u`` inside ``window``.  ``ends``: the union's end points, precomputed (sorted, as the
+    union is disjoint), so that a step looks only at its own intervals, not at the whole trace's."""
+    if ends is None:
+        ends = [e for _, e in u]
+    out, i = [], bisect.bisect_right(ends, window[0])
+    while i < len(u) and u[i][0] < window[1]:
+        s, e = max(u[i][0], window[0]), min(u[i][1], window[1])
+        if e > s:
+            out.append((s, e))
+        i += 1
+    return out
 
 
 # -------------------------------------------------------------------------------------------- events
@@ -221,6 +231,8 @@ class Events:
         self.kernel_u = union((s, e) for s, e, _ in self.kernels)
         self.memory_u = union(self.memory)
         self.comm_kernel_u = union(self.comm_kernels)
+        self.ends = {k: [e for _, e in getattr(self, k)] for k in
+                     ("data_u", "comm_u", "compute_u", "kernel_u", "memory_u", "comm_kernel_u")}
 
 
 def _number(x) -> bool:
@@ -231,9 +243,9 @@ def _number(x) -> bool:
 
 def host_breakdown(ev: Events, window: Interval) -> Dict[str, float]:
     """Seconds of one host step window in each of HOST_SHARES (all but the overlapped part sum to it)."""
-    data = clip(ev.data_u, window)
-    comm = subtract(clip(ev.comm_u, window), data)
-    compute = subtract(clip(ev.compute_u, window), data)
+    data = clip(ev.data_u, window, ev.ends['data_u'])
+    comm = subtract(clip(ev.comm_u, window, ev.ends['comm_u']), data)
+    compute = subtract(clip(ev.compute_u, window, ev.ends['compute_u']), data)
     busy = length(data) + length(compute) + length(subtract(comm, compute))
     return {
         "data_wait": length(data) / 1e6,
@@ -246,10 +258,10 @@ def host_breakdown(ev: Events, window: Interval) -> Dict[str, float]:
 
 def device_breakdown(ev: Events, window: Interval) -> Dict[str, float]:
     """Seconds of one device step window in each of DEVICE_SHARES (all but the overlapped part sum to it)."""
-    kernels = clip(ev.kernel_u, window)
-    memory = subtract(clip(ev.memory_u, window), kernels)
+    kernels = clip(ev.kernel_u, window, ev.ends['kernel_u'])
+    memory = subtract(clip(ev.memory_u, window, ev.ends['memory_u']), kernels)
     work = union(kernels + memory)
-    comm = clip(ev.comm_kernel_u, window)
+    comm = clip(ev.comm_kernel_u, window, ev.ends['comm_kernel_u'])
     busy = union(work + comm)
     return {
         "compute": length(kernels) / 1e6,
