@@ -90,9 +90,10 @@ def parse(path: str, raw: bytes) -> Dict[str, Any]:
     except UnicodeDecodeError:
         raise TraceError(path, "not UTF-8 text") from None
     except ValueError as e:
-        where = f"line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else str(e)
-        end = "truncated JSON" if getattr(e, "pos", -1) >= len(raw.rstrip()) else "not JSON"
-        raise TraceError(path, f"{end} ({getattr(e, 'msg', e)} at {where})") from None
+        msg = getattr(e, "msg", str(e))
+        cut = getattr(e, "pos", -1) >= len(raw.rstrip()) or msg.startswith("Unterminated string")
+        where = f": line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
+        raise TraceError(path, f"{'truncated JSON' if cut else 'not JSON'} ({msg}{where})") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

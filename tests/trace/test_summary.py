@@ -185,6 +185,12 @@ def test_truncated_json(tmp_path):
     p = tmp_path / "cut.json"
     p.write_bytes(open(GPU_FIXTURE, "rb").read()[:700])
     assert reason(str(p)).startswith("truncated JSON")
+    # wherever the file is cut, it is called truncated (not "not JSON")
+    raw = open(GPU_FIXTURE, "rb").read()
+    for n in range(1, len(raw.rstrip()) - 1):
+        with pytest.raises(S.TraceError) as e:
+            S.parse("x", raw[:n])
+        assert e.value.reason.startswith("truncated JSON ("), (n, e.value.reason)
     g = tmp_path / "cut.json.gz"
     g.write_bytes(gzip.compress(open(GPU_FIXTURE, "rb").read())[:300])
     assert reason(str(g)) == "truncated gzip"
