@@ -1,4 +1,4 @@
-"""The `teye` command: agent, doctor, record, profile, run, dashboards, report, catalog."""
+"""The `teye` command: agent, doctor, record, profile, run, dashboards, report, trace, catalog."""
 from __future__ import annotations
 
 import argparse
@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .report.main import add_parser as _add_report   # teye report (issue 23)
     _add_report(sub)
+    from .trace.main import add_parser as _add_trace     # teye trace (issue 46)
+    _add_trace(sub)
 
     c = sub.add_parser("catalog", help="print the metric catalog (docs/metrics.md)")
     c.set_defaults(func=cmd_catalog)

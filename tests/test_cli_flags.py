@@ -80,7 +80,8 @@ def commands(parser, path=()):
                 yield from commands(sub, path + (name,))
 
 
-LEAF_ARGS = {("record",): ["--output", "x"], ("dashboards", "push"): ["--url", "http://g"]}
+LEAF_ARGS = {("record",): ["--output", "x"], ("dashboards", "push"): ["--url", "http://g"],
+             ("trace", "summarize"): ["x.json"]}
 
 
 def test_a_bad_flag_prints_the_subcommands_own_usage(capsys):

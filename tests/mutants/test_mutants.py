@@ -39,6 +39,12 @@ MUTANTS = {
         ["tests/sources/test_timex.py::test_loop_tick_and_pps_fields_in_node_exporters_units"]),
     "systemd_include_searched.patch": (
         ["tests/sources/test_systemd.py::test_include_and_exclude_are_whole_name_matches"]),
+    # issue 46: teye trace summarize: overlapped communication, a collective's own ops, self time
+    "trace_overlapped_comm_is_exposed.patch": (
+        ["tests/trace/test_summary.py::test_exposed_and_overlapped_communication_on_the_host"]),
+    "trace_collective_children_are_compute.patch": (
+        ["tests/trace/test_summary.py::test_exposed_and_overlapped_communication_on_the_host"]),
+    "trace_self_time_keeps_children.patch": ["tests/trace/test_summary.py::test_top_ops_by_self_time"],
     # issue 39: a step function's compiling call is compile, between steps and in no share
     # torch.compile's compilations (torch._dynamo.callback) are compile inside the steps, on the stepping thread
     "torch_compile_is_communication.patch": (
