@@ -1,6 +1,7 @@
 """The sampler owns the clock and the schedule.
 
-One thread (``teye-sampler``) reads every source at its own interval: sources whose reads fall due together
+At start every source is read once in a thread of its own (the first /metrics has them all); from then on one
+thread (``teye-sampler``) reads every source at its own interval: sources whose reads fall due together
 (every 5 s collector starts on the same tick) are read back to back in one wake-up.  Waking is what an idle
 agent spends most on (docs/operations.md, "Agent footprint": a thread per collector woke 23 threads and
 handed the GIL round on every tick), so the schedule coalesces timers.  A source that hangs (a stuck NFS
