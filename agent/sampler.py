@@ -1,6 +1,7 @@
 """The sampler owns the clock and the schedule.
 
-One thread (``teye-sampler``) reads every source at its own interval: sources whose reads fall due together
+At start every source is read once in a thread of its own (the first /metrics has them all); from then on one
+thread (``teye-sampler``) reads every source at its own interval: sources whose reads fall due together
 (every 5 s collector starts on the same tick) are read back to back in one wake-up.  Waking is what an idle
 agent spends most on (docs/operations.md, "Agent footprint": a thread per collector woke 23 threads and
 handed the GIL round on every tick), so the schedule coalesces timers.  A source that hangs (a stuck NFS
@@ -178,6 +179,10 @@ class Sampler:
                     now = self._clock()
                     if self._due and self._due[0][0] <= now:
                         deadline, order, name = heapq.heappop(self._due)
+                        if self.snapshot.sources[name].in_flight_since_ns is not None:
+                            # its first read (or a read left to a replaced thread) has not returned: not twice
+                            heapq.heappush(self._due, (self._next_deadline(name, deadline), order, name))
+                            continue
                         self._busy = (name, time.monotonic())
                         if self._watch_idle:        # the first read of a tick: the watchdog starts watching
                             self._wcv.notify()
@@ -192,6 +197,17 @@ class Sampler:
                         self._busy = None
                     heapq.heappush(self._due, (self._next_deadline(name, deadline), order, name))
                     cv.notify_all()     # a replacement sampler may be sleeping past this source's new slot
+
+    def _first_read(self, name: str, order: int, t0: int) -> None:
+        """A source's first read; then it joins the schedule (its slots t0 + k × its interval, or its own pace
+        after this read), so a first read that hangs never has a second one beside it."""
+        _name_thread(f"teye-first-{name}"[:15])
+        try:
+            self.read_once(name)
+        finally:
+            with self._cv:
+                heapq.heappush(self._due, (self._next_deadline(name, t0), order, name))
+                self._cv.notify_all()
 
     def _watch(self) -> None:
         """Sleeps while the sampler sleeps; woken by the first read of a tick, it waits until that read (or the
@@ -228,9 +244,15 @@ class Sampler:
         self._busy: Optional[Tuple[str, float]] = None
         # a read longer than the shortest interval delays another source's slot: hand over then (at most HANG_S)
         self.hang_s = min([HANG_S] + [iv for _, iv in self._sources.values()])
-        # every source due now: those of one interval then share every later slot
-        self._due = [(now, i, name) for i, name in enumerate(self._sources)]
-        heapq.heapify(self._due)
+        # the first read of every source at once, each in a thread of its own (start-up: the first /metrics
+        # has everything without waiting for the slowest first read, e.g. NVML's or grpcio's import); then the
+        # schedule: each source joins it once its first read returned, its first slot one interval from now,
+        # those of one interval sharing every slot
+        self._due = []
+        for i, name in enumerate(self._sources):
+            t = threading.Thread(target=self._first_read, args=(name, i, now), name=f"teye-first-{name}",
+                                 daemon=True)
+            t.start()
         for target, args, name in ((self._run, (0,), "teye-sampler"), (self._watch, (), "teye-watchdog")):
             t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()
