@@ -23,7 +23,6 @@ own reporter.  Standard library only, Python 3.8+; it never imports torch (it re
 """
 import json
 import sys
-import weakref
 
 from ._common import debug, session, wrapper_of
 
@@ -36,11 +35,11 @@ KEYS = ("loader.num_workers", "loader.pin_memory", "loader.persistent_workers", 
         "loader.batch_size", "ddp.bucket_cap_bytes", "ddp.static_graph", "ddp.comm_hook", "ddp.no_sync",
         "autocast.dtype", "torch.compile")
 _HOOK_MODULE = "torch.distributed.algorithms.ddp_comm_hooks"
-MAX_ITERS = 16
+MAX_KEYED = 64
 
 _static = {}          # ddp.*, autocast.dtype, torch.compile
 _loader = {}          # the training loader's settings
-_iters = []           # weak references to the newest iterators made (their settings in _teye_cfg)
+_keyed = {}           # loader (iterator) number -> its settings, the newest MAX_KEYED
 _state = {"dirty": False, "version": 0, "frag": None, "key": None}
 
 
@@ -71,8 +70,8 @@ def _read(obj, name):
 
 
 def loader_made(it, loader):
-    """A DataLoader iterator made from ``loader``: its settings kept on the iterator (which loader trains is
-    known at the step: :func:`payload`)."""
+    """A DataLoader iterator made from ``loader``: its settings kept on the iterator until its first batch
+    gives it its number (:func:`keyed`; which loader trains is known at the step: :func:`payload`)."""
     cfg = {}
     for key, name, check in (("loader.num_workers", "num_workers", lambda v: _int(v, 0, 4096)),
                              ("loader.pin_memory", "pin_memory", _bool),
@@ -84,12 +83,20 @@ def loader_made(it, loader):
             cfg[key] = v
     try:
         it._teye_cfg = cfg
-        ref = weakref.ref(it)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError):   # an iterator that takes no attribute: its settings are not said
+        pass
+
+
+def keyed(key, it):
+    """The iterator's first batch: it is loader number ``key`` (Session.loader), with the settings it was made
+    with (kept here: the iterator may be gone by the time the reporter asks)."""
+    cfg = getattr(it, "_teye_cfg", None)
+    if type(cfg) is not dict:
         return
-    _iters.append(ref)
-    if len(_iters) > MAX_ITERS:
-        del _iters[:MAX_ITERS // 2]
+    _keyed[key] = cfg
+    if len(_keyed) > MAX_KEYED:
+        for k in list(_keyed)[:MAX_KEYED // 2]:
+            del _keyed[k]
     _state["key"] = None   # resolve again at the next payload
 
 
@@ -166,32 +173,20 @@ def patch_autocast(module):
 
 
 def _resolve():
-    """The training loader's settings: the iterator whose batches the newest step followed, else the newest
-    made; kept while that iterator is gone (an epoch's end: the next one has the same loader)."""
+    """The training loader's settings: the loader whose batches the newest step followed (Session.train_keys),
+    else (no step followed one yet, or a process whose own Reporter keeps the session aside) the newest read."""
     keys = session.train_keys
     k = keys[-1] if keys else None
     if k is not None and k == _state["key"]:
         return
-    found = None
-    newest = None
-    for ref in reversed(_iters):
-        it = ref()
-        if it is None:
-            continue
-        if newest is None:
-            newest = it
-        if k is not None and getattr(it, "_teye_loader", None) == k:
-            found = it
-            break
-    if found is None and k is not None and _loader:
-        return   # that iterator is gone: keep its settings
-    it = found if found is not None else newest
-    if it is None:
-        return
-    if found is not None:
+    cfg = _keyed.get(k) if k is not None else None
+    if cfg is None:
+        if _loader:
+            return   # keep the training loader's
+        cfg = _keyed[next(reversed(_keyed))] if _keyed else None
+    else:
         _state["key"] = k
-    cfg = getattr(it, "_teye_cfg", None)
-    if type(cfg) is dict and cfg != _loader:
+    if cfg is not None and cfg != _loader:
         _loader.clear()
         _loader.update(cfg)
         _state["dirty"] = True
@@ -201,7 +196,7 @@ def payload():
     """(version, the ``,"cfg":{...}`` part of a datagram) of the process's configuration now; (0, None) while
     there is none.  Never raises (the reporter calls it at each flush)."""
     try:
-        if _iters:
+        if _keyed:
             _resolve()
         if _state["dirty"]:
             cfg = dict(_loader)

@@ -83,6 +83,7 @@ def patch_dataloader(module):
         if k is None:
             k = self._teye_loader = next(_loaders)
             s.loader(k, self, getattr(self, "_teye_made", None))
+            _config.keyed(k, self)   # the settings it was made with (issue 45)
         if not _grad_enabled():
             s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
         t = _thread()
