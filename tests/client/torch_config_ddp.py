@@ -38,7 +38,7 @@ elif HOOK == "own":
     model.register_comm_hook(None, my_secret_hook_with_a_long_name)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 t0 = time.perf_counter()
-compute = 0.0
+compute = slept = 0.0
 it = iter(loader)
 for step in range(STEPS):
     for micro in range(2):
@@ -51,14 +51,17 @@ for step in range(STEPS):
         else:
             loss = ((model(x) - y) ** 2).mean()
             if RANK == 1:
+                s0 = time.perf_counter()
                 time.sleep(SLOW_MS / 1000)
+                slept += time.perf_counter() - s0
             loss.backward()
         compute += time.perf_counter() - c0
     opt.step()
     opt.zero_grad()
 wall = time.perf_counter() - t0
-print(json.dumps({"rank": RANK, "loss": loss.item(), "wall_s": wall, "compute_s": compute,
+sys.stdout.write(json.dumps({"rank": RANK, "loss": loss.item(), "wall_s": wall, "compute_s": compute, "slept_s": slept,
                   "set": {"ddp.bucket_cap_bytes": str(1024 * 1024), "ddp.static_graph": "false",
                           "ddp.no_sync": "true", "loader.batch_size": "4", "loader.num_workers": "0",
-                          "loader.pin_memory": "false", "loader.persistent_workers": "false"}}), flush=True)
+                          "loader.pin_memory": "false", "loader.persistent_workers": "false"}}) + "\n")   # one write per rank
+sys.stdout.flush()
 dist.destroy_process_group()
