@@ -131,6 +131,8 @@ def test_every_tip_an_advice_gives_is_in_the_catalog_the_dashboard_maps():
     ids = {i for i, _ in advice_mod.catalog(base_catalog())}
     assert len(ids) == len(advice_mod.catalog(base_catalog()))
     configs = [(), TUNED, USES_NO_SYNC, (("loader.num_workers", "0"), ("loader.pin_memory", "false")),
+               (("loader.num_workers", "3"), ("loader.pin_memory", "false"), ("loader.persistent_workers", "false"),
+                ("ddp.static_graph", "false"), ("ddp.bucket_cap_bytes", "1024")),
                (("autocast.dtype", "float16"), ("torch.compile", "false"))]
     seen = 0
     for source in ("torch", "tf.data", "client", "torch-steps", "keras"):
@@ -140,6 +142,7 @@ def test_every_tip_an_advice_gives_is_in_the_catalog_the_dashboard_maps():
                     for rank in (None, advice_mod.RankFacts(3)):
                         tips = advice(kind, cause, source, cfg, 4, rank).tips
                         assert tips and set(tips) <= ids, (kind, cause, source, cfg, tips)
+                        assert len(tips) <= 6   # docs/operations.md's series budget
                         seen += 1
     assert seen > 500
 
