@@ -153,10 +153,6 @@ class Advice:
     tips: Tuple[str, ...]   # tip ids, in the order the text gives them (TIPS, or a base paragraph's id)
 
 
-def _has(cfg: Mapping[str, str], key: str) -> Optional[str]:
-    return cfg.get(key)
-
-
 def _int(cfg: Mapping[str, str], key: str) -> Optional[int]:
     v = cfg.get(key)
     try:

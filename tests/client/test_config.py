@@ -3,7 +3,7 @@
 Unmodified scripts under `teye run` beside a live agent (tests/client/torch_config.py,
 tests/client/torch_config_ddp.py).  Oracles: what each script set, printed by the script itself (never
 read back from teye); its final loss and exit status, run again without teye; the phrases the advice
-must and must not hold, written here (not imported from the code under test)."""
+must and must not hold, written in tests/phases/test_advice.py (never imported from the code under test)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.client.helpers import HERE, LiveAgent, base_env, last_json, plain_run, teye_run
+from tests.phases.test_advice import EXCHANGE_SUGGESTIONS, LOADER_SUGGESTIONS
 from tests.procs import free_port
 
 pytestmark = [pytest.mark.e2e,
@@ -21,16 +22,7 @@ pytestmark = [pytest.mark.e2e,
 SCRIPT = os.path.join(HERE, "torch_config.py")
 DDP_SCRIPT = os.path.join(HERE, "torch_config_ddp.py")
 
-# What the advice to a loader that already has workers, pinned memory and persistent workers must never say
-# (the suggestions of issue 45's report: the loop was told to set what it had)
-LOADER_SUGGESTIONS = ("DataLoader(num_workers=N)", "Set DataLoader num_workers", "pin_memory=True with",
-                      "Pin the batches", "persistent_workers=True so", "Keep the workers between epochs",
-                      "never num_workers=0")
-# ... and to a job whose rank computes longer and which accumulates under no_sync(): nothing about the exchange
-EXCHANGE_SUGGESTIONS = ("bucket_cap_mb=...", "Larger gradient buckets", "larger gradient buckets (bucket_cap_mb)",
-                        "fp16_compress_hook / bf16_compress_hook", "fp16_compress_hook or bf16_compress_hook",
-                        "Compress the gradients", "no_sync() during gradient accumulation", "under model.no_sync()",
-                        "Exchange once per optimizer step", "NCCL backend")
+# the phrases the advice must never hold (tests/phases/test_advice.py: issue 45's report)
 
 
 def run_script(sockdir, mode, steps):

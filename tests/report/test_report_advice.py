@@ -1,17 +1,11 @@
 """`teye report`'s advice starts from what the job is configured with (issue 45): teye_job_config_info read
 back from Prometheus, the critical rank that computes longer.  Hand-made series as in test_straggler_units
 (the same job "dp": rank 2 computes 1.8 s a step, the others wait for it); the oracle: the phrases the
-report's verdict note must and must not hold, written here."""
+report's verdict note must and must not hold (tests/phases/test_advice.py)."""
 from __future__ import annotations
 
+from tests.phases.test_advice import EXCHANGE_SUGGESTIONS, LOADER_SUGGESTIONS
 from tests.report.test_straggler_units import compute_straggler_job, fetched, report
-
-EXCHANGE_SUGGESTIONS = ("bucket_cap_mb=...", "Larger gradient buckets", "larger gradient buckets (bucket_cap_mb)",
-                        "fp16_compress_hook / bf16_compress_hook", "fp16_compress_hook or bf16_compress_hook",
-                        "Compress the gradients", "no_sync() during gradient accumulation", "under model.no_sync()",
-                        "Exchange once per optimizer step", "NCCL backend")
-LOADER_SUGGESTIONS = ("DataLoader(num_workers=N)", "Set DataLoader num_workers", "pin_memory=True with",
-                      "Pin the batches", "persistent_workers=True so", "Keep the workers between epochs")
 
 
 def with_config(f, config, inst_from=0.0):
