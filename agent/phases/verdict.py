@@ -59,7 +59,9 @@ The rules (thresholds from the ``phases`` config section):
    (DataLoader num_workers, pin_memory, persistent_workers, prefetch_factor, decode, storage layout;
    torch.compile, autocast, DDP buckets) for the torch sources, tf.data / Keras advice for
    ``tf.data``, ``tf-steps`` and ``keras``, and neutral advice naming both for a client that did not
-   say which framework it runs.
+   say which framework it runs.  Where the job sent what it is configured with (``Evidence.config``,
+   agent.phases.jobconfig), the advice starts from it (agent.phases.advice, issue 45): it never recommends
+   what the job already has, and says what to try next given it.
 
 Shares are computed, never clipped: the evidence holds the phase time *inside* the
 steps and the GPU idle time inside the steps, so no share can exceed 1, and
@@ -596,7 +598,8 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
                                        f"{_pct(ev.share('data_wait'))}; communication not observed: the gradient "
                                        f"exchange of this data-parallel job runs inside its steps where teye "
                                        f"cannot time it (TensorFlow's collective all-reduce), so compute holds "
-                                       f"it too" + tail, Advice(EXCHANGE_NOT_OBSERVED, ("exchange_not_observed",)), ordered)
+                                       f"it too" + tail, Advice(EXCHANGE_NOT_OBSERVED, ("exchange_not_observed",)),
+                       ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
                               f"{_pct(ev.share('data_wait'))}" + tail, _adv(ev, "compute"),
                    ordered)

@@ -88,8 +88,8 @@ def test_a_forked_child_sends_its_own_loader_and_the_job_keeps_the_parents(sockd
         jobs = agent.jobs()
         table = agent.src.table
         with table._lock:
-            by_pid = {pid: dict(cfg) for pid, (_, cfg) in
-                      next(jb for jb in (*table._jobs.values(), *table._ended.values()) if jb.label == "cfg-fork").configs.by_pid.items()}
+            job = next(jb for jb in (*table._jobs.values(), *table._ended.values()) if jb.label == "cfg-fork")
+            by_pid = {pid: dict(cfg) for pid, (_, cfg) in job.configs.by_pid.items()}
     finally:
         agent.close()
     bare = plain_run([sys.executable, SCRIPT, "fork", "12"], env=base_env(OMP_NUM_THREADS="1"), timeout=240)

@@ -62,6 +62,6 @@ wall = time.perf_counter() - t0
 sys.stdout.write(json.dumps({"rank": RANK, "loss": loss.item(), "wall_s": wall, "compute_s": compute, "slept_s": slept,
                   "set": {"ddp.bucket_cap_bytes": str(1024 * 1024), "ddp.static_graph": "false",
                           "ddp.no_sync": "true", "loader.batch_size": "4", "loader.num_workers": "0",
-                          "loader.pin_memory": "false", "loader.persistent_workers": "false"}}) + "\n")   # one write per rank
+                          "loader.pin_memory": "false", "loader.persistent_workers": "false"}}) + "\n")  # one write a rank
 sys.stdout.flush()
 dist.destroy_process_group()
