@@ -59,9 +59,10 @@ for step in range(STEPS):
     opt.step()
     opt.zero_grad()
 wall = time.perf_counter() - t0
-sys.stdout.write(json.dumps({"rank": RANK, "loss": loss.item(), "wall_s": wall, "compute_s": compute, "slept_s": slept,
-                  "set": {"ddp.bucket_cap_bytes": str(1024 * 1024), "ddp.static_graph": "false",
-                          "ddp.no_sync": "true", "loader.batch_size": "4", "loader.num_workers": "0",
-                          "loader.pin_memory": "false", "loader.persistent_workers": "false"}}) + "\n")  # one write a rank
+line = json.dumps({"rank": RANK, "loss": loss.item(), "wall_s": wall, "compute_s": compute, "slept_s": slept,
+                   "set": {"ddp.bucket_cap_bytes": str(1024 * 1024), "ddp.static_graph": "false",
+                           "ddp.no_sync": "true", "loader.batch_size": "4", "loader.num_workers": "0",
+                           "loader.pin_memory": "false", "loader.persistent_workers": "false"}})
+sys.stdout.write(line + "\n")   # one write a rank: the two ranks' lines never interleave
 sys.stdout.flush()
 dist.destroy_process_group()
