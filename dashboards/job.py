@@ -1,10 +1,12 @@
 """Training job: the verdict and its evidence, GPU busy/idle next to the job's phases on one time axis."""
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dash_b
 from grafana_foundation_sdk.models import dashboard as dash_m
 
-from agent.phases.verdict import KINDS, RECOMMENDATIONS
+from agent.phases.advice import catalog
+from agent.phases.verdict import KINDS, RECOMMENDATIONS, base_catalog
 
 from .common import (DS, GRAFANA_DS, JOB, cluster_variable, dashboard, datasource_variable, gpu_variable, heatmap,
                      job_node_variable, job_train_job_variable, node_link, row, stat, table, target, text,
@@ -32,6 +34,21 @@ def _recommendations() -> str:
     for kind in KINDS:
         lines.append(f"* **{kind}**: {RECOMMENDATIONS[kind]}")
     return "\n".join(lines) + "\n"
+
+
+def _advice_table():
+    """What to do for this job now: the agent's advice (teye_job_advice_tip, which starts from what the job is
+    configured with and never recommends what it already has), each tip mapped to its sentence from the same
+    catalog the agent draws from (agent.phases.advice), in the advice's order."""
+    p = table("What to do", "The agent's advice for the job's current verdict, tip by tip in its order: it starts "
+              "from what the job is configured with (the table beside it) and never recommends what the job "
+              "already has; a rank that computes longer than the others gets advice about that rank. `teye "
+              "report` and `teye profile` give the same advice with the figures.",
+              "none", [target(f"max by (tip) (teye_job_advice_tip{{{JOB}}})", instant=True, fmt="table")],
+              w=16, h=9, hide=("Time",), rename={"Value": "#", "tip": "What to do"})
+    p = p.mappings([dash_m.ValueMap(options={i: dash_m.ValueMappingResult(text=t, index=k)
+                                             for k, (i, t) in enumerate(catalog(base_catalog()))})])
+    return p.sort_by([common_b.TableSortByFieldState().display_name("#").desc(False)])
 
 
 def _annotations(d):
@@ -100,8 +117,16 @@ def build():
         "Samples per second", "Training samples processed per second over 5 minutes, all processes of the job.",
         "suffix: samples/s", [target(f"sum(rate(teye_job_samples_total{{{JOB}}}[5m]))", instant=True)],
         w=4, h=5, decimals=1))
+    d = d.with_panel(_advice_table())
+    d = d.with_panel(table(
+        "What the job is configured with", "The settings teye's zero-code hook saw in the job "
+        "(teye_job_config_info): its training DataLoader, DistributedDataParallel, autocast and torch.compile; "
+        "empty for a job that reports through its own Reporter or runs TensorFlow.",
+        "none", [target(f"max by (key, value) (teye_job_config_info{{{JOB}}})", instant=True, fmt="table")],
+        w=8, h=9, hide=("Time", "Value"), rename={"key": "setting"}))
     d = d.with_panel(text(
-        "What to do", "Recommendation for each verdict, from the agent's verdict rules.",
+        "What each verdict means", "Recommendation for each verdict, from the agent's verdict rules, whatever "
+        "the job already does (What to do, above, starts from that).",
         _recommendations(), w=24, h=9))
 
     d = d.with_row(row("Timeline: phases and GPU busy/idle"))

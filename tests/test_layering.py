@@ -148,10 +148,14 @@ def test_the_client_instrumentors_import_only_their_shared_module():
     helpers through teye_client._common, which imports neither (one instrumentor per library, shared helpers
     in a module of their own)."""
     own = {}
-    for name in ("_torch", "_tf", "_common"):
+    for name in ("_torch", "_tf", "_common", "_config"):
         path = os.path.join(REPO, "teye_client", name + ".py")
         own[name] = sorted({m for m in imports(path) if m.startswith("teye_client")})
-    assert own["_torch"] == own["_tf"] == ["teye_client._common", "teye_client._common.batch_size",
-                                           "teye_client._common.debug", "teye_client._common.session",
-                                           "teye_client._common.wrapper_of"]
+    shared = ["teye_client._common", "teye_client._common.batch_size", "teye_client._common.debug",
+              "teye_client._common.session", "teye_client._common.wrapper_of"]
+    # issue 45: PyTorch's instrumentor hands what it holds to the job's configuration (teye_client._config,
+    # PyTorch's settings beside its instrumentor), which shares only the session and helpers
+    assert own["_tf"] == shared and own["_torch"] == sorted(shared + ["teye_client", "teye_client._config"])
+    assert own["_config"] == ["teye_client._common", "teye_client._common.debug", "teye_client._common.session",
+                              "teye_client._common.wrapper_of"]
     assert [m for m in own["_common"] if not m.startswith("teye_client.reporter")] == []

@@ -36,7 +36,9 @@ BOUNDED_LABELS = ("collector", "version", "cpu", "mode", "device", "port", "stat
                   "zone", "controller", "csrow",
                   # issue 49
                   "major", "minor", "path", "wwn", "model", "serial", "revision", "build_id", "image_id",
-                  "image_version", "variant", "variant_id", "time_zone", "clocksource", "ip", "queue", "master")
+                  "image_version", "variant", "variant_id", "time_zone", "clocksource", "ip", "queue", "master",
+                  # issue 45
+                  "tip", "key", "value")
 
 
 def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
@@ -46,8 +48,9 @@ def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
 
 
 def job_budget(j: int, input_bound: int = 0) -> int:
-    """docs/operations.md: 20 + 37 per job (jobs that report steps on no sampled GPU, 4 phases), +3 per input-bound job."""
-    return 20 + 37 * j + 3 * input_bound
+    """docs/operations.md: 24 + 38 per job (jobs that report steps on no sampled GPU, 4 phases, no configuration,
+    an advice of one tip: a client's), +3 per input-bound job."""
+    return 24 + 38 * j + 3 * input_bound
 
 
 def node(n_jobs: int):
@@ -134,7 +137,7 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
     section = doc[doc.index("## Series budget per node"):]
     for label in BOUNDED_LABELS:
         assert f"`{label}`" in section, label
-    for formula in ("7 + 10·N", "G·(46 + B)", "20 + 37·J", "1 + 5·C", "5 + 16·K"):
+    for formula in ("7 + 10·N", "G·(46 + B)", "24 + 38·J", "1 + 5·C", "5 + 16·K"):
         assert formula in section, formula
 
 
@@ -148,7 +151,7 @@ def test_jobs_scale_linearly_and_nothing_else_moves():
     moved = {n: after[n] - before[n] for n in before.keys() | after.keys() if after[n] != before[n]}
     assert sorted(n for n in moved if not n.startswith("teye_job_")) == [], moved
     assert all(d > 0 for d in moved.values()), moved
-    assert sum(moved.values()) == (37 + 3) * 10  # the test jobs are input-bound: 3 cause series each
+    assert sum(moved.values()) == (38 + 3) * 10  # the test jobs are input-bound: 3 cause series each
     # and the series of everything but the jobs are the same series, label for label
     assert {k for k in zero if not k[0].startswith("teye_job_")} == {k for k in ten if not k[0].startswith("teye_job_")}
 

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 
+from . import _config
 from ._common import batch_size, debug, session, wrapper_of
 
 _ns = time.monotonic_ns
@@ -82,6 +83,7 @@ def patch_dataloader(module):
         if k is None:
             k = self._teye_loader = next(_loaders)
             s.loader(k, self, getattr(self, "_teye_made", None))
+            _config.keyed(k, self)   # the settings it was made with (issue 45)
         if not _grad_enabled():
             s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
         t = _thread()
@@ -126,6 +128,7 @@ def _patch_made(base):
             self._teye_made = t0
         except Exception:  # an iterator that takes no attribute: the evaluation ends at its first wait
             pass
+        _config.loader_made(self, loader)   # its settings (issue 45: teye_client._config)
 
     base.__init__ = wrapper_of(__init__, init)
     return True
@@ -215,8 +218,10 @@ def patch_ddp(module):
             s.track_ddp(self)
         except Exception as e:  # never into the job: its exchange stays in compute
             debug("DDP's exchange not timed: %s: %s" % (type(e).__name__, e))
+        _config.ddp_made(self)   # its settings (issue 45)
 
     cls.__init__ = wrapper_of(__init__, init)
+    _config.patch_ddp(cls)       # its comm hook and no_sync, noted
     return True
 
 
@@ -305,6 +310,7 @@ def patch_compile(module):
         if b is None:
             return
         t = _thread()
+        _config.compiled()
         if b[0] == t:
             try:
                 s.compiled(b[1], _ns(), t)

@@ -108,6 +108,11 @@ def _torch_compile(module):
     return _torch.patch_compile(module)
 
 
+def _torch_autocast(module):
+    from . import _config
+    return _config.patch_autocast(module)
+
+
 def _accelerate_loader(module):
     from . import _torch
     return _torch.patch_accelerate(module)
@@ -187,6 +192,7 @@ HOOKS = {
     "torch.distributed.distributed_c10d": _torch_distributed,
     "torch.nn.parallel.distributed": _torch_ddp,
     "torch._dynamo.callback": _torch_compile,
+    "torch.amp.autocast_mode": _torch_autocast,
     "horovod.torch.mpi_ops": _horovod_torch,
     "accelerate.data_loader": _accelerate_loader,
     "tensorflow.python.data.ops.iterator_ops": _tf_iterator,
@@ -202,6 +208,7 @@ WHAT = {
     "torch.distributed.distributed_c10d": "torch.distributed collectives",
     "torch.nn.parallel.distributed": "DDP gradient exchange",
     "torch._dynamo.callback": "torch.compile compilations",
+    "torch.amp.autocast_mode": "the dtype of torch.autocast regions",
     "horovod.torch.mpi_ops": "Horovod synchronize",
     "accelerate.data_loader": "accelerate DataLoaderShard samples",
     "tensorflow.python.data.ops.iterator_ops": "tf.data input waits",

@@ -305,6 +305,8 @@ class Reporter:
         self._ask_torch = self.rank is None and rank is None  # look for a process group at each flush until one
         self._src_due = source is not None or self.rank is not None
         self._cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self._cfg_frag = None       # the process's configuration as sent (teye_client._config), and its version
+        self._cfg_sent = 0
         self._phases = []           # flat: JSON-quoted name, start_ns, end_ns, ... (no tuple per record)
         self._steps = []            # flat: start_ns, end_ns, samples, ...
         self._held = []             # flat as _phases: the phases of the step not yet closed (see _close_step)
@@ -549,6 +551,7 @@ class Reporter:
             dropped = self.dropped
             if self._ask_torch:
                 self._rank_from_torch()
+            cfg_v = self._config_due()
             src = self.source if self._src_due else None
             ident = self._ident() if self._src_due else None
         n = (len(phases) + len(steps)) // 3 + n_sums
@@ -576,7 +579,7 @@ class Reporter:
                         sock.close()
                         raise
                     self._sock = sock
-                    if ident is None and (self.source is not None or self.rank is not None):
+                    if ident is None and (self.source is not None or self.rank is not None or self._cfg_frag):
                         # a new connection: maybe a new agent, that has to learn who we are
                         src, ident = self.source, self._ident()
                         data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums)
@@ -598,13 +601,30 @@ class Reporter:
                 self.sent_records += n
                 if src is not None or ident is not None:
                     self._src_due = False
+                    if cfg_v and self._cfg_frag is not None:
+                        self._cfg_sent = cfg_v
             return
 
     def _ident(self):
-        """The rank part of the datagram that says who we are (None: no rank)."""
+        """The rank part of the datagram that says who we are, and the process's configuration (None: neither)."""
+        cfg = self._cfg_frag
         if self.rank is None:
-            return None
-        return ',"rank":%d' % self.rank + ("" if self.world_size is None else ',"world":%d' % self.world_size)
+            return cfg
+        return (',"rank":%d' % self.rank + ("" if self.world_size is None else ',"world":%d' % self.world_size)
+                + (cfg or ""))
+
+    def _config_due(self) -> int:
+        """The version of the process's configuration (``teye_client._config``, where the zero-code hook loaded
+        it; this module never imports it) now; one the agent has not had yet makes the next datagram say who
+        we are, with it (sent with the identity: once per connection and whenever it changes)."""
+        mod = sys.modules.get("teye_client._config")
+        if mod is None:
+            return 0
+        v, frag = mod.payload()   # (never raises: teye_client._config guards what it reads of the job)
+        self._cfg_frag = frag
+        if frag is not None and v != self._cfg_sent:
+            self._src_due = True
+        return v
 
     def _rank_from_torch(self) -> None:
         got = rank_from_torch()

@@ -49,7 +49,7 @@ from typing import Callable, Deque, Dict, FrozenSet, List, Mapping, Optional, Tu
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
-from . import attribution, cause, ranks
+from . import attribution, cause, jobconfig, ranks
 from .protocol import (ACCEPTED, FAST_EDGE_NS, MIN_STEP_NS, NO_IDENTITY, PHASES, RESOLUTION_NS, RESULTS, STEP_BUCKETS,
                        STEPS_ONLY_SOURCES, Identity, Limits,
                        Message, Rejected, Window, decode, identity_of)
@@ -249,6 +249,7 @@ class JobView:
     namespace: str = ""                        # its pod's namespace (phases.pods; '' outside pods or not named)
     pod: str = ""                              # its pod's name (or uid where not named; '' outside pods)
     scaling_efficiency: Optional[float] = None  # share of step time not in communication (_scaling_efficiency)
+    config: Tuple[Tuple[str, str], ...] = ()   # what it is configured with (agent.phases.jobconfig)
 
     @property
     def source(self) -> str:
@@ -297,7 +298,7 @@ class _Job:
                  "samples", "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "cover", "waits", "wait_problem",
                  "source",
                  "ranks", "rank_steps", "world", "untracked", "shed", "start_time", "ended_ns", "namespace",
-                 "pod")
+                 "pod", "configs")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -328,6 +329,7 @@ class _Job:
         self.start_time = 0.0                     # Unix time of its first message (set by JobTable._new_job)
         self.ended_ns = 0                         # when its run ended (JobTable._end_runs); 0 while live
         self.namespace = self.pod = ""            # its pod (phases.pods), '' outside pods
+        self.configs = jobconfig.JobConfigs()     # what its processes are configured with (issue 45)
 
 
 class JobTable:
@@ -362,6 +364,8 @@ class JobTable:
         own = os.getuid() if own_uid is None else own_uid
         self.trusted = frozenset([own, *cfg["trusted_uids"]])
         self.results: Dict[str, int] = {r: 0 for r in RESULTS}
+        self.config_results: Dict[str, int] = {r: 0 for r in jobconfig.CONFIG_RESULTS}
+        self.cpus = os.cpu_count()   # the node's CPUs, for the input advice (agent.phases.advice)
         self.attributed: Dict[str, int] = {r: 0 for r in ATTRIBUTION_RESULTS}
         self.recorded: Optional[Deque] = deque(maxlen=record_intervals) if record_intervals else None
         self._jobs: "OrderedDict[Tuple[int, str], _Job]" = OrderedDict()
@@ -399,8 +403,9 @@ class JobTable:
             self._rlog.warning(f"reject:{r.reason}", "phase message from pid %d uid %d rejected: %s", pid, uid, r)
             return r.reason
         ident = identity_of(data)
+        cfg = jobconfig.taken(data, self.config_results, self._rlog, pid, uid)
         with self._lock:
-            result = self._apply(msg, pid, uid, now, ident)   # (sets the job's source)
+            result = self._apply(msg, pid, uid, now, ident, cfg)   # (sets the job's source)
             self.results[result] += 1
             if result == "job_limit":
                 self._note_refused(uid, now)   # logged per uid, rate-limited (one line names every uid)
@@ -588,7 +593,7 @@ class JobTable:
                     ", ".join(f"uid {u}: {n} jobs" for n, u in held) or "nobody")
         self.refused.clear()
 
-    def _apply(self, msg: Message, pid: int, uid: int, now: int, ident: Identity = NO_IDENTITY) -> str:
+    def _apply(self, msg: Message, pid: int, uid: int, now: int, ident: Identity = NO_IDENTITY, cfg=None) -> str:
         key = (uid, msg.job)
         if self.pods is not None:
             pod = self.pods.of(pid, now)
@@ -605,6 +610,8 @@ class JobTable:
         known = pid in job.pids or len(job.pids) < MAX_PIDS
         if known:
             job.pids[pid] = max(job.pids.get(pid, 0), msg.dropped)
+        if cfg is not None:
+            job.configs.note(pid, ident.rank, cfg, known)
         opened = job.open.get(pid)
         if opened is None and known:
             opened = job.open[pid] = []
@@ -1041,7 +1048,8 @@ class JobTable:
             silent_s=max(0.0, (now_ns - rk.last_ns) / 1e9),
             input_wait=self._input_wait(job, waits),
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
-            source=job.source, exchange_observed=_exchange_observed(job))
+            source=job.source, exchange_observed=_exchange_observed(job),
+            config=job.configs.merged(), cpus=self.cpus)
 
     def _evidence(self, job: _Job, now_ns: int) -> Evidence:
         ring = job.ring
@@ -1091,6 +1099,7 @@ class JobTable:
             extra=self.extra_evidence() if self.extra_evidence is not None else (),
             source=job.source,
             exchange_observed=_exchange_observed(job),
+            config=job.configs.merged(), cpus=self.cpus,
         )
 
     def _links(self, job: _Job, now_ns: int):
@@ -1178,6 +1187,7 @@ class JobTable:
             namespace=job.namespace,
             pod=job.pod,
             scaling_efficiency=efficiency,
+            config=job_ev.config,
         )
 
 

@@ -22,7 +22,8 @@ protocol, docs/phases.md) is judged by its **critical rank**:
    own wait (ties: the lowest rank), which is the job's whether it is named or not.
 5. The job's verdict is ``verdict.decide()`` on the critical rank's own evidence; the evidence names
    it and the ranks that wait for it.  A waiting rank's verdict is never the job's: its ``compute``
-   holds the wait for the straggler.
+   holds the wait for the straggler.  A rank named by rule 3 (it computes longer) gets advice about
+   itself: its node, its data shard, its clocks (``agent.phases.advice``), never about the exchange.
 
 Where the critical rank's GPU is slowed (clocks held down by power or heat, XID errors: the GPU
 source's ``AgentContext.gpu_notes``), the evidence says so.  Each rank's evidence has phase times only: the GPU idle time is the job's on this node, summed over
@@ -34,7 +35,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .verdict import Evidence, Thresholds, Verdict, decide
+from .advice import RankFacts
+from .verdict import Evidence, Thresholds, Verdict, advice, decide
 
 
 class RankEvidence(NamedTuple):
@@ -139,6 +141,10 @@ def judge(ranks: Sequence[RankEvidence], th: Thresholds = Thresholds(), untracke
     elif rule == COMMUNICATION:
         others = [r.evidence for r in candidates(ranks, th) if r.rank != crit.rank]
         waited = sum(per_step(o, "communication") for o in others) / len(others)
+        # the others wait for it: advice about this rank, not about the exchange (agent.phases.advice, rule 4)
+        facts = RankFacts(crit.rank, per_step(ev, "compute"),
+                          sum(per_step(o, "compute") for o in others) / len(others), crit.gpu_note)
+        v = dataclasses.replace(v, recommendation=advice(v.kind, v.cause, ev.source, ev.config, ev.cpus, facts))
         lead = (f"{describe(crit)} computes {_secs(per_step(ev, 'compute'))} per step and spends the least of its "
                 f"step in communication ({100 * ev.share('communication'):.0f} %); {who} {verb} for it in "
                 f"{'its' if len(waiting) == 1 else 'their'} collectives, {_secs(waited)} per step")

@@ -13,6 +13,8 @@ from typing import Iterator, Optional, Tuple
 
 from ..errors import ConfigError, SourceUnavailable
 from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
+from . import jobconfig
+from .advice import points as advice_points
 from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
 from .pods import PodResolver
 from .procstat import InputProbe, ProcReader
@@ -135,6 +137,7 @@ class PhasesReading:
     attributed: Tuple[Tuple[str, int], ...]
     pending: int
     socket_path: str = ""
+    config_results: Tuple[Tuple[str, int], ...] = ()   # configurations received, by result (jobconfig)
 
     def job(self, train_job: str) -> Optional[JobView]:
         for j in self.jobs:
@@ -147,6 +150,7 @@ class PhasesReading:
             yield point(MESSAGES, n, result)
         for result, n in self.attributed:
             yield point(ATTRIBUTED, n, result)
+        yield from jobconfig.result_points(dict(self.config_results))
         yield point(JOBS, len(self.jobs))
         yield point(PENDING, self.pending)
         for j in self.jobs:
@@ -188,6 +192,8 @@ class PhasesReading:
             if j.world_size is not None:
                 yield point(WORLD_SIZE, j.world_size, name)
             yield point(SHED, j.shed, name)
+            yield from jobconfig.points(name, j.config)
+            yield from advice_points(name, j.verdict.tips)
 
 
 class PhaseSource:
@@ -242,7 +248,8 @@ class PhaseSource:
         now = self.ctx.clock()
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)
-        return PhasesReading(views, results, attributed, pending, self.path)
+        return PhasesReading(views, results, attributed, pending, self.path,
+                             tuple(self.table.config_results.items()))
 
     def close(self) -> None:
         self.receiver.close()

@@ -59,7 +59,9 @@ The rules (thresholds from the ``phases`` config section):
    (DataLoader num_workers, pin_memory, persistent_workers, prefetch_factor, decode, storage layout;
    torch.compile, autocast, DDP buckets) for the torch sources, tf.data / Keras advice for
    ``tf.data``, ``tf-steps`` and ``keras``, and neutral advice naming both for a client that did not
-   say which framework it runs.
+   say which framework it runs.  Where the job sent what it is configured with (``Evidence.config``,
+   agent.phases.jobconfig), the advice starts from it (agent.phases.advice, issue 45): it never recommends
+   what the job already has, and says what to try next given it.
 
 Shares are computed, never clipped: the evidence holds the phase time *inside* the
 steps and the GPU idle time inside the steps, so no share can exceed 1, and
@@ -72,6 +74,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
+from .advice import Advice, RankFacts, advise
 from .links import COMMUNICATION_CAUSES, network_cause
 from .protocol import SOURCES, STEPS_ONLY_SOURCES
 
@@ -286,19 +289,52 @@ def framework_of(source: str) -> str:
     return _FRAMEWORK_OF.get(source, "neutral")
 
 
-def recommendation(kind: str, cause: Optional[str] = None, source: str = "client") -> str:
-    """The advice for a verdict of ``kind`` (with its input ``cause``) in the framework of ``source``."""
+def base_advice(kind: str, cause: Optional[str] = None, source: str = "client") -> Tuple[str, str]:
+    """(id, text): the framework's paragraph for a verdict of ``kind`` (with its ``cause``) in the framework of
+    ``source``, whatever the job is configured with (the id names it among the tips: agent.phases.advice)."""
+    fw = framework_of(source)
     if kind == "communication" and cause in COMMUNICATION_CAUSE_RECOMMENDATIONS:
-        return COMMUNICATION_CAUSE_RECOMMENDATIONS[cause] + " " + recommendation(kind, source=source)
+        return (f"{fw}:communication:{cause}",
+                COMMUNICATION_CAUSE_RECOMMENDATIONS[cause] + " " + base_advice(kind, source=source)[1])
     key = (cause or "unknown") if kind == "input" else kind
-    own = FRAMEWORK_RECOMMENDATIONS.get(framework_of(source), {}).get(key)
+    ident = f"{fw}:{kind}:{key}" if kind == "input" else f"{fw}:{kind}:"
+    own = FRAMEWORK_RECOMMENDATIONS.get(fw, {}).get(key)
     if own:
-        return own
+        return ident, own
     if kind == "input":
-        return INPUT_CAUSE_RECOMMENDATIONS.get(key, RECOMMENDATIONS["input"])
+        return ident, INPUT_CAUSE_RECOMMENDATIONS.get(key, RECOMMENDATIONS["input"])
     if key == "steps_only_idle":
-        return STEPS_ONLY_IDLE
-    return RECOMMENDATIONS.get(kind, "")
+        return ident, STEPS_ONLY_IDLE
+    return ident, RECOMMENDATIONS.get(kind, "")
+
+
+def base_catalog():
+    """Every (id, text) base_advice can give: the tips of agent.phases.advice that are whole paragraphs."""
+    seen = {"exchange_not_observed": EXCHANGE_NOT_OBSERVED}
+    for source in ("client", "torch", "tf.data"):
+        for kind in KINDS + ("steps_only_idle",):
+            causes = {"input": CAUSES, "communication": COMMUNICATION_CAUSES}.get(kind, (None,))
+            for c in causes:
+                i, t = base_advice(kind, c, source)
+                seen.setdefault(i, t)
+    return tuple(seen.items())
+
+
+def advice(kind: str, cause: Optional[str] = None, source: str = "client", config=(), cpus: Optional[float] = None,
+           rank: Optional[RankFacts] = None) -> Advice:
+    """The advice for a verdict: agent.phases.advice.advise, from the framework's paragraph, what the job is
+    configured with (``config``: (key, value) pairs, agent.phases.jobconfig), the node's ``cpus`` and the
+    critical ``rank`` named for computing longer.  Every view (the agent's evidence, teye profile, teye report,
+    the dashboard's tips) gets its advice here."""
+    return advise(kind, cause, framework_of(source), base_advice(kind, cause, source), dict(config or ()), cpus,
+                  rank)
+
+
+def recommendation(kind: str, cause: Optional[str] = None, source: str = "client", config=(),
+                   cpus: Optional[float] = None, rank: Optional[RankFacts] = None) -> str:
+    """The advice's text for a verdict of ``kind`` (with its ``cause``) in the framework of ``source``
+    (:func:`advice`)."""
+    return advice(kind, cause, source, config, cpus, rank).text
 
 
 # Which reported phases each kind of lost time comes from.
@@ -417,6 +453,9 @@ class Evidence:
     #                                          ranks on this node (agent.phases.ranks)
     exchange_observed: bool = True           # False: a data-parallel job whose framework's gradient exchange
     #                                          teye cannot time (TensorFlow's collectives): it is in compute
+    config: Tuple[Tuple[str, str], ...] = ()  # what the job is configured with (agent.phases.jobconfig): advice
+    #                                          never recommends what it already has (agent.phases.advice)
+    cpus: Optional[float] = None             # the node's CPUs (None: not known), for the input advice
 
     def __post_init__(self):
         """Refuse figures that would make a share exceed 1: the producer has a bug."""
@@ -481,6 +520,19 @@ class Verdict:
     recommendation: str
     scores: Tuple[Tuple[str, float], ...] = ()   # lost share per candidate kind, for the record
     cause: Optional[str] = None                  # kind "input": one of CAUSES; "communication": COMMUNICATION_CAUSES
+    tips: Tuple[str, ...] = ()                   # the advice's tips (agent.phases.advice), exported as series
+
+    def __post_init__(self):
+        """A recommendation given as an :class:`Advice` (decide's): its text, and its tips kept beside it."""
+        if isinstance(self.recommendation, Advice):
+            a = self.recommendation
+            object.__setattr__(self, "recommendation", a.text)
+            object.__setattr__(self, "tips", a.tips)
+
+
+def _adv(ev: "Evidence", kind: str, cause: Optional[str] = None) -> Advice:
+    """The advice for a verdict on ``ev``: its framework, and what the job is configured with."""
+    return advice(kind, cause, ev.source, ev.config, ev.cpus)
 
 
 def _pct(x: float) -> str:
@@ -492,7 +544,7 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
     if ev.silent_s >= th.stall_seconds or ev.step_time <= 0:
         why = (f"no phase or step reported for {ev.silent_s:.0f} s" if ev.silent_s >= th.stall_seconds
                else f"no phase or step time in the last {ev.window_s:.0f} s")
-        return Verdict("idle", why, recommendation("idle", source=ev.source))
+        return Verdict("idle", why, _adv(ev, "idle"))
 
     idle_ratio = ev.gpu_idle_ratio
     gpu_rules = idle_ratio is not None and idle_ratio >= th.gpu_idle_min_ratio and ev.gpu_idle_total > 0
@@ -533,22 +585,23 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
         if kind == "input":
             cause, why = input_cause(ev.input_wait, th)
             cited = host_notes if cause == "host_cpu" else ""
-            return Verdict(kind, f"{notes[kind]}; {why}{cited}{tail}", recommendation(kind, cause, ev.source),
+            return Verdict(kind, f"{notes[kind]}; {why}{cited}{tail}", _adv(ev, kind, cause),
                            ordered, cause)
         if kind == "communication":
             cause, why = network_cause(ev.network, ev.share("communication"), ev.comm_spread, th.communication)
-            return Verdict(kind, f"{notes[kind]}; {why}{tail}", recommendation(kind, cause, ev.source), ordered,
+            return Verdict(kind, f"{notes[kind]}; {why}{tail}", _adv(ev, kind, cause), ordered,
                            cause)
         return Verdict(kind, notes[kind] + (host_notes if kind == "host" else "") + tail,
-                       recommendation(kind, source=ev.source), ordered)
+                       _adv(ev, kind), ordered)
     if not ev.exchange_observed:
         return Verdict("not_observed", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
                                        f"{_pct(ev.share('data_wait'))}; communication not observed: the gradient "
                                        f"exchange of this data-parallel job runs inside its steps where teye "
                                        f"cannot time it (TensorFlow's collective all-reduce), so compute holds "
-                                       f"it too" + tail, EXCHANGE_NOT_OBSERVED, ordered)
+                                       f"it too" + tail, Advice(EXCHANGE_NOT_OBSERVED, ("exchange_not_observed",)),
+                       ordered)
     return Verdict("compute", f"compute {_pct(ev.share('compute'))} of step time, data_wait "
-                              f"{_pct(ev.share('data_wait'))}" + tail, recommendation("compute", source=ev.source),
+                              f"{_pct(ev.share('data_wait'))}" + tail, _adv(ev, "compute"),
                    ordered)
 
 
@@ -563,11 +616,11 @@ def unobserved_input(ev: Evidence, th: Thresholds = Thresholds(), tail: str = ""
     base = "steps only: input wait not observed"
     if r is None:
         return Verdict("not_observed", f"{base}, and no GPU samples of the job's GPUs: the bottleneck is not "
-                                       f"observed" + tail, recommendation("not_observed", source=ev.source))
+                                       f"observed" + tail, _adv(ev, "not_observed"))
     if r < th.gpu_idle_min_ratio:
         return Verdict("compute", f"{base}; its GPUs are busy {_pct(1 - r)} of step time (idle below "
                                   f"{_pct(th.gpu_idle_min_ratio)}): the GPU is the limit" + tail,
-                       recommendation("compute", source=ev.source), (("compute", round(1 - r, 4)),))
+                       _adv(ev, "compute"), (("compute", round(1 - r, 4)),))
     return Verdict("idle", f"{base}; its GPUs idle {_pct(r)} of step time (at least "
                            f"{_pct(th.gpu_idle_min_ratio)}), waiting for what the job's phases do not show" + tail,
-                   recommendation("steps_only_idle", source=ev.source), (("idle", round(r, 4)),))
+                   _adv(ev, "steps_only_idle"), (("idle", round(r, 4)),))

@@ -205,7 +205,12 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
             f.rank[_key(m, "__name__", "instance", "train_job", "rank", "phase")] = pts
         else:
             f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
-    for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause)",{n}}} == 1'):
+    # the verdicts, and (the same query: the number of queries stays fixed) what the job is configured with
+    for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause|config_info)",{n}}} == 1'):
+        if m.get("__name__") == "teye_job_config_info":
+            f.verdict[("teye_job_config_info", m.get("instance", ""), m.get("train_job", ""),
+                       f'{m.get("key", "")}={m.get("value", "")}')] = pts
+            continue
         f.verdict[_key(m, "__name__", "instance", "train_job", "kind" if "kind" in m else "cause")] = pts
     host = " or ".join(f'label_replace({e}, "q", "{q}", "", "")' for q, e in (
         # the host's CPU and memory: teye's, or node_exporter's where teye leaves the host to it (agent/hostseries.py)

@@ -92,6 +92,8 @@ def _votes(f: Fetched, name: str, spans: Dict[str, Span]):
     last_cause: Dict[str, Tuple[float, str]] = {}
     for inst, metric, what, pts in ((i, m, w, p) for i in windows for m, w, p in f.verdict_by.get((i, name), [])):
         a, b = windows[inst]
+        if metric == "teye_job_config_info":
+            continue   # (_config)
         for t, _ in S.window(spans[inst].cut(pts), a, b):
             if metric == "teye_job_bottleneck":
                 votes[what] += 1
@@ -102,6 +104,21 @@ def _votes(f: Fetched, name: str, spans: Dict[str, Span]):
                 if t >= last_cause.get(inst, (-1.0, ""))[0]:
                     last_cause[inst] = (t, what)
     return votes, causes, last_kind, last_cause
+
+
+def _config(f: Fetched, name: str, spans: Dict[str, Span]) -> Dict[str, str]:
+    """What the job was configured with (teye_job_config_info, issue 45): per key, the value seen last in the
+    job's window on any of its nodes."""
+    seen: Dict[str, Tuple[float, str]] = {}
+    for inst, sp in spans.items():
+        for metric, what, pts in f.verdict_by.get((inst, name), []):
+            if metric != "teye_job_config_info":
+                continue
+            key, _, value = what.partition("=")
+            for t, _ in S.window(sp.cut(pts), sp.a, sp.b):
+                if t >= seen.get(key, (-1.0, ""))[0]:
+                    seen[key] = (t, value)
+    return {k: v for k, (_, v) in sorted(seen.items())}
 
 
 def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
@@ -170,6 +187,7 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         "input_cause": cause,
         "input_cause_shares": {c: round(causes.get(c, 0) / n_causes, 4) for c in CAUSES} if n_causes else {},
         "source": source, "source_text": SOURCES.get(source, source),
+        "config": _config(f, name, spans),
         "per_node": [per_node[i] for i in sorted(per_node)],
         # when the reported run began on each node (teye_job_start_time_seconds); null from an older agent
         "run_start": {i: (round(sp.run.start, 3) if sp.run else None) for i, sp in sorted(spans.items())},

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from ..phases.advice import RankFacts
 from ..phases.verdict import recommendation
 from .model import Request
 
@@ -40,8 +41,13 @@ def _notes(job: dict, req: Request) -> List[str]:
                      + (whole if mem.get("source") == "node" else ""))
     if job.get("verdict"):
         kind = job["verdict"]
-        # the advice in the job's own framework (verdict.recommendation), as `teye profile` gives it
-        text = recommendation(kind, job.get("input_cause") if kind == "input" else None, job.get("source") or "client")
+        # the advice in the job's own framework (verdict.recommendation), as `teye profile` gives it, from what
+        # the job is configured with and its critical rank where that one computes longer (issue 45)
+        s = job.get("straggler") or {}
+        rank = (RankFacts(s["rank"], s.get("compute_seconds_per_step") or 0.0) if s.get("rule") == "communication"
+                and isinstance(s.get("rank"), int) else None)
+        text = recommendation(kind, job.get("input_cause") if kind == "input" else None, job.get("source") or "client",
+                              tuple((job.get("config") or {}).items()), cpu.get("allocated_cores"), rank)
         notes.append(f"Verdict {kind}" + (f" (cause {job['input_cause']})" if kind == "input" and
                                           job.get("input_cause") else "") + f": {text}")
     return notes

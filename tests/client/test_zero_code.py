@@ -155,8 +155,9 @@ def test_reading_batches_without_training_sends_nothing_and_starts_no_thread(lis
             "it = DataLoader(TensorDataset(torch.ones(8, 2)))._get_iterator()\n"
             "print(type(it).__next__._teye, end=' ')\n" + PROBE)  # patched: the test is not vacuous
     r = plain_run([PY, "-c", code], env=site_env(TEYE_PHASE_SOCKET=path))
-    assert r.stdout.startswith("True ['teye_client', 'teye_client._common', 'teye_client._torch', "
-                               "'teye_client.auto'] True 1 0"), r
+    # (teye_client._config: the job's configuration beside PyTorch's instrumentor, issue 45; no socket, no thread)
+    assert r.stdout.startswith("True ['teye_client', 'teye_client._common', 'teye_client._config', "
+                               "'teye_client._torch', 'teye_client.auto'] True 1 0"), r
     s.settimeout(0.3)
     with pytest.raises(socket.timeout):
         s.recv(65536)

@@ -130,9 +130,19 @@ def test_job_dashboard_puts_phases_and_gpu_busy_idle_on_one_time_axis(dashboards
     verdict = _panel(d, "Verdict")
     assert verdict["targets"][0]["expr"].startswith("teye_job_bottleneck{")
     from agent.phases.verdict import RECOMMENDATIONS
-    todo = _panel(d, "What to do")["options"]["content"]
+    meaning = _panel(d, "What each verdict means")["options"]["content"]
     for kind, text in RECOMMENDATIONS.items():
-        assert f"**{kind}**: {text}" in todo
+        assert f"**{kind}**: {text}" in meaning
+    # What to do: the agent's advice for this job (issue 45), each tip mapped to the sentence the agent's
+    # advice holds: every sentence of agent.phases.advice.TIPS, in the advice's order
+    from agent.phases.advice import TIPS, advise
+    todo = _panel(d, "What to do")
+    assert todo["type"] == "table" and "teye_job_advice_tip{" in todo["targets"][0]["expr"]
+    (mapping,) = todo["fieldConfig"]["defaults"]["mappings"]
+    tuned = advise("input", "host_cpu", "torch", ("", ""), {"loader.num_workers": "2", "loader.pin_memory": "true"}, 2)
+    assert [mapping["options"][t]["text"] for t in tuned.tips] == [TIPS[t] for t in tuned.tips]
+    assert set(TIPS) <= set(mapping["options"])
+    assert "teye_job_config_info{" in _panel(d, "What the job is configured with")["targets"][0]["expr"]
     # job start / stop annotations
     names = [a["name"] for a in d["annotations"]["list"]]
     assert {"Job start", "Job stopped stepping", "Job events (epochs)"} <= set(names)

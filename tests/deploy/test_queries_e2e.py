@@ -46,6 +46,11 @@ WORKLOAD = textwrap.dedent(f"""
     sys.path.insert(0, {REPO!r})
     from workloads.phases import Reporter
     rep = Reporter(train_job={TRAIN_JOB!r}, rank=0, world_size=2)  # rank 0 of a data-parallel job: the rank panels
+    # what the zero-code hook would have seen in a PyTorch job (teye_client._config, which the reporter asks):
+    # the configuration panel's series (issue 45)
+    from teye_client import _config
+    _config.note("ddp.no_sync", True)
+    _config.note("autocast.dtype", "bfloat16")
     deadline = time.monotonic() + float(sys.argv[1])
     while time.monotonic() < deadline:
         with rep.phase("data_wait"):

@@ -339,6 +339,19 @@ MUTANTS = {
     "daemonset_requires_runtimeclass_nvidia.patch": (
         ["tests/deploy/test_kubernetes.py::"
          "test_the_daemonset_needs_no_runtimeclass_and_the_components_set_one_or_tolerate_all"]),
+    # issue 45: advice that starts from what the job is configured with; the configuration bounded
+    "advice_ignores_the_config.patch": (
+        ["tests/phases/test_advice.py::"
+         "test_the_tuned_loop_is_never_told_to_set_what_it_has_and_at_the_cores_hears_the_host_is_the_limit"]),
+    "advice_compute_slow_rank_gets_exchange_tips.patch": (
+        ["tests/phases/test_advice.py::test_the_rank_that_computes_longer_gets_advice_about_itself_never_the_exchange"]),
+    "advice_no_sync_suggested_anyway.patch": (
+        ["tests/phases/test_advice.py::"
+         "test_no_sync_and_compression_are_never_suggested_to_a_job_that_has_them_even_when_the_link_is_full"]),
+    "jobconfig_enum_value_unbounded.patch": (
+        ["tests/phases/test_jobconfig.py::test_a_bad_configuration_is_refused_whole_with_its_reason"]),
+    "client_config_bool_unchecked.patch": (
+        ["tests/phases/test_jobconfig.py::test_the_client_leaves_out_what_does_not_check_and_sends_what_does"]),
 }
 
 
