@@ -72,6 +72,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
+from . import definitions
 from .links import COMMUNICATION_CAUSES, network_cause
 from .protocol import SOURCES, STEPS_ONLY_SOURCES
 
@@ -436,16 +437,14 @@ class Evidence:
     def step_time(self) -> float:
         """The reported steps' wall time but ``compile`` (a one-time cost that shares are not taken of:
         docs/phases.md; zero-code TensorFlow sends it between steps, a client may send it inside one), never
-        below another phase's time (so no share exceeds 1); without steps, the phases' time but compile."""
-        other = [v for p, v in self.phase_seconds.items() if p != "compile"]
-        if self.step_seconds > 0:
-            return max([self.step_seconds - self.phase_seconds.get("compile", 0.0)] + other)
-        return sum(other)
+        below a training phase's time (so no share exceeds 1); without steps, the training phases' time (but
+        eval and compile): agent.phases.definitions, the one definition every view uses."""
+        return definitions.step_time(self.step_seconds, self.phase_seconds,
+                                     compile_in_steps=self.phase_seconds.get("compile", 0.0))
 
     def share(self, phase: str) -> float:
         """The phase's share of step time (at most 1: checked when the evidence is made)."""
-        t = self.step_time
-        return self.phase_seconds.get(phase, 0.0) / t if t > 0 else 0.0
+        return definitions.share(self.phase_seconds.get(phase, 0.0), self.step_time) or 0.0
 
     @property
     def gpu_idle_total(self) -> float:

@@ -134,13 +134,15 @@ def _training_side(tj_reports: List[dict]) -> dict:
             idle[p] += v or 0
         for k, s in t["verdict_shares"].items():
             votes[k] += s * (t["steps"] or 1)
-    total = share_base(phases)
+    steps_s = _sum([t.get("step_seconds") for t in tj_reports])
+    total = share_base(phases, steps_s)
     nv = sum(votes.values())
     main = max(tj_reports, key=lambda t: t["steps"] or 0)
     stragglers = [t["straggler"] for t in tj_reports if t["straggler"]]
     straggler = max(stragglers, key=lambda s: s["own_wait_ratio"]) if stragglers else None
     return {
         "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
+        "step_seconds": _r(total) if total else None,
         "gpu_idle_seconds_by_phase": ({p: _r(v) for p, v in sorted(idle.items())}
                                       if any(t["gpu_idle_seconds_by_phase"] is not None for t in tj_reports)
                                       else None),
@@ -163,7 +165,7 @@ def _training_side(tj_reports: List[dict]) -> dict:
 
 def _no_training_side() -> dict:
     """The training-job side of a job no training job reported phases for."""
-    return {"phase_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
+    return {"phase_seconds": None, "step_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
             "straggler": None, "scaling_efficiency": None,
             "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
             "source": None, "source_text": None,
