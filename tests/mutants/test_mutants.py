@@ -37,6 +37,14 @@ MUTANTS = {
         ["tests/phases/test_verdict.py::test_compile_is_in_no_share_wherever_the_client_put_it"]),
     "rule_input_share_counts_compile.patch": (
         ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"]),
+    # issue 47: one definition of every figure (agent/phases/definitions.py): eval beside training, compile
+    # out of the exported step seconds too
+    "report_share_counts_eval.patch": (
+        ["tests/report/test_compile_units.py::test_eval_is_beside_training_and_in_no_share"]),
+    "rule_input_share_counts_eval.patch": (
+        ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"]),
+    "step_hist_keeps_compile.patch": (
+        ["tests/phases/test_jobs.py::test_step_seconds_counters_leave_a_compile_inside_a_step_out"]),
     # issue 38 (RSS): the idle agent without prometheus_client, two malloc arenas, process_* read by teye
     "render_negotiate_om_default.patch": ["tests/test_render.py::test_negotiation_is_prometheus_clients"],
     "daemon_registry_at_start.patch": (
