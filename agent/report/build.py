@@ -185,13 +185,21 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
     job_cpu = _sum([x["cpu_seconds"] for x in cg.values()])
     cg_cpus = _sum([x["cpus"] for x in cg.values()])
     alloc = req.cpus or (cg_cpus if cg else None)
-    used = job_cpu if cg else cpu_busy
+    # the job's own CPU time (its cgroup) as a share of what it was given; never the whole nodes' busy time
+    # presented as the job's (issue 47): without a cgroup of the job there is no efficiency, only the nodes'
+    # busy share, labelled as the nodes'.  A run shorter than a scrape interval moved no counter it can be
+    # measured by: neither figure (null, not 0 %).
+    short = seen < f.step
+    used = job_cpu if cg else None
     out = {"cpu": {"allocated_cores": alloc, "node_cpus": node_cpus or None,
                    "source": "job_cgroup" if cg else "node",
                    "job_seconds": job_cpu, "cgroup_cpus": cg_cpus,
                    "node_busy_seconds": _r(cpu_busy, 3),
-                   "efficiency": _r(used / (alloc * span), 4) if alloc and span > 0 and used is not None else None,
-                   "node_busy_ratio": _r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0 else None,
+                   "efficiency": (_r(used / (alloc * span), 4) if alloc and span > 0 and used is not None
+                                  and not short else None),
+                   "node_busy_ratio": (_r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0
+                                       and not short else None),
+                   "short_run": short,
                    "cycles_per_instruction": _r(_mean([h["cycles_per_instruction"] for h in hosts.values()]), 4),
                    "memory_bandwidth_bytes_per_second": _r(_sum([h["memory_bandwidth_bytes_per_second"]
                                                                 for h in hosts.values()]), 1)}}
@@ -208,6 +216,33 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
                          "limit_bytes": None, "node_peak_bytes": mem_peak}
         out["io"] = None
     return out
+
+
+LIVE_MESSAGE_AGE_S = 30.0   # phases.stall_seconds' default: a job silent longer is not said to run
+
+
+def _running_said(f: Fetched, tjs: List[str]) -> Optional[bool]:
+    """Whether the training jobs run at the report's end, from what their agents said then: a node whose
+    ``teye_job_running`` is 1 at the grid's last point with its last message younger than
+    max(LIVE_MESSAGE_AGE_S, two grid steps) (issue 47: the state from the job's last message age, not from
+    counters that an agent's restart makes move); None where no agent exports either series (an older one)."""
+    if not f.grid or not tjs:
+        return None
+    last = f.grid[-1]
+    seen, live = False, False
+    bound = max(LIVE_MESSAGE_AGE_S, 2 * f.step)
+    for name in tjs:
+        for inst, _ in f.jinfo_by.get(name, []):
+            rows = {m: pts for m, _, _, _, pts in f.job_by.get((inst, name), [])
+                    if m in ("teye_job_running", "teye_job_last_message_age_seconds")}
+            if "teye_job_running" not in rows:
+                continue
+            seen = True
+            at = lambda pts: next((v for t, v in pts if abs(t - last) < 1e-6), None)  # noqa: E731
+            run, age = at(rows["teye_job_running"]), at(rows.get("teye_job_last_message_age_seconds", []))
+            if run == 1 and (age is None or age <= bound):
+                live = True
+    return live if seen else None
 
 
 def _credited_gpus(tj_reports: List[dict], gpu_windows: Dict[Tuple[str, str], Window]) -> None:
@@ -234,6 +269,9 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     nodes = sorted({i for i, _ in gpu_windows} | {n for t in tj_reports for n in t["nodes"]} | set(cg_windows))
     gpus = [_gpu_numbers(f, i, g, a, b) for (i, g), (a, b) in sorted(gpu_windows.items())]
     running = bool(f.grid) and end >= f.grid[-1] - 0.5 * f.step
+    said = _running_said(f, [t["train_job"] for t in tj_reports])
+    if said is not None:   # the agents say whether it runs: its processes alive and its last message recent
+        running = said
     state = "running" if running else "finished"
     if running:
         conds.append(Condition(EXIT_RUNNING, "running",

@@ -154,8 +154,12 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     if cpu["efficiency"] is not None:
         L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']:g} allocated cores "
                  f"({where.get(cpu.get('source'), 'whole nodes')})")
+    elif cpu.get("source") == "node" and not cpu.get("short_run"):
+        L.append(f"{code}  CPU efficiency   n/a: no cgroup of the job seen (the nodes' figure below is every "
+                 f"process's, not the job's)")
+    why = " (the run is shorter than a scrape interval)" if cpu.get("short_run") else ""
     L.append(f"{code}  node CPU busy    {_bar(cpu['node_busy_ratio'])}  of {int(cpu['node_cpus'] or 0) or 'n/a'} CPUs "
-             f"(whole nodes)")
+             f"(the whole nodes, all their processes: not the job's){why}")
     extra = []
     if cpu["cycles_per_instruction"] is not None:
         extra.append(f"CPI {cpu['cycles_per_instruction']:.2f}")

@@ -371,6 +371,9 @@ def test_unknown_job(cluster):
     assert rc == 7
     assert doc["unknown_jobs"] == ["999999"] and [j["slurm_job"] for j in doc["jobs"]] == ["4243"]
     assert "unknown job 999999" in err
+    # dates as dates (issue 47: the message printed raw Unix timestamps)
+    assert re.search(r"unknown job 999999: no series in Prometheus between \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ and "
+                     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", err), err
 
 
 def test_running_job_is_reported_so_far(cluster):
