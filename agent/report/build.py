@@ -176,7 +176,8 @@ def _no_training_side() -> dict:
                               "see docs/phases.md, or run it under `teye run`)"}
 
 
-def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[str, dict], seen: float) -> dict:
+def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[str, dict], seen: float,
+                   job_end: float) -> dict:
     """The job's CPU, memory and I/O: its own cgroup where its nodes' agents saw it; the whole nodes' counters
     otherwise (marked so)."""
     cpu_busy = sum(h["cpu_busy_seconds"] or 0 for h in hosts.values())
@@ -191,6 +192,12 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
     # measured by: neither figure (null, not 0 %).
     short = seen < f.step
     used = job_cpu if cg else None
+    # a cgroup that vanished before the job's end (issue 47: stated, not wrong): its counters stop there,
+    # so CPU time over the whole run would read low; the efficiency is null and the report says until when
+    gone = {i: x["seen_until"] for i, x in cg.items()
+            if x.get("seen_until") is not None and x["seen_until"] < job_end - f.step - 1e-6}
+    if gone:
+        used = None
     out = {"cpu": {"allocated_cores": alloc, "node_cpus": node_cpus or None,
                    "source": "job_cgroup" if cg else "node",
                    "job_seconds": job_cpu, "cgroup_cpus": cg_cpus,
@@ -200,6 +207,8 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
                    "node_busy_ratio": (_r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0
                                        and not short else None),
                    "short_run": short,
+                   # node -> when the job's cgroup was last seen, for cgroups that vanished before its end
+                   "cgroup_vanished": {i: _iso(t) for i, t in sorted(gone.items())} or None,
                    "cycles_per_instruction": _r(_mean([h["cycles_per_instruction"] for h in hosts.values()]), 4),
                    "memory_bandwidth_bytes_per_second": _r(_sum([h["memory_bandwidth_bytes_per_second"]
                                                                 for h in hosts.values()]), 1)}}
@@ -304,7 +313,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     if not tj_reports:
         conds.append(Condition(EXIT_NO_PHASES, "no_phases", "no phases reported: phase, verdict and step sections "
                                                             "omitted"))
-    job.update(_cpu_memory_io(f, req, hosts, cg, seen))
+    job.update(_cpu_memory_io(f, req, hosts, cg, seen, end))
     job["earlier_runs"] = earlier
     job["notes"] = _notes(job, req) + run_notes + _run_notes(job, earlier, short, run, active, f.step)
     job["grafana_url"] = _grafana(req, job)

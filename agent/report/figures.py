@@ -314,7 +314,11 @@ def _job_cgroup_numbers(f: Fetched, inst: str, sj: str, a: float, b: float) -> O
     def most(q):
         vals = [v for _, v in S.window(f.jobcg.get((q, inst, sj), []), a, b)]
         return max(vals) if vals else None
+    # the last point its cgroup was seen at: a cgroup that vanished before the job's end (removed under
+    # it, its node's agent restarted without the jobs collector) covers the job only until then
+    seen = [t for t, _ in S.window(f.jobcg.get(("job_cpu", inst, sj), []), lo, b)]
     return {"node": inst, "cpu_seconds": _r(accs["job_cpu"].value, 3), "cpus": most("job_cpus"),
+            "seen_until": max(seen) if seen else None,
             "memory_peak_bytes": most("job_mem_peak"), "memory_limit_bytes": most("job_mem_limit"),
             "read_bytes": accs["job_read"].value, "written_bytes": accs["job_written"].value,
             "_resets": sum(x.resets for x in accs.values())}

@@ -154,6 +154,10 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     if cpu["efficiency"] is not None:
         L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']:g} allocated cores "
                  f"({where.get(cpu.get('source'), 'whole nodes')})")
+    elif cpu.get("cgroup_vanished"):
+        L.append(f"{code}  CPU efficiency   n/a: the job's cgroup vanished before its end ("
+                 + ", ".join(f"{n} last seen {t}" for n, t in cpu["cgroup_vanished"].items())
+                 + "): its CPU, memory and I/O figures cover it until then")
     elif cpu.get("source") == "node" and not cpu.get("short_run"):
         L.append(f"{code}  CPU efficiency   n/a: no cgroup of the job seen (the nodes' figure below is every "
                  f"process's, not the job's)")

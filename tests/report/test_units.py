@@ -251,3 +251,28 @@ def test_the_state_is_from_the_jobs_last_message_age(running, age, state):
     assert j["state"] == state, (j["state"], j["conditions"])
     assert ("running" in [c["kind"] for c in j["conditions"]]) == (state == "running")
 
+
+
+def test_a_job_whose_cgroup_vanished_is_stated_not_wrong():
+    """Bad input of issue 47: the job's cgroup on n1 is gone at t = 120 of a job that ran 100-160 (its
+    counters stop there).  Its CPU time over the whole run would read 1.5 cores x 20 s / (4 x 70 s): low and
+    wrong; the efficiency is null and the text says until when the cgroup was seen."""
+    from agent.report.build import Fetched, Request, _assemble
+    grid = [float(t) for t in range(80, 181, 10)]
+    f = Fetched(80.0, 180.0, 10.0, grid)
+    f.host[("cpu_busy", "n1")] = [(t, 5000.0 + 3.0 * (t - 80)) for t in grid]
+    f.host[("cpus", "n1")] = [(t, 64.0) for t in grid]
+    f.up["n1"] = [(t, 1.0) for t in grid]
+    f.procs[("n1", "0", "7")] = [(t, 1.0) for t in grid if 100 <= t <= 160]
+    f.jobcg[("job_cpu", "n1", "7")] = [(t, 1.5 * (t - 80)) for t in grid if t <= 120]
+    f.jobcg[("job_cpus", "n1", "7")] = [(t, 4.0) for t in grid if t <= 120]
+    j = _assemble(f, Request(), 200.0, "7", [], {("n1", "0"): (100.0, 160.0)}, "u", False)
+    assert j["cpu"]["source"] == "job_cgroup" and j["cpu"]["efficiency"] is None, j["cpu"]
+    assert j["cpu"]["cgroup_vanished"] == {"n1": "1970-01-01T00:02:00Z"}
+    text = render.text({"jobs": [j], "unknown_jobs": []})
+    assert "CPU efficiency   n/a: the job's cgroup vanished before its end (n1 last seen 1970-01-01T00:02:00Z)" in text
+    # seen to the end: the efficiency is the job's own
+    f.jobcg[("job_cpu", "n1", "7")] = [(t, 1.5 * (t - 80)) for t in grid]
+    f.jobcg[("job_cpus", "n1", "7")] = [(t, 4.0) for t in grid]
+    j = _assemble(f, Request(), 200.0, "7", [], {("n1", "0"): (100.0, 160.0)}, "u", False)
+    assert j["cpu"]["cgroup_vanished"] is None and j["cpu"]["efficiency"] == pytest.approx(1.5 / 4, abs=1e-4)
