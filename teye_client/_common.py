@@ -163,6 +163,16 @@ class Session:
     # client CPU per step in benchmarks/zero_code.py's client loop, one 2 %: CPython 3.11 shares an instance
     # dict's keys only up to 30 names)
     compiles = 0
+    # Several optimizers (a GAN's discriminator and generator): the job's step is the loop iteration, the
+    # optimizer that steps least (docs/zero-code.md "Several optimizers").  Class defaults, for the same
+    # reason as ``compiles``: a loop with one optimizer never writes them.
+    multi = False        # two or more optimizers are alive (optimizer_made): the first steps are held
+    optimizers = ()      # a WeakSet of the optimizers made, once one is (optimizer_made)
+    lead_held = ()       # the first optimizer's first steps, (phases, start, end, samples), held (_lead_step)
+    lead_done = False    # the iteration's optimizer is settled: nothing is held any more
+    per_iter = 0         # steps another optimizer makes per iteration (a GAN's 2 discriminator steps)
+    other_n = 0          # steps the other optimizer made since the leader's last one
+    LEAD_HOLD = 8        # the first optimizer's steps held at most, waiting for a second one to step
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -240,6 +250,8 @@ class Session:
         sources they set (the child's waits are observed as the parent's were).  A process that reports its
         own phases keeps standing aside in its children (they inherit its Reporter)."""
         wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
+        for k in ("lead_held", "lead_done", "per_iter", "other_n"):   # the parent's steps stay the parent's
+            self.__dict__.pop(k, None)
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
         self.aside = self.disabled = aside
@@ -344,17 +356,32 @@ class Session:
         first one's: another one's steps count only once it steps twice without the first in between.
         ``begun_ns``: when the call that ends the step began, where the instrumentor knows it (the first
         step of a process starts there, not at its end, when no input wait came before it)."""
+        merge = None
         if owner != self.leader:
             if owner is not None:
                 gone = self.leader_ref is not None and self.leader_ref() is None
-                if self.leader is None or self.other == owner or gone:
+                if self.leader is not None and not gone and self.lead_held and len(self.lead_held) >= 2:
+                    # a second optimizer's first step after the first one stepped k >= 2 times: the loop
+                    # iteration is this one's (it steps least); the held steps are this iteration's
+                    merge, self.lead_held, self.lead_done = self.lead_held, (), True
+                    self.per_iter = len(merge)
                     self.leader = owner
                     self.other = None
+                    self.other_n = 0
+                elif self.leader is None or gone or (self.other == owner and self.other_n + 1 > max(1, self.per_iter)):
+                    self.leader = owner
+                    self.other = None
+                    self.other_n = 0
                 else:
+                    if self.lead_held:   # a second optimizer stepping as often: the first one leads
+                        self._flush_lead()
+                    self.lead_done = True
+                    self.other_n = self.other_n + 1 if self.other == owner else 1
                     self.other = owner
                     return
         elif self.other is not None:
             self.other = None
+            self.other_n = 0
         rep = self.reporter
         if rep is None:
             if self.disabled:
@@ -439,10 +466,53 @@ class Session:
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
+        if merge is not None:   # the iteration: the held steps of the other optimizer, then this one's
+            start = merge[0][1]
+            phases = tuple(x for m in merge for x in m[0]) + tuple(phases)
+            samples += sum(m[3] for m in merge)
         if self.ddp:
             self.hold(rep, phases, start, end_ns, samples)
+        elif self.multi and not self.lead_done:
+            self._lead_step(phases, start, end_ns, samples)
         else:
             rep.record_step(phases, start, end_ns, samples)
+
+    def optimizer_made(self, optimizer):
+        """An optimizer was made (_torch.count_optimizers): with two alive, the first one's first steps are
+        held until it is known which one steps least (_lead_step)."""
+        opts = self.optimizers
+        if opts == ():
+            opts = self.optimizers = weakref.WeakSet()
+        try:
+            opts.add(optimizer)
+        except TypeError:
+            return
+        if len(opts) > 1 and not self.multi:
+            self.multi = True
+
+    def _lead_step(self, phases, start, end_ns, samples):
+        """A step of the first optimizer while another one is alive and has not stepped: held (at most
+        LEAD_HOLD), so that a second optimizer whose first step comes after two or more of these makes them
+        one loop iteration with it (_step's merge); sent as steps once LEAD_HOLD are held or at exit."""
+        held = self.lead_held
+        if held == ():
+            held = self.lead_held = []
+            atexit.register(self._flush_lead)   # after the reporter's own: runs before it
+        held.append((phases, start, end_ns, samples))
+        if len(held) >= self.LEAD_HOLD:
+            self._flush_lead()
+
+    def _flush_lead(self):
+        """The held steps sent as they were: the first optimizer leads (or the job ends)."""
+        held, self.lead_held, self.lead_done = self.lead_held, (), True
+        rep = self.reporter
+        if rep is None or not held:
+            return
+        try:
+            for phases, start, end_ns, samples in held:
+                rep.record_step(phases, start, end_ns, samples)
+        except Exception as e:  # never into the training loop or its exit
+            debug("zero-code phases: held steps: %s: %s" % (type(e).__name__, e))
 
     def _own_compiles(self, comms, first, rep):
         """comms, less the compilations (samples -2) that are not this step's: those of another thread than
