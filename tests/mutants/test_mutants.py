@@ -45,6 +45,9 @@ MUTANTS = {
         ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"]),
     "step_hist_keeps_compile.patch": (
         ["tests/phases/test_jobs.py::test_step_seconds_counters_leave_a_compile_inside_a_step_out"]),
+    # issue 47: a GAN's step is its loop iteration (the optimizer that steps least)
+    "gan_first_optimizer_leads.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_gan_step_is_its_loop_iteration"]),
     # issue 38 (RSS): the idle agent without prometheus_client, two malloc arenas, process_* read by teye
     "render_negotiate_om_default.patch": ["tests/test_render.py::test_negotiation_is_prometheus_clients"],
     "daemon_registry_at_start.patch": (
