@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from . import series as S
 from .fetch import Fetched, _fetch, _fetch_identity, _report_grid, _skew
 from .fetch import _grid_end, _step_of  # noqa: F401  (imported from here by tests/report)
+from ..phases.definitions import NOT_TRAINING
 from .figures import _gpu_numbers, _host_numbers, _job_cgroup_numbers, _train_job_report, _vanished
 from .model import (DEFAULT_LOOKBACK_S, EXIT_CLOCK_SKEW, EXIT_COUNTER_RESET, EXIT_NO_PHASES, EXIT_NODE_VANISHED,
                     EXIT_RUNNING, EXIT_UNKNOWN, Condition, Request, _iso, _mean, _r, _ratio, _sum, share_base)
@@ -147,7 +148,8 @@ def _training_side(tj_reports: List[dict]) -> dict:
                                       if any(t["gpu_idle_seconds_by_phase"] is not None for t in tj_reports)
                                       else None),
         "input_bound_ratio": (straggler["input_bound_ratio"] if straggler is not None
-                              else _r(phases.get("data_wait", 0.0) / total) if total else None),
+                              else _r(phases.get("data_wait", 0.0) / total)
+                              if total and any(p not in NOT_TRAINING for p in phases) else None),
         "straggler": straggler,
         "scaling_efficiency": main["scaling_efficiency"],
         "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},

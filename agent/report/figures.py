@@ -137,7 +137,10 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         rates = [p["samples_per_second"] for p in per_node.values() if p["samples_per_second"] is not None]
         thr = sum(rates) if rates else None
     resets = sum(a.resets for a in list(phase_s.values()) + list(idle_s.values()) + [steps, samples])
-    ratio = _r(definitions.share(phases.get("data_wait", 0.0), total))
+    # no training phase at all (a steps-only source, or one whose only phase is eval): input not observed,
+    # absent (null), never 0
+    observed = any(p not in definitions.NOT_TRAINING for p in phases)
+    ratio = _r(definitions.share(phases.get("data_wait", 0.0), total)) if observed else None
     rank_sums = _rank_sums(f, name, spans)
     straggler = _straggler(rank_sums, last_kind, last_cause)
     if straggler is not None:

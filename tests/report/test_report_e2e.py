@@ -420,9 +420,10 @@ def test_epilog_stores_a_bounded_summary(cluster, tmp_path):
     assert s["gb"] == pytest.approx(100 * scripted.BUSY[0], abs=1.0)
     assert s["ib"] == pytest.approx(100 * (la["wait"] + lb["wait"]) / (la["total"] + lb["total"]), abs=2.0)
     assert s["tj"] == ["in-4242"]
-    # the allocation's notes: 64G asked, the node fixture used less; the fixture's /proc/stat does not move,
-    # so the 6 allocated cores did no work
-    assert "Memory requested far above use" in s["notes"] and "CPU cores mostly idle" in s["notes"]
+    # the allocation's notes: 64G asked, the node fixture used less.  No cgroup of the job was seen, so no
+    # CPU efficiency and no "CPU cores mostly idle": the nodes' idle CPUs (the fixture's /proc/stat does not
+    # move) are every process's, never the job's (issue 47)
+    assert "Memory requested far above use" in s["notes"] and "CPU cores mostly idle" not in s["notes"]
     # a job scontrol says nothing about: no allocation, no allocation notes
     open(calls, "w").close()
     env_none = {**env, **slurm_fakes.install(bin_dir, calls, cpus="", mem="")}
