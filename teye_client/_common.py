@@ -173,6 +173,8 @@ class Session:
     per_iter = 0         # steps another optimizer makes per iteration (a GAN's 2 discriminator steps)
     other_n = 0          # steps the other optimizer made since the leader's last one
     LEAD_HOLD = 8        # the first optimizer's steps held at most, waiting for a second one to step
+    opt_made_ns = 0      # when the latest optimizer was made: a first step read off-thread starts no earlier
+    backlog = ()         # samples of batches read ahead by another thread, not yet consumed (_consumed)
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -250,7 +252,7 @@ class Session:
         sources they set (the child's waits are observed as the parent's were).  A process that reports its
         own phases keeps standing aside in its children (they inherit its Reporter)."""
         wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
-        for k in ("lead_held", "lead_done", "per_iter", "other_n"):   # the parent's steps stay the parent's
+        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog"):   # the parent's stay the parent's
             self.__dict__.pop(k, None)
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
@@ -410,7 +412,11 @@ class Session:
             # waits overlap its compute and its own wait is not seen, so no split; the samples read since
             # the last step still count (taken from the front only: a reading thread may append meanwhile)
             n = len(waits)
-            samples = sum(w[2] for w in waits[:n] if w[2] > 0) + carried
+            if not after and self.opt_made_ns and start < self.opt_made_ns < end_ns:
+                # the training thread's first step cannot begin before its optimizer was made: the reading
+                # thread's first fetch (a producer started before the model was built) is not its start
+                start = self.opt_made_ns
+            samples = self._consumed(waits[:n], start) + carried
             del waits[:n]
             del comms[:]
             if rep.source != self.step_source:
@@ -477,9 +483,29 @@ class Session:
         else:
             rep.record_step(phases, start, end_ns, samples)
 
+    def _consumed(self, waits, start):
+        """The samples a step consumed where another thread reads the batches (a producer filling a queue):
+        the batches read while it ran stand for the ones it took (a bounded queue is refilled as it is
+        emptied); the ones read ahead of it (the queue's fill, before the first step) are a backlog, taken one
+        batch per step that read none (the queue drained at the end).  Totals stay exact; a step is never
+        credited with another's batches read ahead."""
+        ahead = [w[2] for w in waits if w[2] > 0 and w[1] <= start]
+        new = [w[2] for w in waits if w[2] > 0 and w[1] > start]
+        backlog = self.backlog
+        if ahead:
+            if backlog == ():
+                backlog = self.backlog = []
+            backlog.extend(ahead)
+            if len(backlog) > self.MAX_WAITS:
+                del backlog[:len(backlog) - self.MAX_WAITS]
+        if new:
+            return sum(new)
+        return backlog.pop(0) if backlog else 0
+
     def optimizer_made(self, optimizer):
         """An optimizer was made (_torch.count_optimizers): with two alive, the first one's first steps are
         held until it is known which one steps least (_lead_step)."""
+        self.opt_made_ns = _ns()
         opts = self.optimizers
         if opts == ():
             opts = self.optimizers = weakref.WeakSet()

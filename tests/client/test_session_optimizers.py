@@ -93,3 +93,26 @@ def test_one_optimizer_is_never_held():
     s.wait(0, 5, 4, 1)
     s.step(20, id(a))
     assert [(x, y, n) for x, y, n, _ in shares(s.reporter)] == [(0, 20, 4)]
+
+
+def test_a_producer_threads_batches_are_the_steps_that_took_them():
+    """Issue 47: a producer thread fills a queue of 4 before the training thread's first step (made its
+    optimizer at 100); each step takes one batch of 6, the producer refills one while it runs, and the last 4
+    steps drain the queue.  The first step starts at 100 (not at the producer's first fetch at 0), every step
+    counts 6 samples (not 24, 6, ..., 0), and the total is every batch taken."""
+    s = session()
+    s.off_thread = True
+    opt = Opt()
+    s.optimizer_made(opt)
+    s.opt_made_ns = 100
+    for k in range(4):                     # the queue's fill, read ahead
+        s.wait(10 * k, 10 * k + 5, 6)
+    t = 100
+    for i in range(10):
+        if i < 6:                          # the refill while the step runs (the producer's loader has 10)
+            s.wait(t + 2, t + 4, 6)
+        t += 20
+        s.step(t, id(opt))
+    got = [(a, b, n) for a, b, n, _ in s.reporter.steps]
+    assert got[0] == (100, 120, 6), got
+    assert [n for _, _, n in got] == [6] * 10 and sum(n for _, _, n in got) == 60, got

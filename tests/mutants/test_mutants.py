@@ -48,6 +48,11 @@ MUTANTS = {
     # issue 47: a GAN's step is its loop iteration (the optimizer that steps least)
     "gan_first_optimizer_leads.patch": (
         ["tests/client/test_session_optimizers.py::test_a_gan_step_is_its_loop_iteration"]),
+    # issue 47: a step begins where the training thread begins it; its samples are the batches it took
+    "producer_first_step_from_its_fetch.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
+    "producer_step_takes_the_fill.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
     # issue 38 (RSS): the idle agent without prometheus_client, two malloc arenas, process_* read by teye
     "render_negotiate_om_default.patch": ["tests/test_render.py::test_negotiation_is_prometheus_clients"],
     "daemon_registry_at_start.patch": (
