@@ -429,8 +429,13 @@ class Session:
             if rep.source != self.step_source:
                 rep.source = self.step_source
                 rep._src_due = True
-            rep.record_step((), start, end_ns, 0)
             del comms[:]
+            if self.ddp:
+                # a data-parallel job whatever feeds it (tensors in memory, a get_batch loop): its exposed
+                # gradient exchange is timed all the same (issue 47), sent as its only phase (release())
+                self.hold(rep, (), start, end_ns, 0)
+                return
+            rep.record_step((), start, end_ns, 0)
             return
         if comms:  # waits, collectives and compilations in time order (their samples are -1, -2)
             if self.compiles:
@@ -574,10 +579,11 @@ class Session:
         phases, start, end, samples = self.held
         self.held = None
         if end - start >= self.DDP_MIN_STEP_NS:
+            only = not phases   # a steps-only step: nothing else of it is known, it gets the exchange alone
             for a, b in self.exchange(settle):
                 a, b = max(a, start), min(b, end)
                 if b > a:
-                    phases = carve(phases, a, b)
+                    phases = tuple(phases) + (_M, a, b) if only else carve(phases, a, b)
         rep.record_step(phases, start, end, samples)
 
     DDP_MIN_STEP_NS = 500 * 10**3   # shorter steps are not split: reading DDP's logger costs about 4 µs

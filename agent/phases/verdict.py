@@ -524,7 +524,16 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
            else "no GPU samples for this job")
     tail = f"; {gpu}; {steps} in the last {ev.window_s:.0f} s; phases from {SOURCES.get(ev.source, ev.source)}"
     ordered = tuple((k, round(scores[k], 4)) for k in _ORDER if k in scores)
-    if ev.source in STEPS_ONLY_SOURCES:  # the input wait is not observed: say only what the GPUs show
+    if ev.source in STEPS_ONLY_SOURCES:  # the input wait is not observed: say only what the GPUs show ...
+        comm = ev.share("communication")
+        if comm >= th.communication:
+            # ... but a data-parallel job's exposed exchange is timed whatever feeds it (issue 47): where it
+            # alone crosses the threshold, the job is communication-bound, its input observed or not
+            cause, why = network_cause(ev.network, comm, ev.comm_spread, th.communication)
+            return Verdict("communication", f"communication {_pct(comm)} of step time (threshold "
+                                            f"{_pct(th.communication)}; its input wait is not observed); {why}{tail}",
+                           recommendation("communication", cause, ev.source),
+                           (("communication", round(comm, 4)),), cause)
         return unobserved_input(ev, th, tail)
     if scores:
         kind = max(_ORDER, key=lambda k: (scores.get(k, -1.0), -_ORDER.index(k)))
