@@ -175,6 +175,7 @@ class Session:
     LEAD_HOLD = 8        # the first optimizer's steps held at most, waiting for a second one to step
     opt_made_ns = 0      # when the latest optimizer was made: a first step read off-thread starts no earlier
     backlog = ()         # samples of batches read ahead by another thread, not yet consumed (_consumed)
+    own_gen = False      # a DataLoader is read inside a generator of the job's own (_torch._job_generator)
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -252,7 +253,7 @@ class Session:
         sources they set (the child's waits are observed as the parent's were).  A process that reports its
         own phases keeps standing aside in its children (they inherit its Reporter)."""
         wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
-        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog"):   # the parent's stay the parent's
+        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog", "own_gen"):   # the parent's stay the parent's
             self.__dict__.pop(k, None)
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
@@ -407,12 +408,15 @@ class Session:
         carried = self.carried
         if carried:
             self.carried = 0
-        if self.off_thread:
+        if self.off_thread or self.own_gen:
             # the batches are read in other threads than the training loop's (prefetching threads): their
             # waits overlap its compute and its own wait is not seen, so no split; the samples read since
-            # the last step still count (taken from the front only: a reading thread may append meanwhile)
+            # the last step still count (taken from the front only: a reading thread may append meanwhile).
+            # Or the loop reads them through a generator of its own (own_gen): the work that generator does
+            # on the training thread between the batches (augmenting, collating) is the loop's data work,
+            # which teye cannot place without the forward's start (issue 47): steps only, never compute
             n = len(waits)
-            if not after and self.opt_made_ns and start < self.opt_made_ns < end_ns:
+            if self.off_thread and not after and self.opt_made_ns and start < self.opt_made_ns < end_ns:
                 # the training thread's first step cannot begin before its optimizer was made: the reading
                 # thread's first fetch (a producer started before the model was built) is not its start
                 start = self.opt_made_ns
@@ -420,7 +424,8 @@ class Session:
             del waits[:n]
             del comms[:]
             if rep.source != self.step_source:
-                debug("zero-code phases: batches read outside the thread that steps: steps and samples only")
+                debug("zero-code phases: batches read %s: steps and samples only" % (
+                    "outside the thread that steps" if self.off_thread else "through a generator of the job's own"))
                 rep.source = self.step_source
                 rep._src_due = True
             rep.record_step((), start, end_ns, samples)

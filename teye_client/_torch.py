@@ -84,6 +84,13 @@ def patch_dataloader(module):
             s.loader(k, self, getattr(self, "_teye_made", None))
         if not _grad_enabled():
             s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
+        if not s.own_gen:
+            code = sys._getframe(1).f_code   # who asked: the loop itself, or a generator of the job's own
+            own = _own_gen.get(code)
+            if own is None:
+                own = _own_gen[code] = _job_generator(code)
+            if own:
+                s.own_gen = True
         t = _thread()
         if t != s.wait_thread:   # another thread reads batches: is it the one that steps? (see patch_optimizer)
             if s.wait_thread is not None:
@@ -105,6 +112,21 @@ def patch_dataloader(module):
     s.wait_source = SOURCE
     _patch_made(base)
     return True
+
+
+_own_gen = {}   # code object -> whether it is a generator of the job's own (_job_generator)
+_CO_GENERATORS = 0x20 | 0x200   # inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+def _job_generator(code):
+    """Whether ``code`` (the caller of a DataLoader's next()) is a generator of the job's own, outside any
+    installed package: one that wraps the loader and may do the loop's data work on the training thread
+    (augmenting, collating, moving to the device) between the batches teye times (issue 47).  A framework's
+    generator (accelerate's DataLoaderShard, Lightning's fetchers: under site-packages) is not."""
+    if not code.co_flags & _CO_GENERATORS:
+        return False
+    f = code.co_filename.replace("\\", "/")
+    return "/site-packages/" not in f and "/dist-packages/" not in f and not f.startswith("<frozen")
 
 
 def _patch_made(base):

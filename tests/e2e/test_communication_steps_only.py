@@ -19,7 +19,7 @@ import pytest
 
 from tests import netns
 from tests.client.helpers import base_env
-from tests.e2e.test_communication_netns import ON, REPEAT, SCRIPT, STEPS, NsAgent, settled, shares
+from tests.e2e.test_communication_netns import ON, SCRIPT, STEPS, NsAgent, settled, shares
 from tests.phases.helpers import shared_tmpdir
 from tests.procs import REPO, free_port
 
@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"),
                                  reason="the torch extra (./dev.sh test installs it)")]
 RATE_MBIT = 25
+REPEAT = 12   # less compute per byte than the two-node test's 36: the exchange is well above the 20 % threshold
 
 
 def run_job(pair, agents, name):
@@ -83,7 +84,7 @@ def test_a_steps_only_ddp_job_on_a_shaped_link_is_communication(shaped):
     print(f"\nsteps only, shaped to {RATE_MBIT} Mbit/s: teye's exposed exchange per rank {comm}, own clocks "
           f"{truth}, backward and step {bwd}")
     assert all(o["wait_s"] < 0.01 * o["step_s"] for o in own.values()), own   # no input to wait for
-    assert sorted(comm) == [0, 1, 2, 3] and min(truth.values()) > 0.3
+    assert sorted(comm) == [0, 1, 2, 3] and min(truth.values()) > 0.25   # above the 20 % threshold
     # the exposed share: within 10 points of the ranks' own clock of it, and never above their backward and
     # step (where the exchange lies)
     assert comm == pytest.approx(truth, abs=0.10)
