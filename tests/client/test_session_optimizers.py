@@ -116,3 +116,28 @@ def test_a_producer_threads_batches_are_the_steps_that_took_them():
     got = [(a, b, n) for a, b, n, _ in s.reporter.steps]
     assert got[0] == (100, 120, 6), got
     assert [n for _, _, n in got] == [6] * 10 and sum(n for _, _, n in got) == 60, got
+
+
+def test_a_dataloader_read_in_a_generator_of_the_jobs_own_is_steps_only():
+    """Issue 47: the caller of a DataLoader's next() decides: the loop itself (its wait is the step's input
+    wait) or a generator of the job's own, which may do the loop's data work between the batches on the
+    training thread (then steps only: never compute).  A framework's generator (under site-packages) is not
+    the job's.  The session then sends steps and samples only."""
+    from teye_client import _torch
+
+    def gen():
+        yield 1
+
+    def plain():
+        return 1
+    assert _torch._job_generator(gen.__code__) and not _torch._job_generator(plain.__code__)
+    site = compile("def g():\n    yield 1\n", "/usr/lib/python3/dist-packages/accelerate/data_loader.py", "exec")
+    ns = {}
+    exec(site, ns)
+    assert not _torch._job_generator(ns["g"].__code__)
+    s = session()
+    it = loader(s, 1)   # noqa: F841
+    s.own_gen = True
+    s.wait(0, 5, 8, 1)
+    s.step(20)
+    assert [(a, b, n, ph) for a, b, n, ph in s.reporter.steps] == [(0, 20, 8, [])]

@@ -53,6 +53,9 @@ MUTANTS = {
         ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
     "producer_step_takes_the_fill.patch": (
         ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
+    # issue 47: a DataLoader read inside a generator of the job's own is steps only, never compute
+    "own_generator_is_compute.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_dataloader_read_in_a_generator_of_the_jobs_own_is_steps_only"]),
     # issue 38 (RSS): the idle agent without prometheus_client, two malloc arenas, process_* read by teye
     "render_negotiate_om_default.patch": ["tests/test_render.py::test_negotiation_is_prometheus_clients"],
     "daemon_registry_at_start.patch": (
