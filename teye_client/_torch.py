@@ -82,15 +82,12 @@ def patch_dataloader(module):
         if k is None:
             k = self._teye_loader = next(_loaders)
             s.loader(k, self, getattr(self, "_teye_made", None))
+            # who reads it (asked once per iterator: a frame costs about 2 µs to look at here): the loop
+            # itself, or a generator of the job's own
+            if not s.own_gen and _job_generator(sys._getframe(1).f_code):
+                s.own_gen = True
         if not _grad_enabled():
             s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
-        if not s.own_gen:
-            code = sys._getframe(1).f_code   # who asked: the loop itself, or a generator of the job's own
-            own = _own_gen.get(code)
-            if own is None:
-                own = _own_gen[code] = _job_generator(code)
-            if own:
-                s.own_gen = True
         t = _thread()
         if t != s.wait_thread:   # another thread reads batches: is it the one that steps? (see patch_optimizer)
             if s.wait_thread is not None:
@@ -114,7 +111,6 @@ def patch_dataloader(module):
     return True
 
 
-_own_gen = {}   # code object -> whether it is a generator of the job's own (_job_generator)
 _CO_GENERATORS = 0x20 | 0x200   # inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
