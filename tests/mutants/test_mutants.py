@@ -53,6 +53,9 @@ MUTANTS = {
         ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
     "producer_step_takes_the_fill.patch": (
         ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
+    # issue 47: a steps-only data-parallel job whose exchange alone crosses the threshold is communication
+    "steps_only_exchange_not_judged.patch": (
+        ["tests/phases/test_verdict.py::test_a_steps_only_job_whose_exchange_crosses_the_threshold_is_communication"]),
     # issue 47: a DataLoader read inside a generator of the job's own is steps only, never compute
     "own_generator_is_compute.patch": (
         ["tests/client/test_session_optimizers.py::test_a_dataloader_read_in_a_generator_of_the_jobs_own_is_steps_only"]),
