@@ -344,8 +344,7 @@ def count_optimizers(module):
     init = getattr(base, "__dict__", {}).get("__init__")
     code = getattr(init, "__code__", None)
     if code is None or code.co_argcount < 2 or getattr(init, "_teye", False):
-        debug("torch.optim.Optimizer.__init__ is not the function teye expects: the first optimizer to step leads")
-        return False
+        return False   # silently: the steps are counted as before (the first optimizer to step leads)
     s = session
 
     def __init__(self, *args, **kwargs):
