@@ -175,7 +175,8 @@ class Session:
     LEAD_HOLD = 8        # the first optimizer's steps held at most, waiting for a second one to step
     opt_made_ns = 0      # when the latest optimizer was made: a first step read off-thread starts no earlier
     backlog = ()         # samples of batches read ahead by another thread, not yet consumed (_consumed)
-    own_gen = False      # a DataLoader is read inside a generator of the job's own (_torch._job_generator)
+    own_gen = False      # a training step took batches read inside a generator of the job's own: steps only
+    gen_keys = ()        # the loaders first read inside a generator of the job's own (_torch._job_generator)
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -253,7 +254,7 @@ class Session:
         sources they set (the child's waits are observed as the parent's were).  A process that reports its
         own phases keeps standing aside in its children (they inherit its Reporter)."""
         wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
-        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog", "own_gen"):   # the parent's stay the parent's
+        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog", "own_gen", "gen_keys"):   # the parent's stay the parent's
             self.__dict__.pop(k, None)
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
@@ -408,6 +409,8 @@ class Session:
         carried = self.carried
         if carried:
             self.carried = 0
+        if self.gen_keys and not self.own_gen and any(w[3] in self.gen_keys for w in waits):
+            self.own_gen = True   # a training step took batches a generator of the job's own read
         if self.off_thread or self.own_gen:
             # the batches are read in other threads than the training loop's (prefetching threads): their
             # waits overlap its compute and its own wait is not seen, so no split; the samples read since
@@ -511,6 +514,17 @@ class Session:
         if new:
             return sum(new)
         return backlog.pop(0) if backlog else 0
+
+    def generator_loader(self, key):
+        """Loader ``key`` was first read inside a generator of the job's own (_torch._job_generator): its
+        generator may do the loop's data work on the training thread; once a training step takes its batches,
+        the process reports steps only (an evaluation read that way, a generator expression over a
+        validation loader, leaves training as it is)."""
+        keys = self.gen_keys
+        if keys == ():
+            keys = self.gen_keys = set()
+        if len(keys) < self.MAX_LOADERS:
+            keys.add(key)
 
     def optimizer_made(self, optimizer):
         """An optimizer was made (_torch.count_optimizers): with two alive, the first one's first steps are

@@ -85,7 +85,7 @@ def patch_dataloader(module):
             # who reads it (asked once per iterator: a frame costs about 2 µs to look at here): the loop
             # itself, or a generator of the job's own
             if not s.own_gen and _job_generator(sys._getframe(1).f_code):
-                s.own_gen = True
+                s.generator_loader(k)   # steps only once a training step takes its batches (not evaluation's)
         if not _grad_enabled():
             s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
         t = _thread()

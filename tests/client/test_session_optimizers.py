@@ -136,8 +136,16 @@ def test_a_dataloader_read_in_a_generator_of_the_jobs_own_is_steps_only():
     exec(site, ns)
     assert not _torch._job_generator(ns["g"].__code__)
     s = session()
-    it = loader(s, 1)   # noqa: F841
-    s.own_gen = True
+    it, ev = loader(s, 1), loader(s, 2)   # noqa: F841
     s.wait(0, 5, 8, 1)
     s.step(20)
-    assert [(a, b, n, ph) for a, b, n, ph in s.reporter.steps] == [(0, 20, 8, [])]
+    s.generator_loader(2)                 # a validation pass read through a generator expression
+    s.nograd.add(2)
+    s.wait(22, 24, 8, 2)
+    s.wait(30, 35, 8, 1)
+    s.step(50)
+    assert not s.own_gen and [len(ph) for *_, ph in s.reporter.steps] == [2, 2]   # training as it was
+    s.generator_loader(1)                 # the training loader read through the job's own generator
+    s.wait(55, 60, 8, 1)
+    s.step(80)
+    assert s.own_gen and s.reporter.steps[-1] == (50, 80, 8, [])
