@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .context import AgentContext
 from .logutil import setup_logging
 from .errors import ConfigError, ParseError, SourceUnavailable
+from .phases import definitions
 from .phases.jobs import JobView
 from .phases.protocol import PHASES, STEPS_ONLY_SOURCES
 from .phases.source import PhaseSource
@@ -161,13 +162,18 @@ def _gpu_summary(ctx, t0: int, t1: int, threshold: float) -> List[Dict[str, Any]
     return out
 
 
+def _round(x: Optional[float], nd: int) -> Optional[float]:
+    return None if x is None else round(x, nd)
+
+
 def _job_summary(j: JobView) -> Dict[str, Any]:
     # The evidence covers the whole run (the profile's window); its phase times are the time inside
     # the reported steps, so every share is a part of the step time (at most 1, never clipped).
     ev = j.evidence
-    step_total = ev.step_seconds
     phases = dict(ev.phase_seconds)
-    phase_total = sum(phases.values())
+    # the steps' time but compile, as every view takes it (agent.phases.definitions)
+    step_total = ev.step_time if ev.step_seconds > 0 else 0.0
+    phase_total = sum(v for p, v in phases.items() if p != "compile")
     breakdown = {}
     for p in PHASES:
         s = phases.get(p, 0.0)
@@ -188,7 +194,8 @@ def _job_summary(j: JobView) -> Dict[str, Any]:
         "source": j.source,
         "steps": j.steps, "samples": j.samples,
         "step_seconds_total": round(step_total, 6),
-        "mean_step_seconds": round(step_total / j.steps, 6) if j.steps else None,
+        "mean_step_seconds": _round(definitions.mean_step(step_total, j.steps), 6),
+        "samples_per_second": _round(definitions.samples_per_second(j.samples, step_total), 3),
         "step_time_breakdown": breakdown,
         # tracing and compiling step functions (TensorFlow's first call, a retrace): between steps, in no share
         "compile_seconds": round(dict(j.phase_seconds).get("compile", 0.0), 6),

@@ -22,6 +22,11 @@ JOB_GPU = 'train_job="$train_job", instance=~"$node", gpu=~"$gpu"'
 # The GPUs the job uses: those the agent credits with the job's idle time.
 JOB_GPUS = f"group by (instance, gpu) (teye_job_gpu_idle_seconds_total{{{JOB_GPU}}})"
 INPUT_BOUND_THRESHOLD = "teye:threshold:job_input_bound_ratio"
+# samples per second of training step (agent/phases/definitions.py, the report's figure): per node, samples
+# over the steps' wall time, times the processes reporting; {w} the range
+_SAMPLES_PER_STEP_SECOND = (f"sum by (instance) (rate(teye_job_samples_total{{{{{JOB}}}}}{{w}}))"
+                            f" / (sum by (instance) (rate(teye_job_step_seconds_sum{{{{{JOB}}}}}{{w}})) > 0)"
+                            f" * max by (instance) (teye_job_processes{{{{{JOB}}}}})")
 
 _VERDICT_COLORS = {"input": "red", "host": "orange", "communication": "purple", "compute": "green",
                    "idle": "blue", "not_observed": "text"}
@@ -114,8 +119,9 @@ def build():
                      f" / sum(rate(teye_job_step_seconds_count{{{JOB}}}[5m]))", instant=True)],
         w=4, h=5))
     d = d.with_panel(stat(
-        "Samples per second", "Training samples processed per second over 5 minutes, all processes of the job.",
-        "suffix: samples/s", [target(f"sum(rate(teye_job_samples_total{{{JOB}}}[5m]))", instant=True)],
+        "Samples per second", "Training samples per second of training step over 5 minutes, all processes of "
+        "the job (evaluation and compile, between steps, are in no figure of training: the report's samples/s).",
+        "suffix: samples/s", [target(f"sum({_SAMPLES_PER_STEP_SECOND.format(w='[5m]')})", instant=True)],
         w=4, h=5, decimals=1))
     d = d.with_panel(_advice_table())
     d = d.with_panel(table(
@@ -132,10 +138,10 @@ def build():
     d = d.with_row(row("Timeline: phases and GPU busy/idle"))
     d = d.with_panel(timeseries(
         "Step time by phase", "Seconds per training step spent in each phase (data_wait, compute, host, "
-        "communication, checkpoint, eval, other), stacked: the stack's height is the step time. Not compile "
-        "(tracing a step function, between steps: in the job's phase seconds and in teye report).",
+        "communication, checkpoint, other), stacked: the stack's height is the step time. Not eval or compile "
+        "(evaluation and tracing a step function, between steps: beside training in teye report).",
         "s",
-        [target(f"sum by (phase) (rate(teye_job_phase_seconds_total{{{JOB}, phase!=\"compile\"}}{RATE}))"
+        [target(f"sum by (phase) (rate(teye_job_phase_seconds_total{{{JOB}, phase!~\"compile|eval\"}}{RATE}))"
                 f" / on () group_left () sum(rate(teye_job_steps_total{{{JOB}}}{RATE}))", "{{phase}}")],
         w=24, h=8, stack=True, min=0))
     d = d.with_panel(timeseries(
@@ -230,9 +236,10 @@ def build():
 
     d = d.with_row(row("Throughput"))
     d = d.with_panel(with_series_links(timeseries(
-        "Samples per second", "Training samples per second reported by the job, per node.",
+        "Samples per second", "Training samples per second of training step reported by the job, per node "
+        "(as the report's: evaluation between steps is not in it).",
         "suffix: samples/s",
-        [target(f"sum by (instance) (rate(teye_job_samples_total{{{JOB}}}{RATE}))", "{{instance}}")], min=0),
+        [target(f"sum by (instance) ({_SAMPLES_PER_STEP_SECOND.format(w=RATE)})", "{{instance}}")], min=0),
         NODE_SERIES))
     d = d.with_panel(with_series_links(timeseries(
         "Input-bound ratio", "Share of step time in data_wait: the agent's sliding window, the 5-minute "

@@ -163,6 +163,20 @@ class Session:
     # client CPU per step in benchmarks/zero_code.py's client loop, one 2 %: CPython 3.11 shares an instance
     # dict's keys only up to 30 names)
     compiles = 0
+    # Several optimizers (a GAN's discriminator and generator): the job's step is the loop iteration, the
+    # optimizer that steps least (docs/zero-code.md "Several optimizers").  Class defaults, for the same
+    # reason as ``compiles``: a loop with one optimizer never writes them.
+    multi = False        # two or more optimizers are alive (optimizer_made): the first steps are held
+    optimizers = ()      # a WeakSet of the optimizers made, once one is (optimizer_made)
+    lead_held = ()       # the first optimizer's first steps, (phases, start, end, samples), held (_lead_step)
+    lead_done = False    # the iteration's optimizer is settled: nothing is held any more
+    per_iter = 0         # steps another optimizer makes per iteration (a GAN's 2 discriminator steps)
+    other_n = 0          # steps the other optimizer made since the leader's last one
+    LEAD_HOLD = 8        # the first optimizer's steps held at most, waiting for a second one to step
+    opt_made_ns = 0      # when the latest optimizer was made: a first step read off-thread starts no earlier
+    backlog = ()         # samples of batches read ahead by another thread, not yet consumed (_consumed)
+    own_gen = False      # a training step took batches read inside a generator of the job's own: steps only
+    gen_keys = ()        # the loaders first read inside a generator of the job's own (_torch._job_generator)
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -240,6 +254,8 @@ class Session:
         sources they set (the child's waits are observed as the parent's were).  A process that reports its
         own phases keeps standing aside in its children (they inherit its Reporter)."""
         wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
+        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog", "own_gen", "gen_keys"):   # the parent's stay the parent's
+            self.__dict__.pop(k, None)
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
         self.aside = self.disabled = aside
@@ -344,17 +360,32 @@ class Session:
         first one's: another one's steps count only once it steps twice without the first in between.
         ``begun_ns``: when the call that ends the step began, where the instrumentor knows it (the first
         step of a process starts there, not at its end, when no input wait came before it)."""
+        merge = None
         if owner != self.leader:
             if owner is not None:
                 gone = self.leader_ref is not None and self.leader_ref() is None
-                if self.leader is None or self.other == owner or gone:
+                if self.leader is not None and not gone and self.lead_held and len(self.lead_held) >= 2:
+                    # a second optimizer's first step after the first one stepped k >= 2 times: the loop
+                    # iteration is this one's (it steps least); the held steps are this iteration's
+                    merge, self.lead_held, self.lead_done = self.lead_held, (), True
+                    self.per_iter = len(merge)
                     self.leader = owner
                     self.other = None
+                    self.other_n = 0
+                elif self.leader is None or gone or (self.other == owner and self.other_n + 1 > max(1, self.per_iter)):
+                    self.leader = owner
+                    self.other = None
+                    self.other_n = 0
                 else:
+                    if self.lead_held:   # a second optimizer stepping as often: the first one leads
+                        self._flush_lead()
+                    self.lead_done = True
+                    self.other_n = self.other_n + 1 if self.other == owner else 1
                     self.other = owner
                     return
         elif self.other is not None:
             self.other = None
+            self.other_n = 0
         rep = self.reporter
         if rep is None:
             if self.disabled:
@@ -378,16 +409,26 @@ class Session:
         carried = self.carried
         if carried:
             self.carried = 0
-        if self.off_thread:
+        if self.gen_keys and not self.own_gen and any(w[3] in self.gen_keys for w in waits):
+            self.own_gen = True   # a training step took batches a generator of the job's own read
+        if self.off_thread or self.own_gen:
             # the batches are read in other threads than the training loop's (prefetching threads): their
             # waits overlap its compute and its own wait is not seen, so no split; the samples read since
-            # the last step still count (taken from the front only: a reading thread may append meanwhile)
+            # the last step still count (taken from the front only: a reading thread may append meanwhile).
+            # Or the loop reads them through a generator of its own (own_gen): the work that generator does
+            # on the training thread between the batches (augmenting, collating) is the loop's data work,
+            # which teye cannot place without the forward's start (issue 47): steps only, never compute
             n = len(waits)
-            samples = sum(w[2] for w in waits[:n] if w[2] > 0) + carried
+            if self.off_thread and not after and self.opt_made_ns and start < self.opt_made_ns < end_ns:
+                # the training thread's first step cannot begin before its optimizer was made: the reading
+                # thread's first fetch (a producer started before the model was built) is not its start
+                start = self.opt_made_ns
+            samples = self._consumed(waits[:n], start) + carried
             del waits[:n]
             del comms[:]
             if rep.source != self.step_source:
-                debug("zero-code phases: batches read outside the thread that steps: steps and samples only")
+                debug("zero-code phases: batches read %s: steps and samples only" % (
+                    "outside the thread that steps" if self.off_thread else "through a generator of the job's own"))
                 rep.source = self.step_source
                 rep._src_due = True
             rep.record_step((), start, end_ns, samples)
@@ -396,8 +437,13 @@ class Session:
             if rep.source != self.step_source:
                 rep.source = self.step_source
                 rep._src_due = True
-            rep.record_step((), start, end_ns, 0)
             del comms[:]
+            if self.ddp:
+                # a data-parallel job whatever feeds it (tensors in memory, a get_batch loop): its exposed
+                # gradient exchange is timed all the same (issue 47), sent as its only phase (release())
+                self.hold(rep, (), start, end_ns, 0)
+                return
+            rep.record_step((), start, end_ns, 0)
             return
         if comms:  # waits, collectives and compilations in time order (their samples are -1, -2)
             if self.compiles:
@@ -439,10 +485,84 @@ class Session:
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
+        if merge is not None:   # the iteration: the held steps of the other optimizer, then this one's
+            start = merge[0][1]
+            phases = tuple(x for m in merge for x in m[0]) + tuple(phases)
+            samples += sum(m[3] for m in merge)
         if self.ddp:
             self.hold(rep, phases, start, end_ns, samples)
+        elif self.multi and not self.lead_done:
+            self._lead_step(phases, start, end_ns, samples)
         else:
             rep.record_step(phases, start, end_ns, samples)
+
+    def _consumed(self, waits, start):
+        """The samples a step consumed where another thread reads the batches (a producer filling a queue):
+        the batches read while it ran stand for the ones it took (a bounded queue is refilled as it is
+        emptied); the ones read ahead of it (the queue's fill, before the first step) are a backlog, taken one
+        batch per step that read none (the queue drained at the end).  Totals stay exact; a step is never
+        credited with another's batches read ahead."""
+        ahead = [w[2] for w in waits if w[2] > 0 and w[1] <= start]
+        new = [w[2] for w in waits if w[2] > 0 and w[1] > start]
+        backlog = self.backlog
+        if ahead:
+            if backlog == ():
+                backlog = self.backlog = []
+            backlog.extend(ahead)
+            if len(backlog) > self.MAX_WAITS:
+                del backlog[:len(backlog) - self.MAX_WAITS]
+        if new:
+            return sum(new)
+        return backlog.pop(0) if backlog else 0
+
+    def generator_loader(self, key):
+        """Loader ``key`` was first read inside a generator of the job's own (_torch._job_generator): its
+        generator may do the loop's data work on the training thread; once a training step takes its batches,
+        the process reports steps only (an evaluation read that way, a generator expression over a
+        validation loader, leaves training as it is)."""
+        keys = self.gen_keys
+        if keys == ():
+            keys = self.gen_keys = set()
+        if len(keys) < self.MAX_LOADERS:
+            keys.add(key)
+
+    def optimizer_made(self, optimizer):
+        """An optimizer was made (_torch.count_optimizers): with two alive, the first one's first steps are
+        held until it is known which one steps least (_lead_step)."""
+        self.opt_made_ns = _ns()
+        opts = self.optimizers
+        if opts == ():
+            opts = self.optimizers = weakref.WeakSet()
+        try:
+            opts.add(optimizer)
+        except TypeError:
+            return
+        if len(opts) > 1 and not self.multi:
+            self.multi = True
+
+    def _lead_step(self, phases, start, end_ns, samples):
+        """A step of the first optimizer while another one is alive and has not stepped: held (at most
+        LEAD_HOLD), so that a second optimizer whose first step comes after two or more of these makes them
+        one loop iteration with it (_step's merge); sent as steps once LEAD_HOLD are held or at exit."""
+        held = self.lead_held
+        if held == ():
+            held = self.lead_held = []
+            atexit.register(self._flush_lead)   # after the reporter's own: runs before it
+        held.append((phases, start, end_ns, samples))
+        if len(held) >= self.LEAD_HOLD:
+            self._flush_lead()
+
+    def _flush_lead(self):
+        """The held steps sent as they were: the first optimizer leads (or the job ends)."""
+        held, self.lead_held, self.lead_done = self.lead_held, (), True
+        rep = self.reporter
+        if rep is None or not held:
+            return
+        try:
+            for phases, start, end_ns, samples in held:
+                rep.record_step(phases, start, end_ns, samples)
+        except Exception as e:  # never into the training loop or its exit
+            debug("zero-code phases: held steps: %s: %s" % (type(e).__name__, e))
 
     def _own_compiles(self, comms, first, rep):
         """comms, less the compilations (samples -2) that are not this step's: those of another thread than
@@ -478,10 +598,11 @@ class Session:
         phases, start, end, samples = self.held
         self.held = None
         if end - start >= self.DDP_MIN_STEP_NS:
+            only = not phases   # a steps-only step: nothing else of it is known, it gets the exchange alone
             for a, b in self.exchange(settle):
                 a, b = max(a, start), min(b, end)
                 if b > a:
-                    phases = carve(phases, a, b)
+                    phases = tuple(phases) + (_M, a, b) if only else carve(phases, a, b)
         rep.record_step(phases, start, end, samples)
 
     DDP_MIN_STEP_NS = 500 * 10**3   # shorter steps are not split: reading DDP's logger costs about 4 µs

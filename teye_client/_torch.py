@@ -84,6 +84,10 @@ def patch_dataloader(module):
             k = self._teye_loader = next(_loaders)
             s.loader(k, self, getattr(self, "_teye_made", None))
             _config.keyed(k, self)   # the settings it was made with (issue 45)
+            # who reads it (asked once per iterator: a frame costs about 2 µs to look at here): the loop
+            # itself, or a generator of the job's own
+            if not s.own_gen and _job_generator(sys._getframe(1).f_code):
+                s.generator_loader(k)   # steps only once a training step takes its batches (not evaluation's)
         if not _grad_enabled():
             s.nograd.add(k)   # read under no_grad(): evaluation's, unless this loader trains (Session._evaluation)
         t = _thread()
@@ -107,6 +111,20 @@ def patch_dataloader(module):
     s.wait_source = SOURCE
     _patch_made(base)
     return True
+
+
+_CO_GENERATORS = 0x20 | 0x200   # inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+def _job_generator(code):
+    """Whether ``code`` (the caller of a DataLoader's next()) is a generator of the job's own, outside any
+    installed package: one that wraps the loader and may do the loop's data work on the training thread
+    (augmenting, collating, moving to the device) between the batches teye times (issue 47).  A framework's
+    generator (accelerate's DataLoaderShard, Lightning's fetchers: under site-packages) is not."""
+    if not code.co_flags & _CO_GENERATORS:
+        return False
+    f = code.co_filename.replace("\\", "/")
+    return "/site-packages/" not in f and "/dist-packages/" not in f and not f.startswith("<frozen")
 
 
 def _patch_made(base):
@@ -320,4 +338,27 @@ def patch_compile(module):
     _teye_compile_start._teye = _teye_compile_end._teye = True
     reg_start(_teye_compile_start)
     reg_end(_teye_compile_end)
+    return True
+
+
+def count_optimizers(module):
+    """Each optimizer made (``Optimizer.__init__``, which every optimizer calls) is told to the session, which
+    holds the first optimizer's first steps while a second one is alive (Session.optimizer_made, _lead_step:
+    a GAN's loop iteration is the optimizer that steps least).  Anything other than the function teye expects
+    is left alone (the first optimizer to step then leads, as before)."""
+    base = getattr(module, "Optimizer", None)
+    init = getattr(base, "__dict__", {}).get("__init__")
+    code = getattr(init, "__code__", None)
+    if code is None or code.co_argcount < 2 or getattr(init, "_teye", False):
+        return False   # silently: the steps are counted as before (the first optimizer to step leads)
+    s = session
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            s.optimizer_made(self)
+        except Exception as e:  # never into the training loop
+            debug("zero-code phases: an optimizer made: %s: %s" % (type(e).__name__, e))
+
+    base.__init__ = wrapper_of(__init__, init)
     return True

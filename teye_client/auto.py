@@ -90,7 +90,10 @@ def _torch_dataloader(module):
 
 def _torch_optimizer(module):
     from . import _torch
-    return _torch.patch_optimizer(module)
+    ok = _torch.patch_optimizer(module)
+    if ok:
+        _torch.count_optimizers(module)
+    return ok
 
 
 def _torch_distributed(module):

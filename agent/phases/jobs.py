@@ -71,6 +71,7 @@ WINDOWS = NP                    # a process's covers: one per phase index, then 
 MAX_WAITS = 1024                # data_wait intervals per job waiting for the /proc samples that cover them
 WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
 DATA_WAIT = 0                   # PHASES.index("data_wait")
+COMPILE = PHASES.index("compile")
 RING_SLOTS = 30
 MAX_PIDS = 64
 MAX_UNTRACKED = 4 * MAX_PIDS    # ranks beyond MAX_PIDS whose steps are kept out of the job's global steps
@@ -695,6 +696,9 @@ class JobTable:
                     pieces = self._close_step(opened, s, e) if opened else {}
                     inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
                 job.samples += samples
+                # the exported step time is compile-free (agent.phases.definitions): a compile the client
+                # sent inside this step leaves it, as it leaves the shares
+                d = max(0.0, d - sum(ns for i, ns in inside if i == COMPILE) / 1e9)
                 if rk is not None:
                     # one global step per step of the ranks: counted when the first rank completes it
                     rk.steps += 1
@@ -778,6 +782,8 @@ class JobTable:
             n, step_ns = w.steps, w.step_ns
             if step_ns > e - s:   # steps of one process do not overlap: their time is at most the span
                 step_ns = e - s
+            # the exported step time (histogram sum, rank step seconds) is compile-free, as in _apply
+            export_ns = max(0, step_ns - sum(inside for p, _, inside in w.phases if p == "compile"))
             slot = cur_slot if e // width >= cur else ring.slot(e, now)
             rslot = rk.ring.slot(e, now) if rk is not None else None
             kinds = [0] * len(IN_KINDS)
@@ -811,7 +817,7 @@ class JobTable:
                 # global steps: those of this rank's steps that no rank had made yet (see _apply)
                 before = rk.steps
                 rk.steps += n
-                rk.step_s += step_ns / 1e9
+                rk.step_s += export_ns / 1e9
                 if rslot is not None:
                     rk.ring.step_ns[rslot] += step_ns
                     rk.ring.steps[rslot] += n
@@ -820,7 +826,7 @@ class JobTable:
                     job.rank_steps = rk.steps
             if counted > 0 and not untracked:
                 job.steps += counted
-                job.hist_sum += step_ns / 1e9 * (counted / n)
+                job.hist_sum += export_ns / 1e9 * (counted / n)
                 _add_counts(job.hist, w.hist, counted, n)
             if slot is not None:
                 ring.step_ns[slot] += step_ns

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
 from .advice import Advice, RankFacts, advise
+from . import definitions
 from .links import COMMUNICATION_CAUSES, network_cause
 from .protocol import SOURCES, STEPS_ONLY_SOURCES
 
@@ -475,16 +476,14 @@ class Evidence:
     def step_time(self) -> float:
         """The reported steps' wall time but ``compile`` (a one-time cost that shares are not taken of:
         docs/phases.md; zero-code TensorFlow sends it between steps, a client may send it inside one), never
-        below another phase's time (so no share exceeds 1); without steps, the phases' time but compile."""
-        other = [v for p, v in self.phase_seconds.items() if p != "compile"]
-        if self.step_seconds > 0:
-            return max([self.step_seconds - self.phase_seconds.get("compile", 0.0)] + other)
-        return sum(other)
+        below a training phase's time (so no share exceeds 1); without steps, the training phases' time (but
+        eval and compile): agent.phases.definitions, the one definition every view uses."""
+        return definitions.step_time(self.step_seconds, self.phase_seconds,
+                                     compile_in_steps=self.phase_seconds.get("compile", 0.0))
 
     def share(self, phase: str) -> float:
         """The phase's share of step time (at most 1: checked when the evidence is made)."""
-        t = self.step_time
-        return self.phase_seconds.get(phase, 0.0) / t if t > 0 else 0.0
+        return definitions.share(self.phase_seconds.get(phase, 0.0), self.step_time) or 0.0
 
     @property
     def gpu_idle_total(self) -> float:
@@ -577,7 +576,16 @@ def decide(ev: Evidence, th: Thresholds = Thresholds()) -> Verdict:
            else "no GPU samples for this job")
     tail = f"; {gpu}; {steps} in the last {ev.window_s:.0f} s; phases from {SOURCES.get(ev.source, ev.source)}"
     ordered = tuple((k, round(scores[k], 4)) for k in _ORDER if k in scores)
-    if ev.source in STEPS_ONLY_SOURCES:  # the input wait is not observed: say only what the GPUs show
+    if ev.source in STEPS_ONLY_SOURCES:  # the input wait is not observed: say only what the GPUs show ...
+        comm = ev.share("communication")
+        if comm >= th.communication:
+            # ... but a data-parallel job's exposed exchange is timed whatever feeds it (issue 47): where it
+            # alone crosses the threshold, the job is communication-bound, its input observed or not
+            cause, why = network_cause(ev.network, comm, ev.comm_spread, th.communication)
+            return Verdict("communication", f"communication {_pct(comm)} of step time (threshold "
+                                            f"{_pct(th.communication)}; its input wait is not observed); {why}{tail}",
+                           recommendation("communication", cause, ev.source),
+                           (("communication", round(comm, 4)),), cause)
         return unobserved_input(ev, th, tail)
     if scores:
         kind = max(_ORDER, key=lambda k: (scores.get(k, -1.0), -_ORDER.index(k)))

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from . import series as S
 from .fetch import Fetched, _fetch, _fetch_identity, _report_grid, _skew
 from .fetch import _grid_end, _step_of  # noqa: F401  (imported from here by tests/report)
+from ..phases.definitions import NOT_TRAINING
 from .figures import _gpu_numbers, _host_numbers, _job_cgroup_numbers, _train_job_report, _vanished
 from .model import (DEFAULT_LOOKBACK_S, EXIT_CLOCK_SKEW, EXIT_COUNTER_RESET, EXIT_NO_PHASES, EXIT_NODE_VANISHED,
                     EXIT_RUNNING, EXIT_UNKNOWN, Condition, Request, _iso, _mean, _r, _ratio, _sum, share_base)
@@ -134,18 +135,21 @@ def _training_side(tj_reports: List[dict]) -> dict:
             idle[p] += v or 0
         for k, s in t["verdict_shares"].items():
             votes[k] += s * (t["steps"] or 1)
-    total = share_base(phases)
+    steps_s = _sum([t.get("step_seconds") for t in tj_reports])
+    total = share_base(phases, steps_s)
     nv = sum(votes.values())
     main = max(tj_reports, key=lambda t: t["steps"] or 0)
     stragglers = [t["straggler"] for t in tj_reports if t["straggler"]]
     straggler = max(stragglers, key=lambda s: s["own_wait_ratio"]) if stragglers else None
     return {
         "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
+        "step_seconds": _r(total) if total else None,
         "gpu_idle_seconds_by_phase": ({p: _r(v) for p, v in sorted(idle.items())}
                                       if any(t["gpu_idle_seconds_by_phase"] is not None for t in tj_reports)
                                       else None),
         "input_bound_ratio": (straggler["input_bound_ratio"] if straggler is not None
-                              else _r(phases.get("data_wait", 0.0) / total) if total else None),
+                              else _r(phases.get("data_wait", 0.0) / total)
+                              if total and any(p not in NOT_TRAINING for p in phases) else None),
         "straggler": straggler,
         "scaling_efficiency": main["scaling_efficiency"],
         "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
@@ -163,7 +167,7 @@ def _training_side(tj_reports: List[dict]) -> dict:
 
 def _no_training_side() -> dict:
     """The training-job side of a job no training job reported phases for."""
-    return {"phase_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
+    return {"phase_seconds": None, "step_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
             "straggler": None, "scaling_efficiency": None,
             "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
             "source": None, "source_text": None, "config": {},
@@ -174,7 +178,8 @@ def _no_training_side() -> dict:
                               "see docs/phases.md, or run it under `teye run`)"}
 
 
-def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[str, dict], seen: float) -> dict:
+def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[str, dict], seen: float,
+                   job_end: float) -> dict:
     """The job's CPU, memory and I/O: its own cgroup where its nodes' agents saw it; the whole nodes' counters
     otherwise (marked so)."""
     cpu_busy = sum(h["cpu_busy_seconds"] or 0 for h in hosts.values())
@@ -183,13 +188,29 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
     job_cpu = _sum([x["cpu_seconds"] for x in cg.values()])
     cg_cpus = _sum([x["cpus"] for x in cg.values()])
     alloc = req.cpus or (cg_cpus if cg else None)
-    used = job_cpu if cg else cpu_busy
+    # the job's own CPU time (its cgroup) as a share of what it was given; never the whole nodes' busy time
+    # presented as the job's (issue 47): without a cgroup of the job there is no efficiency, only the nodes'
+    # busy share, labelled as the nodes'.  A run shorter than a scrape interval moved no counter it can be
+    # measured by: neither figure (null, not 0 %).
+    short = seen < f.step
+    used = job_cpu if cg else None
+    # a cgroup that vanished before the job's end (issue 47: stated, not wrong): its counters stop there,
+    # so CPU time over the whole run would read low; the efficiency is null and the report says until when
+    gone = {i: x["seen_until"] for i, x in cg.items()
+            if x.get("seen_until") is not None and x["seen_until"] < job_end - f.step - 1e-6}
+    if gone:
+        used = None
     out = {"cpu": {"allocated_cores": alloc, "node_cpus": node_cpus or None,
                    "source": "job_cgroup" if cg else "node",
                    "job_seconds": job_cpu, "cgroup_cpus": cg_cpus,
                    "node_busy_seconds": _r(cpu_busy, 3),
-                   "efficiency": _r(used / (alloc * span), 4) if alloc and span > 0 and used is not None else None,
-                   "node_busy_ratio": _r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0 else None,
+                   "efficiency": (_r(used / (alloc * span), 4) if alloc and span > 0 and used is not None
+                                  and not short else None),
+                   "node_busy_ratio": (_r(cpu_busy / (node_cpus * span), 4) if node_cpus and span > 0
+                                       and not short else None),
+                   "short_run": short,
+                   # node -> when the job's cgroup was last seen, for cgroups that vanished before its end
+                   "cgroup_vanished": {i: _iso(t) for i, t in sorted(gone.items())} or None,
                    "cycles_per_instruction": _r(_mean([h["cycles_per_instruction"] for h in hosts.values()]), 4),
                    "memory_bandwidth_bytes_per_second": _r(_sum([h["memory_bandwidth_bytes_per_second"]
                                                                 for h in hosts.values()]), 1)}}
@@ -206,6 +227,33 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
                          "limit_bytes": None, "node_peak_bytes": mem_peak}
         out["io"] = None
     return out
+
+
+LIVE_MESSAGE_AGE_S = 30.0   # phases.stall_seconds' default: a job silent longer is not said to run
+
+
+def _running_said(f: Fetched, tjs: List[str]) -> Optional[bool]:
+    """Whether the training jobs run at the report's end, from what their agents said then: a node whose
+    ``teye_job_running`` is 1 at the grid's last point with its last message younger than
+    max(LIVE_MESSAGE_AGE_S, two grid steps) (issue 47: the state from the job's last message age, not from
+    counters that an agent's restart makes move); None where no agent exports either series (an older one)."""
+    if not f.grid or not tjs:
+        return None
+    last = f.grid[-1]
+    seen, live = False, False
+    bound = max(LIVE_MESSAGE_AGE_S, 2 * f.step)
+    for name in tjs:
+        for inst, _ in f.jinfo_by.get(name, []):
+            rows = {m: pts for m, _, _, _, pts in f.job_by.get((inst, name), [])
+                    if m in ("teye_job_running", "teye_job_last_message_age_seconds")}
+            if "teye_job_running" not in rows:
+                continue
+            seen = True
+            at = lambda pts: next((v for t, v in pts if abs(t - last) < 1e-6), None)  # noqa: E731
+            run, age = at(rows["teye_job_running"]), at(rows.get("teye_job_last_message_age_seconds", []))
+            if run == 1 and (age is None or age <= bound):
+                live = True
+    return live if seen else None
 
 
 def _credited_gpus(tj_reports: List[dict], gpu_windows: Dict[Tuple[str, str], Window]) -> None:
@@ -232,6 +280,9 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     nodes = sorted({i for i, _ in gpu_windows} | {n for t in tj_reports for n in t["nodes"]} | set(cg_windows))
     gpus = [_gpu_numbers(f, i, g, a, b) for (i, g), (a, b) in sorted(gpu_windows.items())]
     running = bool(f.grid) and end >= f.grid[-1] - 0.5 * f.step
+    said = _running_said(f, [t["train_job"] for t in tj_reports])
+    if said is not None:   # the agents say whether it runs: its processes alive and its last message recent
+        running = said
     state = "running" if running else "finished"
     if running:
         conds.append(Condition(EXIT_RUNNING, "running",
@@ -264,7 +315,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     if not tj_reports:
         conds.append(Condition(EXIT_NO_PHASES, "no_phases", "no phases reported: phase, verdict and step sections "
                                                             "omitted"))
-    job.update(_cpu_memory_io(f, req, hosts, cg, seen))
+    job.update(_cpu_memory_io(f, req, hosts, cg, seen, end))
     job["earlier_runs"] = earlier
     job["notes"] = _notes(job, req) + run_notes + _run_notes(job, earlier, short, run, active, f.step)
     job["grafana_url"] = _grafana(req, job)

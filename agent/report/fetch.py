@@ -191,7 +191,7 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
                 "|step_seconds_sum|step_seconds_count|processes|rank_phase_seconds_total|rank_step_seconds_total" \
-                "|rank_steps_total|start_time_seconds)"
+                "|rank_steps_total|start_time_seconds|running|last_message_age_seconds)"
     # the run's start time (one value per run, docs/report.md "Runs") and how often it changed over the whole
     # range, sample by sample (evaluated once: @ end()): more changes than the grid shows are runs too short for
     # the grid.  In the same query: the number of queries stays fixed

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from typing import Dict, List, Optional, Tuple
 
+from ..phases import definitions
 from ..phases.protocol import SOURCES
 from ..phases.verdict import CAUSES, KINDS
 from . import series as S
@@ -69,7 +70,7 @@ def _pool(n: _NodeCounts, totals: Tuple[_Acc, _Acc, _Acc, _Acc], buckets: Dict[f
 def _node_entry(inst: str, sp: Span, n: _NodeCounts) -> dict:
     """The job's figures on one node."""
     hist = [(le, acc.total) for le, acc in n.buckets.items() if acc.seen]
-    thr = _ratio(n.samples.value, n.sum.value)
+    thr = definitions.samples_per_second(n.samples.value, n.sum.value)
     procs = n.procs
     return {"node": inst, "start": sp.a, "end": sp.b, "steps": n.steps.value, "samples": n.samples.value,
             "step_seconds_mean": _mean_step(n.sum, n.count),
@@ -134,7 +135,7 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         _pool(n, (steps, samples, step_sum, step_count), buckets)
         per_node[inst] = _node_entry(inst, sp, n)
     phases = {p: acc.value for p, acc in phase_s.items() if acc.value is not None}
-    total = share_base(phases)
+    total = share_base(phases, step_sum.value)   # the training steps' time (agent.phases.definitions)
     idle = {p: acc.value for p, acc in idle_s.items() if acc.value is not None}
     hist = [(le, acc.total) for le, acc in buckets.items() if acc.seen]
     votes, causes, last_kind, last_cause = _votes(f, name, spans)
@@ -153,7 +154,10 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         rates = [p["samples_per_second"] for p in per_node.values() if p["samples_per_second"] is not None]
         thr = sum(rates) if rates else None
     resets = sum(a.resets for a in list(phase_s.values()) + list(idle_s.values()) + [steps, samples])
-    ratio = _r(_ratio(phases.get("data_wait", 0.0), total)) if total else None
+    # no training phase at all (a steps-only source, or one whose only phase is eval): input not observed,
+    # absent (null), never 0
+    observed = any(p not in definitions.NOT_TRAINING for p in phases)
+    ratio = _r(definitions.share(phases.get("data_wait", 0.0), total)) if observed else None
     rank_sums = _rank_sums(f, name, spans)
     straggler = _straggler(rank_sums, last_kind, last_cause)
     if straggler is not None:
@@ -173,6 +177,8 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         "active_seconds": max([p["active_seconds"] for p in per_node.values() if p["active_seconds"]] or [None],
                               key=lambda x: x or 0),
         "phase_seconds": {p: _r(v) for p, v in sorted(phases.items())},
+        # what every share is of: the training steps' compile-free wall time (eval and compile beside it)
+        "step_seconds": _r(total) if total else None,
         # null without GPU samples (no teye_job_gpu_idle_seconds_total series): no GPU, no GPU figures
         "gpu_idle_seconds_by_phase": {p: _r(v) for p, v in sorted(idle.items())} if gpus else None,
         "input_bound_ratio": ratio,
@@ -197,7 +203,7 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
 
 def _mean_step(total: _Acc, count: _Acc) -> Optional[float]:
     """Mean step time from the histogram's own _sum and _count increases (exact: no rounding)."""
-    return total.value / count.value if total.value is not None and count.value else None
+    return definitions.mean_step(total.value, count.value)
 
 
 def _bounds(q: float, hist) -> Optional[List[Optional[float]]]:
@@ -329,7 +335,11 @@ def _job_cgroup_numbers(f: Fetched, inst: str, sj: str, a: float, b: float) -> O
     def most(q):
         vals = [v for _, v in S.window(f.jobcg.get((q, inst, sj), []), a, b)]
         return max(vals) if vals else None
+    # the last point its cgroup was seen at: a cgroup that vanished before the job's end (removed under
+    # it, its node's agent restarted without the jobs collector) covers the job only until then
+    seen = [t for t, _ in S.window(f.jobcg.get(("job_cpu", inst, sj), []), lo, b)]
     return {"node": inst, "cpu_seconds": _r(accs["job_cpu"].value, 3), "cpus": most("job_cpus"),
+            "seen_until": max(seen) if seen else None,
             "memory_peak_bytes": most("job_mem_peak"), "memory_limit_bytes": most("job_mem_limit"),
             "read_bytes": accs["job_read"].value, "written_bytes": accs["job_written"].value,
             "_resets": sum(x.resets for x in accs.values())}

@@ -67,6 +67,7 @@ def parse_bytes(text: str) -> float:
 def run(args, cfg) -> int:
     from . import render
     from .build import Request, build
+    from .model import _iso
     from .prom import HttpConfig, Prometheus, PrometheusError
     rcfg = cfg.get("report", {})
     url = args.prometheus or os.environ.get(ENV_URL) or rcfg.get("prometheus_url")
@@ -129,8 +130,8 @@ def run(args, cfg) -> int:
            "text": render.text, "summary": lambda d: render.summary(d, args.max_bytes)}[args.format](doc)
     sys.stdout.write(out if out.endswith("\n") else out + "\n")
     for u in doc["unknown_jobs"]:
-        print(f"teye report: unknown job {u}: no series in Prometheus between {doc['since']:.0f} and "
-              f"{doc['until']:.0f} (wrong id, or the agents never saw its processes)", file=sys.stderr)
+        print(f"teye report: unknown job {u}: no series in Prometheus between {_iso(doc['since'])} and "
+              f"{_iso(doc['until'])} (wrong id, or the agents never saw its processes)", file=sys.stderr)
     for j in doc["jobs"]:
         for c in j["conditions"]:
             name = j["slurm_job"] or ",".join(j["train_jobs"])

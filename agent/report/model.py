@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from ..phases import definitions
 from . import series as S
 
 # exit statuses for the jobs' conditions, most severe first (docs/report.md)
@@ -62,10 +63,12 @@ class _Acc:
         return self.total if self.seen else None
 
 
-def share_base(phases) -> float:
-    """What a phase's share of a run is taken of: the phases' seconds but ``compile`` (the tracing and
-    compiling of a step function, a one-time cost between steps that the agent's shares leave out too)."""
-    return sum(v for p, v in phases.items() if p != "compile")
+def share_base(phases, step_seconds=None) -> float:
+    """What a phase's share of a run is taken of: the training steps' compile-free wall time
+    (``teye_job_step_seconds_sum``), never below a training phase's seconds; without steps, the training
+    phases' seconds. ``eval`` and ``compile`` are beside training, in no share (agent.phases.definitions:
+    the agent's own definition)."""
+    return definitions.step_time(step_seconds, phases)
 
 
 def _ratio(a, b):

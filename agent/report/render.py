@@ -107,14 +107,15 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     if j["phase_seconds"] is None:
         L.append(f"  omitted: {j['phases_omitted']}")
     else:
-        # bars are shares of the step time, as the input-bound share is: compile (between steps) is not in it
-        total = share_base({p: v or 0 for p, v in j["phase_seconds"].items()}) or 1.0
+        # bars are shares of the step time, as the input-bound share is (agent.phases.definitions): compile
+        # and eval are beside the training steps, in no share of them
+        total = j.get("step_seconds") or share_base({p: v or 0 for p, v in j["phase_seconds"].items()}) or 1.0
         idle = j["gpu_idle_seconds_by_phase"]   # None: no GPU samples of the job, so no GPU figures
         for p, v in j["phase_seconds"].items():
             if not v and not (idle or {}).get(p):
                 continue   # phases the job never entered
             gi = "n/a" if idle is None else f"{idle.get(p, 0.0):.1f} s"
-            between = ", between steps" if p == "compile" else ""
+            between = {"compile": ", between steps", "eval": ", beside training"}.get(p, "")
             L.append(f"{code}  {p:15}  {_bar((v or 0) / total)}  {v:.1f} s{between}, GPU idle {gi}")
         L.append(f"Input-bound share: {_pct(j['input_bound_ratio'])}")
         shares = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(j["verdict_shares"].items(), key=lambda kv: -kv[1])
@@ -153,8 +154,16 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     if cpu["efficiency"] is not None:
         L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']:g} allocated cores "
                  f"({where.get(cpu.get('source'), 'whole nodes')})")
+    elif cpu.get("cgroup_vanished"):
+        L.append(f"{code}  CPU efficiency   n/a: the job's cgroup vanished before its end ("
+                 + ", ".join(f"{n} last seen {t}" for n, t in cpu["cgroup_vanished"].items())
+                 + "): its CPU, memory and I/O figures cover it until then")
+    elif cpu.get("source") == "node" and not cpu.get("short_run"):
+        L.append(f"{code}  CPU efficiency   n/a: no cgroup of the job seen (the nodes' figure below is every "
+                 f"process's, not the job's)")
+    why = " (the run is shorter than a scrape interval)" if cpu.get("short_run") else ""
     L.append(f"{code}  node CPU busy    {_bar(cpu['node_busy_ratio'])}  of {int(cpu['node_cpus'] or 0) or 'n/a'} CPUs "
-             f"(whole nodes)")
+             f"(the whole nodes, all their processes: not the job's){why}")
     extra = []
     if cpu["cycles_per_instruction"] is not None:
         extra.append(f"CPI {cpu['cycles_per_instruction']:.2f}")

@@ -15,6 +15,8 @@
       MODE ddp_compute: DistributedDataParallel; the slow rank sleeps SLOW_MS between its forward and its
                       backward (its compute), so the others wait in DDP's gradient exchange
 
+TEYE_TEST_IN_MEMORY=1: the batches are slices of tensors already in memory, no DataLoader iterated (teye then
+sees steps only, and DDP's exchange).
 Each rank prints one JSON line with its own wall-clock timing (the test's oracle, never teye's): the
 time it spent in next() of its DataLoader, in all_reduce, and between its optimizer steps.
 """
@@ -120,11 +122,16 @@ if MODE == "ddp_wide":
     model.register_comm_hook(None, own_clock_hook)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 wait = comm = bwd = exposed = 0.0
-it = iter(loader)
+IN_MEMORY = os.environ.get("TEYE_TEST_IN_MEMORY") == "1"   # issue 47: batches sliced from memory, no DataLoader
+it = None if IN_MEMORY else iter(loader)
 t_start = None
 for i in range(STEPS):
     t0 = time.monotonic()
-    x, y = next(it)
+    if IN_MEMORY:   # tensors already in memory, no DataLoader (a synthetic benchmark, a get_batch loop)
+        k = (RANK * STEPS + i) * BATCH % (len(data.x) - BATCH)
+        x, y = data.x[k:k + BATCH], data.y[k:k + BATCH]
+    else:
+        x, y = next(it)
     t1 = time.monotonic()
     if t_start is None:
         t_start = t0  # teye's first step starts at the first wait too

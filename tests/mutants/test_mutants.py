@@ -65,6 +65,28 @@ MUTANTS = {
         ["tests/phases/test_verdict.py::test_compile_is_in_no_share_wherever_the_client_put_it"]),
     "rule_input_share_counts_compile.patch": (
         ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"]),
+    # issue 47: one definition of every figure (agent/phases/definitions.py): eval beside training, compile
+    # out of the exported step seconds too
+    "report_share_counts_eval.patch": (
+        ["tests/report/test_compile_units.py::test_eval_is_beside_training_and_in_no_share"]),
+    "rule_input_share_counts_eval.patch": (
+        ["tests/deploy/test_prometheus_rules.py::test_promtool_unit_tests_pass"]),
+    "step_hist_keeps_compile.patch": (
+        ["tests/phases/test_jobs.py::test_step_seconds_counters_leave_a_compile_inside_a_step_out"]),
+    # issue 47: a GAN's step is its loop iteration (the optimizer that steps least)
+    "gan_first_optimizer_leads.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_gan_step_is_its_loop_iteration"]),
+    # issue 47: a step begins where the training thread begins it; its samples are the batches it took
+    "producer_first_step_from_its_fetch.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
+    "producer_step_takes_the_fill.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_producer_threads_batches_are_the_steps_that_took_them"]),
+    # issue 47: a steps-only data-parallel job whose exchange alone crosses the threshold is communication
+    "steps_only_exchange_not_judged.patch": (
+        ["tests/phases/test_verdict.py::test_a_steps_only_job_whose_exchange_crosses_the_threshold_is_communication"]),
+    # issue 47: a DataLoader read inside a generator of the job's own is steps only, never compute
+    "own_generator_is_compute.patch": (
+        ["tests/client/test_session_optimizers.py::test_a_dataloader_read_in_a_generator_of_the_jobs_own_is_steps_only"]),
     # issue 38 (RSS): the idle agent without prometheus_client, two malloc arenas, process_* read by teye
     "render_negotiate_om_default.patch": ["tests/test_render.py::test_negotiation_is_prometheus_clients"],
     "daemon_registry_at_start.patch": (

@@ -141,3 +141,36 @@ def test_input_bound_ratio_is_over_the_sliding_window():
     clock.t += 40 * S
     view = table.views(clock.t)[0][0]
     assert view.verdict.kind == "idle" and view.input_bound_ratio is None
+
+
+def test_step_seconds_counters_leave_a_compile_inside_a_step_out():
+    """One definition of step time (issue 47, agent/phases/definitions.py): a compile a client sends inside
+    a step is out of teye_job_step_seconds_sum and teye_job_rank_step_seconds_total, as it is out of the
+    shares, so every view that reads the counters (report, rules) has the agent's step time.  Truth by
+    hand: 10 steps of 60 ms data_wait + 40 ms compute, the third with 300 ms of compile inside it (sent
+    per step), and 4 more steps in a version-2 window of 8 ms with 2 ms of compile inside it."""
+    ctx, clock = ctx_with_clock()
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    t = clock.t - 10 * S
+    for i in range(10):
+        phases, steps, end = _step(t, 60, 40)
+        if i == 2:   # the step's compile: 300 ms between its wait and its compute
+            a = t + 60 * MS
+            phases = [("data_wait", t, a), ("compile", a, a + 300 * MS), ("compute", a + 300 * MS, end + 300 * MS)]
+            end += 300 * MS
+            steps = [(t, end, 32)]
+        assert table.handle(encode("c", phases, steps, rank=0, world=1), 321, 0) == "accepted"
+        t = end
+    s, e = t, t + 8 * MS
+    assert table.handle(encode("c", rank=0, world=1, sums=[(s, e, 4, 8, 8 * MS, (("data_wait", 4 * MS, 4 * MS),
+                                                                    ("compile", 2 * MS, 2 * MS),
+                                                                    ("compute", 2 * MS, 2 * MS)), (4,))]),
+                        321, 0) == "accepted"
+    m = _exposition(table, clock.t)
+    assert _get(m, "teye_job_step_seconds_sum", train_job="c") == pytest.approx(1.0 + 0.006)
+    assert _get(m, "teye_job_rank_step_seconds_total", train_job="c", rank="0") == pytest.approx(1.0 + 0.006)
+    assert _get(m, "teye_job_phase_seconds_total", train_job="c", phase="compile") == pytest.approx(0.302)
+    # the share the agent's gauge gives is the same data_wait over that time
+    assert _get(m, "teye_job_input_bound_ratio", train_job="c") == pytest.approx(0.604 / 1.006)
+    # the compiled step is a 100 ms step in the histogram, not a 400 ms one
+    assert _get(m, "teye_job_step_seconds_bucket", train_job="c", le="0.25") == 14

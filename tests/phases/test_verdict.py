@@ -211,3 +211,16 @@ def test_compile_is_in_no_share_wherever_the_client_put_it():
     ev = Evidence(window_s=60, phase_seconds={"data_wait": 0.9, "compile": 0.5}, step_seconds=1.0)
     assert ev.step_time == pytest.approx(0.9) and ev.share("data_wait") == pytest.approx(1.0)
     assert decide(ev, Thresholds()).kind == "input"
+
+
+def test_a_steps_only_job_whose_exchange_crosses_the_threshold_is_communication():
+    """Issue 47: a data-parallel job whose input teye cannot see (steps only: tensors in memory, a get_batch
+    loop) still has its exposed exchange timed; where that alone crosses the threshold it is communication,
+    never not_observed; under it, the job stays not observed (no guess at its input)."""
+    ev = Evidence(window_s=60, phase_seconds={"communication": 0.5}, step_seconds=1.0, steps=10,
+                  source="torch-steps")
+    v = decide(ev)
+    assert v.kind == "communication" and "its input wait is not observed" in v.evidence, v
+    ev = Evidence(window_s=60, phase_seconds={"communication": 0.1}, step_seconds=1.0, steps=10,
+                  source="torch-steps")
+    assert decide(ev).kind == "not_observed"

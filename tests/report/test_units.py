@@ -188,5 +188,91 @@ def test_cpu_efficiency_uses_the_span_the_counter_was_differenced_over():
     f.procs[("n1", "0", "7")] = [(t, 1.0) for t in grid if 100 <= t <= 140]
     j = _assemble(f, Request(cpus=4), 200.0, "7", [], {("n1", "0"): (100.0, 140.0)}, "u", False)
     assert j["run_seconds"] == 40.0 and j["state"] == "finished"
-    assert j["cpu"]["efficiency"] == pytest.approx(3 / 4, abs=1e-4) and j["cpu"]["node_busy_ratio"] == pytest.approx(3 / 64, abs=1e-4)
+    # the node's 3 busy cores are the node's (every process's), never the job's: without a cgroup of the job
+    # there is no efficiency (issue 47: "node CPU busy 98 %" was read as the job's); the node's share stays
+    assert j["cpu"]["efficiency"] is None and j["cpu"]["node_busy_ratio"] == pytest.approx(3 / 64, abs=1e-4)
     assert [c["kind"] for c in j["conditions"]] == ["no_phases"]
+    text = render.text({"jobs": [j], "unknown_jobs": []})
+    assert "CPU efficiency   n/a: no cgroup of the job seen" in text, text
+    assert "of 64 CPUs (the whole nodes, all their processes: not the job's)" in text, text
+    # with the job's own cgroup: its CPU time (1.5 cores) over what it was given (4), over the same span
+    f.jobcg[("job_cpu", "n1", "7")] = [(t, 1.5 * (t - 80)) for t in grid]
+    f.jobcg[("job_cpus", "n1", "7")] = [(t, 4.0) for t in grid]
+    j = _assemble(f, Request(), 200.0, "7", [], {("n1", "0"): (100.0, 140.0)}, "u", False)
+    assert j["cpu"]["source"] == "job_cgroup" and j["cpu"]["allocated_cores"] == 4.0
+    assert j["cpu"]["efficiency"] == pytest.approx(1.5 / 4, abs=1e-4), j["cpu"]
+    assert j["cpu"]["node_busy_ratio"] == pytest.approx(3 / 64, abs=1e-4)
+
+
+def test_a_run_shorter_than_a_scrape_has_no_cpu_share():
+    """Bad input of issue 47: a 2 s job on a 10 s grid moved no CPU counter it can be measured by: its CPU
+    shares are null and the text says why, never 0 %."""
+    from agent.report.build import Fetched, Request, _assemble
+    grid = [float(t) for t in range(80, 181, 10)]
+    f = Fetched(80.0, 180.0, 10.0, grid)
+    f.host[("cpu_busy", "n1")] = [(t, 5000.0 + 3.0 * (t - 80)) for t in grid]
+    f.host[("cpus", "n1")] = [(t, 64.0) for t in grid]
+    f.up["n1"] = [(t, 1.0) for t in grid]
+    f.procs[("n1", "0", "7")] = [(t, 1.0) for t in grid if t == 120]
+    j = _assemble(f, Request(cpus=4), 200.0, "7", [], {("n1", "0"): (120.0, 122.0)}, "u", False)
+    assert j["cpu"]["efficiency"] is None and j["cpu"]["node_busy_ratio"] is None, j["cpu"]
+    text = render.text({"jobs": [j], "unknown_jobs": []})
+    assert "(the run is shorter than a scrape interval)" in text and " 0 %" not in text.split("node CPU busy")[1], text
+
+
+
+def _said_job(running, age):
+    """A training job "tj" whose counters move up to the grid's last point (as they seem to when an agent
+    restarts under it: its counters begin again), with the agent's teye_job_running and last message age."""
+    from agent.report.build import Fetched
+    grid = [float(t) for t in range(0, 101, 10)]
+    f = Fetched(0.0, 100.0, 10.0, grid)
+    f.jinfo[("n1", "tj")] = [(t, 1.0) for t in grid]
+    f.up["n1"] = [(t, 1.0) for t in grid]
+    f.job[("teye_job_phase_seconds_total", "n1", "tj", "compute", "", "")] = [(t, 0.5 * t) for t in grid]
+    f.job[("teye_job_steps_total", "n1", "tj", "", "", "")] = [(t, t) for t in grid]
+    if running is not None:
+        f.job[("teye_job_running", "n1", "tj", "", "", "")] = [(t, 1.0 if t < 90 else running) for t in grid]
+        f.job[("teye_job_last_message_age_seconds", "n1", "tj", "", "", "")] = [(t, 0.5 if t < 90 else age)
+                                                                                 for t in grid]
+    f.index()
+    return f
+
+
+@pytest.mark.parametrize("running, age, state", [
+    (0.0, 14.0, "finished"),     # issue 47: the job ended 14 s ago; the agent says so, whatever its counters did
+    (1.0, 45.0, "finished"),     # its processes live on but it has been silent past the stall bound
+    (1.0, 2.0, "running"),       # alive and talking
+    (None, None, "running"),     # an agent that exports neither series: the counters' movement decides
+])
+def test_the_state_is_from_the_jobs_last_message_age(running, age, state):
+    from agent.report.build import Request, _assemble
+    j = _assemble(_said_job(running, age), Request(train_jobs=["tj"]), 200.0, None, ["tj"], {}, "", False)
+    assert j["state"] == state, (j["state"], j["conditions"])
+    assert ("running" in [c["kind"] for c in j["conditions"]]) == (state == "running")
+
+
+
+def test_a_job_whose_cgroup_vanished_is_stated_not_wrong():
+    """Bad input of issue 47: the job's cgroup on n1 is gone at t = 120 of a job that ran 100-160 (its
+    counters stop there).  Its CPU time over the whole run would read 1.5 cores x 20 s / (4 x 70 s): low and
+    wrong; the efficiency is null and the text says until when the cgroup was seen."""
+    from agent.report.build import Fetched, Request, _assemble
+    grid = [float(t) for t in range(80, 181, 10)]
+    f = Fetched(80.0, 180.0, 10.0, grid)
+    f.host[("cpu_busy", "n1")] = [(t, 5000.0 + 3.0 * (t - 80)) for t in grid]
+    f.host[("cpus", "n1")] = [(t, 64.0) for t in grid]
+    f.up["n1"] = [(t, 1.0) for t in grid]
+    f.procs[("n1", "0", "7")] = [(t, 1.0) for t in grid if 100 <= t <= 160]
+    f.jobcg[("job_cpu", "n1", "7")] = [(t, 1.5 * (t - 80)) for t in grid if t <= 120]
+    f.jobcg[("job_cpus", "n1", "7")] = [(t, 4.0) for t in grid if t <= 120]
+    j = _assemble(f, Request(), 200.0, "7", [], {("n1", "0"): (100.0, 160.0)}, "u", False)
+    assert j["cpu"]["source"] == "job_cgroup" and j["cpu"]["efficiency"] is None, j["cpu"]
+    assert j["cpu"]["cgroup_vanished"] == {"n1": "1970-01-01T00:02:00Z"}
+    text = render.text({"jobs": [j], "unknown_jobs": []})
+    assert "CPU efficiency   n/a: the job's cgroup vanished before its end (n1 last seen 1970-01-01T00:02:00Z)" in text
+    # seen to the end: the efficiency is the job's own
+    f.jobcg[("job_cpu", "n1", "7")] = [(t, 1.5 * (t - 80)) for t in grid]
+    f.jobcg[("job_cpus", "n1", "7")] = [(t, 4.0) for t in grid]
+    j = _assemble(f, Request(), 200.0, "7", [], {("n1", "0"): (100.0, 160.0)}, "u", False)
+    assert j["cpu"]["cgroup_vanished"] is None and j["cpu"]["efficiency"] == pytest.approx(1.5 / 4, abs=1e-4)

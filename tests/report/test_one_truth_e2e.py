@@ -1,0 +1,132 @@
+"""One definition of every figure (issue 47): one unmodified PyTorch job that evaluates while it trains, read
+through every view teye has: the live agent's gauge, the recording rule on a real Prometheus scraping that
+agent, `teye report` over that Prometheus (all of one run, within 3 points of each other and of the script's
+clock), and `teye profile` of the same script (a run of its own: within 3 points of that run's clock).
+
+Oracle: the script's own perf_counter clock of its training steps (tests/client/torch_eval.py: from asking
+for a batch to the end of optimizer.step()) and of its input wait, and its own step and sample counts.
+Evaluation (a validation pass every 40 steps and one at exit, 12-20 % of the run; the run long
+enough (~10 s) that the rule's rate() extrapolation at its first scrape is a small part of it) is beside training: any
+view that takes it into the input-bound share reads 10+ points low (the report did, before issue 47).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.client.helpers import base_env, last_json, teye_run
+from tests.conftest import PROCFS, parse_exposition
+from tests.phases.helpers import shared_tmpdir
+from tests.procs import REPO, Agent, Prometheus, prometheus_binary
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.e2e
+
+SCRIPT = os.path.join(REPO, "tests", "client", "torch_eval.py")
+ARGS = ["400", "40"]          # 400 training steps, a validation pass every 40 and one at exit
+RULES = [os.path.join(REPO, "deploy", "prometheus", "rules", f) for f in ("teye-thresholds.yml", "teye-recording.yml")]
+OTHERS = ("memory", "disk", "network", "infiniband", "nfs", "nfsd", "pressure", "gpu")
+JOB = "truth-withval"
+ENV = base_env(OMP_NUM_THREADS="1")   # one torch thread: on a shared 2-core machine more only thrash
+
+
+def _value(m, name, **labels):
+    return m.get((name, tuple(sorted(labels.items()))))
+
+
+@pytest.fixture
+def stack(tmp_path):
+    if not prometheus_binary():
+        pytest.skip("prometheus not installed (./dev.sh test installs it)")
+    d = shared_tmpdir()
+    conf = tmp_path / "teye.yaml"
+    conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in OTHERS))
+    sock = os.path.join(d, "phases.sock")
+    agent = Agent(["--config", str(conf), "--procfs", PROCFS, "--phase-socket", sock],
+                  log_path=str(tmp_path / "agent.log"))
+    prom = Prometheus(str(tmp_path), [f"127.0.0.1:{agent.port}"], rule_files=RULES)
+    yield agent, prom, sock
+    prom.stop()
+    assert agent.stop() == 0
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_one_job_reads_the_same_in_every_view(stack, tmp_path):
+    agent, prom, sock = stack
+    time.sleep(6)   # Prometheus' first scrape comes ~6 s after its start: let it scrape the job while it runs
+    run = teye_run([sys.executable, SCRIPT, *ARGS], socket_path=sock, job=JOB, timeout=300, env=ENV)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    truth = own["wait_share"]                     # training only, by the script's own clock
+    assert own["eval_s"] > 0.1 * (own["eval_s"] + own["train_s"]), own   # evaluation that would dilute it
+    assert truth > 0.5, own
+
+    # the agent's gauge, once it has every step (its window, 60 s, holds the whole run)
+    deadline = time.monotonic() + 20
+    while True:
+        served = parse_exposition(agent.metrics())
+        if (_value(served, "teye_job_steps_total", train_job=JOB) or 0) >= own["steps"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    gauge = _value(served, "teye_job_input_bound_ratio", train_job=JOB)
+    assert _value(served, "teye_job_steps_total", train_job=JOB) == own["steps"]
+    assert _value(served, "teye_job_samples_total", train_job=JOB) == own["samples"]
+    served_at = time.time()
+    # Prometheus has scraped what the agent served after the job's end, and evaluated the rules on it
+    prom.wait_for(f'timestamp(teye_job_steps_total{{train_job="{JOB}"}}) > {served_at}', timeout=30)
+    prom.wait_for(f'timestamp(teye:job_input_bound:ratio5m{{train_job="{JOB}"}}) > {served_at}', timeout=30)
+    (rule,) = prom.query(f'teye:job_input_bound:ratio5m{{train_job="{JOB}"}}')
+    rule = float(rule["value"][1])
+    (mean_rule,) = prom.query(f'teye:job_step_seconds:mean5m{{train_job="{JOB}"}}')
+    mean_rule = float(mean_rule["value"][1])
+
+    rep = subprocess.run([sys.executable, "-m", "agent", "report", "--prometheus", prom.url, "--train-job", JOB,
+                          "--format", "json", "--since", "10m"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env=ENV)
+    assert rep.stdout.strip(), (rep.returncode, rep.stderr)
+    doc = json.loads(rep.stdout)
+    (j,) = doc["jobs"]
+    (tj,) = j["train_job_details"]
+
+    out = tmp_path / "profile"
+    prof = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(out), "--procfs", PROCFS, "--",
+                           sys.executable, SCRIPT, *ARGS], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env=ENV)
+    assert prof.returncode == 0, prof.stderr
+    # the script's own line, before the profile's overview
+    own_p = json.loads(next(ln for ln in prof.stdout.splitlines() if ln.startswith('{"steps"')))
+    summary = json.loads((out / "summary.json").read_text())
+    (pj,) = summary["jobs"]
+
+    # the agent, its rule and the report read the run under `teye run`; `teye profile` runs the script again
+    # with an agent of its own (another run, another pace on a loaded machine): it is held to that run's clock
+    shares = {"script": truth, "agent": gauge, "rule": rule, "report": j["input_bound_ratio"],
+              "report_train_job": tj["input_bound_ratio"]}
+    print("shares", shares, "own", own, "report", {k: j[k] for k in ("verdict", "steps", "samples",
+          "step_seconds_mean", "samples_per_second", "phase_seconds")}, "profile", pj["input_bound_ratio"], own_p["wait_share"], "rule mean", mean_rule)
+    for name, v in shares.items():
+        assert v is not None, name
+        assert abs(v - truth) <= 0.03, (name, shares)
+    assert abs(pj["input_bound_ratio"] - own_p["wait_share"]) <= 0.03, (pj, own_p)
+    # eval is beside training in the report, never in its share
+    assert j["phase_seconds"]["eval"] == pytest.approx(own["eval_s"], rel=0.15), (j["phase_seconds"], own)
+    # steps, samples, mean step time and samples/s: one definition (the training steps' wall time)
+    assert j["steps"] == own["steps"] and j["samples"] == own["samples"], j
+    assert pj["steps"] == own_p["steps"] and pj["samples"] == own_p["samples"], pj
+    mean = own["train_s"] / own["steps"]
+    for name, v in (("report", j["step_seconds_mean"]), ("rule", mean_rule),
+                    ("profile", pj["mean_step_seconds"] * own["train_s"] / own_p["train_s"])):
+        assert v == pytest.approx(mean, rel=0.05), (name, v, mean)
+    assert j["samples_per_second"] == pytest.approx(own["samples"] / own["train_s"], rel=0.05), j
+    assert pj["samples_per_second"] == pytest.approx(own_p["samples"] / own_p["train_s"], rel=0.05), pj
+    # the verdict over the run: the same in every view (input-bound by the script's clock)
+    bottleneck = [dict(lab)["kind"] for (n, lab), v in served.items()
+                  if n == "teye_job_bottleneck" and v == 1 and dict(lab).get("train_job") == JOB]
+    assert bottleneck == ["input"], bottleneck
+    assert j["verdict"] == "input" and pj["verdict"]["kind"] == "input", (j["verdict"], pj["verdict"])
