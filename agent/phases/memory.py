@@ -4,11 +4,17 @@ memory its zero-code client sent at its latest step (``JobView.inside``: CUDA's 
 peak allocated during the step), and whether one of them creeps.
 
 Creep, the criterion (the same as the ``TeyeJobMemoryCreep`` rule's, deploy/prometheus/rules/teye-jobs-memory.yml):
-over the last ``window_s`` (30 minutes), a process's memory of one kind grew by at least ``min_growth`` bytes
-(256 MiB) in all, and by at least an eighth of that in each third of the window.  Warm-up and a cache that fills
-once grow in one third, then stay: no creep once the window has passed them; a sawtooth that returns within the
-window falls in one of its thirds: no creep.  (A rise that lasts longer than the window looks like a leak until
-it returns: the alert's ``for`` adds 15 minutes.)  The sentence says how much, over how many steps, and per
+over the last ``window_s`` (30 minutes), cut in three thirds, a process's memory of one kind
+
+* grew by at least ``min_growth`` bytes (256 MiB) from the window's start to its end,
+* rose from each third to the next by at least an eighth of that (their means),
+* moved inside each third by at least a sixteenth of it (a one-time jump is flat on either side), and
+* never fell back: each third's lowest is at least the previous third's highest, less a sixteenth of it.
+
+Warm-up and a cache that fills once rise in one third and then stay: no creep (the next third's mean does not
+rise); a sawtooth that returns drops somewhere in the window, below an earlier third's highest: no creep, whatever
+its period (the drop is seen in every sample, not only at the thirds' edges).  A rise that lasts longer than the
+window looks like a leak until it returns: the alert's ``for`` adds 15 minutes.  The sentence says how much, over how many steps, and per
 step ("rank 0's resident memory grew 1.9 GB over 600 steps, 3.2 MB a step").
 """
 from __future__ import annotations
@@ -144,35 +150,34 @@ class MemoryWatch:
 
     def judge(self, samples, rank=None, pid=0) -> Optional[Creep]:
         """The creep of the samples (t_ns, steps, kind -> bytes), oldest first, by the module's criterion."""
-        if len(samples) < 4:
+        if len(samples) < 6:
             return None
         t_end = samples[-1][0]
         if t_end - samples[0][0] < self.window_ns:
             return None
         start = t_end - self.window_ns
-        # the samples at (or just before) the window's start and its two thirds
-        marks = [start + k * self.window_ns // 3 for k in range(3)]
-        picks = []
-        for m in marks:
-            best = None
-            for s in samples:
-                if s[0] <= m:
-                    best = s
-                else:
-                    break
-            if best is None:
-                return None
-            picks.append(best)
-        picks.append(samples[-1])
+        third = self.window_ns / 3
+        inside = [s for s in samples if s[0] >= start]
+        first = inside[0]
+        g = self.min_growth
         worst = None
         for kind in KINDS:
-            vals = [p[2].get(kind) for p in picks]
-            if any(v is None for v in vals):
-                continue
-            steps = [d - c for c, d in zip(vals, vals[1:])]
-            grew = vals[-1] - vals[0]
-            if grew >= self.min_growth and all(g >= self.min_growth / 8 for g in steps):
-                c = Creep(rank, pid, kind, grew, picks[-1][1] - picks[0][1], (picks[-1][0] - picks[0][0]) / 1e9)
-                if worst is None or c.grew_bytes > worst.grew_bytes:
-                    worst = c
+            parts = [[], [], []]
+            for t, _n, vals in inside:
+                v = vals.get(kind)
+                if v is None:
+                    break
+                parts[min(int((t - start) // third), 2)].append(v)
+            else:
+                if not all(parts):
+                    continue
+                avg = [sum(p) / len(p) for p in parts]
+                grew = inside[-1][2][kind] - first[2][kind]
+                if (grew >= g
+                        and all(avg[k + 1] - avg[k] >= g / 8 for k in range(2))
+                        and all(max(p) - min(p) >= g / 16 for p in parts)
+                        and all(min(parts[k + 1]) >= max(parts[k]) - g / 16 for k in range(2))):
+                    c = Creep(rank, pid, kind, grew, inside[-1][1] - first[1], (inside[-1][0] - first[0]) / 1e9)
+                    if worst is None or c.grew_bytes > worst.grew_bytes:
+                        worst = c
         return worst

@@ -399,7 +399,7 @@ def _window(rec, i: int, lo: int, hi: int, now_ns: int, limits: Limits) -> Windo
 
 
 def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None, world=None, sums=None,
-           v: int = None) -> bytes:
+           v: int = None, parts=None, mem=None) -> bytes:
     """The datagram for a message (used by tests and the reference client's docs): version 2 with ``sums``
     (Window tuples or lists), else version 1."""
     obj = {"v": v or (2 if sums else 1), "job": job, "phases": [list(p) for p in phases],
@@ -414,6 +414,10 @@ def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None,
         obj["rank"] = rank
     if world is not None:
         obj["world"] = world
+    if parts is not None:
+        obj["parts"] = list(parts)
+    if mem is not None:
+        obj["mem"] = list(mem)
     return json.dumps(obj, separators=(",", ":")).encode()
 
 

@@ -15,7 +15,9 @@ step, caught by the loop); custom (an optimizer class of its own, not torch.opti
 leak N (keeps N bytes per step alive: the memory grows by N a step); cache N (fills a cache of 20 N once,
 by step 20); saw N (grows by N a step and frees it all every 10 steps).
 """
+import atexit
 import json
+import os
 import sys
 import time
 
@@ -28,6 +30,13 @@ mode = sys.argv[1]
 steps = int(sys.argv[2])
 extra = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 clock = time.perf_counter
+rank = 0
+if mode == "ddp":
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    FWD_S += 0.012 * rank   # rank 1 computes longer: rank 0 waits for it in the gradient exchange
 
 
 class Slow(torch.nn.Module):
@@ -88,6 +97,8 @@ class OwnOptimizer:
 
 
 model = Model()
+if mode == "ddp":
+    model = DistributedDataParallel(model)
 if mode == "hooks":
     calls = [0]
     model.register_forward_hook(lambda m, a, o: calls.__setitem__(0, calls[0] + 1))
@@ -97,7 +108,12 @@ if mode == "gan":
     critic = torch.nn.Linear(1, 1)
     opt2 = SlowSGD(critic.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
-loader = DataLoader(TensorDataset(torch.randn(steps * 16, 8), torch.randn(steps * 16, 1)), batch_size=8)
+data = TensorDataset(torch.randn(steps * 16, 8), torch.randn(steps * 16, 1))
+if mode == "ddp":
+    from torch.utils.data import DistributedSampler
+    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=False))
+else:
+    loader = DataLoader(data, batch_size=8)
 it = iter(loader)
 own = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0, "compute": 0.0, "steps": 0}
 kept, cache = [], []
@@ -148,18 +164,28 @@ for i in range(steps):
         t = clock()
         opt2.step()
         own["optimizer"] += clock() - t
+        own["optimizer_rest"] += clock() - t
     if mode == "gan":
         sched.step()
     if mode == "leak":
-        kept.append(bytearray(extra))
+        kept.append(b"\x01" * extra)      # written, so resident
     elif mode == "cache" and i < 20:
-        cache.append(bytearray(20 * extra // 20))
+        cache.append(b"\x01" * extra)
     elif mode == "saw":
-        kept.append(bytearray(extra))
+        kept.append(b"\x01" * extra)
         if len(kept) == 10:
             kept.clear()
+    if mode in ("leak", "cache", "saw") and i + 1 in (10, steps - 1):
+        print("paused", i + 1, flush=True)   # the test reads the memory series here
+        sys.stdin.readline()
     t_end = clock()
     own["compute"] += t_end - t1
     own["steps"] += 1
-    print("step", i, "%.8f" % loss.item(), flush=True)
-print(json.dumps(own))
+    print("step", rank, i, "%.8f" % loss.item(), flush=True)
+own["rank"] = rank
+sys.stdout.write(json.dumps(own) + "\n")   # one write: ranks' lines stay whole
+sys.stdout.flush()
+if mode == "ddp":
+    dist.barrier()
+    atexit._run_exitfuncs()   # (gloo's teardown aborts now and then, with or without teye: torch_ddp.py)
+    os._exit(0)
