@@ -145,8 +145,8 @@ def _memory(agent, job):
 @pytest.mark.parametrize("mode,per_step", [("leak", 4_000_000), ("cache", 0), ("saw", 0)])
 def test_the_memory_series_grows_by_what_the_loop_keeps(agent, mode, per_step):
     """A loop that keeps 4 MB a step: the resident memory the agent reads grows by 4 MB a step (within 10 %)
-    between step 10 and step 59; one that fills a cache once by step 20 (the cache is full by step 20: the
-    second reading is after it) and a sawtooth that frees what it keeps every 10 steps do not grow by it."""
+    between step 20 and step 60 (the script pauses there); one that filled a cache once by step 20 and a
+    sawtooth that frees what it keeps every 10 steps are back where they were."""
     steps = 60
     env = base_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "agent", "run", "--socket", agent.path, "--job", "mem-" + mode, "--",
@@ -165,7 +165,7 @@ def test_the_memory_series_grows_by_what_the_loop_keeps(agent, mode, per_step):
         if p.poll() is None:
             p.kill()
     (rss0, s0), (rss1, s1) = seen
-    assert (s0, s1) == (10, 59)
+    assert (s0, s1) == (20, 60)
     growth = (rss1 - rss0) / (s1 - s0)
     print(mode, "grew", growth, "a step")
     if per_step:
