@@ -57,8 +57,10 @@ class Creep:
     steps: int
     seconds: float
 
-    def sentence(self) -> str:
-        who = f"rank {self.rank}'s" if self.rank is not None else f"pid {self.pid}'s"
+    def sentence(self, who: Optional[str] = None) -> str:
+        """In words; ``who`` (the subject, possessive: "the job's") where not this rank's or pid's."""
+        if who is None:
+            who = f"rank {self.rank}'s" if self.rank is not None else f"pid {self.pid}'s"
         per = (f", {_size(self.grew_bytes / self.steps)} a step" if self.steps > 0 else "")
         steps = f"{self.steps} steps" if self.steps > 0 else f"{self.seconds / 60:.0f} minutes"
         return f"{who} {WORDS[self.kind]} grew {_size(self.grew_bytes)} over {steps}{per}"
