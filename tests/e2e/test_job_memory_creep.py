@@ -37,7 +37,7 @@ while True:
 
 def _scaled(src: str, dst: str) -> str:
     text = open(os.path.join(REPO, "deploy", "prometheus", "rules", src)).read()
-    for a, b in (("offset 30m", "offset 30s"), ("[10m]", "[10s]"), ("offset 10m", "offset 10s"),
+    for a, b in (("offset 30m", "offset 30s"), ("[30m]", "[30s]"), ("[10m]", "[10s]"), ("offset 10m", "offset 10s"),
                  ("offset 20m", "offset 20s"), ("for: 15m", "for: 15s"), ("vector(268435456)", "vector(67108864)")):
         text = text.replace(a, b)
     with open(dst, "w") as fh:
