@@ -195,3 +195,23 @@ def test_parts_and_memory_travel_with_their_steps_and_the_agent_reads_them(liste
     (raw,) = _drain(sock)
     assert "parts" not in json.loads(raw) and "mem" not in json.loads(raw)        # none since: none sent
     rep.close()
+
+
+def test_only_the_outermost_part_counts_a_raising_one_too_and_a_process_with_its_own_reporter_none(monkeypatch):
+    """_torch._outermost (the backward's wrapper) on plain functions: a part inside another (a forward inside a
+    backward, a backward inside an optimizer's closure) is the outer one's; one that raises is recorded and
+    passes the exception on, the depth back to 0; a process that reports its own phases records none."""
+    s = Session()
+    monkeypatch.setattr(_torch, "session", s)
+    inner = _torch._outermost(_torch.FORWARD, lambda x: x + 1)
+    outer = _torch._outermost(_torch.BACKWARD, lambda x: inner(x) * 2)
+    assert outer(3) == 8
+    assert [k for k, _a, _b in s.pspans] == [_torch.BACKWARD] and s.pdepth == 0
+
+    def boom():
+        raise ValueError("mid-way")
+    with pytest.raises(ValueError, match="mid-way"):
+        _torch._outermost(_torch.BACKWARD, boom)()
+    assert [k for k, _a, _b in s.pspans] == [_torch.BACKWARD, _torch.BACKWARD] and s.pdepth == 0
+    s.aside = True
+    assert outer(1) == 4 and len(s.pspans) == 2
