@@ -47,7 +47,7 @@ def _losses(out):
 def test_each_part_within_5_points_of_the_scripts_own_clock(agent, mode):
     job = "parts-" + mode
     args = [sys.executable, SCRIPT, mode, str(STEPS)]
-    run = teye_run(args, socket_path=agent.path, job=job, env=base_env(OMP_NUM_THREADS="1"))
+    run = teye_run(args, socket_path=agent.path, job=job, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
     assert run.returncode == 0, run.stderr
     own = last_json(run.stdout)
     j = agent.jobs()[job]
@@ -63,7 +63,7 @@ def test_each_part_within_5_points_of_the_scripts_own_clock(agent, mode):
         assert got[p] == pytest.approx(truth[p], abs=0.05), (p, got, truth)
     assert got["forward"] > 0.15 and got["backward"] > 0.2 and got["optimizer"] > 0.1   # the branches were taken
     # the job's own output is what it is without teye: same losses bit for bit, same status, nothing from teye
-    bare = plain_run(args, env=base_env(OMP_NUM_THREADS="1"))
+    bare = plain_run(args, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
     assert bare.returncode == 0
     assert _losses(run.stdout) == _losses(bare.stdout) and len(_losses(run.stdout)) == STEPS
     assert "teye" not in run.stderr
@@ -73,8 +73,8 @@ def test_an_optimizer_of_its_own_class_has_no_steps_and_the_job_is_unchanged(age
     """An optimizer that is not torch.optim's: PyTorch's hooks never see its steps, so teye sees none (no job,
     no part); the script's losses and status are its own."""
     args = [sys.executable, SCRIPT, "custom", "12"]
-    run = teye_run(args, socket_path=agent.path, job="parts-custom")
-    bare = plain_run(args)
+    run = teye_run(args, socket_path=agent.path, job="parts-custom", timeout=300)
+    bare = plain_run(args, timeout=300)
     assert run.returncode == bare.returncode == 0, run.stderr
     assert _losses(run.stdout) == _losses(bare.stdout) and len(_losses(bare.stdout)) == 12
     assert "parts-custom" not in agent.jobs()
@@ -84,8 +84,8 @@ def test_a_process_that_forks_sends_no_part_above_its_compute(agent):
     """torch_small.py fork: the parent forks after its steps, the child trains 2 steps and exits: each
     process's parts are its own, and the job's add up to its compute."""
     args = [sys.executable, os.path.join(HERE, "torch_small.py"), "6", "fork"]
-    run = teye_run(args, socket_path=agent.path, job="parts-fork")
-    bare = plain_run(args)
+    run = teye_run(args, socket_path=agent.path, job="parts-fork", timeout=300)
+    bare = plain_run(args, timeout=300)
     assert run.returncode == bare.returncode == 0, run.stderr
     assert run.stdout == bare.stdout
     j = agent.jobs()["parts-fork"]
@@ -107,7 +107,7 @@ def test_ddp_two_ranks_parts_per_rank_and_the_exchange_still_carved_out(sockdir)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            SCRIPT, "ddp", str(STEPS)]
     try:
-        run = teye_run(cmd, socket_path=agent.path, job="parts-ddp", env=base_env(OMP_NUM_THREADS="1"), timeout=180)
+        run = teye_run(cmd, socket_path=agent.path, job="parts-ddp", env=base_env(OMP_NUM_THREADS="1"), timeout=300)
         jobs = agent.jobs()
     finally:
         agent.close()
@@ -160,7 +160,7 @@ def test_the_memory_series_grows_by_what_the_loop_keeps(agent, mode, per_step):
                 seen.append(_memory(agent, "mem-" + mode))
                 p.stdin.write("\n")
                 p.stdin.flush()
-        assert p.wait(60) == 0
+        assert p.wait(300) == 0
     finally:
         if p.poll() is None:
             p.kill()
