@@ -317,8 +317,9 @@ def _fit_rows(rounds: int, sock: str, d: str) -> None:
               f"difference {100 * (teye - prof):+.1f} points")
 
 
-def parts_cost(rounds: int, sock: str, main_tree: str, d: str):
-    """Per-step µs of the torch loops: (model, {setting: median µs a step}) for the settings of --parts."""
+def parts_cost(rounds: int, sock: str, main_tree: str, d: str, models=("mlp", "cnn")):
+    """Per-step µs of the torch loops: (model, {setting: median µs a step}) for the settings of --parts, one
+    model at a time (a generator: each printed as it is measured)."""
     global ROOT
     here = ROOT
     try:
@@ -332,8 +333,7 @@ def parts_cost(rounds: int, sock: str, main_tree: str, d: str):
         "this hook, parts off": {"PYTHONPATH": os.pathsep.join([SITE, ROOT]), "TEYE_STEP_PARTS": "0"},
         "this hook, parts on": {"PYTHONPATH": os.pathsep.join([SITE, ROOT])},
     }
-    out = []
-    for model in ("mlp", "cnn"):
+    for model in models:
         got = {k: [] for k in settings}
         for _ in range(rounds):
             for name, extra in settings.items():
@@ -341,8 +341,7 @@ def parts_cost(rounds: int, sock: str, main_tree: str, d: str):
                 env.update(extra, TEYE_PHASE_SOCKET=sock)
                 r = subprocess.run([PY, "-c", TORCH_LOOP, model], env=env, capture_output=True, text=True, check=True)
                 got[name].append(64 / float(r.stdout.split()[-1]) * 1e6)
-        out.append((model, {k: statistics.median(v) for k, v in got.items()}))
-    return out
+        yield model, {k: statistics.median(v) for k, v in got.items()}
 
 
 def main() -> int:
@@ -352,6 +351,7 @@ def main() -> int:
     ap.add_argument("--fit-only", action="store_true", help="only the Keras Model.fit rows (5.)")
     ap.add_argument("--parts", action="store_true", help="only the step parts' cost per step (6.)")
     ap.add_argument("--main", default="/work/main", help="the tree whose hook --parts compares with")
+    ap.add_argument("--models", default="mlp,cnn", help="--parts: the PyTorch loops to time (mlp, cnn)")
     args = ap.parse_args()
     global SITE
     d = tempfile.mkdtemp(prefix="teye-zc-bench-")
@@ -363,11 +363,12 @@ def main() -> int:
             _fit_rows(args.rounds, sock, d)
             return 0
         if args.parts:
-            for model, us in parts_cost(args.rounds, sock, args.main, d):
+            for model, us in parts_cost(args.rounds, sock, args.main, d, args.models.split(",")):
                 base = us["without teye"]
                 print(f"PyTorch {model}, µs a step, median of {args.rounds} alternating rounds: " + ", ".join(
                     f"{k} {v:.0f} ({v - base:+.0f})" for k, v in us.items())
-                    + f"; the parts cost {us['this hook, parts on'] - us['this hook, parts off']:+.0f} µs a step")
+                    + f"; the parts cost {us['this hook, parts on'] - us['this hook, parts off']:+.0f} µs a step",
+                    flush=True)
             return 0
         off, on = startup()
         print(f"start-up `python -c pass`, median of 20: without {off:.1f} ms, with the hook {on:.1f} ms "

@@ -391,7 +391,7 @@ def _outermost(kind, orig):
     s = session
 
     def part(*args, **kwargs):
-        if s.pdepth or s.aside or _compiling():
+        if _compiling() or s.pdepth or s.aside:   # (tracing first: torch.compile reads none of teye's state)
             return orig(*args, **kwargs)
         s.pbegin(kind)
         try:
@@ -435,7 +435,7 @@ def patch_copies(module):
             continue
 
         def copy(self, *args, _orig=orig, **kwargs):
-            if s.pdepth or s.aside or _compiling():
+            if _compiling() or s.pdepth or s.aside:
                 return _orig(self, *args, **kwargs)
             t0 = _ns()
             dev = s.device
