@@ -338,7 +338,10 @@ class Session:
         self.pthread = _thread()
         dev = self.device
         if dev is not None:
-            self.pev = dev.record()
+            try:
+                self.pev = dev.record()
+            except Exception as e:  # never into the job's forward: the host clock times the parts from now on
+                self._device_lost(e)
         self.pstart = _ns()
 
     def pend(self):
@@ -351,7 +354,10 @@ class Session:
             ev = self.pev
             self.pev = None
             if ev is not None:
-                dev.pair(self.pkind, ev, dev.record())
+                try:
+                    dev.pair(self.pkind, ev, dev.record())
+                except Exception as e:  # never into the job
+                    self._device_lost(e)
             return
         sp = self.pspans
         if sp is None:
@@ -359,6 +365,12 @@ class Session:
         sp.append((self.pkind, self.pstart, end))
         if len(sp) > self.MAX_WAITS:   # a loop that runs forwards and never steps (inference): keep the newest
             del sp[:self.MAX_WAITS // 2]
+
+    def _device_lost(self, e):
+        self.device = None
+        self.pev = None
+        debug("zero-code phases: CUDA events failed (%s: %s): the parts are timed by the host clock" % (
+            type(e).__name__, e))
 
     def _take_spans(self):
         """The parts' intervals since the last step (a part still in progress at a step is left to the next:

@@ -439,7 +439,13 @@ def patch_copies(module):
                 return _orig(self, *args, **kwargs)
             t0 = _ns()
             dev = s.device
-            ev = dev.record() if dev is not None else None
+            ev = None
+            if dev is not None:
+                try:
+                    ev = dev.record()
+                except Exception as e:  # never into the job: the host clock from now on
+                    s._device_lost(e)
+                    dev = None
             out = _orig(self, *args, **kwargs)
             try:
                 if out is not self and getattr(out, "is_cuda", False) and not self.is_cuda:

@@ -215,3 +215,16 @@ def test_only_the_outermost_part_counts_a_raising_one_too_and_a_process_with_its
     assert [k for k, _a, _b in s.pspans] == [_torch.BACKWARD, _torch.BACKWARD] and s.pdepth == 0
     s.aside = True
     assert outer(1) == 4 and len(s.pspans) == 2
+
+
+def test_an_event_that_fails_never_reaches_the_job_and_the_host_clock_takes_over():
+    cuda = FakeCuda()
+    s = Session()
+    s.device = _torch.Device(cuda)
+
+    def broken(self, stream=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    cuda.Event.record = broken
+    s.pbegin(_torch.FORWARD)      # no exception into the forward
+    s.pend()
+    assert s.device is None and [k for k, _a, _b in s.pspans] == [_torch.FORWARD]
