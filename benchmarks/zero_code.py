@@ -20,6 +20,10 @@
    latencies (a tf.data map that waits 0, 20 and 60 ms per batch), teye's data_wait share over the
    profiled batches (the intervals a live phase receiver got) next to the TensorFlow profiler's
    input-pipeline analysis of the same batches (xprof, headless: workloads/tfprofile.py).
+6. ``--parts [--main DIR]`` (issue 45): the cost of the step's parts per step, in µs: the PyTorch MLP and CNN
+   loops' time per step (64 / samples per second) without teye, with the hook of DIR's tree (default
+   /work/main: the same hook before the parts), with this tree's hook and its parts switched off
+   (TEYE_STEP_PARTS=0), and with this tree's hook, alternating in each round, medians.
 Figures move with this machine's load: compare within one run.
 """
 from __future__ import annotations
@@ -313,11 +317,41 @@ def _fit_rows(rounds: int, sock: str, d: str) -> None:
               f"difference {100 * (teye - prof):+.1f} points")
 
 
+def parts_cost(rounds: int, sock: str, main_tree: str, d: str, models=("mlp", "cnn")):
+    """Per-step µs of the torch loops: (model, {setting: median µs a step}) for the settings of --parts, one
+    model at a time (a generator: each printed as it is measured)."""
+    global ROOT
+    here = ROOT
+    try:
+        ROOT = main_tree
+        main_site = make_site(os.path.join(d, "main"))
+    finally:
+        ROOT = here
+    settings = {
+        "without teye": {"PYTHONPATH": ROOT},
+        "main's hook": {"PYTHONPATH": os.pathsep.join([main_site, main_tree])},
+        "this hook, parts off": {"PYTHONPATH": os.pathsep.join([SITE, ROOT]), "TEYE_STEP_PARTS": "0"},
+        "this hook, parts on": {"PYTHONPATH": os.pathsep.join([SITE, ROOT])},
+    }
+    for model in models:
+        got = {k: [] for k in settings}
+        for _ in range(rounds):
+            for name, extra in settings.items():
+                env = {k: v for k, v in os.environ.items() if not k.startswith("TEYE_")}
+                env.update(extra, TEYE_PHASE_SOCKET=sock)
+                r = subprocess.run([PY, "-c", TORCH_LOOP, model], env=env, capture_output=True, text=True, check=True)
+                got[name].append(64 / float(r.stdout.split()[-1]) * 1e6)
+        yield model, {k: statistics.median(v) for k, v in got.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-tf", action="store_true")
     ap.add_argument("--fit-only", action="store_true", help="only the Keras Model.fit rows (5.)")
+    ap.add_argument("--parts", action="store_true", help="only the step parts' cost per step (6.)")
+    ap.add_argument("--main", default="/work/main", help="the tree whose hook --parts compares with")
+    ap.add_argument("--models", default="mlp,cnn", help="--parts: the PyTorch loops to time (mlp, cnn)")
     args = ap.parse_args()
     global SITE
     d = tempfile.mkdtemp(prefix="teye-zc-bench-")
@@ -327,6 +361,14 @@ def main() -> int:
     try:
         if args.fit_only:
             _fit_rows(args.rounds, sock, d)
+            return 0
+        if args.parts:
+            for model, us in parts_cost(args.rounds, sock, args.main, d, args.models.split(",")):
+                base = us["without teye"]
+                print(f"PyTorch {model}, µs a step, median of {args.rounds} alternating rounds: " + ", ".join(
+                    f"{k} {v:.0f} ({v - base:+.0f})" for k, v in us.items())
+                    + f"; the parts cost {us['this hook, parts on'] - us['this hook, parts off']:+.0f} µs a step",
+                    flush=True)
             return 0
         off, on = startup()
         print(f"start-up `python -c pass`, median of 20: without {off:.1f} ms, with the hook {on:.1f} ms "

@@ -260,6 +260,39 @@ def build():
         "(teye:job_gpu_utilization:ratio5m).",
         "percentunit",
         [target(f"teye:job_gpu_utilization:ratio5m{{{JOB}}}", "{{instance}}")], min=0, max=1), NODE_SERIES))
+
+    d = d.with_row(row("Inside the step and memory"))
+    d = d.with_panel(timeseries(
+        "Parts of the step's compute", "The job's compute split into forward, backward, optimizer, the "
+        "host-to-device copy and other (the rest: zero_grad, the loss, a scheduler, Python), each part's share of "
+        "the compute over the rate interval (teye_job_step_part_seconds_total / teye_job_phase_seconds_total"
+        "{phase=\"compute\"}), stacked to 1; the exposed gradient exchange is communication, not backward. "
+        "Zero-code PyTorch jobs only (docs/phases.md \"Inside the step\").",
+        "percentunit",
+        [target(f"sum by (part) (rate(teye_job_step_part_seconds_total{{{JOB}}}{RATE}))"
+                f" / ignoring (part) group_left () sum (rate(teye_job_phase_seconds_total{{{JOB}, phase=\"compute\"}}"
+                f"{RATE}))", "{{part}}")],
+        stack=True, min=0, max=1))
+    d = d.with_panel(with_series_links(timeseries(
+        "Memory per rank against its GPU", "Each rank's memory (teye_job_rank_memory_bytes: host resident, CUDA "
+        "allocated, reserved, and the step's peak) beside the memory of the GPU it uses "
+        "(teye:job_rank_gpu_memory_total:bytes): reserved near the total is close to an out-of-memory error. A "
+        "job without ranks: its processes' memory on each node (teye_job_memory_bytes).",
+        "bytes",
+        [target(f"teye_job_rank_memory_bytes{{{JOB}}}", "rank {{rank}} {{kind}} on {{instance}}"),
+         target(f"teye:job_rank_gpu_memory_total:bytes{{{JOB}}}", "rank {{rank}}'s GPU total on {{instance}}"),
+         target(f"teye_job_memory_bytes{{{JOB}}} unless on (instance, train_job) "
+                f"teye_job_rank_memory_bytes{{{JOB}}}", "{{kind}} on {{instance}}")],
+        min=0), NODE_SERIES))
+    d = d.with_panel(with_series_links(timeseries(
+        "Memory growth over 30 minutes (creep)", "How much the job's memory of each kind grew over the last 30 "
+        "minutes on each node (teye:job_memory_growth:bytes30m), and the threshold above which "
+        "TeyeJobMemoryCreep fires when the growth is also steady (each third of the window rising, never falling "
+        "back; docs/phases.md \"Memory and creep\"): warm-up and a cache that fills once show here for 30 minutes, "
+        "then fall back to 0; a leak stays above the line.",
+        "bytes",
+        [target(f"teye:job_memory_growth:bytes30m{{{JOB}}}", "{{kind}} on {{instance}}"),
+         target("teye:threshold:job_memory_creep_bytes", "threshold")]), NODE_SERIES))
     return d
 
 

@@ -177,6 +177,18 @@ class Session:
     backlog = ()         # samples of batches read ahead by another thread, not yet consumed (_consumed)
     own_gen = False      # a training step took batches read inside a generator of the job's own: steps only
     gen_keys = ()        # the loaders first read inside a generator of the job's own (_torch._job_generator)
+    # the step's parts (issue 45; docs/zero-code.md "Inside the step"): the part in progress on the thread that
+    # began it (pdepth: its nesting, 0 none; a forward inside a backward, a step's closure, is the outer part's),
+    # and the outermost parts' intervals since the last step (pspans: [kind, start_ns, end_ns], host clock), or,
+    # where CUDA is in use, the device door (``device``: _torch.Device) that times them with CUDA events
+    pdepth = 0
+    pkind = 0
+    pstart = 0
+    pthread = None
+    pev = None
+    pspans = None
+    device = None
+    pcarry = 0           # device ns read beyond the compute of the step that read them (see _parts_of)
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -254,7 +266,8 @@ class Session:
         sources they set (the child's waits are observed as the parent's were).  A process that reports its
         own phases keeps standing aside in its children (they inherit its Reporter)."""
         wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
-        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog", "own_gen", "gen_keys"):   # the parent's stay the parent's
+        for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog", "own_gen", "gen_keys",   # the parent's stay the parent's
+                  "pdepth", "pkind", "pstart", "pthread", "pev", "pspans", "device", "pcarry"):   # no part in progress, no CUDA
             self.__dict__.pop(k, None)
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
@@ -330,6 +343,126 @@ class Session:
         c.append((start_ns, end_ns, -2, thread))
         if len(c) > self.MAX_WAITS:
             del c[:self.MAX_WAITS // 2]
+
+    # -- the step's parts (issue 45) ------------------------------------------------------------
+    def pbegin(self, kind):
+        """The outermost part of kind ``kind`` (PARTS' index) begins on this thread (the caller checked that
+        none is in progress: pdepth 0)."""
+        self.pdepth = 1
+        self.pkind = kind
+        self.pthread = _thread()
+        dev = self.device
+        if dev is not None:
+            try:
+                self.pev = dev.record()
+            except Exception as e:  # never into the job's forward: the host clock times the parts from now on
+                self._device_lost(e)
+        self.pstart = _ns()
+
+    def pend(self):
+        """The outermost part in progress ends (its depth is back to 0): its interval is kept for the step
+        that holds it (host clock), or its pair of CUDA events handed to the device door."""
+        end = _ns()
+        self.pdepth = 0
+        dev = self.device
+        if dev is not None:
+            ev = self.pev
+            self.pev = None
+            if ev is not None:
+                try:
+                    dev.pair(self.pkind, ev, dev.record())
+                except Exception as e:  # never into the job
+                    self._device_lost(e)
+            return
+        sp = self.pspans
+        if sp is None:
+            sp = self.pspans = []
+        sp.append((self.pkind, self.pstart, end))
+        if len(sp) > self.MAX_WAITS:   # a loop that runs forwards and never steps (inference): keep the newest
+            del sp[:self.MAX_WAITS // 2]
+
+    def _device_lost(self, e):
+        self.device = None
+        self.pev = None
+        debug("zero-code phases: CUDA events failed (%s: %s): the parts are timed by the host clock" % (
+            type(e).__name__, e))
+
+    def _take_spans(self):
+        """The parts' intervals since the last step (a part still in progress at a step is left to the next:
+        a step inside a forward, an optimizer's closure, is the outer part's)."""
+        sp = self.pspans
+        if sp is None:
+            return None
+        self.pspans = None
+        return sp
+
+    def _record(self, rep, phases, start, end, samples, spans):
+        """Send a step with its parts: the time of each in the step's ``compute`` (what the parts' intervals
+        cover of it; the rest is the agent's ``other``), never more than that compute."""
+        parts = None
+        if self.device is not None or spans:
+            try:
+                parts = self._parts_of(phases, spans)
+            except Exception as e:  # never into the training loop: this step goes without its parts
+                debug("zero-code phases: the step's parts: %s: %s" % (type(e).__name__, e))
+        if parts is None:
+            rep.record_step(phases, start, end, samples)
+        else:
+            rep.record_step(phases, start, end, samples, parts)
+
+    def _parts_of(self, phases, spans):
+        """[forward, backward, optimizer, h2d_copy] ns of a step whose flat phases are ``phases``: on the host
+        clock, each outermost part's interval intersected with the step's compute intervals (merged in time
+        order first: parts seen on two threads never count twice); on a GPU, the device's times of the parts
+        whose events have completed since (_torch.Device.ready()), capped at the step's compute, the excess
+        carried to the next step (the device runs behind the host; the totals over a run agree).  None: no
+        part in the step."""
+        dev = self.device
+        comp = []
+        for k in range(0, len(phases), 3):
+            if phases[k] == _C:
+                comp.append((phases[k + 1], phases[k + 2]))
+        if dev is not None:
+            got = dev.ready()
+            total = sum(c[1] - c[0] for c in comp)
+            carry = self.pcarry
+            if got is None and not carry:
+                return None
+            out = [0, 0, 0, 0]
+            if got is not None:
+                for i in range(4):
+                    out[i] = got[i]
+            have = sum(out) + carry
+            if have > total:
+                # what does not fit waits for the next step's compute (at most two steps' worth: a device far
+                # behind the host loses its oldest time rather than piling it up)
+                over = have - total
+                self.pcarry = min(over, 2 * total)
+                for i in range(3, -1, -1):   # take the excess from the last parts first (h2d, optimizer ...)
+                    cut = min(out[i], over)
+                    out[i] -= cut
+                    over -= cut
+            else:
+                self.pcarry = 0
+            return out if any(out) else None
+        if not spans:
+            return None
+        if len(spans) > 1:
+            spans = sorted(spans, key=lambda x: x[1])
+        out = [0, 0, 0, 0]
+        t = None
+        for kind, a, b in spans:
+            if t is not None and a < t:
+                a = t
+            if b <= a:
+                continue
+            t = b
+            for x, y in comp:
+                lo = a if a > x else x
+                hi = b if b < y else y
+                if hi > lo:
+                    out[kind] += hi - lo
+        return out if any(out) else None
 
     def lead(self, optimizer):
         """A weak reference to the leading optimizer, where ``optimizer`` leads: once the job drops it (a new
@@ -432,6 +565,7 @@ class Session:
                 rep.source = self.step_source
                 rep._src_due = True
             rep.record_step((), start, end_ns, samples)
+            self._take_spans()
             return
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
             if rep.source != self.step_source:
@@ -441,9 +575,10 @@ class Session:
             if self.ddp:
                 # a data-parallel job whatever feeds it (tensors in memory, a get_batch loop): its exposed
                 # gradient exchange is timed all the same (issue 47), sent as its only phase (release())
-                self.hold(rep, (), start, end_ns, 0)
+                self.hold(rep, (), start, end_ns, 0)   # (takes the parts' spans, as every held step)
                 return
             rep.record_step((), start, end_ns, 0)
+            self._take_spans()
             return
         if comms:  # waits, collectives and compilations in time order (their samples are -1, -2)
             if self.compiles:
@@ -494,7 +629,7 @@ class Session:
         elif self.multi and not self.lead_done:
             self._lead_step(phases, start, end_ns, samples)
         else:
-            rep.record_step(phases, start, end_ns, samples)
+            self._record(rep, phases, start, end_ns, samples, self._take_spans())
 
     def _consumed(self, waits, start):
         """The samples a step consumed where another thread reads the batches (a producer filling a queue):
@@ -590,12 +725,12 @@ class Session:
         if not self.exit_hook:
             self.exit_hook = True
             atexit.register(self._finish_guarded)   # after the reporter's: runs first, the held step goes out
-        self.held = (phases, start, end_ns, samples)
+        self.held = (phases, start, end_ns, samples, self._take_spans())
 
     def release(self, rep, settle=False):
         """Send the held step, its exposed gradient exchange carved out of its compute where DDP timed it
-        (``settle``: at exit, see exchange())."""
-        phases, start, end, samples = self.held
+        (``settle``: at exit, see exchange()); its parts are what is left of them in its compute after the carve."""
+        phases, start, end, samples, spans = self.held
         self.held = None
         if end - start >= self.DDP_MIN_STEP_NS:
             only = not phases   # a steps-only step: nothing else of it is known, it gets the exchange alone
@@ -603,7 +738,7 @@ class Session:
                 a, b = max(a, start), min(b, end)
                 if b > a:
                     phases = tuple(phases) + (_M, a, b) if only else carve(phases, a, b)
-        rep.record_step(phases, start, end, samples)
+        self._record(rep, phases, start, end, samples, spans)
 
     DDP_MIN_STEP_NS = 500 * 10**3   # shorter steps are not split: reading DDP's logger costs about 4 µs
 

@@ -164,6 +164,11 @@ def patch_optimizer(module):
     def _teye_step(optimizer, args, kwargs):
         if s.wait_thread is not None and s.wait_thread != _thread():
             s.off_thread = True   # its batches are read in another thread than the one that steps
+        if s.pdepth or s.device is not None or parts:
+            try:
+                end_optimizer_part()
+            except Exception as e:  # never into the training loop: the parts of this step are other
+                debug("zero-code phases: the optimizer part: %s: %s" % (type(e).__name__, e))
         s.step_guarded(_ns(), id(optimizer))  # the id, not the optimizer: teye keeps nothing of the job alive
         if s.leader == id(optimizer):
             try:
@@ -171,6 +176,7 @@ def patch_optimizer(module):
             except Exception as e:  # never into the training loop
                 debug("zero-code phases: the leading optimizer: %s: %s" % (type(e).__name__, e))
 
+    parts = patch_optimizer_parts(module)
     register(_teye_step)
     return True
 
@@ -362,3 +368,258 @@ def count_optimizers(module):
 
     base.__init__ = wrapper_of(__init__, init)
     return True
+# -- the step's parts (issue 45; docs/zero-code.md "Inside the step") ---------------------------------------
+FORWARD, BACKWARD, OPTIMIZER, H2D = 0, 1, 2, 3   # reporter.PARTS' order
+_is_compiling = None   # torch.compiler.is_compiling, once torch has it
+_PARTS_ON = __import__("os").environ.get("TEYE_STEP_PARTS", "1").strip() not in ("0", "false", "no", "off")
+
+
+def _compiling():
+    """Whether torch.compile is tracing this call (its tracer then reads True and leaves teye's bookkeeping out
+    of the graph: the hooks below return before touching anything)."""
+    global _is_compiling
+    f = _is_compiling
+    if f is None:
+        f = getattr(getattr(sys.modules.get("torch"), "compiler", None), "is_compiling", None)
+        if not callable(f):
+            return False
+        _is_compiling = f
+    return f()
+
+
+def patch_modules(module):
+    """The forward part: the outermost ``nn.Module`` call with autograd on (a forward under ``torch.no_grad()``
+    or ``inference_mode()`` is evaluation, not training's forward), through PyTorch's global module hooks
+    (``register_module_forward_pre_hook`` / ``register_module_forward_hook(always_call=True)``: the post hook
+    runs also when the forward raises).  Modules called inside it (and inside a backward or an optimizer step,
+    an activation checkpoint's recomputation, a closure) nest: only the outermost counts, on its thread."""
+    pre = getattr(module, "register_module_forward_pre_hook", None)
+    post = getattr(module, "register_module_forward_hook", None)
+    if not _PARTS_ON:
+        return False
+    if not callable(pre) or not callable(post):
+        debug("torch.nn.modules.module has no global forward hooks: the forward is not told apart")
+        return False
+    s = session
+
+    def _teye_forward_pre(mod, args):
+        if _compiling():
+            return None
+        if s.pdepth:
+            if s.pthread == _thread():
+                s.pdepth += 1
+            return None
+        if s.aside or not _grad_enabled():
+            return None
+        s.pbegin(FORWARD)
+        return None
+
+    def _teye_forward(mod, args, out):
+        if s.pdepth and not _compiling() and s.pthread == _thread():
+            if s.pdepth == 1:
+                s.pend()
+            else:
+                s.pdepth -= 1
+        return None
+
+    _teye_forward_pre._teye = _teye_forward._teye = True
+    pre(_teye_forward_pre)
+    try:
+        post(_teye_forward, always_call=True)
+    except TypeError:   # before always_call: a forward that raises leaves its part open until the next step
+        post(_teye_forward)
+    return True
+
+
+def _outermost(kind, orig):
+    """orig, timed as part ``kind`` where no part is in progress (else as it is)."""
+    s = session
+
+    def part(*args, **kwargs):
+        if _compiling() or s.pdepth or s.aside:   # (tracing first: torch.compile reads none of teye's state)
+            return orig(*args, **kwargs)
+        s.pbegin(kind)
+        try:
+            return orig(*args, **kwargs)
+        finally:   # also when it raises (a backward that fails mid-way: what it ran is the backward's)
+            if s.pdepth and s.pthread == _thread():
+                s.pend()
+
+    return wrapper_of(part, orig)
+
+
+def patch_backward(module):
+    """The backward part: ``torch.autograd.backward`` (which ``Tensor.backward`` calls), outermost only.  DDP's
+    exchange runs inside it: its exposed part is carved out as ``communication`` before the parts are taken
+    from the compute (Session.release)."""
+    if not _PARTS_ON:
+        return False
+    orig = module.__dict__.get("backward")
+    if type(orig) is not type(patch_backward) or getattr(orig, "_teye", False):
+        debug("torch.autograd.backward is not the function teye expects: the backward is not told apart")
+        return False
+    module.backward = _outermost(BACKWARD, orig)
+    return True
+
+
+def patch_copies(module):
+    """The host-to-device copy: ``Tensor.to`` and ``Tensor.cuda`` called outside any other part (the batch moved
+    to the GPU; the copies a forward makes are the forward's), counted where the result is on a CUDA device and
+    the tensor was not.  On a CPU-only job there is none."""
+    if not _PARTS_ON:
+        return False
+    cls = module.__dict__.get("Tensor")
+    if not isinstance(cls, type):
+        return False
+    s = session
+    done = False
+    for name in ("to", "cuda"):
+        orig = getattr(cls, name, None)
+        if orig is None or getattr(orig, "_teye", False) or name in cls.__dict__:
+            debug("torch.Tensor.%s is not the method teye expects: its copies are not told apart" % name)
+            continue
+
+        def copy(self, *args, _orig=orig, **kwargs):
+            if _compiling() or s.pdepth or s.aside:
+                return _orig(self, *args, **kwargs)
+            t0 = _ns()
+            dev = s.device
+            ev = None
+            if dev is not None:
+                try:
+                    ev = dev.record()
+                except Exception as e:  # never into the job: the host clock from now on
+                    s._device_lost(e)
+                    dev = None
+            out = _orig(self, *args, **kwargs)
+            try:
+                if out is not self and getattr(out, "is_cuda", False) and not self.is_cuda:
+                    if dev is not None:
+                        dev.pair(H2D, ev, dev.record())
+                    else:
+                        sp = s.pspans
+                        if sp is None:
+                            sp = s.pspans = []
+                        sp.append((H2D, t0, _ns()))
+            except Exception as e:  # never into the job: this copy is not counted
+                debug("zero-code phases: a copy: %s: %s" % (type(e).__name__, e))
+            return out
+
+        setattr(cls, name, wrapper_of(copy, orig))
+        done = True
+    return done
+
+
+def patch_optimizer_parts(module):
+    """The optimizer part: ``register_optimizer_step_pre_hook`` to the post hook (teye's step hook ends it
+    before it ends the step)."""
+    register = getattr(module, "register_optimizer_step_pre_hook", None)
+    if not _PARTS_ON or not callable(register):
+        return False
+    s = session
+
+    def _teye_step_pre(optimizer, args, kwargs):
+        if s.pdepth and s.pkind == OPTIMIZER and s.pthread == _thread():
+            s.pdepth = 0   # the previous step raised (its post hook never ran): this one starts afresh
+        if not s.pdepth and not s.aside:
+            s.pbegin(OPTIMIZER)
+
+    _teye_step_pre._teye = True
+    register(_teye_step_pre)
+    return True
+
+
+def end_optimizer_part():
+    """From teye's optimizer post hook: the optimizer part ends; a part left open by a forward that raised
+    without the post hook (before always_call) is closed here, unrecorded; and where CUDA is in use the device
+    door opens (Device) and the step's memory is read."""
+    s = session
+    if s.pdepth and s.pthread == _thread():
+        if s.pkind == OPTIMIZER:
+            if s.pdepth == 1:
+                s.pend()
+        else:
+            s.pdepth = 0
+    if s.device is None:
+        if not _PARTS_ON:
+            return
+        cuda = sys.modules.get("torch.cuda")
+        init = getattr(cuda, "is_initialized", None)
+        if init is None or not init():
+            return
+        try:
+            s.device = Device(cuda)
+        except Exception as e:  # an unusual build: host clock parts, no device memory
+            debug("zero-code phases: CUDA in use but its events cannot be made: %s: %s" % (type(e).__name__, e))
+            s.device = None
+            return
+    s.device.memory_at_step(s.reporter)
+
+
+class Device:
+    """The one door to the GPU for the step's parts and memory (issue 45): CUDA events recorded on the current
+    stream at a part's start and end, read later, once the device has passed them (``query()``), never
+    synchronising the training stream; and the CUDA caching allocator's statistics at each step (allocated,
+    reserved, and the peak allocated since the previous step: ``reset_peak_memory_stats`` each step).
+    Tests hand it a fake ``torch.cuda`` (tests/client/test_parts.py)."""
+
+    MAX_PENDING = 512     # pairs not yet read: a device this far behind loses the oldest (their time is other)
+    POOL = 64
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.Event = cuda.Event
+        self.pending = []     # [kind, start event, end event] in the order recorded (the stream's)
+        self.pool = []
+        self.lost = 0
+        self.record()         # an event can be made and recorded here: else the constructor raises
+
+    def record(self):
+        pool = self.pool
+        ev = pool.pop() if pool else self.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def pair(self, kind, start, end):
+        p = self.pending
+        p.append((kind, start, end))
+        if len(p) > self.MAX_PENDING:
+            del p[:self.MAX_PENDING // 2]
+            self.lost += self.MAX_PENDING // 2
+
+    def ready(self):
+        """[ns per part] of the pairs the device has passed since the last call, in stream order (the first one
+        not passed stops the reading), or None where none has."""
+        p = self.pending
+        out = None
+        n = 0
+        for kind, a, b in p:
+            if not b.query():
+                break
+            ns = int(a.elapsed_time(b) * 1e6)   # milliseconds, as float
+            if out is None:
+                out = [0, 0, 0, 0]
+            if ns > 0:
+                out[kind] += ns
+            n += 1
+        if n:
+            pool = self.pool
+            for _k, a, b in p[:n]:
+                if len(pool) < self.POOL:
+                    pool.append(a)
+                    pool.append(b)
+            del p[:n]
+        return out
+
+    def memory_at_step(self, rep):
+        """The step's device memory to the reporter: allocated and reserved now, the peak allocated since the
+        previous step (the peak counter reset for the next)."""
+        if rep is None:
+            return
+        c = self.cuda
+        try:
+            peak = c.max_memory_allocated()
+            c.reset_peak_memory_stats()
+            rep.note_memory(c.memory_allocated(), c.memory_reserved(), peak)
+        except Exception as e:  # never into the job: no device memory from this process
+            debug("zero-code phases: CUDA memory statistics: %s: %s" % (type(e).__name__, e))

@@ -88,6 +88,21 @@ def _torch_dataloader(module):
     return _torch.patch_dataloader(module)
 
 
+def _torch_modules(module):
+    from . import _torch
+    return _torch.patch_modules(module)
+
+
+def _torch_backward(module):
+    from . import _torch
+    return _torch.patch_backward(module)
+
+
+def _torch_copies(module):
+    from . import _torch
+    return _torch.patch_copies(module)
+
+
 def _torch_optimizer(module):
     from . import _torch
     ok = _torch.patch_optimizer(module)
@@ -192,6 +207,9 @@ def _mp_pool(module):
 HOOKS = {
     "torch.utils.data.dataloader": _torch_dataloader,
     "torch.optim.optimizer": _torch_optimizer,
+    "torch.nn.modules.module": _torch_modules,
+    "torch.autograd": _torch_backward,
+    "torch._tensor": _torch_copies,
     "torch.distributed.distributed_c10d": _torch_distributed,
     "torch.nn.parallel.distributed": _torch_ddp,
     "torch._dynamo.callback": _torch_compile,
@@ -208,6 +226,9 @@ HOOKS = {
 WHAT = {
     "torch.utils.data.dataloader": "PyTorch DataLoader input waits",
     "torch.optim.optimizer": "PyTorch optimizer steps",
+    "torch.nn.modules.module": "PyTorch forward (step part)",
+    "torch.autograd": "PyTorch backward (step part)",
+    "torch._tensor": "PyTorch host-to-device copies (step part)",
     "torch.distributed.distributed_c10d": "torch.distributed collectives",
     "torch.nn.parallel.distributed": "DDP gradient exchange",
     "torch._dynamo.callback": "torch.compile compilations",

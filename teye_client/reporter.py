@@ -54,6 +54,8 @@ __all__ = ["Reporter", "PHASES", "default_socket_path", "socket_choice"]
 PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "compile")
 VERSION = 2                  # the protocol version of a datagram with sum records (1 without: any agent takes it)
 RESOLUTION_NS = 10_000_000   # = agent.phases.protocol.RESOLUTION_NS: steps shorter than this are summed
+# the parts of a step's compute a datagram's "parts" carries, in this order (= agent.phases.protocol.PARTS)
+PARTS = ("forward", "backward", "optimizer", "h2d_copy")
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)   # = the agent's
 _N_BUCKETS = len(STEP_BUCKETS) + 1
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
@@ -312,6 +314,8 @@ class Reporter:
         self._held = []             # flat as _phases: the phases of the step not yet closed (see _close_step)
         self._held_sent = False     # a flush sent some of the open step's phases: that step goes as intervals
         self._sums = []             # closed windows, each its JSON array
+        self._parts = None          # the buffered steps' parts: ns of PARTS (record_step), or None
+        self._mem = None            # the latest device memory (note_memory): [allocated, reserved, peak] bytes
         self._sum_records = 0       # the phase and step records the closed windows stand for
         self._win = None            # the open window: _Window
         if sum_steps is None:
@@ -395,9 +399,11 @@ class Reporter:
             due = now - self._oldest_ns >= self._flush_ns or self._items() >= self._max_items
         self._after_add(due)
 
-    def record_step(self, phases, start_ns: int, end_ns: int, samples: int = 0) -> None:
+    def record_step(self, phases, start_ns: int, end_ns: int, samples: int = 0, parts=None) -> None:
         """Add a finished step and its phases in one go: ``phases`` is flat, (quoted name, start_ns, end_ns)
-        after one another, names JSON-quoted (``QUOTED``), times valid ints.
+        after one another, names JSON-quoted (``QUOTED``), times valid ints.  ``parts``: the step's parts
+        (``PARTS``: ns of forward, backward, optimizer, h2d_copy inside its compute), summed into the datagram
+        that carries the step (so that the agent finds them beside their compute).
 
         The fast path of instrumentation that timed everything itself (teye_client.auto): one lock,
         no per-record checks beyond what the agent checks anyway, no object per record.
@@ -408,8 +414,28 @@ class Reporter:
             if self._empty():
                 self._oldest_ns = end_ns
             self._close_step(start_ns, end_ns, samples, phases)
+            if parts is not None:
+                p = self._parts
+                if p is None:
+                    self._parts = list(parts)
+                else:
+                    p[0] += parts[0]
+                    p[1] += parts[1]
+                    p[2] += parts[2]
+                    p[3] += parts[3]
             due = end_ns - self._oldest_ns >= self._flush_ns or self._items() >= self._max_items
         self._after_add(due)
+
+    def note_memory(self, allocated: int, reserved: int, peak: int) -> None:
+        """The process's device memory at a step's end (bytes): allocated and reserved then, and the peak
+        allocated during the step; sent with the next datagram (the latest two, the highest peak)."""
+        with self._lock:
+            m = self._mem
+            if m is None or peak > m[2]:
+                self._mem = [allocated, reserved, peak]
+            else:
+                m[0] = allocated
+                m[1] = reserved
 
     def _add(self, buf, a, b, c) -> None:
         now = _monotonic_ns()
@@ -547,6 +573,8 @@ class Reporter:
             if not phases and not steps and not sums:
                 return
             self._phases, self._steps, self._sums = [], [], []
+            parts, mem = self._parts, self._mem
+            self._parts = self._mem = None
             n_sums, self._sum_records = self._sum_records, 0
             dropped = self.dropped
             if self._ask_torch:
@@ -561,7 +589,7 @@ class Reporter:
             self._maybe_resolve()
             return
         try:
-            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums)
+            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums, parts, mem)
         except (TypeError, ValueError):
             self._count_drop(n, "encode")
             return
@@ -582,7 +610,8 @@ class Reporter:
                     if ident is None and (self.source is not None or self.rank is not None or self._cfg_frag):
                         # a new connection: maybe a new agent, that has to learn who we are
                         src, ident = self.source, self._ident()
-                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums)
+                        data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums,
+                                            parts, mem)
                 _send(sock, data, may_wait)
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 stale, self._sock = self._sock, None
@@ -593,7 +622,8 @@ class Reporter:
                 self._count_drop(n, type(e).__name__, messages=1)
                 self._maybe_resolve()
             except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
-                if isinstance(e, BlockingIOError) and not may_wait and self._requeue(phases, steps, sums, n_sums):
+                if isinstance(e, BlockingIOError) and not may_wait and self._requeue(phases, steps, sums, n_sums,
+                                                                                     parts, mem):
                     return   # the training loop's own flush never waits: the flush thread retries, waiting
                 self._count_drop(n, type(e).__name__, messages=1)
             else:
@@ -634,12 +664,17 @@ class Reporter:
             self._ask_torch = False
             self._src_due = True  # say it in the next datagram
 
-    def _requeue(self, phases: list, steps: list, sums: list = (), n_sums: int = 0) -> bool:
+    def _requeue(self, phases: list, steps: list, sums: list = (), n_sums: int = 0, parts=None, mem=None) -> bool:
         """Put records the agent's full queue refused back in front of the buffer, for the flush thread to
         send (it may wait for room); False (the caller drops them) where the buffer would exceed two batches."""
         with self._lock:
             if len(phases) + len(steps) + 3 * len(sums) + self._items() > 2 * self._max_items:
                 return False
+            if parts is not None:   # they go with their steps' compute
+                p = self._parts
+                self._parts = parts if p is None else [x + y for x, y in zip(parts, p)]
+            if mem is not None and self._mem is None:
+                self._mem = mem
             self._phases = phases + self._phases
             self._steps = steps + self._steps
             self._sums = list(sums) + self._sums
@@ -818,7 +853,7 @@ def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> byte
 
 
 def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None, ident: str = None,
-                 sums=None) -> bytes:
+                 sums=None, parts=None, mem=None) -> bytes:
     """The datagram from the reporter's flat buffers, with one %-format per list (no object per record):
     version 1 without sum records (any agent takes it), VERSION with them."""
     n_ph = len(phases) // 3
@@ -834,6 +869,10 @@ def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: st
         out.append(',"cvd":' + _json_str(cvd))
     if dropped:
         out.append(',"dropped":%d' % dropped)
+    if parts is not None:
+        out.append(',"parts":[%d,%d,%d,%d]' % tuple(parts))
+    if mem is not None:
+        out.append(',"mem":[%d,%d,%d]' % tuple(mem))
     if src is not None:
         out.append(',"src":' + _json_str(src))
     if ident is not None:
@@ -874,6 +913,7 @@ def _reinit_ref(ref) -> None:
         rep._flush_lock = threading.Lock()
         rep._phases, rep._steps = [], []
         rep._held, rep._sums, rep._sum_records, rep._win, rep._held_sent = [], [], 0, None, False  # the parent's
+        rep._parts = rep._mem = None
         rep._step_start = rep._open_start = None
         rep._sock = None
         rep._wake = threading.Event()

@@ -49,7 +49,7 @@ from typing import Callable, Deque, Dict, FrozenSet, List, Mapping, Optional, Tu
 from ..gpu.procinfo import user_name
 from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
-from . import attribution, cause, jobconfig, ranks
+from . import attribution, cause, jobconfig, parts, ranks
 from .protocol import (ACCEPTED, FAST_EDGE_NS, MIN_STEP_NS, NO_IDENTITY, PHASES, RESOLUTION_NS, RESULTS, STEP_BUCKETS,
                        STEPS_ONLY_SOURCES, Identity, Limits,
                        Message, Rejected, Window, decode, identity_of)
@@ -72,6 +72,7 @@ MAX_WAITS = 1024                # data_wait intervals per job waiting for the /p
 WAIT_COVER_NS = 2 * 10**9       # ... at most this long after they ended
 DATA_WAIT = 0                   # PHASES.index("data_wait")
 COMPILE = PHASES.index("compile")
+COMPUTE = 1                     # PHASES.index("compute")
 RING_SLOTS = 30
 MAX_PIDS = 64
 MAX_UNTRACKED = 4 * MAX_PIDS    # ranks beyond MAX_PIDS whose steps are kept out of the job's global steps
@@ -251,6 +252,7 @@ class JobView:
     pod: str = ""                              # its pod's name (or uid where not named; '' outside pods)
     scaling_efficiency: Optional[float] = None  # share of step time not in communication (_scaling_efficiency)
     config: Tuple[Tuple[str, str], ...] = ()   # what it is configured with (agent.phases.jobconfig)
+    inside: Optional[parts.InsideView] = None  # its step's parts and processes' device memory (phases.parts)
 
     @property
     def source(self) -> str:
@@ -299,7 +301,7 @@ class _Job:
                  "samples", "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "cover", "waits", "wait_problem",
                  "source",
                  "ranks", "rank_steps", "world", "untracked", "shed", "start_time", "ended_ns", "namespace",
-                 "pod", "configs")
+                 "pod", "configs", "inside")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -331,6 +333,7 @@ class _Job:
         self.ended_ns = 0                         # when its run ended (JobTable._end_runs); 0 while live
         self.namespace = self.pod = ""            # its pod (phases.pods), '' outside pods
         self.configs = jobconfig.JobConfigs()     # what its processes are configured with (issue 45)
+        self.inside = parts.Inside()              # its step's parts and device memory (agent.phases.parts)
 
 
 class JobTable:
@@ -636,6 +639,7 @@ class JobTable:
         rec = self.recorded
         waited = False
         phase_s = job.phase_s
+        compute0 = phase_s[COMPUTE]
         # records ending in the current ring slot (nearly all of them) skip ring.slot()
         width = ring.width
         cur = now // width
@@ -737,6 +741,8 @@ class JobTable:
             self.probe.track(pid, uid, now)
         if ident.src is not None:
             job.source = ident.src
+        if (msg.parts is not None or msg.mem is not None) and known:
+            job.inside.apply(pid, msg.parts, msg.mem, phase_s[COMPUTE] - compute0)
         return ACCEPTED
 
     def _apply_sums(self, job: _Job, sums, pid: int, covers, gpus, rk: Optional[_Rank], now: int, cur_slot,
@@ -1029,6 +1035,7 @@ class JobTable:
                 for pid in [p for p, r in job.ranks.items() if now_ns - r.last_ns >= self.expiry_ns]:
                     del job.ranks[pid]
                     self.rank_pids.discard(pid)
+                    job.inside.forget(pid)
 
     def _rank_evidence(self, job: _Job, rk: _Rank, now_ns: int) -> Evidence:
         """One rank's evidence over the window: its phase times and input waits (no GPU figures: those
@@ -1194,6 +1201,8 @@ class JobTable:
             pod=job.pod,
             scaling_efficiency=efficiency,
             config=job_ev.config,
+            inside=job.inside.view(job.phase_s[COMPUTE], {pid: rk.rank for pid, rk in job.ranks.items()},
+                                   {pid: rk.phase_s[COMPUTE] for pid, rk in job.ranks.items()}),
         )
 
 

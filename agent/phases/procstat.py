@@ -63,6 +63,7 @@ _RETRACK_NS = 10**8    # a sender's last_ns (for IDLE_S) is refreshed at most th
 IDLE_S = 30.0          # a pid whose job sent no data_wait this long is no longer sampled
 MAX_DESCENDANTS = 256  # descendants of one sender whose CPU and reads count with its own
 DESCENDANTS_EVERY_NS = 10**9   # how often a sender's descendants are looked up again
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 class ProcSample(NamedTuple):
@@ -113,6 +114,20 @@ class ProcReader:
             raise Gone(f"pid {pid} exited (no {path})") from None
         except (OSError, ValueError) as e:   # ParseError is a ValueError: it names the file and the field
             raise Gone(f"cannot read {path}: {e}") from None
+
+    def resident(self, pid: int) -> int:
+        """Resident memory of the process, bytes (``/proc/<pid>/statm``'s second field, in pages: what ``ps``
+        shows as RSS); Gone when it exited or the file is not what the kernel writes."""
+        path = self._p(pid, "statm")
+        try:
+            fields = read_text(path, limit=4096).split()
+            return int(fields[1]) * PAGE_SIZE
+        except FileNotFoundError:
+            raise Gone(f"pid {pid} exited (no {path})") from None
+        except OSError as e:
+            raise Gone(f"cannot read {path}: {e.strerror or e}") from None
+        except (IndexError, ValueError):   # ParseError (empty) is a ValueError
+            raise Gone(f"{path} is not a statm line") from None
 
     def _stat(self, pid: int) -> List[str]:
         path = self._p(pid, "stat")

@@ -38,6 +38,13 @@ RESOLUTION_NS = 10_000_000
 # The step histogram's bucket bounds (seconds): teye_job_step_seconds, and the buckets a sum window counts.
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
+# The parts of a step's compute (issue 45): the optional "parts" of a message, [ns, ...] in this order, the
+# time of each inside the compute of the message's steps (their sum never above it); the agent's "other" part is
+# the rest of the compute (agent.phases.parts).  The optional "mem": the sender's device memory at its last step,
+# [allocated, reserved, peak allocated during the step] bytes (CUDA's caching allocator; docs/phases.md).
+PARTS = ("forward", "backward", "optimizer", "h2d_copy")
+MAX_MEMORY_BYTES = 1 << 56  # 64 PiB: more is not a GPU's
+
 # Documented phase names; anything else is counted as "other".
 PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "compile", "other")
 _PHASE_SET = frozenset(PHASES)
@@ -164,6 +171,8 @@ class Message(NamedTuple):
     cvd: Tuple[str, ...] = ()                    # CUDA_VISIBLE_DEVICES entries, as sent
     dropped: int = 0                             # client-side cumulative dropped records
     sums: Tuple["Window", ...] = ()              # version 2: windows of fast steps, summed by the client
+    parts: Optional[Tuple[int, ...]] = None      # ns of PARTS inside the compute of the message's steps
+    mem: Optional[Tuple[int, int, int]] = None   # device memory at its last step: allocated, reserved, peak bytes
 
 
 class Window(NamedTuple):
@@ -334,7 +343,21 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
         if world is not None and not rank < world <= MAX_RANK:
             raise Rejected("bad_value", f"'world' {world} must exceed 'rank' {rank} (at most {MAX_RANK})")
 
-    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped, sums))
+    parts = obj.get("parts")
+    if parts is not None:
+        if type(parts) is not list or len(parts) != len(PARTS) or not all(_is_int(x) for x in parts):
+            raise Rejected("wrong_type", f"'parts' must be [{', '.join(PARTS)}] integer ns")
+        if not all(0 <= x <= MAX_NS for x in parts):
+            raise Rejected("bad_value", "'parts': ns must be within 0..2^63-1")
+        parts = tuple(parts)
+    mem = obj.get("mem")
+    if mem is not None:
+        if type(mem) is not list or len(mem) != 3 or not all(_is_int(x) for x in mem):
+            raise Rejected("wrong_type", "'mem' must be [allocated, reserved, peak] integer bytes")
+        if not all(0 <= x <= MAX_MEMORY_BYTES for x in mem):
+            raise Rejected("bad_value", f"'mem': bytes must be within 0..{MAX_MEMORY_BYTES}")
+        mem = tuple(mem)
+    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped, sums, parts, mem))
 
 
 _N_BUCKETS = len(STEP_BUCKETS) + 1
@@ -410,7 +433,7 @@ def _possible(what: str, span: int, steps: int, samples: int, step_ns: int, hist
 
 
 def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None, world=None, sums=None,
-           v: int = None) -> bytes:
+           v: int = None, parts=None, mem=None) -> bytes:
     """The datagram for a message (used by tests and the reference client's docs): version 2 with ``sums``
     (Window tuples or lists), else version 1."""
     obj = {"v": v or (2 if sums else 1), "job": job, "phases": [list(p) for p in phases],
@@ -425,6 +448,10 @@ def encode(job: str, phases=(), steps=(), cvd=None, dropped: int = 0, rank=None,
         obj["rank"] = rank
     if world is not None:
         obj["world"] = world
+    if parts is not None:
+        obj["parts"] = list(parts)
+    if mem is not None:
+        obj["mem"] = list(mem)
     return json.dumps(obj, separators=(",", ":")).encode()
 
 

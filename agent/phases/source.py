@@ -6,6 +6,7 @@ sampler, credits GPU idle time to the intervals whose driver samples have arrive
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
 from . import jobconfig
 from .advice import points as advice_points
 from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
+from .memory import KINDS as MEMORY_KINDS, JobMemory, MemoryWatch
+from .parts import EXPORTED as PART_NAMES
 from .pods import PodResolver
 from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
@@ -119,6 +122,29 @@ SHED = metric("teye_job_shed_messages_total", COUNTER,
               "Datagrams of the job the agent discarded unread: the receiver's rate budget "
               "(phases.max_messages_per_second) was spent and the sending process or uid was over its share, "
               "so other jobs keep theirs.", ["train_job"])
+STEP_PARTS = metric("teye_job_step_part_seconds_total", COUNTER,
+                    "Seconds of the job's compute in each part of its steps (forward, backward, optimizer, "
+                    "h2d_copy, other), as its zero-code PyTorch client times them (the device's time where CUDA is "
+                    "in use, else the host's; the exposed gradient exchange is communication, not backward); other "
+                    "is the rest of compute, so the parts add up to teye_job_phase_seconds_total{phase=\"compute\"}. "
+                    "Absent for jobs whose client sends no parts (docs/phases.md).", ["train_job", "part"])
+RANK_STEP_PARTS = metric("teye_job_rank_step_part_seconds_total", COUNTER,
+                         "Seconds of each rank's compute in each part of its steps, as teye_job_step_part_seconds_total; "
+                         "they add up to the rank's teye_job_rank_phase_seconds_total{phase=\"compute\"}.",
+                         ["train_job", "rank", "part"])
+MEMORY = metric("teye_job_memory_bytes", GAUGE,
+                "Memory of the job's training processes on this node (the processes that send its steps, not their "
+                "DataLoader workers), summed: host_resident (RSS, /proc/<pid>/statm), and where CUDA is in use "
+                "device_allocated, device_reserved (CUDA's caching allocator at the latest step) and device_peak "
+                "(the most allocated during the latest step, reset each step; summed over ranks).",
+                ["train_job", "kind"], unit="bytes")
+RANK_MEMORY = metric("teye_job_rank_memory_bytes", GAUGE,
+                     "Memory of each rank's training process, by kind as teye_job_memory_bytes.",
+                     ["train_job", "rank", "kind"], unit="bytes")
+RANK_GPU = metric("teye_job_rank_gpu_info", GAUGE,
+                  "Always 1 per GPU a rank of the job uses on this node (gpu as teye_gpu_info's): joins "
+                  "teye_job_rank_memory_bytes to teye_gpu_memory_total_bytes (how close a rank is to running out).",
+                  ["train_job", "rank", "gpu"])
 MESSAGES = metric("teye_phase_messages_total", COUNTER,
                   "Phase datagrams received, by result: accepted, or the reason they were rejected.", ["result"])
 ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
@@ -138,6 +164,7 @@ class PhasesReading:
     pending: int
     socket_path: str = ""
     config_results: Tuple[Tuple[str, int], ...] = ()   # configurations received, by result (jobconfig)
+    memory: Tuple[JobMemory, ...] = ()   # per live job, its processes' memory (agent.phases.memory)
 
     def job(self, train_job: str) -> Optional[JobView]:
         for j in self.jobs:
@@ -194,6 +221,34 @@ class PhasesReading:
             yield point(SHED, j.shed, name)
             yield from jobconfig.points(name, j.config)
             yield from advice_points(name, j.verdict.tips)
+            yield from _inside_points(j)
+        for m in self.memory:
+            yield from _memory_points(m)
+
+
+def _inside_points(j: JobView) -> Iterator[Point]:
+    name = j.train_job
+    for r in j.ranks:
+        for gpu in r.gpus:
+            yield point(RANK_GPU, 1, name, str(r.rank), gpu)
+    ins = j.inside
+    if ins is None:
+        return
+    for part, sec in ins.part_seconds:
+        yield point(STEP_PARTS, sec, name, part)
+    for p in ins.processes:
+        if p.rank is not None and any(sec for _p, sec in p.part_seconds):
+            for part, sec in p.part_seconds:
+                yield point(RANK_STEP_PARTS, sec, name, str(p.rank), part)
+
+
+def _memory_points(m: JobMemory) -> Iterator[Point]:
+    for kind in MEMORY_KINDS:
+        yield point(MEMORY, m.total(kind), m.train_job, kind)
+    for p in m.processes:
+        if p.rank is not None:
+            for kind, v in p.values:
+                yield point(RANK_MEMORY, v, m.train_job, str(p.rank), kind)
 
 
 class PhaseSource:
@@ -208,6 +263,7 @@ class PhaseSource:
         self.probe = InputProbe(ProcReader(procfs, sysfs), interval, ctx.clock) if interval > 0 else None
         pods = PodResolver(procfs, pod_log_dir) if phases_cfg.get("pods") else None
         self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals, probe=self.probe, pods=pods)
+        self.memory = MemoryWatch(ProcReader(procfs, sysfs))
         # what host collectors (hardware counters) offer as evidence, cited when the host is the limit
         self.table.extra_evidence = lambda: ctx.host_notes
         configured = socket_path if socket_path is not None else phases_cfg["socket"]
@@ -248,8 +304,14 @@ class PhaseSource:
         now = self.ctx.clock()
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)
+        memory = self.memory.observe(views, now)
+        creeps = {m.train_job: m.creep for m in memory if m.creep is not None}
+        if creeps:   # the verdict's evidence says it (whatever the verdict: a leak kills any job)
+            views = tuple(dataclasses.replace(j, verdict=dataclasses.replace(
+                j.verdict, evidence=f"{j.verdict.evidence}; memory creeps: {creeps[j.train_job].sentence()}"))
+                if j.train_job in creeps else j for j in views)
         return PhasesReading(views, results, attributed, pending, self.path,
-                             tuple(self.table.config_results.items()))
+                             config_results=tuple(self.table.config_results.items()), memory=memory)
 
     def close(self) -> None:
         self.receiver.close()

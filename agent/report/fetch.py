@@ -76,6 +76,7 @@ class Fetched:
     jinfo_by: Dict[str, list] = field(default_factory=dict)                 # tj -> [(inst, pts)]
     rank_by: Dict[Tuple[str, str], list] = field(default_factory=dict)      # (inst, tj) -> [(metric, rank, phase, pts)]
     starts: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)         # (inst, tj)
+    memory: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = field(default_factory=dict)    # (inst, tj, kind)
     start_changes: Dict[Tuple[str, str], List[Tuple[float, float]]] = field(default_factory=dict)  # (inst, tj)
 
     def index(self) -> None:
@@ -191,13 +192,16 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
                 "|step_seconds_sum|step_seconds_count|processes|rank_phase_seconds_total|rank_step_seconds_total" \
-                "|rank_steps_total|start_time_seconds|running|last_message_age_seconds)"
+                "|rank_steps_total|start_time_seconds|running|last_message_age_seconds|memory_bytes)"
     # the run's start time (one value per run, docs/report.md "Runs") and how often it changed over the whole
     # range, sample by sample (evaluated once: @ end()): more changes than the grid shows are runs too short for
     # the grid.  In the same query: the number of queries stays fixed
     for m, pts in rng(f'{{__name__=~"{job_names}",{n}}} or label_replace(changes({START_METRIC}{{{n}}}'
                       f'[{_dur(t1 - t0 + step)}] @ end()), "__name__", "{START_CHANGES}", "", "")'):
-        if m.get("__name__") == START_METRIC:
+        if m.get("__name__") == "teye_job_memory_bytes":   # (issue 45) the creep: agent/report/figures.py
+            if m.get("kind") != "device_peak":
+                f.memory[_key(m, "instance", "train_job", "kind")] = pts
+        elif m.get("__name__") == START_METRIC:
             f.starts[_key(m, "instance", "train_job")] = pts
         elif m.get("__name__") == START_CHANGES:
             f.start_changes[_key(m, "instance", "train_job")] = pts

@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Dict, List, Optional, Tuple
 
 from ..phases import definitions
+from ..phases.memory import KINDS as MEMORY_KINDS, MemoryWatch
 from ..phases.protocol import SOURCES
 from ..phases.verdict import CAUSES, KINDS
 from . import series as S
@@ -197,8 +198,33 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         "per_node": [per_node[i] for i in sorted(per_node)],
         # when the reported run began on each node (teye_job_start_time_seconds); null from an older agent
         "run_start": {i: (round(sp.run.start, 3) if sp.run else None) for i, sp in sorted(spans.items())},
+        # their memory that crept over the run's last 30 minutes, in words (issue 45); null: none did
+        "memory_creep": _memory_creep(f, name, spans),
         "_resets": resets,
     }
+
+
+def _memory_creep(f: Fetched, name: str, spans: Dict[str, Span]) -> Optional[str]:
+    """The memory creep of the job's processes on one of its nodes over the last 30 minutes of its run there, by
+    the agent's criterion (agent/phases/memory.py, the TeyeJobMemoryCreep rule's), in words; None where none
+    creeps (or the run is shorter than the window)."""
+    worst = None
+    judge = MemoryWatch(None).judge
+    for inst, sp in sorted(spans.items()):
+        steps = dict(sp.cut([p for metric, _ph, _g, _le, pts in f.job_by.get((inst, name), [])
+                             if metric == "teye_job_steps_total" for p in pts]))
+        for kind in MEMORY_KINDS:
+            pts = [(t, v) for t, v in S.window(sp.cut(f.memory.get((inst, name, kind), [])), sp.a, sp.b)]
+            if not pts:
+                continue
+            samples = [(int(t * 1e9), int(steps.get(t, 0)), {kind: v}) for t, v in pts]
+            c = judge(samples)
+            if c is not None and (worst is None or c.grew_bytes > worst[1].grew_bytes):
+                worst = (inst, c)
+    if worst is None:
+        return None
+    inst, c = worst
+    return c.sentence(who=f"on {inst}, its processes'")
 
 
 def _mean_step(total: _Acc, count: _Acc) -> Optional[float]:

@@ -39,6 +39,10 @@ def _notes(job: dict, req: Request) -> List[str]:
         notes.append(f"Memory requested far above use: peak {mem['peak_bytes'] / 2**30:.1f} GiB of "
                      f"{mem['requested_bytes'] / 2**30:.1f} GiB requested; ask for less so more jobs fit."
                      + (whole if mem.get("source") == "node" else ""))
+    creeps = [tj["memory_creep"] for tj in job.get("train_job_details") or () if tj.get("memory_creep")]
+    if creeps:
+        notes.append("Memory creeps (the job will run out of it; look for a reference kept across steps): "
+                     + "; ".join(creeps) + ".")
     if job.get("verdict"):
         kind = job["verdict"]
         # the advice in the job's own framework (verdict.recommendation), as `teye profile` gives it, from what

@@ -45,6 +45,21 @@ MUTANTS = {
     "trace_collective_children_are_compute.patch": (
         ["tests/trace/test_summary.py::test_exposed_and_overlapped_communication_on_the_host"]),
     "trace_self_time_keeps_children.patch": ["tests/trace/test_summary.py::test_top_ops_by_self_time"],
+    # issue 45: the step's parts and memory creep
+    "parts_spans_counted_twice.patch": (
+        ["tests/client/test_parts_device.py::test_host_parts_are_their_intervals_inside_compute_never_counted_twice"]),
+    "parts_device_read_before_passed.patch": (
+        ["tests/client/test_parts_device.py::"
+         "test_pairs_are_read_once_the_device_passed_them_in_stream_order_without_synchronising"]),
+    "parts_device_not_capped.patch": (
+        ["tests/client/test_parts_device.py::test_device_parts_are_capped_at_the_steps_compute_and_the_rest_carried"]),
+    "parts_above_compute_taken.patch": (
+        ["tests/phases/test_parts.py::"
+         "test_parts_above_the_compute_they_came_with_are_not_taken_and_other_never_goes_down"]),
+    "creep_one_time_jump.patch": (
+        ["tests/phases/test_parts.py::test_creep_warm_up_a_cache_a_sawtooth_slow_growth_and_noise_are_not"]),
+    "creep_fall_back_allowed.patch": (
+        ["tests/phases/test_parts.py::test_creep_warm_up_a_cache_a_sawtooth_slow_growth_and_noise_are_not"]),
     # issue 39: a step function's compiling call is compile, between steps and in no share
     # torch.compile's compilations (torch._dynamo.callback) are compile inside the steps, on the stepping thread
     "torch_compile_is_communication.patch": (
