@@ -89,7 +89,7 @@ def test_a_thousand_different_configurations_make_one_series_per_key():
                "autocast.dtype": jobconfig.DTYPES[k % 7], "loader.pin_memory": k % 2 == 0}
         assert t.handle(with_cfg("j", cfg, k=k, rank=k % 2), 100 + k % 2, 0, NOW) == "accepted"
     views, results, attributed, pending = t.views(NOW)
-    reading = PhasesReading(views, results, attributed, pending, "", tuple(t.config_results.items()))
+    reading = PhasesReading(views, results, attributed, pending, "", config_results=tuple(t.config_results.items()))
     reg = CollectorRegistry()
     reg.register(type("C", (), {"collect": lambda self: families(reading.points())})())
     text = generate_latest(reg).decode()

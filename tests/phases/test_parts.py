@@ -126,7 +126,7 @@ def test_resident_memory_from_statm_and_device_memory_from_the_client(tmp_path):
     from prometheus_client import generate_latest
     from tests.conftest import parse_exposition
     from tests.phases.test_jobs import _Src
-    sampler = Sampler({"phases": (_Src(PhasesReading(views, (), (), 0, "", mem)), 1.0)})
+    sampler = Sampler({"phases": (_Src(PhasesReading(views, (), (), 0, "", memory=mem)), 1.0)})
     sampler.read_once("phases")
     m = parse_exposition(generate_latest(make_registry(lambda: sampler.snapshot)).decode())
     assert _get(m, "teye_job_rank_memory_bytes", train_job="j", rank="1", kind="host_resident") == 3000 * PAGE_SIZE
