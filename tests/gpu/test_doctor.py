@@ -69,16 +69,17 @@ def test_doctor_report_with_gpus_and_fixture_trees(tmp_path):
     assert lines[6].startswith("perf events: not available")
     assert lines[7].startswith("permissions: nvidia0 -rw-rw-rw- ")
     assert "nvidia1 ---------- " in lines[7] and lines[7].count("NOT read/writable") in (0, 1)
-    assert [line.split(":")[0] for line in lines[8:12]] == [  # then one line per hardware-counter group
+    assert lines[8] == "host root: / (the agent's own root: pass --path.rootfs where the host's / is mounted elsewhere)"
+    assert [line.split(":")[0] for line in lines[9:13]] == [  # then one line per hardware-counter group
         "pmu core cycles/instructions", "pmu floating point", "pmu memory bandwidth", "pmu PCIe bandwidth"]
-    assert all("not supported: no hardware PMU" in line for line in lines[8:12])
-    assert lines[12].startswith("jobs (cgroups): cgroup v2 (unified) at ")   # then the job cgroups found
-    assert lines[13].startswith("jobs (cgroups): 2 pods under kubepods.slice (systemd driver)")
-    assert lines[14].startswith("jobs (cgroups): job(s) deadbeef-3333-4444-5555-666677778888: cpuset.cpus.effective")
-    assert lines[15].startswith("gpu allocation (Slurm): /run/teye/gpu-jobs does not exist")
-    assert lines[16].startswith("gpu allocation (Kubernetes): off: ")   # no kubelet here (or no grpcio)
-    assert lines[17] == "phase path: Python, protocol versions 1, 2 (clients sum steps shorter than 10 ms)"
-    assert len(lines) == 18  # one line each
+    assert all("not supported: no hardware PMU" in line for line in lines[9:13])
+    assert lines[13].startswith("jobs (cgroups): cgroup v2 (unified) at ")   # then the job cgroups found
+    assert lines[14].startswith("jobs (cgroups): 2 pods under kubepods.slice (systemd driver)")
+    assert lines[15].startswith("jobs (cgroups): job(s) deadbeef-3333-4444-5555-666677778888: cpuset.cpus.effective")
+    assert lines[16].startswith("gpu allocation (Slurm): /run/teye/gpu-jobs does not exist")
+    assert lines[17].startswith("gpu allocation (Kubernetes): off: ")   # no kubelet here (or no grpcio)
+    assert lines[18] == "phase path: Python, protocol versions 1, 2 (clients sum steps shorter than 10 ms)"
+    assert len(lines) == 19  # one line each
     fake.gpus[2].lost = False
     lines = report(cfg, loader=lambda: fake, dev_root=str(dev), euid=1000)
     assert "MIG on (2 instances: 2/1, 2/5)" in lines[3]
