@@ -112,6 +112,7 @@ class Counts:
         return Reading((point(T_TEMP, self.n, "0"),))
 
 
+@pytest.mark.measures("a timed assertion: a scrape's time beside a hung source")
 def test_hung_source_never_hangs_a_scrape_and_others_keep_sampling():
     hang, counts = Hangs(), Counts()
     sampler = Sampler({"hangs": (hang, 0.05), "counts": (counts, 0.05)})

@@ -121,6 +121,7 @@ LOOP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.measures("the input share against the loop's own perf_counter")
 def test_agent_and_prometheus_see_a_reporting_loop(agent, prom):
     env = {**os.environ, "PYTHONPATH": REPO, "TEYE_PHASE_SOCKET": agent.sock}
     walls = {}
@@ -151,6 +152,7 @@ def train_ready():
 TRACE_8GPU = os.path.join(REPO, "tests", "data", "gpu", "synthetic-8gpu.jsonl")
 
 
+@pytest.mark.measures("idle seconds per phase against the loop's own perf_counter")
 def test_gpu_replay_idle_time_per_phase(tmp_path):
     """`teye agent --gpu-replay` with the synthetic 8-GPU trace: GPU 5 is 90 % busy in 10 ms slices the
     whole time, GPU 6 idle after 3.5 s.  Two loops select them with CUDA_VISIBLE_DEVICES; the agent
