@@ -31,7 +31,7 @@ from typing import Dict, Iterable, List, Optional, Set
 import pytest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-ROOT = [os.path.dirname(TESTS)]   # the run's rootdir (pytest_configure): the code read for signs lies under it
+ROOT = [TESTS]   # where the code read for signs lies (pytest_configure)
 
 # code that measures: a clock of CPU or wall time read as an oracle, the rusage of a process, a busy loop
 CODE_SIGNS = re.compile(
@@ -51,11 +51,17 @@ NOT_MEASURING_HELP = ("not_measuring(why): the test shows a sign of measuring (t
 
 
 def _under_tests(path: Optional[str]) -> bool:
-    """Code of the project's tests (under the rootdir, not in a virtual environment's packages)."""
+    """Code of the project's tests (under ROOT, not in a virtual environment's packages)."""
     if not path:
         return False
     p = os.path.abspath(path)
     return p.startswith(ROOT[0] + os.sep) and "site-packages" not in p and os.sep + ".venv" + os.sep not in p
+
+
+def _rel(path: str) -> str:
+    """A path as the run names it (tests/client/torch_job.py; in a small tree, from its root)."""
+    base = os.path.dirname(ROOT[0]) if os.path.basename(ROOT[0]) == "tests" else ROOT[0]
+    return os.path.relpath(path, base)
 
 
 def _file_of(obj) -> Optional[str]:
@@ -138,7 +144,7 @@ class _Reader:
         if key in self.cache:
             return self.cache[key]
         self.cache[key] = []   # (recursion)
-        name = f"{os.path.relpath(path, ROOT[0])}::{getattr(obj, '__qualname__', obj)}"
+        name = f"{_rel(path)}::{getattr(obj, '__qualname__', obj)}"
         try:
             src = inspect.getsource(obj)
         except (OSError, TypeError):
@@ -170,7 +176,7 @@ class _Reader:
 
     def string(self, s: str, here: str, name: str) -> List[str]:
         if s.endswith(".py") and "\n" not in s and len(s) < 300:
-            for p in (s, os.path.join(here, s), os.path.join(ROOT[0], s), os.path.join(ROOT[0], "tests", s)):
+            for p in (s, os.path.join(here, s), os.path.join(ROOT[0], s)):
                 if os.path.isfile(p) and _under_tests(p):
                     return self.script(os.path.abspath(p))
             return []
@@ -185,14 +191,14 @@ class _Reader:
         self.files[path] = []
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
-        rel = os.path.relpath(path, ROOT[0])
+        rel = _rel(path)
         m = CODE_SIGNS.search(text) or SCRIPT_SIGNS.search(text)
         out = [f"{m.group(0)!r} in {rel}"] if m else []
         here = os.path.dirname(path)
         for mod in LOCAL_IMPORT.finditer(text):   # the script's own helpers beside it (own_clock.py, ddp_clock.py)
             dotted = mod.group(1) or mod.group(2)
             for cand in (os.path.join(here, dotted.split(".")[-1] + ".py"),
-                         os.path.join(ROOT[0], dotted.replace(".", os.sep) + ".py")):
+                         os.path.join(os.path.dirname(ROOT[0]), dotted.replace(".", os.sep) + ".py")):
                 if os.path.isfile(cand) and _under_tests(cand) and not out:
                     out += self.script(cand)
         self.files[path] = out
@@ -223,7 +229,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", MEASURES_HELP)
     config.addinivalue_line("markers", NOT_MEASURING_HELP)
     config.stash[_STATE] = _State()
-    ROOT[0] = str(config.rootpath)
+    # the tests' own code (their folder; a small tree of a test's own: its root), never the code under test
+    ROOT[0] = str(config.rootpath / "tests") if (config.rootpath / "tests").is_dir() else str(config.rootpath)
 
 
 class _State:

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import pytest
 from prometheus_client import generate_latest
 
 from agent.errors import ParseError

@@ -5,6 +5,7 @@ import os
 import resource
 from types import MappingProxyType
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 

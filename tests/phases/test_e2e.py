@@ -203,6 +203,7 @@ def _train(agent, pipeline, job, *extra, io_latency_ms="20"):
     return _wait_job(agent, job, 30)
 
 
+@pytest.mark.measures("the input-bound share of a loop that waits (at least 0.5)")
 @pytest.mark.tf
 def test_naive_pipeline_is_input_bound(train_ready, agent, prom):
     # 32 serial reads of 5 ms a step (160 ms) against ~15 ms of compute: ~90 % input wait, the verdict's
@@ -214,6 +215,7 @@ def test_naive_pipeline_is_input_bound(train_ready, agent, prom):
     _prometheus_agrees(prom, agent, "e2e-naive", "input")
 
 
+@pytest.mark.measures("the input-bound share of a loop that hardly waits (under 0.2)")
 @pytest.mark.tf
 def test_tfdata_pipeline_is_not_input_bound(train_ready, agent, tmp_path):
     # 64 reads of 20 ms in flight supply 3,200 samples/s, twice what simple_cnn consumes on a 2-core CPU
