@@ -8,13 +8,14 @@
 #     one process, with nothing of the suite beside them.
 # The arguments go to both passes as given (./dev.sh test tests/x.py::y runs y in the pass of its kind).  A pass
 # in which none of the selected tests is of its kind exits 5; only both doing so is "no tests".  Each pass
-# prints its 25 slowest tests.  TEYE_TEST_WORKERS=1: the first pass in one process too.
+# prints its 25 slowest tests.  A worker that dies is replaced twice, then the run stops (and fails).
+# TEYE_TEST_WORKERS=1: the first pass in one process too.
 set -uo pipefail
 py=$1
 shift
 workers=${TEYE_TEST_WORKERS:-2}
 par=()
-if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadfile --no-loadscope-reorder); fi
+if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadfile --no-loadscope-reorder --max-worker-restart 2); fi
 t0=$SECONDS
 "$py" -m pytest --durations=25 --teye-pass=parallel ${par[@]+"${par[@]}"} "$@"
 rc1=$?

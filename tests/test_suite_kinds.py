@@ -224,7 +224,8 @@ OTHER = "def test_elsewhere():\n    pass\n"
 def test_a_worker_that_dies_fails_the_run_with_its_name(tmp_path, when):
     tree = _tree(tmp_path, {"test_dying.py": DYING, "test_other.py": OTHER})
     env = {**_env(), "TEYE_DIE": when}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-rA"], cwd=tree, env=env,
+    run = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile",
+                          "--max-worker-restart", "1", "-rA"], cwd=tree, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout[-3000:]
     assert re.search(r"teye: worker gw\d died", run.stdout), run.stdout[-3000:]
