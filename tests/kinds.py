@@ -284,9 +284,9 @@ def pytest_collection_modifyitems(session, config, items):
         order = list(groups)
         rng.shuffle(order)
         items[:] = [it for mod in order for it in rng.sample(groups[mod], len(groups[mod]))]
-    elif which == "parallel":
+    if which == "parallel":   # (shuffled too: a shuffled run's parallel pass ended on the mutants, 15 min alone)
         rank = {m: i for i, m in enumerate(SLOW_FIRST)}
-        items.sort(key=lambda it: rank.get(_module(it), len(rank)))   # (stable: the rest in collection order)
+        items.sort(key=lambda it: rank.get(_module(it), len(rank)))   # (stable: the rest in their order)
 
 
 def pytest_report_header(config):
