@@ -89,7 +89,9 @@ def _tree(tmp_path, files):
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": REPO, "PYTHONDONTWRITEBYTECODE": "1"}
+    """This process's environment without what xdist and pytest set in a worker (the trees' runs are their own)."""
+    own = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    return {**own, "PYTHONPATH": REPO, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _pytest(tree, *args, timeout=300):

@@ -161,6 +161,7 @@ def test_a_momentarily_full_queue_loses_nothing_and_never_blocks_the_loop(sockdi
         other.close()
 
 
+@pytest.mark.measures("phase seconds against the loop's sleeps (a loaded run read 0.057 s for 0.03 s)")
 def test_round_trip_through_the_agent(sockdir):
     path = os.path.join(sockdir, "p.sock")
     src = PhaseSource(phases_cfg(), AgentContext(), socket_path=path)

@@ -246,6 +246,7 @@ RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.measures("a run's share against the loop's sleeps (a loaded run read 0.57 for 0.25)")
 def test_two_runs_of_one_job_name_20s_apart_are_two_runs(short_keep_agent):
     """A job name reused 20 s after all its processes exited (issue 29, item 5; here 4 s against a 6 s keep,
     the defaults' 20:30 scaled down): the new processes start a new run (its pid, its processes, its samples,
