@@ -7,6 +7,9 @@ from typing import Dict, Tuple
 
 import pytest
 
+# the suite's kinds of test (measures: the serial pass), its passes, the shuffle and the workers' checks
+pytest_plugins = ["tests.kinds"]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
 NODE_EXPORTER = os.path.join(DATA, "node_exporter")  # copy of ../shared/fixtures/node_exporter (see SOURCE.md)

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import pytest
 from prometheus_client import generate_latest
 
 from agent.errors import ParseError
@@ -112,6 +113,7 @@ class Counts:
         return Reading((point(T_TEMP, self.n, "0"),))
 
 
+@pytest.mark.measures("a timed assertion: a scrape's time beside a hung source")
 def test_hung_source_never_hangs_a_scrape_and_others_keep_sampling():
     hang, counts = Hangs(), Counts()
     sampler = Sampler({"hangs": (hang, 0.05), "counts": (counts, 0.05)})

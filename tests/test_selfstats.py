@@ -5,6 +5,7 @@ import os
 import resource
 from types import MappingProxyType
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
@@ -74,6 +75,7 @@ def test_headers_are_client_pythons_own(tmp_path):
     assert [f"# HELP {n} {h}" for n, _, h in PROCESS_FAMILIES] == [l for l in want if l.startswith("# HELP")]
 
 
+@pytest.mark.measures("the process's CPU seconds against os.times()")
 def test_live_process_values_match_the_kernels():
     v = parse_exposition(render(make_registry(empty_snapshot, extra=ProcessStats().state))[0].decode())
     with open("/proc/self/statm") as fh:

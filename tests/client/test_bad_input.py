@@ -34,6 +34,7 @@ def _both(args, agent, job):
     return out
 
 
+@pytest.mark.measures("teye's phase seconds and shares against the job's own perf_counter (torch_bad.py)")
 @pytest.mark.parametrize("mode, status", [("dies", 3), ("threads", 0), ("orphans", 0)])
 def test_bad_input_never_changes_the_job_and_the_figures_stay_right(agent, mode, status):
     job = f"bad-{mode}"

@@ -106,6 +106,7 @@ def steps_done(lines):
     return {k: sum("step" in o for o in v) for k, v in lines.items()}
 
 
+@pytest.mark.measures("teye's exchange against the ranks' own clock (torch_ddp_bad.py)")
 @pytest.mark.parametrize("mode", ["fp16hook", "pyhook", "nosync", "unused+static", "twice", "mixed"])
 def test_a_job_that_trains_keeps_its_losses_and_teyes_exchange_stays_under_its_own_clock(sockdir, mode):
     """(a) a communication hook, PyTorch's fp16 compression or the script's own Python one (its async
@@ -124,6 +125,8 @@ def test_a_job_that_trains_keeps_its_losses_and_teyes_exchange_stays_under_its_o
     assert [x.steps for x in j.ranks] == [12, 12] and j.steps == 12
 
 
+@pytest.mark.measures(
+    "the job's time under teye against its time alone (5 s), the exchange against the ranks' own clock")
 def test_a_rank_that_dies_mid_exchange_ends_the_job_as_without_teye_and_no_held_step_is_lost(sockdir):
     """(f) Rank 1 ends with os._exit(3) at step 5, before its backward; rank 0 fails in DDP's exchange
     (gloo: connection closed by peer) and raises it: the same lines, errors and torchrun status (1) with
@@ -140,6 +143,7 @@ def test_a_rank_that_dies_mid_exchange_ends_the_job_as_without_teye_and_no_held_
     assert all(comm[k] <= truth[k] + 0.05 for k in truth), (comm, truth)
 
 
+@pytest.mark.measures("the job's time under teye against its time alone (5 s)")
 def test_a_process_group_timeout_ends_the_job_as_without_teye(sockdir):
     """(h) A 3 s process-group timeout; rank 1 sleeps 30 s at step 3: rank 0's exchange times out (gloo)
     and it raises; torchrun then stops rank 1 with SIGTERM.  Same lines, errors, status with teye and
@@ -157,6 +161,7 @@ def test_a_process_group_timeout_ends_the_job_as_without_teye(sockdir):
     assert got == {0: 3, 1: 2}
 
 
+@pytest.mark.not_measuring("exact counts and a zero exchange; the script's clock is not compared")
 def test_world_size_one_has_nothing_to_exchange_and_a_small_share(sockdir):
     """(i) DDP on one rank: its exchange is a local copy; nothing is timed (DDP's timers saw 2 to 17 % of its
     1 ms steps, its own bucket work, before teye left a group of one rank alone)."""

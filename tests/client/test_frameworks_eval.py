@@ -42,6 +42,7 @@ def _check(agent, job, own, steps, samples):
     return j, phases
 
 
+@pytest.mark.measures("training and evaluation seconds against the script's own perf_counter")
 def test_hugging_face_trainer_evaluation_is_apart(agent, tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
@@ -53,6 +54,7 @@ def test_hugging_face_trainer_evaluation_is_apart(agent, tmp_path):
     _check(agent, "hf", own, 40, 160)
 
 
+@pytest.mark.measures("training and evaluation seconds against the script's own perf_counter")
 @pytest.mark.parametrize("every", [0, 10])
 def test_hugging_face_stopping_mid_epoch_counts_the_batches_it_trained(agent, tmp_path, every):
     """Issue 39: max_steps ends training 3 batches before the end of the epoch; accelerate's DataLoaderShard
@@ -71,6 +73,7 @@ def test_hugging_face_stopping_mid_epoch_counts_the_batches_it_trained(agent, tm
     assert ("eval" in dict(j.phase_seconds)) == bool(every)
 
 
+@pytest.mark.measures("training and evaluation seconds against the script's own perf_counter")
 @pytest.mark.parametrize("sanity, every, evals", [(2, "10", 4), (0, "0.5", 2)])
 def test_lightning_sanity_check_and_validation_are_apart(agent, sanity, every, evals):
     """Lightning: the sanity check (2 batches; none with num_sanity_val_steps=0) and validation inside the
@@ -90,6 +93,7 @@ def test_lightning_sanity_check_and_validation_are_apart(agent, sanity, every, e
     _check(agent, job, own, 40, 160)
 
 
+@pytest.mark.measures("training and evaluation seconds against the script's own perf_counter")
 def test_lightning_with_dataloader_workers_eval_and_training_to_its_own_clock(agent):
     """Issue 39: Lightning with 2 DataLoader workers (not persistent) starts each validation's workers before
     its on_validation_start, and the training loader's after the sanity check, before on_train_start.  Its own

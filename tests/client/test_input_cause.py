@@ -10,7 +10,8 @@ import pytest
 from tests.client.helpers import HERE, last_json, teye_run
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.e2e
+
+pytestmark = [pytest.mark.e2e, pytest.mark.measures("CPU shares from /proc against the script's clocks; CPU hogs")]
 
 SCRIPT = os.path.join(HERE, "torch_cause.py")
 

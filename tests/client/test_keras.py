@@ -62,6 +62,7 @@ def _share_over(recorded, job, first, last):
     return wait / sum(e - s for s, e in steps[first:last + 1])
 
 
+@pytest.mark.measures("the input share against the TensorFlow profiler's analysis of the same batches")
 @pytest.mark.parametrize("variant, input_bound", [("slow", True), ("fast", False)])
 def test_fit_input_wait_against_the_tf_profiler(sockdir, tmp_path, bare, variant, input_bound):
     pytest.importorskip("xprof")
@@ -101,6 +102,7 @@ def test_fit_input_wait_against_the_tf_profiler(sockdir, tmp_path, bare, variant
     ("spe8", "steps_per_execution is 8"),
     ("mirrored", "a distribution strategy (MirroredStrategy)"),
 ])
+@pytest.mark.measures("the input share against the TensorFlow profiler's analysis of the same batches")
 def test_fit_bad_inputs_are_observed_or_steps_only_with_the_reason(sockdir, tmp_path, bare, variant, observed):
     agent = LiveAgent(sockdir)
     try:

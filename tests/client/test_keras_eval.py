@@ -35,6 +35,7 @@ def _same(a, b):
             assert a[k][m] == pytest.approx(b[k][m], rel=1e-6), (k, m)
 
 
+@pytest.mark.measures("evaluation and training seconds against the script's own perf_counter")
 def test_fit_validation_evaluate_and_predict_are_eval(agent, tmp_path):
     args = [str(EPOCHS * STEPS), str(STEPS)]
     bare_out = tmp_path / "bare.json"
@@ -90,6 +91,7 @@ def test_fit_validation_evaluate_and_predict_are_eval(agent, tmp_path):
 LOOP = os.path.join(HERE, "tf_eval_loop.py")
 
 
+@pytest.mark.measures("evaluation seconds and the input share against the loop's own perf_counter")
 def test_custom_tf_loop_validation_is_eval(agent):
     """A custom TensorFlow loop (tests/client/tf_eval_loop.py): eager batches from tf.data iterators, a
     tf.function applying a Keras optimizer; a probe, a validation pass every 10 steps and a final one, each over
@@ -118,6 +120,7 @@ def test_custom_tf_loop_validation_is_eval(agent):
     assert abs(j.input_bound_ratio - own["wait_share_steps"]) <= 0.03, (j.input_bound_ratio, own)
 
 
+@pytest.mark.not_measuring("exact step and sample counts; the loop's clock is not compared")
 def test_custom_tf_loop_evaluation_that_applies_the_optimizer_is_training(agent):
     """Bad input: a 'validation' step that applies the optimizer trains, by definition."""
     run = teye_run([sys.executable, LOOP, "20", "10", "optstep"], socket_path=agent.path, job="tf-opt",

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.e2e
 SCRIPT = os.path.join(HERE, "torch_loaders.py")
 
 
+@pytest.mark.measures("the input share against the script's own perf_counter around each next()")
 @pytest.mark.parametrize("mode", ["ab", "ba", "zip", "three", "alt", "cycle"])
 def test_every_loader_a_step_reads_is_training(agent, mode):
     args = [sys.executable, SCRIPT, mode, "30"]
@@ -39,6 +40,7 @@ def test_every_loader_a_step_reads_is_training(agent, mode):
     assert abs(j.input_bound_ratio - own["wait_share"]) <= 0.03, (j.input_bound_ratio, own)
 
 
+@pytest.mark.measures("evaluation seconds against the script's own perf_counter")
 def test_a_validation_pass_between_two_loader_steps_is_eval(agent):
     """Two training loaders, and every 10 steps a validation pass run to its end over an iterator the job
     still holds at the next step: that loader ended before the step, so it is evaluation (the script's own
@@ -56,6 +58,7 @@ def test_a_validation_pass_between_two_loader_steps_is_eval(agent):
     assert abs(j.input_bound_ratio - own["wait_share"]) <= 0.03, (j.input_bound_ratio, own)
 
 
+@pytest.mark.not_measuring("the job's output with teye against without; the script's clock is not compared")
 def test_several_loaders_leave_the_job_as_it_was(agent):
     args = [sys.executable, SCRIPT, "three", "6"]
     bare = plain_run(args)

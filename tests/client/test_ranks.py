@@ -45,6 +45,7 @@ def assert_same_losses_without_teye(own, nproc, steps, slow, slow_ms, mode):
         {r: o["loss"] for r, o in own.items()}
 
 
+@pytest.mark.measures("the ranks' shares against their own monotonic clock (torch_ddp_ranks.py)")
 def test_one_slow_rank_is_the_jobs_verdict_and_is_named(sockdir):
     j, own = run_ddp(sockdir, 4, 40, slow=3, slow_ms=20)
     truth = own[3]["wait_s"] / own[3]["step_s"]  # the slow rank's own wait share, by its own clock
@@ -62,6 +63,7 @@ def test_one_slow_rank_is_the_jobs_verdict_and_is_named(sockdir):
     assert [r.steps for r in j.ranks] == [40] * 4
 
 
+@pytest.mark.measures("the ranks' shares against their own monotonic clock (torch_ddp_ranks.py)")
 def test_no_slow_rank_names_nobody_and_ddps_timers_never_exceed_the_ranks_clocks(sockdir):
     """No slow rank: nobody is named, and the job's verdict is its ranks' own (a tiny model on 4 ranks
     sharing 2 cores exchanges most of each step: teye said `compute` until issue 37).  In steps of 3-5 ms
@@ -84,6 +86,7 @@ def test_no_slow_rank_names_nobody_and_ddps_timers_never_exceed_the_ranks_clocks
     assert j.input_bound_ratio == pytest.approx(max(o["wait_s"] / o["step_s"] for o in own.values()), abs=0.05)
 
 
+@pytest.mark.measures("the ranks' shares against their own monotonic clock (torch_ddp_ranks.py)")
 def test_collectives_called_from_python_are_communication_and_change_nothing(sockdir):
     """An explicit dist.all_reduce loop where rank 1 does more work: the others wait in all_reduce, and
     teye says so per rank, within 5 points of each rank's own clock; the losses are those of the job
@@ -99,6 +102,7 @@ def test_collectives_called_from_python_are_communication_and_change_nothing(soc
     assert_same_losses_without_teye(own, 4, 30, 1, 30, "allreduce")
 
 
+@pytest.mark.measures("the ranks' shares against their own monotonic clock (torch_ddp_ranks.py)")
 def test_a_rank_slow_in_compute_is_named_and_the_others_wait_in_ddps_exchange(sockdir):
     """Issue 37: DDP (gloo), rank 2 computes 60 ms more per step; the others wait for it inside DDP's
     gradient exchange, in backward().  Oracle, each rank's own clock around backward() and the optimizer
@@ -114,6 +118,7 @@ def test_a_rank_slow_in_compute_is_named_and_the_others_wait_in_ddps_exchange(so
     assert_same_losses_without_teye(own, 4, 30, 2, 60, "ddp_compute")
 
 
+@pytest.mark.measures("the ranks' shares against their own monotonic clock (torch_ddp_ranks.py)")
 def test_fsdp_collective_waits_are_communication_by_the_scripts_own_clock(sockdir):
     """Issue 37: FSDP (fully_shard, gloo, 2 ranks), rank 1 computes 40 ms more per step: rank 0 waits in
     FSDP's all-gathers and reduce-scatters.  Oracle: the script's own wrappers around the collectives FSDP

@@ -31,6 +31,7 @@ def _steps_in(m):
     return len(m["steps"]) + sum(w[2] for w in m.get("sums", ()))
 
 
+@pytest.mark.measures("a timed assertion: datagrams per flush interval of the test's own clock")
 def test_at_most_one_datagram_per_flush_and_nothing_lost(listener):
     path, s = listener
     rep = Reporter(train_job="b", socket_path=path, flush_ms=50)

@@ -31,6 +31,7 @@ def _train(agent, tmp_path, pipeline):
     return jobs["zc"], json.loads((tmp_path / "r.json").read_text())["loop_clock"]
 
 
+@pytest.mark.measures("the input share against the loop's own perf_counter (loop_clock)")
 def test_tf_data_loop_matches_the_loops_own_clock(agent, tmp_path):
     zc, loop = _train(agent, tmp_path, "tfdata")
     assert zc.source == "tf.data" and zc.steps == loop["steps"] == STEPS and zc.samples == 16 * STEPS
@@ -43,6 +44,7 @@ def test_tf_data_loop_matches_the_loops_own_clock(agent, tmp_path):
     assert "phases from zero-code: tf.data" in zc.verdict.evidence
 
 
+@pytest.mark.measures("the input share against the loop's own perf_counter (loop_clock)")
 def test_what_python_cannot_time_is_reported_as_not_observed(agent, tmp_path):
     zc, loop = _train(agent, tmp_path, "naive")
     assert loop["input_wait_fraction"] > 0.2  # the run was input-bound: compute would be a wrong answer

@@ -17,6 +17,7 @@ SCRIPT = f"{HERE}/torch_job.py"
 STEPS = 60
 
 
+@pytest.mark.measures("the input share against the script's own perf_counter (torch_job.py)")
 @pytest.mark.parametrize("kind,workers,verdict", [("slow", 0, "input"), ("slow", 2, "input"), ("fast", 0, "compute")])
 def test_unmodified_script_reports_its_own_split(agent, kind, workers, verdict):
     job = f"pt-{kind}-{workers}"
@@ -44,6 +45,7 @@ def test_unmodified_script_reports_its_own_split(agent, kind, workers, verdict):
 ACCUM = f"{HERE}/torch_accum.py"
 
 
+@pytest.mark.measures("the input share against the script's own perf_counter (torch_accum.py)")
 @pytest.mark.parametrize("args", [("accumulate", "12", "4"), ("epoch", "5")], ids=["accumulate-4", "epoch-per-step"])
 def test_several_batches_per_optimizer_step(agent, args):
     """Gradient accumulation (4 batches per step, across epoch ends) and a whole epoch inside one step: every

@@ -26,6 +26,7 @@ def _run(agent, mode, **env):
     return own, j, dict(j.phase_seconds), run.stderr
 
 
+@pytest.mark.measures("compile seconds and the input share against the script's own perf_counter")
 def test_compilations_are_compile_and_in_no_share(agent):
     """The first step's compile (forward traced, then the backward compiled at its first run) and the
     recompile for the epoch's short last batch (dynamic=False) are ``compile``, carved out of those steps'
@@ -42,6 +43,7 @@ def test_compilations_are_compile_and_in_no_share(agent):
     assert sum(phases.values()) == pytest.approx(own["step_s"], rel=0.05)   # the phases tile the steps
 
 
+@pytest.mark.measures("compile seconds and the input share against the script's own perf_counter")
 def test_a_job_without_torch_compile_has_no_compile_phase(agent):
     own, j, phases, _ = _run(agent, "eager")
     assert "compile" not in phases, phases
@@ -49,6 +51,7 @@ def test_a_job_without_torch_compile_has_no_compile_phase(agent):
     assert j.input_bound_ratio == pytest.approx(truth, abs=0.03), (j.input_bound_ratio, truth)
 
 
+@pytest.mark.measures("compile seconds and the input share against the script's own perf_counter")
 def test_a_compile_that_fails_is_compile_and_the_eager_steps_after_it_are_not(agent):
     """The backend raises at the first step; the job catches it and goes on eager.  PyTorch ends the
     compilation in a ``finally``: its time is ``compile`` and nothing of it runs on into later steps."""

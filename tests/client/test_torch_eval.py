@@ -17,6 +17,7 @@ pytestmark = pytest.mark.e2e
 SCRIPT = os.path.join(HERE, "torch_eval.py")
 
 
+@pytest.mark.measures("evaluation and training seconds against the script's own perf_counter (own_clock.py)")
 def test_evaluation_is_reported_apart_from_training(agent):
     run = teye_run([sys.executable, SCRIPT, "40", "10"], socket_path=agent.path, job="with-eval")
     assert run.returncode == 0, run.stderr
@@ -41,6 +42,7 @@ def test_evaluation_is_reported_apart_from_training(agent):
         assert abs(n - sum(t <= le for t in own["step_times"])) <= 2, (le, j.step_hist, own["step_times"])
 
 
+@pytest.mark.measures("evaluation and training seconds against the script's own perf_counter (own_clock.py)")
 def test_an_evaluation_loop_that_steps_the_optimizer_is_training(agent):
     """Bad input: a 'validation' loop that calls optimizer.step() trains, by definition: its batches are
     steps and samples, its time and input wait are training's.  The job runs the same without teye."""

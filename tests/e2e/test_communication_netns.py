@@ -170,6 +170,7 @@ def _truth(own):
     return {r: o["exposed_s"] / o["step_s"] for r, o in own.items()}
 
 
+@pytest.mark.measures("the exchange's share under a shaped link against the ranks' own clock")
 def test_a_shaped_link_is_communication_with_network_bandwidth_on_both_nodes(cluster):
     shaped, free = cluster["shaped"], cluster["free"]
     truth, truth_free = _truth(shaped), _truth(free)
@@ -198,6 +199,7 @@ def test_a_shaped_link_is_communication_with_network_bandwidth_on_both_nodes(clu
     assert all(seen[r] > 0.3 and seen_free[r] < 0.2 for r in shaped)
 
 
+@pytest.mark.measures("the exchange's share under a shaped link against the ranks' own clock")
 def test_prometheus_reads_the_verdict_and_cause_of_both_nodes(cluster):
     prom = cluster["prom"]
     res = prom.query('teye_job_communication_cause{train_job="ddp-shaped"} == 1')

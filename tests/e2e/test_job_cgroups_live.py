@@ -87,6 +87,7 @@ def cleanup(*jobs: JobCgroups) -> None:
                 time.sleep(0.1)
 
 
+@pytest.mark.measures("each job's CPU seconds against its process's getrusage; the jobs burn CPU")
 @pytest.mark.skipif(bool(_usable()), reason=_usable() or "ok")
 def test_two_jobs_cpu_seconds_match_their_processes_getrusage(tmp_path):
     base = 900000 + os.getpid() % 50000

@@ -272,6 +272,7 @@ def test_gpm_samples_are_at_least_100ms_apart():
     assert fake.calls["nvmlGpmSampleGet"] == 2
 
 
+@pytest.mark.measures("a timed assertion: close stops the thread within its bound")
 def test_xid_events_are_counted_by_their_own_thread_and_close_stops_it():
     fake = _fake(2)
     src = make_source(fake, events=True, event_timeout_ms=20)

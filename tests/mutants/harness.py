@@ -63,8 +63,13 @@ def run_tests(tree: str, tests: Sequence[str], out: str, first_failure: bool) ->
     return recs
 
 
+def kinds(recs: List[dict]) -> dict:
+    """nodeid -> its kind in tests/kinds.py ("measures" or "parallel"), as the run's collection marked it."""
+    return {r["nodeid"]: r["outcome"] for r in recs[:-1] if r["when"] == "kind"}
+
+
 def _show(recs: List[dict]) -> str:
-    rows = [f"{r['when']} {r['outcome']} {r['nodeid']}\n{r['text'][-800:]}" for r in recs[:-1]]
+    rows = [f"{r['when']} {r['outcome']} {r['nodeid']}\n{r['text'][-800:]}" for r in recs[:-1] if r["when"] != "kind"]
     return "\n".join(rows) + f"\n--- pytest exit {recs[-1]['rc']}:\n{recs[-1]['stdout']}\n{recs[-1]['stderr']}"
 
 
@@ -90,7 +95,7 @@ def check(repo: str, patch: str, tests: Sequence[str], workdir: str, base: Optio
         base = run_tests(tree, tests, out, first_failure=False)
         rc = base[-1]["rc"]
     else:   # this patch's records of the shared run; its exit status stands for them only if none failed
-        mine = [r for r in base[:-1] if named(r["nodeid"], tests)]
+        mine = [r for r in base[:-1] if named(r["nodeid"], tests) and r["when"] != "kind"]
         rc = 0 if mine and not [r for r in mine if r["outcome"] == "failed"] else base[-1]["rc"] or 1
         base = mine + [base[-1]]
     bad = [r for r in base[:-1] if r["outcome"] == "failed"]

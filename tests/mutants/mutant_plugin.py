@@ -4,6 +4,8 @@ harness's own copy, never one a patch touched).
 - Every test outcome other than a pass in the setup or teardown, and every collection error, is written
   as one JSON line to the file named by ``TEYE_MUTANT_OUTCOMES``: the harness tells a failure of the
   named test itself from a collection error, a failing fixture or a skip.
+- Each named test's kind (tests/kinds.py: ``measures`` or not) is written too, ``when`` "kind": the harness's
+  caller runs mutants whose tests measure in the serial pass, one at a time.
 - A property test expected to fail on a mutant stops at its first failing example (no shrinking) and
   keeps no example database.
 """
@@ -24,6 +26,11 @@ def _write(nodeid, when, outcome, text=""):
     if path:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"nodeid": nodeid, "when": when, "outcome": outcome, "text": text[-1500:]}) + "\n")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        _write(item.nodeid, "kind", "measures" if item.get_closest_marker("measures") else "parallel")
 
 
 def pytest_collectreport(report):

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.mutants.harness import HERE, baseline, check
+from tests.mutants.harness import HERE, baseline, check, kinds, named
 from tests.procs import REPO
 
 # patch -> the tests that must fail on it
@@ -392,8 +392,23 @@ MUTANTS = {
 }
 
 
+# mutants whose named tests are marked measures (tests/kinds.py): ./dev.sh test checks them in its serial pass, one
+# at a time; the others in its parallel pass, beside other work.  The baseline says each named test's kind, and a
+# mutant listed here whose tests do not measure, or one left out whose tests do, fails.
+MEASURING = {
+    "input_bound_ratio_plus_2_points.patch",   # teye profile's share against the loop's perf_counter
+}
+
+
+def _param(patch):
+    if patch in MEASURING:
+        return pytest.param(patch, marks=pytest.mark.measures("its named tests measure (MEASURING)"))
+    return patch
+
+
 def test_every_patch_here_is_listed():
     assert sorted(f for f in os.listdir(HERE) if f.endswith(".patch")) == sorted(MUTANTS)
+    assert MEASURING <= set(MUTANTS), sorted(MEASURING - set(MUTANTS))
 
 
 WORKERS = 2   # mutants checked at once: each is a copy of the tree and a pytest process of its own
@@ -410,19 +425,29 @@ def checked(request, tmp_path_factory):
                      if getattr(it, "callspec", None) and "patch" in it.callspec.params
                      and it.name.startswith("test_the_named_tests_fail_on_the_mutant")})
     base = baseline(REPO, [t for p in chosen for t in MUTANTS[p]], str(tmp_path_factory.mktemp("base")))
+    kind = kinds(base)
 
     def one(patch):
+        measuring = sorted(n for n, k in kind.items() if k == "measures" and named(n, MUTANTS[patch]))
+        if bool(measuring) != (patch in MEASURING):
+            return AssertionError(f"{patch}: its named tests {'measure' if measuring else 'do not measure'} "
+                                  f"({', '.join(measuring) or 'none is marked measures'}): "
+                                  f"{'list it in' if measuring else 'take it out of'} MEASURING")
         try:
             check(REPO, os.path.join(HERE, patch), MUTANTS[patch], str(tmp_path_factory.mktemp("m")), base=base)
         except BaseException as e:   # AssertionError, pytest's skip and fail outcomes: raised by its test
             return e
         return None
 
+    # WORKERS at a time, then those whose tests measure one at a time (nothing beside them: the serial pass)
+    calm = [p for p in chosen if p not in MEASURING]
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
-        return dict(zip(chosen, pool.map(one, chosen)))
+        got = dict(zip(calm, pool.map(one, calm)))
+    got.update((p, one(p)) for p in chosen if p in MEASURING)
+    return got
 
 
-@pytest.mark.parametrize("patch", sorted(MUTANTS))
+@pytest.mark.parametrize("patch", [_param(p) for p in sorted(MUTANTS)])
 def test_the_named_tests_fail_on_the_mutant(patch, checked):
     if checked[patch] is not None:
         raise checked[patch]

@@ -121,6 +121,7 @@ LOOP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.measures("the input share against the loop's own perf_counter")
 def test_agent_and_prometheus_see_a_reporting_loop(agent, prom):
     env = {**os.environ, "PYTHONPATH": REPO, "TEYE_PHASE_SOCKET": agent.sock}
     walls = {}
@@ -151,6 +152,7 @@ def train_ready():
 TRACE_8GPU = os.path.join(REPO, "tests", "data", "gpu", "synthetic-8gpu.jsonl")
 
 
+@pytest.mark.measures("idle seconds per phase against the loop's own perf_counter")
 def test_gpu_replay_idle_time_per_phase(tmp_path):
     """`teye agent --gpu-replay` with the synthetic 8-GPU trace: GPU 5 is 90 % busy in 10 ms slices the
     whole time, GPU 6 idle after 3.5 s.  Two loops select them with CUDA_VISIBLE_DEVICES; the agent
@@ -201,6 +203,7 @@ def _train(agent, pipeline, job, *extra, io_latency_ms="20"):
     return _wait_job(agent, job, 30)
 
 
+@pytest.mark.measures("the input-bound share of a loop that waits (at least 0.5)")
 @pytest.mark.tf
 def test_naive_pipeline_is_input_bound(train_ready, agent, prom):
     # 32 serial reads of 5 ms a step (160 ms) against ~15 ms of compute: ~90 % input wait, the verdict's
@@ -212,6 +215,7 @@ def test_naive_pipeline_is_input_bound(train_ready, agent, prom):
     _prometheus_agrees(prom, agent, "e2e-naive", "input")
 
 
+@pytest.mark.measures("the input-bound share of a loop that hardly waits (under 0.2)")
 @pytest.mark.tf
 def test_tfdata_pipeline_is_not_input_bound(train_ready, agent, tmp_path):
     # 64 reads of 20 ms in flight supply 3,200 samples/s, twice what simple_cnn consumes on a 2-core CPU
@@ -242,6 +246,7 @@ RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.measures("a run's share against the loop's sleeps (a loaded run read 0.57 for 0.25)")
 def test_two_runs_of_one_job_name_20s_apart_are_two_runs(short_keep_agent):
     """A job name reused 20 s after all its processes exited (issue 29, item 5; here 4 s against a 6 s keep,
     the defaults' 20:30 scaled down): the new processes start a new run (its pid, its processes, its samples,

@@ -70,6 +70,8 @@ def _as_nobody():
     os.setuid(NOBODY)
 
 
+@pytest.mark.measures(
+    "records a flooder gets through in its time, against a rate (a loaded run sent 8,785, not 64,000)")
 @pytest.mark.parametrize("flooder", ["same-uid", "other-uid"])
 def test_a_flood_does_not_make_another_job_lose_records(sockdir, flooder):
     """The flooder runs under the victim's uid (one process against another), or under another uid (where

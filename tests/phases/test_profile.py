@@ -62,6 +62,7 @@ def _profile(tmp_path, name, *args, config=None):
     return p, summary, json.loads(truth.read_text()), out
 
 
+@pytest.mark.measures("teye profile's shares against the loop's own perf_counter")
 def test_input_bound_command(tmp_path):
     # GPU collector off, so the device rows say none on any machine (on a GPU node too)
     p, summary, truth, out = _profile(tmp_path, "slow-input", 0.03, 0.01, 15, 3,
@@ -92,6 +93,7 @@ def test_input_bound_command(tmp_path):
         assert summary["timeline_png"] is None and "matplotlib" in summary["timeline_note"]
 
 
+@pytest.mark.measures("teye profile's shares against the loop's own perf_counter")
 def test_compile_inside_a_step_is_apart_and_in_no_share(tmp_path):
     """A client that sends a compile phase inside a step (the Reporter's own layout): listed on its own line,
     left out of the step-time breakdown and of the input-bound share (the loop's clock, its compile taken out)."""
@@ -107,6 +109,7 @@ def test_compile_inside_a_step_is_apart_and_in_no_share(tmp_path):
     assert f"compile: {job['compile_seconds']:.2f} s tracing and compiling step functions, between steps" in text
 
 
+@pytest.mark.measures("teye profile's shares against the loop's own perf_counter")
 def test_compute_bound_command(tmp_path):
     p, summary, truth, _ = _profile(tmp_path, "fast-input", 0.0005, 0.02, 15, 0)
     assert p.returncode == 0

@@ -158,6 +158,7 @@ def test_live_socket_regular_file_and_missing_dir_are_refused(sockdir):
         from_config(cfg, AgentContext())
 
 
+@pytest.mark.measures("a timed assertion: the agent exits within its bound")
 def test_agent_exits_2_on_a_socket_path_in_a_missing_dir(tmp_path):
     conf = tmp_path / "teye.yaml"
     conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in
@@ -202,6 +203,7 @@ FLOODER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.measures("the sampler's pace under a flood against the test's own clock")
 def test_flood_keeps_memory_bounded_counts_everything_and_the_sampler_on_time(sockdir):
     from agent.sources.cpu import CpuSource
     path = os.path.join(sockdir, "p.sock")

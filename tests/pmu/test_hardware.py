@@ -199,6 +199,7 @@ def _sum(reading, name, **match):
     return sum(r[-1] for r in rows if all(r[i] == v for i, v in match.items()))
 
 
+@pytest.mark.measures("hardware counts against the loop's own process_time")
 @pytest.mark.pmu
 def test_numpy_copy_moves_its_bytes_within_a_factor(source):
     why = memory_pmu_missing()
@@ -218,6 +219,7 @@ def test_numpy_copy_moves_its_bytes_within_a_factor(source):
     assert 2 * n * a.nbytes <= moved <= 4 * n * a.nbytes, moved / (n * a.nbytes)
 
 
+@pytest.mark.measures("hardware counts against the loop's own process_time")
 @pytest.mark.pmu
 def test_float64_matmul_counts_2n3_double_operations_within_10_percent(source):
     why = double_fp_missing()
@@ -232,6 +234,7 @@ def test_float64_matmul_counts_2n3_double_operations_within_10_percent(source):
     assert ops == pytest.approx(2 * n ** 3, rel=0.10)
 
 
+@pytest.mark.measures("hardware counts against the loop's own process_time")
 @pytest.mark.pmu
 def test_cycles_and_cpi_of_an_interpreter_loop(source):
     before, after, wall, cpu = _delta(source, lambda: sum(i * i for i in range(3_000_000)))

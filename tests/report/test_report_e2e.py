@@ -25,7 +25,8 @@ from tests.phases.helpers import shared_tmpdir
 from tests.procs import REPO, Agent, Prometheus, free_port, prometheus_binary
 from tests.report import scripted
 
-pytestmark = pytest.mark.e2e
+# the report's input-bound shares and rates against the loops' own perf_counter, for every test of the cluster
+pytestmark = [pytest.mark.e2e, pytest.mark.measures("the report's shares against the loops' own perf_counter")]
 
 try:
     USER = __import__("pwd").getpwuid(scripted.UID).pw_name

@@ -98,6 +98,7 @@ def _mountinfo(tmp_path, lines):
     return str(tmp_path)
 
 
+@pytest.mark.measures("a timed assertion: the pass is not held by the hung mount")
 def test_a_network_mount_that_hangs_never_holds_the_pass_and_is_not_piled_up(tmp_path):
     procfs = _mountinfo(tmp_path, [
         "21 0 8:1 / / rw - ext4 /dev/sda1 rw\n",

@@ -39,6 +39,7 @@ def _stir(tmp_path):
     b.close()
 
 
+@pytest.mark.measures("CPU seconds against psutil's, read moments apart")
 def test_cpu_seconds_never_decrease_and_psutil_agrees(tmp_path):
     src = CpuSource(PROC)
     r0 = src.collect()

@@ -92,6 +92,7 @@ def test_each_bad_file_is_skipped_alone_counted_and_named(tmp_path, name, caplog
     assert [r for r in caplog.records if name in r.getMessage() and "skipped" in r.getMessage()]
 
 
+@pytest.mark.measures("a timed assertion: the read does not block")
 def test_a_fifo_is_refused_without_blocking(tmp_path):
     (tmp_path / "health.prom").write_text(GOOD)
     os.mkfifo(tmp_path / "pipe.prom")

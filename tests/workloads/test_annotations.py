@@ -52,6 +52,7 @@ def test_helper_posts_start_epoch_end_region_with_the_job_tags():
     assert {r["auth"] for r in g.requests} == {f"Bearer {TOKEN}"}
 
 
+@pytest.mark.measures("a timed assertion: the caller's time beside a slow Grafana")
 def test_a_slow_grafana_does_not_stall_the_caller():
     calls = []
 
@@ -164,6 +165,7 @@ def test_a_failed_run_ends_the_region_with_the_reason(tmp_path, monkeypatch):
     assert g.annotations[1]["time"] == g.annotations[0]["time"] <= g.annotations[1]["timeEnd"]
 
 
+@pytest.mark.measures("a timed assertion: training's time beside an unreachable Grafana")
 @pytest.mark.tf
 def test_unreachable_grafana_still_trains_to_completion(tmp_path, capsys):
     pytest.importorskip("tensorflow")

@@ -58,6 +58,7 @@ def _profiled_run(tmp_path, name, *train_args):
     ("tfdata-20ms-64reads", ["--pipeline", "tfdata", "--io-latency-ms", "20", "--read-parallelism", "64"], False),
     ("tfdata-100ms-4reads", ["--pipeline", "tfdata", "--io-latency-ms", "100", "--read-parallelism", "4"], True),
 ])
+@pytest.mark.measures("the verdict against the loop's own perf_counter (loop_clock) and the TensorFlow profiler")
 def test_teye_agrees_with_the_tf_profiler_and_the_wall_clock(tmp_path, name, args, input_bound):
     pytest.importorskip("tensorflow")
     pytest.importorskip("xprof")
@@ -83,6 +84,7 @@ def test_teye_agrees_with_the_tf_profiler_and_the_wall_clock(tmp_path, name, arg
     ("naive-decode", ["--pipeline", "naive", "--decode-cost-ms", "5"]),
     ("tfdata-decode", ["--pipeline", "tfdata", "--decode-cost-ms", "10"]),
 ])
+@pytest.mark.measures("the verdict against the loop's own perf_counter (loop_clock) and the TensorFlow profiler")
 def test_cpu_bound_input_is_named_host_cpu(tmp_path, name, args):
     pytest.importorskip("tensorflow")
     pytest.importorskip("xprof")

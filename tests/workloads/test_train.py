@@ -56,6 +56,7 @@ def test_results_record_every_knob_and_the_summary(tmp_path, capsys):
     assert r["samples_per_s"] == pytest.approx(80 / wall, rel=1e-6)
 
 
+@pytest.mark.measures("input-wait fractions and rates of two loops by their own clocks")
 def test_naive_pipeline_is_clearly_more_input_bound_than_tfdata(tmp_path):
     """The studies' effect on any machine: with a 20 ms per-read latency the naive generator
     spends most of the wall time waiting for input; tf.data's parallel reads and prefetch hide it."""

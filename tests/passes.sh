@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# usage: tests/passes.sh PYTHON [pytest args...]   (./dev.sh test runs it once the tools are installed)
+#
+# The suite in two passes (tests/kinds.py, issue 50):
+#  1. the tests that do not measure, on two pytest-xdist workers, each module on one (its module fixtures made
+#     once, its tests in order): the suite's waits (Prometheus, agents, scripted jobs) overlap;
+#  2. the tests marked measures (their oracle is a clock or a CPU share, or they load the CPU on purpose), in
+#     one process, with nothing of the suite beside them.
+# The arguments go to both passes as given (./dev.sh test tests/x.py::y runs y in the pass of its kind).  A pass
+# in which none of the selected tests is of its kind exits 5; only both doing so is "no tests".  Each pass
+# prints its 25 slowest tests.  A worker that dies is replaced twice, then the run stops (and fails).
+# TEYE_TEST_WORKERS=1: the first pass in one process too.
+set -uo pipefail
+py=$1
+shift
+workers=${TEYE_TEST_WORKERS:-2}
+par=()
+if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadfile --no-loadscope-reorder --max-worker-restart 2); fi
+t0=$SECONDS
+"$py" -m pytest --durations=25 --teye-pass=parallel ${par[@]+"${par[@]}"} "$@"
+rc1=$?
+t1=$SECONDS
+"$py" -m pytest --durations=25 --teye-pass=serial "$@"
+rc2=$?
+echo "tests/passes.sh: parallel pass ($workers workers) exit $rc1 in $((t1 - t0)) s, serial pass exit $rc2 in $((SECONDS - t1)) s" >&2
+if [ "$rc1" = 5 ] && [ "$rc2" = 5 ]; then
+    echo "tests/passes.sh: pytest collected no tests in either pass: that is a failure, not a pass" >&2
+    exit 1
+fi
+for rc in "$rc1" "$rc2"; do
+    if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then exit "$rc"; fi
+done
+exit 0
