@@ -16,7 +16,8 @@ from tests.client.helpers import HERE, LiveAgent, base_env, last_json, plain_run
 from tests.phases.test_advice import EXCHANGE_SUGGESTIONS, LOADER_SUGGESTIONS
 from tests.procs import free_port
 
-pytestmark = [pytest.mark.e2e,
+pytestmark = [pytest.mark.measures("the compute-slow rank named from its step time (the scripts' perf_counter)"),
+              pytest.mark.e2e,
               pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"),
                                  reason="the torch extra (./dev.sh test installs it)")]
 SCRIPT = os.path.join(HERE, "torch_config.py")

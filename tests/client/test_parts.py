@@ -16,6 +16,8 @@ import pytest
 from tests.client.helpers import HERE, LiveAgent, base_env, last_json, plain_run, teye_run
 from tests.procs import REPO, free_port
 
+pytestmark = pytest.mark.measures("each part of the step against the script's own perf_counter")
+
 torch = pytest.importorskip("torch", reason="the torch extra (./dev.sh test installs it)")
 
 SCRIPT = os.path.join(HERE, "torch_parts.py")

@@ -14,7 +14,7 @@ import pytest
 from tests.client.helpers import HERE, base_env, last_json, plain_run, teye_run
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.measures("step time against the script's own perf_counter")]
 
 SCRIPT = os.path.join(HERE, "torch_genwrap.py")
 ENV = base_env(OMP_NUM_THREADS="1")

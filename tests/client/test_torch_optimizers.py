@@ -12,7 +12,8 @@ import pytest
 from tests.client.helpers import HERE, base_env, last_json, teye_run
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.measures("step time of the loop iteration against the script's own perf_counter")]
 
 SCRIPT = os.path.join(HERE, "torch_gan.py")
 ENV = base_env(OMP_NUM_THREADS="1")

@@ -23,7 +23,7 @@ from tests.e2e.test_communication_netns import ON, SCRIPT, STEPS, NsAgent, settl
 from tests.phases.helpers import shared_tmpdir
 from tests.procs import REPO, free_port
 
-pytestmark = [pytest.mark.e2e,
+pytestmark = [pytest.mark.measures("the exposed exchange's share against the ranks' own clocks"), pytest.mark.e2e,
               pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"),
                                  reason="the torch extra (./dev.sh test installs it)")]
 RATE_MBIT = 25

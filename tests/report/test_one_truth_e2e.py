@@ -26,7 +26,8 @@ from tests.phases.helpers import shared_tmpdir
 from tests.procs import REPO, Agent, Prometheus, prometheus_binary
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.measures("the input share in every view against the loop's own perf_counter")]
 
 SCRIPT = os.path.join(REPO, "tests", "client", "torch_eval.py")
 ARGS = ["400", "40"]          # 400 training steps, a validation pass every 40 and one at exit

@@ -321,6 +321,7 @@ def test_autofs_points_are_never_statted_and_the_mount_on_top_is(tmp_path):
     assert _states(r)["autofs"] == 2
 
 
+@pytest.mark.measures("the pass's wall time against one timeout")
 def test_many_stuck_nfs_mounts_cost_one_timeout_and_are_counted_stuck(tmp_path):
     """Ten NFS servers gone: the pass waits one timeout, not ten; the next pass starts no new call for a mount
     still stuck and does not wait at all for them."""

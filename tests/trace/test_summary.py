@@ -50,6 +50,7 @@ except ImportError:
     torch_missing = True
 
 
+@pytest.mark.measures("the data-wait share against the job's own perf_counter")
 @pytest.mark.e2e
 @pytest.mark.skipif(torch_missing, reason="the torch extra (./dev.sh test installs it)")
 def test_a_real_torch_profiler_trace_against_the_jobs_own_clock(tmp_path):

@@ -193,6 +193,7 @@ def test_descriptors_reserved_for_sources_stay_out_of_the_connection_budget():
 
 @pytest.mark.parametrize("raw", [b"GET /metrics HTTP/1.1\n", b"GET /metrics HTTP/1.1\nHost: x\n\n",
                                  b"GET /metrics HTTP/1.1\r\nHost: x\n"])
+@pytest.mark.measures("the answer's delay against the header timeout")
 def test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout(raw):
     """The client keeps its connection open (no FIN): the 400 must come at once, not after the 4 s header
     timeout (the test's own clock), and the connection closes."""

@@ -152,6 +152,7 @@ def test_at_most_tls_max_handshakes_are_held_and_a_scraper_still_gets_through(tl
         srv.stop()
 
 
+@pytest.mark.measures("when idle connections are closed")
 def test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one(tls_web):
     from tests.web.server_helpers import client_context, connect, start
     web, pki = tls_web
