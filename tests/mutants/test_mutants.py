@@ -397,6 +397,10 @@ MUTANTS = {
 # mutant listed here whose tests do not measure, or one left out whose tests do, fails.
 MEASURING = {
     "input_bound_ratio_plus_2_points.patch",   # teye profile's share against the loop's perf_counter
+    "http_bare_lf_waits.patch",                # the answer's delay against the header timeout
+    "receiver_charges_by_count.patch",         # the receiver's CPU cost per datagram
+    "receiver_no_shed_on_sight.patch",         # the same
+    "tls_idle_like_plain.patch",               # when idle connections are closed
 }
 
 
