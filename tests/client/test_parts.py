@@ -53,7 +53,9 @@ def test_each_part_within_5_points_of_the_scripts_own_clock(agent, mode):
     assert run.returncode == 0, run.stderr
     own = last_json(run.stdout)
     j = agent.jobs()[job]
-    assert (j.steps, j.source) == (STEPS, "torch")
+    # gan: the critic's optimizer steps every other iteration, so the step teye counts (the optimizer that steps
+    # least: docs/zero-code.md "Several optimizers", issue 47) is two of the script's iterations
+    assert (j.steps, j.source) == (STEPS // 2 if mode == "gan" else STEPS, "torch")
     compute = dict(j.phase_seconds)["compute"]
     parts = j.inside.part_seconds
     assert [p for p, _s in parts] == list(PARTS)
