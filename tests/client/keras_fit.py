@@ -3,7 +3,7 @@
     python keras_fit.py VARIANT STEPS OUT.json [PROFILE_DIR START END]
 
 VARIANT: how the data reach fit and how the model trains:
-  slow      tf.data with a slow map (each batch waits 60 ms in a numpy_function: a slow read, slower
+  slow      tf.data with a slow map (each batch waits 300 ms in a numpy_function: a slow read, slower
             than a step of this model even on a loaded 2-core machine)
   fast      the same tf.data without the slow map
   generator a Python generator (Keras wraps it in tf.data.Dataset.from_generator)
@@ -34,7 +34,7 @@ y = rng.randint(0, 4, size=(BATCH * steps,)).astype("int32")
 
 
 def slow_read(a):
-    time.sleep(0.06)
+    time.sleep(0.3)
     return a
 
 
