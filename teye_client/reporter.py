@@ -30,8 +30,10 @@ path, a full socket buffer or bad arguments it drops the records and counts them
 (``dropped``, ``dropped_messages``), and the count travels with the next datagram that gets
 through.  A full queue (another job floods the agent) is not a loss where it can wait without
 blocking the loop: the background flush thread, ``close()`` and the exit flush wait up to
-``FULL_WAIT_NS`` (200 ms) for room, and records the loop's own flush could not send go back into
-the buffer for the thread to send.  Exceptions raised inside ``with rep.phase(...)`` propagate unchanged (the phase is
+``FULL_WAIT_NS`` (200 ms) for room; records the loop's own flush could not send, and those the thread
+could not send in its wait, go back into the buffer for the thread to try again a flush interval later, for
+as long as the buffer stays within two batches (a flood that outlasts that loses the oldest records, counted).
+Only ``close()`` and the exit flush drop what found no room in their wait.  Exceptions raised inside ``with rep.phase(...)`` propagate unchanged (the phase is
 still recorded).  A forked child starts with an empty buffer and no socket or thread.
 """
 from __future__ import annotations
@@ -543,13 +545,13 @@ class Reporter:
             return self._oldest_ns + self._flush_ns - _monotonic_ns()
 
     # -- sending -----------------------------------------------------------------------------
-    def flush(self, _may_wait: bool = False) -> None:
+    def flush(self, _may_wait: bool = False, _retry: bool = False) -> None:
         """Send what is buffered now (one datagram)."""
         # One flush at a time: the exit's flush waits for the thread's send in progress, which would
         # otherwise die with the interpreter, its records taken from the buffer and never sent.
         if _may_wait:
             with self._flush_lock:
-                self._flush(True)
+                self._flush(True, _retry)
             return
         # The training loop's flush never waits for the lock: the thread may be waiting for room in a
         # full agent queue (up to FULL_WAIT_NS); it sends these records next.
@@ -561,7 +563,9 @@ class Reporter:
         finally:
             self._flush_lock.release()
 
-    def _flush(self, may_wait: bool = False) -> None:
+    def _flush(self, may_wait: bool = False, again: bool = False) -> None:
+        """``again`` (the flush thread): records that found no room in the wait go back into the buffer, as
+        the loop's own do, for the thread's next try."""
         with self._lock:
             if self._win is not None:
                 self._close_window()
@@ -622,8 +626,8 @@ class Reporter:
                 self._count_drop(n, type(e).__name__, messages=1)
                 self._maybe_resolve()
             except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
-                if isinstance(e, BlockingIOError) and not may_wait and self._requeue(phases, steps, sums, n_sums,
-                                                                                     parts, mem):
+                if isinstance(e, BlockingIOError) and (again or not may_wait) and self._requeue(
+                        phases, steps, sums, n_sums, parts, mem):
                     return   # the training loop's own flush never waits: the flush thread retries, waiting
                 self._count_drop(n, type(e).__name__, messages=1)
             else:
@@ -813,7 +817,7 @@ def _flusher(ref, wake) -> None:
             del rep
             time.sleep(wait / 1e9)
             continue
-        rep.flush(True)   # off the training thread: may wait for room in a full agent queue
+        rep.flush(True, True)   # off the training thread: may wait for room in a full agent queue, and again
         del rep
 
 

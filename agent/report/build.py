@@ -279,10 +279,14 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     start, end = min(starts), max(ends)
     nodes = sorted({i for i, _ in gpu_windows} | {n for t in tj_reports for n in t["nodes"]} | set(cg_windows))
     gpus = [_gpu_numbers(f, i, g, a, b) for (i, g), (a, b) in sorted(gpu_windows.items())]
-    running = bool(f.grid) and end >= f.grid[-1] - 0.5 * f.step
+    at_end = lambda b: bool(f.grid) and b >= f.grid[-1] - 0.5 * f.step   # noqa: E731
+    running = at_end(end)
     said = _running_said(f, [t["train_job"] for t in tj_reports])
     if said is not None:   # the agents say whether it runs: its processes alive and its last message recent
-        running = said
+        # a Slurm job also runs while a process of it still holds a GPU or its cgroup still exists at the end
+        # (its training loop may have ended before its epilogue, a checkpoint's save): presence, not counters
+        held = bool(slurm) and any(at_end(b) for _, b in list(gpu_windows.values()) + list(cg_windows.values()))
+        running = said or held
     state = "running" if running else "finished"
     if running:
         conds.append(Condition(EXIT_RUNNING, "running",

@@ -57,6 +57,36 @@ def test_at_most_one_datagram_per_flush_and_nothing_lost(listener):
     assert rep.sent == len(during) and rep.dropped == 0 and n > 10 * len(during)
 
 
+def test_a_queue_full_for_longer_than_one_wait_loses_nothing_the_buffer_can_hold(listener):
+    """Another job fills the agent's queue for 0.8 s, four of the flush thread's 200 ms waits: the records that
+    found no room go back into the buffer and the thread tries again, so every step arrives once the agent
+    reads again (the buffer stayed within its two batches).  Oracle: the steps the loop took, counted here."""
+    path, s = listener
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    filler.connect(path)
+    filler.setblocking(False)
+    fill = b'{"v":1,"job":"filler","phases":[],"steps":[]}'
+    while True:   # the queue full (net.unix.max_dgram_qlen datagrams)
+        try:
+            filler.send(fill)
+        except BlockingIOError:
+            break
+    rep = Reporter(train_job="q", socket_path=path, flush_ms=20)
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 0.8:   # 12 ms steps: sent as intervals, 3 records each
+        with rep.phase("compute"):
+            time.sleep(0.012)
+        rep.step(samples=4)
+        n += 1
+    got = [m for m in _drain(s, 1.0) if m["job"] == "q"]   # the agent reads again
+    rep.close()
+    got += [m for m in _drain(s, 0.3) if m["job"] == "q"]
+    filler.close()
+    assert 3 * n < 2 * 3 * rep.max_batch            # (within what the buffer holds)
+    assert rep.dropped == 0 and rep.dropped_messages == 0, (rep.dropped, rep.last_error)
+    assert sum(map(_steps_in, got)) == n and sum(len(m["phases"]) for m in got) == n
+
+
 def test_a_full_buffer_goes_at_once(listener):
     path, s = listener
     rep = Reporter(train_job="b", socket_path=path, flush_ms=60000, max_batch=6, sum_steps=False)

@@ -129,7 +129,10 @@ def test_two_jobs_cpu_seconds_match_their_processes_getrusage(tmp_path):
                 assert own >= BURN_S, u                 # it really burned a core for BURN_S
                 assert seen == pytest.approx(own, rel=0.05), (jid, got, u)
             else:
-                assert own < 0.05 and seen < 0.05, (jid, got, u)   # idle: a few ms of Python
+                # idle but for touching its 64 MiB (tens of ms of page faults, more on a loaded machine): its
+                # own seconds, none of the burner's
+                assert own < 0.1 * BURN_S, u
+                assert seen == pytest.approx(own, abs=0.02), (jid, got, u)
         cpus = {int(r["metric"]["slurm_job"]): float(r["value"][1])
                 for r in prom.query(f'teye_slurm_job_cpus{{slurm_job=~"{base}|{base + 1}"}}')}
         assert cpus == {base: 2.0, base + 1: 2.0}      # from cpu.cfs_quota_us / cfs_period_us

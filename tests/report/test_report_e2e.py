@@ -262,14 +262,16 @@ def test_input_bound_two_node_job_and_compute_bound_job(cluster):
     assert f"Verdict input (cause {j['input_cause']}): {recommendation('input', j['input_cause'], 'client')}" \
         in j["notes"]
     assert any(n.startswith("GPU busy 30 %") for n in j["notes"])
-    # PromQL truth over the report's own window (from one step before the start to the end)
+    # PromQL truth over the report's own window (from one step before the start to the end), by Prometheus'
+    # instant-vector rule at both ends (the newest sample at or before each: what a range query's grid reads;
+    # a max/min over the samples inside the window differs from it by a scrape wherever a scrape came late)
     energy = gaps_n = 0.0
     for g in j["gpus"]:     # each GPU over the time the job held it, from one step before
         for name in ("teye_gpu_energy_joules_total", "teye_gpu_idle_gap_seconds_count"):
             sel = f'{name}{{gpu="{g["gpu"]}",instance="{g["node"]}"}}'
-            d = int(round((g["end"] - g["start"]) * 1000))
-            (v,) = promql(cluster, f"max_over_time({sel}[{d}ms]) - min_over_time({sel}[{d + int(step * 1000)}ms])",
-                          g["end"]).values()
+            d = int(round((g["end"] - g["start"] + step) * 1000))
+            # (a series the agent created inside the window counts from its first sample, as the report does)
+            (v,) = promql(cluster, f"{sel} - ({sel} offset {d}ms or min_over_time({sel}[{d}ms]))", g["end"]).values()
             if name.startswith("teye_gpu_energy"):
                 energy += v
             else:
