@@ -170,6 +170,8 @@ MUTANTS = {
     # issue 33: the client injected into jobs, the report, the web server's own counters
     "reporter_record_step_ignores_max_batch.patch": (
         ["tests/client/test_reporter.py::test_thousands_of_fast_steps_stay_within_the_batch_bound_and_all_count[record_step_exact]"]),
+    "reporter_thread_drops_after_one_wait.patch": (
+        ["tests/client/test_reporter.py::test_a_queue_full_for_longer_than_one_wait_loses_nothing_the_buffer_can_hold"]),
     "reporter_fork_keeps_parent_buffer.patch": (
         ["tests/client/test_reporter.py::test_a_forked_child_sends_only_its_own_records"]),
     "report_403_not_auth.patch": (
