@@ -229,6 +229,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", MEASURES_HELP)
     config.addinivalue_line("markers", NOT_MEASURING_HELP)
     config.stash[_STATE] = _State()
+    if not config.pluginmanager.has_plugin("teye-run-ids"):
+        config.pluginmanager.register(_RunIds(), "teye-run-ids")
     # the tests' own code (their folder; a small tree of a test's own: its root), never the code under test
     ROOT[0] = str(config.rootpath / "tests") if (config.rootpath / "tests").is_dir() else str(config.rootpath)
 
@@ -287,6 +289,25 @@ def pytest_collection_modifyitems(session, config, items):
     if which == "parallel":   # (shuffled too: a shuffled run's parallel pass ended on the mutants, 15 min alone)
         rank = {m: i for i, m in enumerate(SLOW_FIRST)}
         items.sort(key=lambda it: rank.get(_module(it), len(rank)))   # (stable: the rest in their order)
+
+
+_RUN = pytest.StashKey[Dict[str, str]]()
+
+
+class _RunIds:
+    """A plugin of its own (a module has one hook of a name): records what this run will run, after -k, -m
+    and the pass have deselected, each test's kind by id (``measures`` or ``parallel``): :func:`run_ids`."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        config.stash[_RUN] = {it.nodeid: "measures" if it.get_closest_marker("measures") else "parallel"
+                              for it in items}
+
+
+def run_ids(config) -> Dict[str, str]:
+    """The tests this run (this pass, on every worker of it) runs, after every selection: id -> kind.  The
+    mutant check leaves out its baseline of the named tests that are here: the run itself shows they pass."""
+    return dict(config.stash.get(_RUN, {}))
 
 
 def pytest_report_header(config):
