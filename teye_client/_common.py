@@ -69,8 +69,9 @@ def _sample_rate(environ=None):
 DDP_SAMPLE_RATE = _sample_rate()
 
 
-def carve(phases, a, b):
-    """The flat phases (name, start, end, ...) with their ``compute`` inside [a, b] made ``communication``."""
+def carve(phases, a, b, as_=_M):
+    """The flat phases (name, start, end, ...) with their ``compute`` inside [a, b] made ``communication`` (or
+    ``as_``: ``data_wait`` for the loop's own data work, Session._data_work)."""
     out = []
     for k in range(0, len(phases), 3):
         name, x, y = phases[k], phases[k + 1], phases[k + 2]
@@ -79,7 +80,7 @@ def carve(phases, a, b):
             continue
         if x < a:
             out += (_C, x, a)
-        out += (_M, max(x, a), min(y, b))
+        out += (as_, max(x, a), min(y, b))
         if y > b:
             out += (_C, b, y)
     return out
@@ -189,6 +190,15 @@ class Session:
     pspans = None
     device = None
     pcarry = 0           # device ns read beyond the compute of the step that read them (see _parts_of)
+    # the training thread's own data work (issue 47; _data_work): the host time before each outermost forward
+    # since the last outermost part other than a copy ended on its thread (pgaps: [from_ns or None, to_ns,
+    # thread], None: from the step's start), the copies' host intervals (pcopies: compute, h2d_copy), and
+    # the last part's end (plast: (thread, ns))
+    pgaps = None
+    pcopies = None
+    plast = None
+    work_source = None   # the source of steps whose input is that data work (set where the forward is seen)
+    work_from = 0        # no data work before this (ns): the end of teye's own bookkeeping at the first step
 
     def __init__(self):
         self.waits = []          # [start_ns, end_ns, samples, loader] since the last step
@@ -267,7 +277,8 @@ class Session:
         own phases keeps standing aside in its children (they inherit its Reporter)."""
         wait_source, step_source, aside = self.wait_source, self.step_source, self.aside
         for k in ("lead_held", "lead_done", "per_iter", "other_n", "backlog", "own_gen", "gen_keys",   # the parent's stay the parent's
-                  "pdepth", "pkind", "pstart", "pthread", "pev", "pspans", "device", "pcarry"):   # no part in progress, no CUDA
+                  "pdepth", "pkind", "pstart", "pthread", "pev", "pspans", "device", "pcarry",   # no part in progress, no CUDA
+                  "pgaps", "pcopies", "plast", "work_from"):
             self.__dict__.pop(k, None)
         self.__init__()
         self.wait_source, self.step_source = wait_source, step_source
@@ -357,13 +368,30 @@ class Session:
                 self.pev = dev.record()
             except Exception as e:  # never into the job's forward: the host clock times the parts from now on
                 self._device_lost(e)
-        self.pstart = _ns()
+        self.pstart = now = _ns()
+        if kind == 0:   # a forward: the thread's time before it, since its last part, may be the loop's data work
+            last, t = self.plast, self.pthread
+            g = self.pgaps
+            if g is None:
+                g = self.pgaps = []
+            g.append((last[1] if last is not None and last[0] == t else None, now, t))
+            if len(g) > self.MAX_WAITS:   # forwards and never a step (inference): keep the newest
+                del g[:self.MAX_WAITS // 2]
 
     def pend(self):
         """The outermost part in progress ends (its depth is back to 0): its interval is kept for the step
         that holds it (host clock), or its pair of CUDA events handed to the device door."""
         end = _ns()
         self.pdepth = 0
+        if self.pkind == 3:   # a copy to the device: compute (h2d_copy) inside the time before a forward
+            c = self.pcopies
+            if c is None:
+                c = self.pcopies = []
+            c.append((self.pstart, end))
+            if len(c) > self.MAX_WAITS:
+                del c[:self.MAX_WAITS // 2]
+        else:
+            self.plast = (self.pthread, end)
         dev = self.device
         if dev is not None:
             ev = self.pev
@@ -386,6 +414,42 @@ class Session:
         self.pev = None
         debug("zero-code phases: CUDA events failed (%s: %s): the parts are timed by the host clock" % (
             type(e).__name__, e))
+
+    def _data_work(self, start, end_ns):
+        """The training thread's own data work in the step [start, end_ns] (issue 47; docs/phases.md "Data work
+        on the training thread"): its time before each outermost forward since its last other part (the step's
+        start for the first), less the copies to the device in it (h2d_copy: compute), on the thread that
+        steps.  [] where no forward was seen on it (the parts off, a model that is not an nn.Module, inference
+        only): the step stays steps only."""
+        gaps, copies, floor = self.pgaps, self.pcopies, self.work_from
+        self.pgaps = self.pcopies = self.plast = None
+        self.work_from = 0
+        if not gaps:
+            return []
+        me = _thread()
+        out = []
+        for a, b, t in gaps:
+            if t != me:
+                continue
+            if a is None or a < start:
+                a = start
+            if a < floor:
+                a = floor
+            if b > end_ns:
+                b = end_ns
+            if b <= a:
+                continue
+            for x, y in (copies or ()):
+                if y <= a or x >= b:
+                    continue
+                if x > a:
+                    out.append((a, x))
+                a = y
+                if a >= b:
+                    break
+            if b > a:
+                out.append((a, b))
+        return out
 
     def _take_spans(self):
         """The parts' intervals since the last step (a part still in progress at a step is left to the next:
@@ -533,6 +597,10 @@ class Session:
         after = start is not None   # a step came before this one
         if start is None:
             start = first = waits[0][0] if waits else (begun_ns if begun_ns is not None else end_ns)
+            if not waits and self.pgaps and self.opt_made_ns and self.opt_made_ns < start:
+                # a loop whose own data work comes before its first forward (get_batch): its first step began
+                # no earlier than its optimizer was made, and no later than that work
+                start = first = self.opt_made_ns
         self.step_start = end_ns
         comms = self.comms
         if self.evals:
@@ -559,6 +627,10 @@ class Session:
             samples = self._consumed(waits[:n], start) + carried
             del waits[:n]
             del comms[:]
+            work = self._data_work(start, end_ns)
+            if work:   # the forward's start places the loop's own data work: the rest of the step is compute
+                self._own_work(rep, work, start, end_ns, samples, merge)
+                return
             if rep.source != self.step_source:
                 debug("zero-code phases: batches read %s: steps and samples only" % (
                     "outside the thread that steps" if self.off_thread else "through a generator of the job's own"))
@@ -568,6 +640,11 @@ class Session:
             self._take_spans()
             return
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
+            work = self._data_work(start, end_ns)
+            if work:   # ... unless the forward's start places the loop's own data work (a get_batch loop)
+                del comms[:]
+                self._own_work(rep, work, start, end_ns, carried, merge)
+                return
             if rep.source != self.step_source:
                 rep.source = self.step_source
                 rep._src_due = True
@@ -620,6 +697,10 @@ class Session:
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
+        self._data_work(start, end_ns)   # (a DataLoader's waits are the step's input: the forward's gaps go)
+        self._send(rep, phases, start, end_ns, samples, merge)
+
+    def _send(self, rep, phases, start, end_ns, samples, merge):
         if merge is not None:   # the iteration: the held steps of the other optimizer, then this one's
             start = merge[0][1]
             phases = tuple(x for m in merge for x in m[0]) + tuple(phases)
@@ -630,6 +711,21 @@ class Session:
             self._lead_step(phases, start, end_ns, samples)
         else:
             self._record(rep, phases, start, end_ns, samples, self._take_spans())
+
+    def _own_work(self, rep, work, start, end_ns, samples, merge):
+        """A step whose input teye saw only as the training thread's time before its forwards (no DataLoader on
+        that thread: a generator of the job's own, a producer's queue, get_batch): that time is ``data_wait``,
+        the rest ``compute`` (a data-parallel job's exposed exchange carved out of it at release()), sent
+        with the source that says so."""
+        phases = [_C, start, end_ns]
+        for a, b in work:
+            phases = carve(phases, a, b, _W)
+        src = self.work_source or self.step_source
+        if rep.source != src:
+            debug("zero-code phases: the input is the training thread's time before each forward (%s)" % src)
+            rep.source = src
+            rep._src_due = True
+        self._send(rep, tuple(phases), start, end_ns, samples, merge)
 
     def _consumed(self, waits, start):
         """The samples a step consumed where another thread reads the batches (a producer filling a queue):
@@ -979,6 +1075,10 @@ class Session:
                 raise
             self.disabled = True
             debug("zero-code phases off after an error: %s: %s" % (type(e).__name__, e))
+        if self.pgaps is None:
+            # the loop's own data work for the next step begins once teye's bookkeeping is done: the job's clock
+            # has that inside its optimizer step (its compute; the first step's making of the reporter too)
+            self.work_from = _ns()
 
     def _finish_guarded(self):
         try:

@@ -37,6 +37,7 @@ _ns = time.monotonic_ns
 _thread = threading.get_ident
 SOURCE = "torch"            # waits observed at the DataLoader
 STEPS_ONLY = "torch-steps"  # steps only: no DataLoader iterator seen (or it could not be patched)
+OWN_WORK = "torch-forward"  # the input is the training thread's time before each forward (Session._data_work)
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "barrier",
                # FSDP's all-gathers and reduce-scatters (torch 2.10+ names; the older ones above)
                "all_gather", "all_gather_single", "reduce_scatter", "reduce_scatter_single", "all_to_all_single")
@@ -423,6 +424,7 @@ def patch_modules(module):
         return None
 
     _teye_forward_pre._teye = _teye_forward._teye = True
+    s.work_source = OWN_WORK
     pre(_teye_forward_pre)
     try:
         post(_teye_forward, always_call=True)

@@ -285,6 +285,9 @@ def advise(kind: str, cause: Optional[str], framework: str, base: Tuple[str, str
         text = " ".join(TIPS[t] for t in tips)
         return Advice(lead + text + (f" (The job already has {has}: keep it.)" if has else ""), tips)
     torch = framework == "torch" or (framework == "neutral" and bool(cfg))
+    if kind == "input" and base[0].endswith(":own_data_work"):
+        # the wait is the loop's own work outside any DataLoader it has: that loader's settings are not it
+        return Advice(base[1], (base[0],))
     if not cfg or not torch:
         return Advice(base[1], (base[0],))
     if kind == "input" and "loader.num_workers" in cfg:

@@ -51,7 +51,7 @@ from ..logutil import RateLimitedLog
 from ..metrics import HistogramValue, histogram_value
 from . import attribution, cause, jobconfig, parts, ranks
 from .protocol import (ACCEPTED, FAST_EDGE_NS, MIN_STEP_NS, NO_IDENTITY, PHASES, RESOLUTION_NS, RESULTS, STEP_BUCKETS,
-                       STEPS_ONLY_SOURCES, Identity, Limits,
+                       SAMPLES_UNSEEN_SOURCES, STEPS_ONLY_SOURCES, Identity, Limits,
                        Message, Rejected, Window, decode, identity_of)
 from .verdict import Evidence, InputWait, Thresholds, Verdict, decide
 
@@ -1182,7 +1182,8 @@ class JobTable:
             train_job=job.label, user=job.user, uid=job.uid, pid=job.first_pid, processes=len(job.pids),
             phase_seconds=tuple((p, job.phase_s[k]) for k, p in enumerate(PHASES)
                                 if job.phase_s[k] or (k < 4 and not steps_only)),
-            steps=job.steps, samples=None if steps_only and not job.samples else job.samples,
+            steps=job.steps, samples=None if (steps_only or job_ev.source in SAMPLES_UNSEEN_SOURCES) and not job.samples
+            else job.samples,
             step_hist=histogram_value(STEP_BUCKETS, job.hist, job.hist_sum),
             input_bound_ratio=ratio,
             gpu_idle_seconds=tuple((g, PHASES[k], v) for (g, k), v in sorted(job.gpu_idle.items())),

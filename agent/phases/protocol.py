@@ -90,6 +90,8 @@ SOURCES = {
     "client": "client",                                        # a Reporter in the training loop (the default)
     "torch": "zero-code: torch DataLoader",
     "torch-steps": "zero-code: torch optimizer steps (input wait not observed: no DataLoader)",
+    "torch-forward": "zero-code: torch, the input is the training thread's time before each forward (its own "
+                     "data work: a generator, get_batch, a queue)",
     "tf.data": "zero-code: tf.data",
     "tf-steps": "zero-code: TensorFlow steps (a loop without tf.data, or a Model.fit teye stands aside from: "
                 "input wait not observed)",
@@ -97,6 +99,8 @@ SOURCES = {
     "other": "other",
 }
 STEPS_ONLY_SOURCES = frozenset({"torch-steps", "tf-steps"})  # phases that cannot show an input wait
+# sources that may not see a batch's size (a get_batch loop's own data work): no samples counted is not "0"
+SAMPLES_UNSEEN_SOURCES = STEPS_ONLY_SOURCES | {"torch-forward"}
 MAX_SOURCE_CHARS = 32
 
 

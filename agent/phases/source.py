@@ -71,8 +71,8 @@ INPUT_WAIT_CPU = metric("teye_job_input_wait_cpu_ratio", GAUGE,
                         ["train_job"])
 JOB_INFO = metric("teye_job_info", GAUGE,
                   "Always 1: who runs the job, from kernel credentials (pid is the first sending process), "
-                  "and where its phases come from (source: client, torch, torch-steps, tf.data, tf-steps, keras, other; "
-                  "docs/zero-code.md). With phases.pods (Kubernetes), namespace and pod name the sender's pod, from "
+                  "and where its phases come from (source: client, torch, torch-forward, torch-steps, tf.data, "
+                  "tf-steps, keras, other; docs/zero-code.md). With phases.pods (Kubernetes), namespace and pod name the sender's pod, from "
                   "its cgroup (pod: the pod uid where the kubelet's log directory does not name it; both empty "
                   "outside pods).",
                   ["train_job", "user", "uid", "pid", "source", "namespace", "pod"])

@@ -171,8 +171,17 @@ COMMUNICATION_CAUSE_RECOMMENDATIONS: Dict[str, str] = {
 # instrumentation produced the phases; a client that did not say (``client``, ``other``) gets the neutral
 # texts above.  Keys: a kind of KINDS, a cause of CAUSES (an input verdict), or "steps_only_idle".
 FRAMEWORKS = ("torch", "tensorflow", "neutral")
-_FRAMEWORK_OF = {"torch": "torch", "torch-steps": "torch", "tf.data": "tensorflow", "tf-steps": "tensorflow",
-                 "keras": "tensorflow"}
+_FRAMEWORK_OF = {"torch": "torch", "torch-steps": "torch", "torch-forward": "torch", "tf.data": "tensorflow",
+                 "tf-steps": "tensorflow", "keras": "tensorflow"}
+# an input verdict whose input is the training thread's own data work (source torch-forward: no DataLoader on it)
+OWN_DATA_WORK = (
+    "The training loop prepares its batches itself, on the training thread, before each forward (a generator of "
+    "its own, a get_batch function, a queue it waits on): nothing overlaps that work with the step. Move it into "
+    "a torch.utils.data.DataLoader with num_workers=N (a Dataset or IterableDataset doing the same work per "
+    "sample or per batch, persistent_workers=True, prefetch_factor=2..4), or run the augmentation on batched "
+    "tensors on the GPU (torchvision.transforms.v2); a loop of tensors already in memory should index them "
+    "on the device instead of slicing and copying on the host every step; a producer thread's queue that runs "
+    "empty needs more producers (DataLoader workers are processes: no GIL).")
 _TORCH_STORAGE_LAYOUT = (
     "store the data set as large shards read sequentially (WebDataset tar shards, LMDB, memory-mapped NumPy "
     "arrays) rather than one small file per sample, stage it on local NVMe or in memory, and let a "
@@ -294,6 +303,8 @@ def base_advice(kind: str, cause: Optional[str] = None, source: str = "client") 
     """(id, text): the framework's paragraph for a verdict of ``kind`` (with its ``cause``) in the framework of
     ``source``, whatever the job is configured with (the id names it among the tips: agent.phases.advice)."""
     fw = framework_of(source)
+    if kind == "input" and source == "torch-forward":
+        return f"{fw}:input:own_data_work", OWN_DATA_WORK
     if kind == "communication" and cause in COMMUNICATION_CAUSE_RECOMMENDATIONS:
         return (f"{fw}:communication:{cause}",
                 COMMUNICATION_CAUSE_RECOMMENDATIONS[cause] + " " + base_advice(kind, source=source)[1])
@@ -312,7 +323,7 @@ def base_advice(kind: str, cause: Optional[str] = None, source: str = "client") 
 def base_catalog():
     """Every (id, text) base_advice can give: the tips of agent.phases.advice that are whole paragraphs."""
     seen = {"exchange_not_observed": EXCHANGE_NOT_OBSERVED}
-    for source in ("client", "torch", "tf.data"):
+    for source in ("client", "torch", "torch-forward", "tf.data"):
         for kind in KINDS + ("steps_only_idle",):
             causes = {"input": CAUSES, "communication": COMMUNICATION_CAUSES}.get(kind, (None,))
             for c in causes:

@@ -54,10 +54,12 @@ def test_bad_input_never_changes_the_job_and_the_figures_stay_right(agent, mode,
     assert j.processes == 1   # workers, dead or orphaned, never report: the job is its training process
     share = own["wait_s"] / own["train_s"]
     if mode == "threads":
-        # the training loop waits in queue.get(), which teye cannot see; the loader's waits are the
-        # prefetching threads', not the training loop's: no input-bound share rather than a wrong one
-        assert j.input_bound_ratio is None and "data_wait" not in phases, (phases, own)
-        assert j.source == "torch-steps" and "input wait not observed" in j.verdict.evidence, j.verdict
+        # the training loop waits in queue.get(); the loader's waits are the prefetching threads', not the
+        # training loop's: its own wait is its time before each forward (issue 47), source torch-forward
+        assert j.source == "torch-forward", j.source
+        total = phases["data_wait"] + phases["compute"]
+        assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
+        assert abs(phases["data_wait"] / total - share) <= 0.05, (phases, own)
         return
     # the training steps' time and input-bound share are the script's own (a dead worker's wait included:
     # the training loop waited for its batch)

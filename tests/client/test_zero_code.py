@@ -445,20 +445,29 @@ def test_ddp_ranks_report_under_one_job_with_their_own_pids(sockdir):
 
 
 @needs_torch
-def test_a_loop_without_a_dataloader_reports_steps_only(sockdir):
-    """Its input wait cannot be seen: steps, no ratio, and the evidence says so (never a 0 % guess)."""
+@pytest.mark.parametrize("parts", ["0", "1"])
+def test_a_loop_without_a_dataloader_reports_steps_only_or_its_own_input(sockdir, parts):
+    """Without the forward's start (the parts off) its input wait cannot be seen: steps, no ratio, and the
+    evidence says so (never a 0 % guess).  With it, the time before each forward is its own input (issue 47):
+    at least the 20 ms it sleeps before each of its 7 forwards, the verdict input."""
     agent = LiveAgent(sockdir)
     code = ("import time, torch\nm = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
             "for i in range(7):\n    time.sleep(0.02)  # reading its own batches\n"
             "    x = torch.ones(8, 4)\n    opt.zero_grad(); m(x).sum().backward(); opt.step()\n")
     try:
-        r = teye_run([PY, "-c", code], socket_path=agent.path, job="manual")
+        r = teye_run([PY, "-c", code], socket_path=agent.path, job="manual", env=base_env(TEYE_STEP_PARTS=parts))
         assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
         j = agent.jobs()["manual"]
-        # no phase counters, no sample count, no ratio (absent, not 0); no GPU samples: not_observed, never compute
-        assert (j.source, j.steps, j.input_bound_ratio, j.phase_seconds, j.samples, j.verdict.kind) == \
-            ("torch-steps", 7, None, (), None, "not_observed")
-        assert "input wait not observed" in j.verdict.evidence
+        if parts == "0":
+            # no phase counters, no sample count, no ratio (absent, not 0); no GPU samples: not_observed, never
+            # compute
+            assert (j.source, j.steps, j.input_bound_ratio, j.phase_seconds, j.samples, j.verdict.kind) == \
+                ("torch-steps", 7, None, (), None, "not_observed")
+            assert "input wait not observed" in j.verdict.evidence
+            return
+        ph = dict(j.phase_seconds)
+        assert (j.source, j.steps, j.samples, j.verdict.kind) == ("torch-forward", 7, None, "input"), j.verdict
+        assert ph["data_wait"] >= 7 * 0.02 and j.input_bound_ratio > 0.5, (ph, j.input_bound_ratio)
     finally:
         agent.close()
 
@@ -584,7 +593,8 @@ def test_profile_of_a_steps_only_loop_says_not_observed(tmp_path):
     (tmp_path / "teye.yaml").write_text("collectors:\n  gpu: {enabled: false}\n")
     r = subprocess.run([PY, "-m", "agent", "profile", "--output", str(tmp_path / "p"), "--config",
                         str(tmp_path / "teye.yaml"), "--", PY, "-c", code],
-                       env=base_env(), capture_output=True, text=True, cwd=REPO, timeout=120)
+                       env=base_env(TEYE_STEP_PARTS="0"),   # (with the parts on, its input is placed: below)
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     (job,) = json.loads((tmp_path / "p" / "summary.json").read_text())["jobs"]
     assert (job["source"], job["steps"], job["samples"], job["input_bound_ratio"]) == ("torch-steps", 8, None, None)

@@ -89,8 +89,10 @@ def test_a_steps_only_ddp_job_on_a_shaped_link_is_communication(shaped):
     # step (where the exchange lies)
     assert comm == pytest.approx(truth, abs=0.10)
     assert all(comm[r] <= bwd[r] + 0.02 for r in comm), (comm, bwd)
-    # and no input share: the input is not observed (absent, not 0)
+    # and its input share is its own data work before each forward (issue 47: the forward's start places it),
+    # under 1 % by its own clock: a few points at most, never an input verdict
     for a in agents:
         s = a.series()
-        assert not [v for (n, lb), v in s.items() if n == "teye_job_input_bound_ratio"
-                    and dict(lb)["train_job"] == "ddp-mem"]
+        shares = [v for (n, lb), v in s.items() if n == "teye_job_input_bound_ratio"
+                  and dict(lb)["train_job"] == "ddp-mem"]
+        assert shares and all(v < 0.05 for v in shares), shares

@@ -388,6 +388,22 @@ MUTANTS = {
     "advice_no_sync_suggested_anyway.patch": (
         ["tests/phases/test_advice.py::"
          "test_no_sync_and_compression_are_never_suggested_to_a_job_that_has_them_even_when_the_link_is_full"]),
+    # issue 47: the training thread's own data work, placed by the forward's start
+    "data_work_copies_kept.patch": (
+        ["tests/client/test_session_data_work.py::test_a_copy_to_the_device_before_the_forward_is_compute"]),
+    "data_work_any_thread.patch": (
+        ["tests/client/test_session_data_work.py::test_a_forward_on_another_thread_is_not_the_loops_data_work"]),
+    "data_work_from_the_steps_end.patch": (
+        ["tests/client/test_session_data_work.py::"
+         "test_each_micro_batchs_data_work_before_its_forward_and_none_of_teyes_bookkeeping"]),
+    "data_work_first_forward_only.patch": (
+        ["tests/client/test_session_data_work.py::"
+         "test_each_micro_batchs_data_work_before_its_forward_and_none_of_teyes_bookkeeping"]),
+    "data_work_not_placed.patch": (
+        ["tests/client/test_session_data_work.py::"
+         "test_each_micro_batchs_data_work_before_its_forward_and_none_of_teyes_bookkeeping"]),
+    "advice_own_data_work_gets_loader_tips.patch": (
+        ["tests/phases/test_advice.py::test_own_data_work_is_never_told_to_tune_the_dataloader_it_does_not_wait_for"]),
     "jobconfig_enum_value_unbounded.patch": (
         ["tests/phases/test_jobconfig.py::test_a_bad_configuration_is_refused_whole_with_its_reason"]),
     "client_config_bool_unchecked.patch": (

@@ -150,3 +150,15 @@ def test_every_tip_an_advice_gives_is_in_the_catalog_the_dashboard_maps():
 def ranks_causes():
     from agent.phases.links import COMMUNICATION_CAUSES
     return COMMUNICATION_CAUSES
+
+
+def test_own_data_work_is_never_told_to_tune_the_dataloader_it_does_not_wait_for():
+    """A generator of the job's own around a DataLoader (source torch-forward): the input is the loop's own work
+    outside the loader, so the advice is to move it into workers or onto the GPU, whatever the loader is set to."""
+    from agent.phases.verdict import OWN_DATA_WORK, advice
+    cfg = (("loader.num_workers", "0"), ("loader.pin_memory", "False"), ("loader.persistent_workers", "False"))
+    for cause in ("host_cpu", "storage", None):
+        a = advice("input", cause, "torch-forward", cfg, cpus=8)
+        assert a.text == OWN_DATA_WORK and a.tips == ("torch:input:own_data_work",), a
+    # the same job reading the DataLoader itself (source torch) gets the loader's own tips
+    assert "num_workers above 0" in advice("input", "host_cpu", "torch", cfg, cpus=8).text

@@ -59,7 +59,8 @@ LOOP = textwrap.dedent("""
 
 
 # A steps-only loop: unmodified PyTorch without a DataLoader, its own slow input (50 ms a batch), under the
-# zero-code hook (source torch-steps): the agent sees its steps and nothing of its input wait.
+# zero-code hook with the step's parts off (source torch-steps): the agent sees its steps and nothing of its
+# input wait.
 STEPS_ONLY = textwrap.dedent("""
     import json, sys, time
     import torch
@@ -179,7 +180,10 @@ def cluster(tmp_path_factory):
         ps[("a", "steps-only")] = subprocess.Popen(
             [sys.executable, "-c", STEPS_ONLY, "60"], stdout=subprocess.PIPE,
             env={**env, "PYTHONPATH": os.pathsep.join([site, REPO]), "TEYE_PHASE_SOCKET": agents[0].sock,
-                 "TEYE_TRAIN_JOB": "steps-only", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+                 "TEYE_TRAIN_JOB": "steps-only", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
+                 # the parts off: no forward's start, so its own input cannot be placed (steps only; with the
+                 # parts on it is torch-forward, tests/client/test_torch_data_work.py)
+                 "TEYE_STEP_PARTS": "0"})
         for k, p in ps.items():
             out, _ = p.communicate(timeout=60)
             assert p.returncode == 0
