@@ -64,7 +64,7 @@ mmdebstrap --variant=essential --include=python3,python3-venv,libstdc++6 --mode=
     "$SUITE" "$TMP/rootfs.tar" ${MIRROR:+"$MIRROR"} >&2
 podman import \
     --change 'ENTRYPOINT ["/opt/teye/venv/bin/teye"]' \
-    --change 'CMD ["agent", "--listen=0.0.0.0:9835", "--procfs=/host/proc", "--sysfs=/host/sys", "--path.rootfs=/host/root", "--cgroupfs=/host/sys/fs/cgroup", "--phase-socket=/run/teye/phases.sock"]' \
+    --change 'CMD ["agent", "--listen=0.0.0.0:9835", "--procfs=/host/proc", "--sysfs=/host/sys", "--path.rootfs=/host/root", "--path.udev.data=/host/root/run/udev/data", "--cgroupfs=/host/sys/fs/cgroup", "--phase-socket=/run/teye/phases.sock"]' \
     --change 'USER 65210:65210' \
     --change 'EXPOSE 9835/tcp' \
     --change 'ENV PATH=/opt/teye/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin' \

@@ -184,6 +184,27 @@ def test_namespace_daemonset_security_and_scheduling():
     assert init["image"] == c["image"]
 
 
+def test_the_daemonset_and_the_images_command_read_the_hosts_view_alike():
+    """The host's view from a container (issue 49): the DaemonSet's arguments and the image's default command
+    name the same host paths, each under a host path the pod mounts: udev's database (teye_disk_info's model
+    and serial: empty in a container without it) under the host's root, as node_exporter's DaemonSet does."""
+    (ds,) = by_kind("DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    flags = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in c["args"] if a.startswith("--") and "=" in a}
+    assert flags["--path.udev.data"] == flags["--path.rootfs"] + "/run/udev/data"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounted = {m["mountPath"]: volumes[m["name"]].get("hostPath", {}).get("path") for m in c["volumeMounts"]}
+    for flag in ("--procfs", "--sysfs", "--path.rootfs", "--path.udev.data", "--cgroupfs"):
+        under = [m for m in mounted if flags[flag] == m or flags[flag].startswith(m + "/")]
+        assert under and all(mounted[m] for m in under), (flag, flags[flag], mounted)
+    with open(os.path.join(REPO, "deploy", "image", "build.sh"), encoding="utf-8") as fh:
+        cmd = json.loads(next(line for line in fh if "--change 'CMD " in line).split("CMD ", 1)[1].rsplit("'", 1)[0])
+    image = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in cmd if a.startswith("--") and "=" in a}
+    for flag in ("--procfs", "--sysfs", "--path.rootfs", "--path.udev.data", "--cgroupfs"):
+        assert image[flag] == flags[flag], (flag, image, flags)
+
+
 def test_a_quota_lets_gke_admit_the_daemonsets_priority_class():
     """GKE admits system-node-critical pods only in a namespace whose ResourceQuota covers that class
     (the ResourceQuota admission plugin's limitedResources); the quota limits nothing else."""

@@ -213,6 +213,7 @@ def _daemonset_run(tmp_path, port):
     assert any(f.endswith(":/host/root:ro,rslave") for f in flags), flags
     args = [a if not a.startswith("--listen=") else f"--listen=127.0.0.1:{port}" for a in c["args"]]
     assert "--path.rootfs=/host/root" in args and "--cgroupfs=/host/sys/fs/cgroup" in args
+    assert "--path.udev.data=/host/root/run/udev/data" in args   # the disks' properties under the host's /
     return flags + ["--read-only"], c["command"], args
 
 
