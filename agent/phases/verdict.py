@@ -493,7 +493,11 @@ class Evidence:
                                      compile_in_steps=self.phase_seconds.get("compile", 0.0))
 
     def share(self, phase: str) -> float:
-        """The phase's share of step time (at most 1: checked when the evidence is made)."""
+        """The phase's share of step time (at most 1: checked when the evidence is made); 0 for a phase beside
+        training (eval, compile: definitions.NOT_TRAINING), which is in no share of it (a job that evaluated
+        longer than it trained read an eval share of 2)."""
+        if phase in definitions.NOT_TRAINING:
+            return 0.0
         return definitions.share(self.phase_seconds.get(phase, 0.0), self.step_time) or 0.0
 
     @property

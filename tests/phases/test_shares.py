@@ -154,6 +154,11 @@ def _oracle_input_share(msgs):
                     ("data_wait", 1_000_001_000_001, 1_000_002_000_001)],
                 [(1_000_000_000_000, 1_000_002_000_000, 4)])],
          busy=[0.0], on_gpu=False)
+# a job that evaluated twice as long as it waited, and never stepped (hypothesis found it): eval is beside
+# training, in no share (an eval share of 2.0 before)
+@example(msgs=[(1, [("eval", 1_000_000_000_000, 1_000_002_000_000), ("data_wait", 1_000_000_000_000, 1_000_000_000_000),
+                    ("data_wait", 1_000_000_000_000, 1_000_001_000_000)], [])],
+         busy=[0.0], on_gpu=False)
 def test_no_share_exceeds_one_for_any_stream(msgs, busy, on_gpu):
     """on_gpu False: the senders hold no GPU, so steps take the job table's path without GPU pieces."""
     ctx, clock = ctx_with_clock(1100 * S)
