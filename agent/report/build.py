@@ -268,7 +268,7 @@ def _credited_gpus(tj_reports: List[dict], gpu_windows: Dict[Tuple[str, str], Wi
 
 def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: List[str],
               gpu_windows: Dict[Tuple[str, str], Tuple[float, float]], user: str, until_given: bool,
-              cg_windows: Optional[Dict[str, Tuple[float, float]]] = None) -> dict:
+              cg_windows: Optional[Dict[str, Tuple[float, float]]] = None, slurm_asked: bool = True) -> dict:
     conds: List[Condition] = []
     tj_reports, earlier, run_notes = _picked_runs(f, slurm, tjs, gpu_windows, cg_windows, conds)
     if not gpu_windows:   # a training job not under Slurm: the GPUs it was credited idle time on
@@ -285,7 +285,9 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     if said is not None:   # the agents say whether it runs: its processes alive and its last message recent
         # a Slurm job also runs while a process of it still holds a GPU or its cgroup still exists at the end
         # (its training loop may have ended before its epilogue, a checkpoint's save): presence, not counters
-        held = bool(slurm) and any(at_end(b) for _, b in list(gpu_windows.values()) + list(cg_windows.values()))
+        # (the report of a Slurm job: a training job asked for by name ran in it, and has ended where it says so)
+        held = slurm_asked and bool(slurm) and any(
+            at_end(b) for _, b in list(gpu_windows.values()) + list(cg_windows.values()))
         running = said or held
     state = "running" if running else "finished"
     if running:
@@ -358,7 +360,8 @@ def _train_job_alone(f: Fetched, req: Request, now: float, tj: str, slurm_gpus, 
     own = _link(f, slurm_gpus, {tj: spans}) if slurm_gpus else {}
     owner = next((sj for sj in sorted(own) if tj in own[sj]), None)
     rep = _assemble(f, req, now, owner, [tj], dict(slurm_gpus[owner]) if owner else {},
-                    users[0] if users else "", until_given, dict(slurm_cg.get(owner, {})) if owner else {})
+                    users[0] if users else "", until_given, dict(slurm_cg.get(owner, {})) if owner else {},
+                    slurm_asked=False)
     rep["train_jobs"] = sorted(set(rep["train_jobs"]) | {tj}) if rep["train_jobs"] else [tj]
     return rep
 

@@ -181,6 +181,11 @@ MUTANTS = {
         ["tests/report/test_report_bad_input.py::test_https_url_to_a_plain_http_prometheus_is_a_tls_failure"]),
     "report_counter_reset_loses_new_value.patch": (
         ["tests/report/test_units.py::test_increase_is_exact_and_sums_across_resets"]),
+    # issue 47: a Slurm job runs while it holds its GPU or cgroup; a training job by name, while it says so
+    "report_slurm_job_running_from_its_loop_only.patch": (
+        ["tests/report/test_state_units.py::test_a_slurm_job_runs_while_it_holds_its_gpu_a_training_job_while_it_says_so"]),
+    "report_train_job_running_from_its_slurm_job.patch": (
+        ["tests/report/test_state_units.py::test_a_slurm_job_runs_while_it_holds_its_gpu_a_training_job_while_it_says_so"]),
     # issue 29: one run per run (the report of a job name's latest run)
     "report_runs_not_cut.patch": (
         ["tests/report/test_runs_e2e.py::test_the_latest_run_is_reported_and_the_earlier_one_named"]),

@@ -99,6 +99,9 @@ def _round(agent, pki, hello, before):
     return rows
 
 
+@pytest.mark.measures("the resident set 1 s into a flood of handshakes: how many TLS states the agent still holds then "
+                      "(and what it has freed) depends on its event loop's share of the CPU (a parallel run read 50 KiB "
+                      "a half handshake, 19 alone)")
 def test_half_handshakes_and_idle_tls_cost_the_documented_bound_and_give_it_back(tls_agent):
     agent, pki = tls_agent
     before = _settle(agent)
