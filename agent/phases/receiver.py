@@ -413,6 +413,7 @@ class Receiver:
         budget and the debts are charged), and discard the others
         unread, counted by (uid, pid) for ``shed`` (the job table charges them to the sender's job)."""
         per_pid: Dict[int, int] = {}
+        per_pid_n: Dict[int, int] = {}   # datagrams handed on per process this slice
         per_uid: Dict[int, int] = {}
         pid_cap = max(SHED_MIN, int(self._per_slice * SHED_PID_SHARE))
         uid_cap = max(4 * SHED_MIN, int(self._per_slice * SHED_UID_SHARE))
@@ -433,6 +434,7 @@ class Receiver:
             late = t >= end   # it came after the slice (a quiet socket): the next slice's
             if t >= slice_end:   # the shares are a slice's: a long spell of shedding renews them each slice
                 per_pid.clear()
+                per_pid_n.clear()
                 per_uid.clear()
                 slice_end = t + SHARE_RENEW_S
             shed: Dict[Tuple[int, int], int] = {}
@@ -445,14 +447,17 @@ class Receiver:
                         continue
                     est = max(1, len(item[0]) // BYTES_PER_UNIT)
                     np_, nu = per_pid.get(pid, 0) + est, per_uid.get(uid, 0) + est
-                    # (a sender's first datagram of a slice passes whatever its size, unless it is in debt: a job
-                    # alone sending large datagrams is not shed because the receiver is busy with them)
-                    if ((np_ > pid_cap and pid in per_pid) or (nu > uid_cap and uid in per_uid)
+                    # (a process's first SHED_MIN datagrams of a slice pass its share whatever their size, unless it
+                    # is in debt: a job alone sending large datagrams is not shed because the receiver is busy with
+                    # them, nor one whose flush, retry of what a full queue refused and close come together; a
+                    # flooding process is in debt after its first expensive ones; its uid's share still holds)
+                    if ((np_ > pid_cap and per_pid_n.get(pid, 0) >= SHED_MIN) or (nu > uid_cap and uid in per_uid)
                             or self._in_debt(uid, pid, now)):
                         shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
                     else:   # (the shares count the estimate: what contention adds to a cost is no one's)
                         self._handle_one(item)
                         per_pid[pid], per_uid[uid] = np_, nu
+                        per_pid_n[pid] = per_pid_n.get(pid, 0) + 1
                 if shed and self._shed is not None:   # charged once per receive, before the next may block
                     self._shed(shed)
             except Exception as e:  # as in _run: a bug must not stop the receiver

@@ -331,6 +331,8 @@ MUTANTS = {
     # issue 48: the receiver charges by cost
     "receiver_charges_by_count.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
+    "receiver_pid_share_first_datagram_only.patch": (
+        ["tests/phases/test_fair_budget.py::test_a_process_s_flush_retry_and_close_in_one_slice_pass_whatever_their_size"]),
     "receiver_no_shed_on_sight.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     # issue 48: the smaller ones
