@@ -47,31 +47,13 @@ class Intake:
         return rk
 
     def _apply(self, msg: Message, pid: int, uid: int, now: int, ident: Identity = NO_IDENTITY, cfg=None) -> str:
-        key = (uid, msg.job)
-        if self.pods is not None:
-            pod = self.pods.of(pid, now)
-            if pod:
-                key = (uid, msg.job, pod)
-        job = self._jobs.get(key)
+        """One validated message of process ``pid`` (uid ``uid``) applied to its job: the job found or made
+        (_job_of), the process's state in it (_process_of), its phases (_add_phases) and the steps that close
+        them (_add_steps), its windows of fast steps (_apply_sums), its identity, parts and memory."""
+        job = self._job_of(msg, pid, uid, now)
         if job is None:
-            job = self._new_job(key, pid, uid, now)
-            if job is None:
-                return "job_limit"
-        else:
-            self._jobs.move_to_end(key)
-        job.last_ns = now
-        known = pid in job.pids or len(job.pids) < MAX_PIDS
-        if known:
-            job.pids[pid] = max(job.pids.get(pid, 0), msg.dropped)
-        if cfg is not None:
-            job.configs.note(pid, ident.rank, cfg, known)
-        opened = job.open.get(pid)
-        if opened is None and known:
-            opened = job.open[pid] = []
-        # per phase, what this process already reported (processes beyond MAX_PIDS share one set)
-        covers = job.cover.get(pid if known else -1)
-        if covers is None:
-            covers = job.cover[pid if known else -1] = [None] * (NP + 1)   # + WINDOWS: its windows' spans
+            return "job_limit"
+        known, opened, covers = self._process_of(job, msg, pid, ident, cfg)
         gpus = ()
         if (msg.phases or msg.steps or msg.sums) and (msg.cvd and self._known_gpus or pid in self.ctx.gpu_pids):
             gpus = attribution.resolve_gpus(pid, msg.cvd, self.ctx.gpu_pids, self._known_gpus)
@@ -85,13 +67,10 @@ class Intake:
             if gpus:
                 rk.gpus = gpus
         ring = job.ring
-        rec = self.recorded
         waited = False
-        phase_s = job.phase_s
-        compute0 = phase_s[COMPUTE]
+        compute0 = job.phase_s[COMPUTE]
         # records ending in the current ring slot (nearly all of them) skip ring.slot()
-        width = ring.width
-        cur = now // width
+        cur = now // ring.width
         if ring.cur_b == cur:
             cur_slot = ring.cur_i
         else:
@@ -102,88 +81,10 @@ class Intake:
         chunks = _by_step(msg.phases, msg.steps) if len(msg.phases) > OPEN_PER_PID and msg.steps else (
             (msg.phases, msg.steps),)
         for ph_chunk, st_chunk in chunks:
-            for phase, s, e in ph_chunk:
-                i = PHASE_INDEX[phase]
-                if opened is not None:
-                    if len(opened) >= OPEN_PER_PID:
-                        del opened[0]  # the oldest phase still waiting for its step
-                    opened.append((i, s, e))
-                if rec is not None:
-                    rec.append((job.label, phase, s, e))
-                # only what the process had not reported of this phase yet counts (its overlaps merged)
-                c = covers[i]
-                if c is None:
-                    c = covers[i] = _Covered()
-                ends = c.ends
-                if ends and s >= ends[-1] and e > s:   # _Covered.add's usual case, inline: after all so far
-                    if s == ends[-1]:
-                        ends[-1] = e
-                    else:
-                        c.starts.append(s)
-                        ends.append(e)
-                        if len(ends) > COVER_SPANS:
-                            c.forget()
-                    new = ((s, e),)
-                else:
-                    new = c.add(s, e)
-                for a, b in new:
-                    phase_s[i] += (b - a) / 1e9
-                    if i == DATA_WAIT and self.probe is not None:
-                        job.waits.append((pid, a, b, b - a))
-                        waited = True
-                    slot = cur_slot if b // width >= cur else ring.slot(b, now)
-                    if slot is not None:
-                        ring.phase[slot][i] += b - a
-                    if rk is not None:
-                        rk.phase_s[i] += (b - a) / 1e9
-                        rslot = rk.ring.slot(b, now)
-                        if rslot is not None:
-                            rk.ring.phase[rslot][i] += b - a
-                    if gpus:
-                        self._queue(job, attribution.Pending((i, b), a, b, gpus))
-            for s, e, samples in st_chunk:
-                d = (e - s) / 1e9
-                # per phase index, the ns of the process's open phases inside this step (merged)
-                inside = None if gpus or not opened else self._close_step_sums(opened, s, e)
-                if inside is None:
-                    pieces = self._close_step(opened, s, e) if opened else {}
-                    inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
-                job.samples += samples
-                # the exported step time is compile-free (agent.phases.definitions): a compile the client
-                # sent inside this step leaves it, as it leaves the shares
-                d = max(0.0, d - sum(ns for i, ns in inside if i == COMPILE) / 1e9)
-                if rk is not None:
-                    # one global step per step of the ranks: counted when the first rank completes it
-                    rk.steps += 1
-                    rk.step_s += d
-                    rslot = rk.ring.slot(e, now)
-                    if rslot is not None:
-                        rk.ring.step_ns[rslot] += e - s
-                        rk.ring.steps[rslot] += 1
-                        rrow = rk.ring.in_step[rslot]
-                        for i, ns in inside:
-                            rrow[i] += ns
-                if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
-                    if rk is not None:
-                        job.rank_steps = rk.steps
-                    job.steps += 1
-                    job.hist_sum += d
-                    job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
-                slot = cur_slot if e // width >= cur else ring.slot(e, now)
-                if slot is not None:
-                    ring.step_ns[slot] += e - s
-                    ring.steps[slot] += 1
-                    row = ring.in_step[slot]
-                    for i, ns in inside:
-                        row[i] += ns
-                if gpus:
-                    group = [attribution.Pending((STEP, e), s, e, gpus)]
-                    for n, (_kind, names) in enumerate(IN_KINDS):
-                        for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
-                            group.append(attribution.Pending((IN_STEP + n, e), a, b, gpus))
-                    self._queue_step(job, group)
-                if rec is not None:
-                    rec.append((job.label, "step", s, e))
+            if ph_chunk and self._add_phases(job, ph_chunk, pid, opened, covers, gpus, rk, now, cur_slot, cur):
+                waited = True
+            if st_chunk:
+                self._add_steps(job, st_chunk, pid, opened, gpus, rk, now, cur_slot, cur)
         if msg.sums and self._apply_sums(job, msg.sums, pid, covers, gpus, rk, now, cur_slot, cur):
             waited = True
         if waited:
@@ -191,8 +92,144 @@ class Intake:
         if ident.src is not None:
             job.source = ident.src
         if (msg.parts is not None or msg.mem is not None) and known:
-            job.inside.apply(pid, msg.parts, msg.mem, phase_s[COMPUTE] - compute0)
+            job.inside.apply(pid, msg.parts, msg.mem, job.phase_s[COMPUTE] - compute0)
         return ACCEPTED
+
+    def _job_of(self, msg: Message, pid: int, uid: int, now: int) -> Optional[_Job]:
+        """The sender's job, ``(uid, name)`` (and its pod's uid, with pods), made where new (None: refused
+        over the limits), marked as just heard from."""
+        key = (uid, msg.job)
+        if self.pods is not None:
+            pod = self.pods.of(pid, now)
+            if pod:
+                key = (uid, msg.job, pod)
+        job = self._jobs.get(key)
+        if job is None:
+            job = self._new_job(key, pid, uid, now)
+            if job is None:
+                return None
+        else:
+            self._jobs.move_to_end(key)
+        job.last_ns = now
+        return job
+
+    def _process_of(self, job: _Job, msg: Message, pid: int, ident: Identity, cfg):
+        """(known, opened, covers) of process ``pid`` in ``job``: whether the job tracks it (at most MAX_PIDS
+        processes; the drops it says it had are kept), its phases waiting for their step (None: untracked),
+        and per phase what it already reported (processes beyond MAX_PIDS share one set); its configuration
+        noted."""
+        known = pid in job.pids or len(job.pids) < MAX_PIDS
+        if known:
+            job.pids[pid] = max(job.pids.get(pid, 0), msg.dropped)
+        if cfg is not None:
+            job.configs.note(pid, ident.rank, cfg, known)
+        opened = job.open.get(pid)
+        if opened is None and known:
+            opened = job.open[pid] = []
+        covers = job.cover.get(pid if known else -1)
+        if covers is None:
+            covers = job.cover[pid if known else -1] = [None] * (NP + 1)   # + WINDOWS: its windows' spans
+        return known, opened, covers
+
+    def _add_phases(self, job: _Job, phases, pid: int, opened, covers, gpus, rk: Optional[_Rank], now: int,
+                    cur_slot, cur) -> bool:
+        """A message's phase intervals: each kept open for the step that closes it, and what the process had
+        not reported of its phase yet (its overlaps merged) added to the job's, its rank's and the window's
+        sums and queued for GPU attribution.  True where a data wait was added (the input probe tracks it).
+        The hot path: _Covered.add's usual case inline."""
+        ring, rec, phase_s, width = job.ring, self.recorded, job.phase_s, job.ring.width
+        waited = False
+        for phase, s, e in phases:
+            i = PHASE_INDEX[phase]
+            if opened is not None:
+                if len(opened) >= OPEN_PER_PID:
+                    del opened[0]  # the oldest phase still waiting for its step
+                opened.append((i, s, e))
+            if rec is not None:
+                rec.append((job.label, phase, s, e))
+            # only what the process had not reported of this phase yet counts (its overlaps merged)
+            c = covers[i]
+            if c is None:
+                c = covers[i] = _Covered()
+            ends = c.ends
+            if ends and s >= ends[-1] and e > s:   # _Covered.add's usual case, inline: after all so far
+                if s == ends[-1]:
+                    ends[-1] = e
+                else:
+                    c.starts.append(s)
+                    ends.append(e)
+                    if len(ends) > COVER_SPANS:
+                        c.forget()
+                new = ((s, e),)
+            else:
+                new = c.add(s, e)
+            for a, b in new:
+                phase_s[i] += (b - a) / 1e9
+                if i == DATA_WAIT and self.probe is not None:
+                    job.waits.append((pid, a, b, b - a))
+                    waited = True
+                slot = cur_slot if b // width >= cur else ring.slot(b, now)
+                if slot is not None:
+                    ring.phase[slot][i] += b - a
+                if rk is not None:
+                    rk.phase_s[i] += (b - a) / 1e9
+                    rslot = rk.ring.slot(b, now)
+                    if rslot is not None:
+                        rk.ring.phase[rslot][i] += b - a
+                if gpus:
+                    self._queue(job, attribution.Pending((i, b), a, b, gpus))
+        return waited
+
+    def _add_steps(self, job: _Job, steps, pid: int, opened, gpus, rk: Optional[_Rank], now: int, cur_slot,
+                   cur) -> None:
+        """A message's steps: each closes the process's open phases inside it (their time inside the step,
+        merged, is the step's), counts once for the job (a data-parallel job's global step: when its first
+        rank completes it), its compile-free time into the step histogram, and goes to GPU attribution with
+        its phases by kind."""
+        ring, rec, width = job.ring, self.recorded, job.ring.width
+        for s, e, samples in steps:
+            d = (e - s) / 1e9
+            # per phase index, the ns of the process's open phases inside this step (merged)
+            inside = None if gpus or not opened else self._close_step_sums(opened, s, e)
+            if inside is None:
+                pieces = self._close_step(opened, s, e) if opened else {}
+                inside = [(i, sum(b - a for a, b in iv)) for i, iv in pieces.items()]
+            job.samples += samples
+            # the exported step time is compile-free (agent.phases.definitions): a compile the client
+            # sent inside this step leaves it, as it leaves the shares
+            d = max(0.0, d - sum(ns for i, ns in inside if i == COMPILE) / 1e9)
+            if rk is not None:
+                # one global step per step of the ranks: counted when the first rank completes it
+                rk.steps += 1
+                rk.step_s += d
+                rslot = rk.ring.slot(e, now)
+                if rslot is not None:
+                    rk.ring.step_ns[rslot] += e - s
+                    rk.ring.steps[rslot] += 1
+                    rrow = rk.ring.in_step[rslot]
+                    for i, ns in inside:
+                        rrow[i] += ns
+            if (rk is None or rk.steps > job.rank_steps) and not (job.untracked and pid in job.untracked):
+                if rk is not None:
+                    job.rank_steps = rk.steps
+                job.steps += 1
+                job.hist_sum += d
+                job.hist[bisect_left(STEP_BUCKETS, d)] += 1  # first bucket with d <= le
+            slot = cur_slot if e // width >= cur else ring.slot(e, now)
+            if slot is not None:
+                ring.step_ns[slot] += e - s
+                ring.steps[slot] += 1
+                row = ring.in_step[slot]
+                for i, ns in inside:
+                    row[i] += ns
+            if gpus:
+                group = [attribution.Pending((STEP, e), s, e, gpus)]
+                for n, (_kind, names) in enumerate(IN_KINDS):
+                    for a, b in attribution.merged(iv for p in names for iv in pieces.get(PHASE_INDEX[p], ())):
+                        group.append(attribution.Pending((IN_STEP + n, e), a, b, gpus))
+                self._queue_step(job, group)
+            if rec is not None:
+                rec.append((job.label, "step", s, e))
 
     def _apply_sums(self, job: _Job, sums, pid: int, covers, gpus, rk: Optional[_Rank], now: int, cur_slot,
                     cur) -> bool:
