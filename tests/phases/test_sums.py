@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import socket
 import time
 
@@ -58,7 +59,9 @@ def capture(monkeypatch):
 
 
 def send(monkeypatch, listener_path, steps, how="record_step", **kw):
-    """What a Reporter sends for ``steps``."""
+    """What a Reporter sends for ``steps`` (without the configuration a zero-code session in this process may
+    have noted: another test's torch.compile, in a worker that ran it, would ride along)."""
+    monkeypatch.delitem(sys.modules, "teye_client._config", raising=False)
     got = capture(monkeypatch)
     rep = Reporter(train_job="j", socket_path=listener_path, flush_ms=100, **kw)
     for s, e, n, ph in steps:
