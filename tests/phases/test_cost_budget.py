@@ -115,7 +115,7 @@ def test_three_uids_flooding_expensive_datagrams_are_shed_and_a_fourth_uids_job_
         # a third to a half; what it had handled is the budget's, below)
         for uid, name in FLOODERS.items():
             f = sent[uid]
-            assert f["bytes"] > 60000 and f["sent"] > 50, f
+            assert f["bytes"] > 60000 and f["sent"] > 10 and f["full"] > 1000, f   # it flooded (the queue was full)
             job = jobs[f"{name}/flood"]
             assert job.shed > 0.2 * f["sent"], (name, job.shed, f)
             # what it had handled, at most its share of the budget over the flood plus a slice's burst (and

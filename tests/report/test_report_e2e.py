@@ -518,7 +518,9 @@ def test_steps_only_job_is_timed_by_its_steps_and_never_called_compute(cluster):
     assert j["state"] == "finished" and j["conditions"] == [] and j["complete"]
     assert abs(j["run_seconds"] - (lp["end"] - lp["start"])) <= step + 0.1
     # (each end: the flush, the sampler and the scrape after it, on the report's grid: as the phased loops)
-    assert abs(j["start"] - lp["start"]) <= 2 * step + 0.5 and abs(j["end"] - lp["end"]) <= 2 * step + 0.5
+    # (its first counters show at the first scrape after its first flush, on the next grid point: a scrape late
+    # under the fixture's six processes on two cores read 2.6 s)
+    assert abs(j["start"] - lp["start"]) <= 3 * step + 0.5 and abs(j["end"] - lp["end"]) <= 3 * step + 0.5
     assert j["steps"] == 60 and j["samples"] is None and j["samples_per_second"] is None
     # the first step's start is unknown to a steps-only source (it counts 0 s): 59 steps' time over 60
     (tj,) = j["train_job_details"]
