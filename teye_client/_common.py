@@ -697,7 +697,8 @@ class Session:
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
-        self._data_work(start, end_ns)   # (a DataLoader's waits are the step's input: the forward's gaps go)
+        self.pgaps = self.pcopies = self.plast = None   # (a DataLoader's waits are the step's input: the
+        self.work_from = 0                                # forwards' gaps go unread)
         self._send(rep, phases, start, end_ns, samples, merge)
 
     def _send(self, rep, phases, start, end_ns, samples, merge):
