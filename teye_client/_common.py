@@ -415,6 +415,11 @@ class Session:
         debug("zero-code phases: CUDA events failed (%s: %s): the parts are timed by the host clock" % (
             type(e).__name__, e))
 
+    def _forget_data_work(self):
+        """The step took what it needed of the forwards' gaps: the next step's begin afresh."""
+        self.pgaps = self.pcopies = self.plast = None
+        self.work_from = 0
+
     def _data_work(self, start, end_ns):
         """The training thread's own data work in the step [start, end_ns] (issue 47; docs/phases.md "Data work
         on the training thread"): its time before each outermost forward since its last other part (the step's
@@ -422,8 +427,7 @@ class Session:
         steps.  [] where no forward was seen on it (the parts off, a model that is not an nn.Module, inference
         only): the step stays steps only."""
         gaps, copies, floor = self.pgaps, self.pcopies, self.work_from
-        self.pgaps = self.pcopies = self.plast = None
-        self.work_from = 0
+        self._forget_data_work()
         if not gaps:
             return []
         me = _thread()
@@ -697,8 +701,7 @@ class Session:
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
-        self.pgaps = self.pcopies = self.plast = None   # (a DataLoader's waits are the step's input: the
-        self.work_from = 0                                # forwards' gaps go unread)
+        self._forget_data_work()   # (a DataLoader's waits are the step's input: the forwards' gaps go unread)
         self._send(rep, phases, start, end_ns, samples, merge)
 
     def _send(self, rep, phases, start, end_ns, samples, merge):
