@@ -44,6 +44,8 @@ step rate, and the Python loop is the only one.)
 from __future__ import annotations
 
 import errno
+import math
+import gc
 import logging
 import os
 import socket
@@ -80,6 +82,9 @@ SHED_MIN = 4                            # ... and at least this many (a client's
 UNIT_NS = 40_000
 BYTES_PER_UNIT = 400
 MAX_DEBTORS = 4096                      # uids whose spending is remembered (the rest: none, as a new uid)
+RATE_TAU_NS = 100_000_000               # a process's spending rate: units spent, decayed with this time constant
+HEAVY_FRACTION = 0.5                    # of an in-debt uid, the processes spending at least this part of its
+                                        # heaviest one's rate are shed on sight (Receiver._in_debt)
 _thread_ns = time.thread_time_ns
 _QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
 _QLEN_DEFAULT = 10                      # the kernel's own default, where the sysctl cannot be read
@@ -264,6 +269,10 @@ class Receiver:
         self._debts: Dict[int, Tuple[float, int]] = {}            # uid -> (units spent, when), leaky
         self._pid_debts: Dict[int, Tuple[float, int]] = {}        # pid -> (units spent, when), leaky
         self.spent_units: Dict[int, int] = {}                     # uid -> units spent in all (for benchmarks)
+        self._pid_rates: Dict[int, Tuple[float, int]] = {}        # pid -> (units spent, when), decaying
+        self._heavy: Dict[int, int] = {}                          # uid -> its process spending the most
+        self._full_gc_ns, self._gc_t0 = 0, 0                      # this thread's full collections' CPU time
+        self._gc_ident: Optional[int] = None                      # (the thread _on_gc times: the receive thread)
         # close()'s wake-up goes to this socket itself, even once its path is gone or another's
         self._waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
@@ -298,7 +307,20 @@ class Receiver:
     def start(self) -> None:
         # Blocking receive (no poll() per datagram); close() wakes the thread with an empty datagram.
         self.sock.settimeout(None)
+        gc.callbacks.append(self._on_gc)
         self._thread.start()
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        """Time this thread's full collections: one runs in whichever datagram's handling crossed the
+        threshold, its cost the whole heap's (a big process's: tens of ms), not that datagram's; the younger
+        collections are what the recent datagrams' own allocations cost, and stay theirs."""
+        if info.get("generation", 0) < 2 or threading.get_ident() != self._gc_ident:
+            return
+        if phase == "start":
+            self._gc_t0 = _thread_ns()
+        elif self._gc_t0:
+            self._full_gc_ns += _thread_ns() - self._gc_t0
+            self._gc_t0 = 0
 
     def _receive_one(self):
         """The next datagram as [(data, pid, uid)], blocking (pid, uid None: no credentials)."""
@@ -310,6 +332,7 @@ class Receiver:
         return [(data, pid, uid)]
 
     def _run(self) -> None:
+        self._gc_ident = threading.get_ident()
         receive = self._receive_one
         while not self._stop.is_set():
             try:
@@ -343,9 +366,11 @@ class Receiver:
     # their share of what is left are handled (_shed_until).  A cheap datagram costs one unit, the most
     # expensive one found hundreds (docs/phases.md): a uid is charged by what it costs, not by count.
 
-    def _spend(self, uid: Optional[int], pid: Optional[int], cost: int, now_ns: int) -> None:
+    def _spend(self, uid: Optional[int], pid: Optional[int], cost: int, now_ns: int, own: int = 0) -> None:
+        """Charge ``cost`` units to the budget and to the sender's uid and process, and ``own`` (the
+        process's share of the handling: a full collection) to the budget alone."""
         rate = self._per_slice / (_SLICE_S * 1e9)
-        self._spent = max(0.0, self._spent - (now_ns - self._spent_at) * rate) + cost
+        self._spent = max(0.0, self._spent - (now_ns - self._spent_at) * rate) + cost + own
         self._spent_at = now_ns
         # (a process's bucket drains at its uid's share: a process alone may spend what its uid may)
         for debts, key, share in ((self._debts, uid, SHED_UID_SHARE), (self._pid_debts, pid, SHED_UID_SHARE)):
@@ -357,6 +382,25 @@ class Receiver:
                 debts[key] = (units, now_ns)
         if uid is not None and (uid in self.spent_units or len(self.spent_units) < MAX_DEBTORS):
             self.spent_units[uid] = self.spent_units.get(uid, 0) + cost
+        if pid is not None and (pid in self._pid_rates or len(self._pid_rates) < MAX_DEBTORS):
+            lately = self._rate(pid, now_ns) + cost
+            self._pid_rates[pid] = (lately, now_ns)
+            if uid is not None:   # the uid's process spending the most
+                heavy = self._heavy.get(uid)
+                if heavy != pid and (heavy is None or lately > self._rate(heavy, now_ns)):
+                    if heavy is not None or len(self._heavy) < MAX_DEBTORS:
+                        self._heavy[uid] = pid
+
+    def _rate(self, pid: int, now_ns: int) -> float:
+        """What ``pid`` spent lately: its units, each decayed by RATE_TAU_NS since it was spent."""
+        got = self._pid_rates.get(pid)
+        if got is None:
+            return 0.0
+        units = got[0] * math.exp((got[1] - now_ns) / RATE_TAU_NS)
+        if units < 0.5:
+            del self._pid_rates[pid]
+            return 0.0
+        return units
 
     def _debt(self, debts: Dict[int, Tuple[float, int]], key: int, share: float, now_ns: int) -> float:
         got = debts.get(key)
@@ -370,12 +414,20 @@ class Receiver:
 
     def _in_debt(self, uid: int, pid: int, now_ns: int) -> bool:
         """Shed on sight: a process that spent more than a slice's budget beyond its uid's share, or one that is
-        spending (more than SHED_MIN units beyond it) for a uid that did (64 processes of one uid share one uid's
-        share; a quiet process of that uid, a job beside the flood, is not held back)."""
+        spending (more than SHED_MIN units beyond it) for a uid that did, at a rate near its heaviest process's
+        (HEAVY_FRACTION of it, over RATE_TAU_NS): 64 processes of one uid share one uid's share, while a job
+        that spends a fraction of what its uid's flooding process does is not held back by that flood (a
+        uid's jobs that spend alike are held back alike: they may stop one another anyway)."""
+        per_slice = self._per_slice
         pid_debt = self._debt(self._pid_debts, pid, SHED_UID_SHARE, now_ns)
-        if pid_debt > self._per_slice:
+        if pid_debt > per_slice:
             return True
-        return pid_debt > SHED_MIN and self._debt(self._debts, uid, SHED_UID_SHARE, now_ns) > self._per_slice
+        if pid_debt <= SHED_MIN:
+            return False
+        if self._debt(self._debts, uid, SHED_UID_SHARE, now_ns) <= per_slice:
+            return False
+        heavy = self._heavy.get(uid)
+        return heavy is None or heavy == pid or self._rate(pid, now_ns) >= HEAVY_FRACTION * self._rate(heavy, now_ns)
 
     def _over_budget_s(self) -> float:
         """Seconds until the receiver's spending is paid back, where it spent more than one slice's budget."""
@@ -384,11 +436,11 @@ class Receiver:
 
     def _handle_one(self, item) -> int:
         """Handle one datagram, charge its measured cost; the cost in units."""
-        t0 = _thread_ns()      # the thread's CPU time: a sender is not charged for the scheduler's preemptions
+        t0, gc0 = _thread_ns(), self._full_gc_ns   # the thread's CPU time: not the scheduler's preemptions
         self._handle_batch([item])
-        t1 = _thread_ns()
-        cost = max(1, (t1 - t0) // UNIT_NS)
-        self._spend(item[2], item[1], cost, time.monotonic_ns())
+        full_gc = self._full_gc_ns - gc0           # (a full collection is the process's: _on_gc)
+        cost = max(1, (_thread_ns() - t0 - full_gc) // UNIT_NS)
+        self._spend(item[2], item[1], cost, time.monotonic_ns(), full_gc // UNIT_NS)
         return cost
 
     def _take(self, batch) -> None:
@@ -473,6 +525,10 @@ class Receiver:
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop the thread, close the socket and remove the socket file if it is still ours."""
         self._stop.set()
+        try:
+            gc.callbacks.remove(self._on_gc)
+        except ValueError:
+            pass   # never started
         if self._thread.is_alive() and self._waker is not None:
             try:
                 self._waker.settimeout(1.0)

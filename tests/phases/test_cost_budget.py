@@ -9,6 +9,7 @@ it could not send, the kernel's count of what each flooder got into the socket (
 thread's CPU time from /proc (the kernel's clock, not the receiver's)."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -157,3 +159,81 @@ def test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop():
     # the big sender: handled until its debt passed one slice's budget (40 units: a datagram of 50 did), then
     # shed while its debt drains at 20 units a slice (the loop above takes well under a slice)
     assert 1 <= big <= 3 and sum(charged.values()) == 40 - big
+
+
+def _spin(units: float) -> None:
+    end = time.thread_time_ns() + int(units * receiver.UNIT_NS)
+    while time.thread_time_ns() < end:
+        pass
+
+
+def test_a_job_beside_its_own_uids_flooder_is_never_shed_on_sight():
+    """One process floods (a datagram of one unit as fast as the loop goes), another process of the same uid
+    sends a DDP rank's flushes: two datagrams of five units together, every 5 ms, a fifth of the uid's share.
+    The uid's spending passes its share, so its processes that spend are shed on sight; the flooder is, the
+    job beside it is not (before, each second datagram of its pairs was: its debt was over SHED_MIN)."""
+    handled, charged = {7: 0, 8: 0}, {}
+
+    def handle(batch):
+        for data, pid, uid in batch:
+            _spin(float(data))
+            handled[pid] += 1
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        r = receiver.Receiver(sock, "test", None, handle, 1024, 20_000,      # 200 units a slice, 100 a uid's
+                              shed=lambda d: [charged.__setitem__(k, charged.get(k, 0) + n) for k, n in d.items()])
+        sent = 0
+        end = time.monotonic() + 0.6
+        next_pair = time.monotonic()
+        while time.monotonic() < end:
+            r._take([(b"1", 7, 1000)])
+            if time.monotonic() >= next_pair:
+                r._take([(b"5", 8, 1000), (b"5", 8, 1000)])
+                sent += 2
+                next_pair += 0.005
+        uid_debt = r._debt(r._debts, 1000, receiver.SHED_UID_SHARE, time.monotonic_ns())
+    finally:
+        sock.close()
+    print("handled", handled, "charged", charged, "victim sent", sent, "uid debt", uid_debt)
+    assert charged.get((1000, 7), 0) > 1000          # the flooder: shed on sight
+    assert sent > 60 and handled[8] == sent and (1000, 8) not in charged
+
+
+def test_a_full_collection_is_the_budgets_not_the_senders(monkeypatch):
+    """A full collection runs in whichever datagram's handling crossed its threshold and costs what the whole
+    heap does (in a big process, tens of ms: a thousand units): it is spent from the receiver's budget, not
+    charged to that datagram's sender, who would be shed on sight for it.  Younger collections stay the
+    sender's.  Driven on the receiver's own loop with a real collection of a heap made big here."""
+    heap = [[i] for i in range(1_500_000)]           # a collection of this takes tens of ms
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    young = []
+
+    def handle(batch):
+        for data, pid, uid in batch:
+            if data == b"young":                     # a datagram that leaves a million young objects behind
+                gc.disable()
+                young.extend([i] for i in range(1_000_000))
+                gc.enable()
+                gc.collect(1)
+            else:
+                gc.collect(int(data))
+
+    try:
+        r = receiver.Receiver(sock, "test", None, handle, 1024, 4000)   # 40 units a slice
+        gc.callbacks.append(r._on_gc)
+        r._gc_ident = threading.get_ident()          # (as the receive thread sets it)
+        t0 = time.thread_time_ns()
+        gc.collect()
+        full_units = (time.thread_time_ns() - t0) // receiver.UNIT_NS
+        assert full_units > 4 * 40, full_units       # (the heap is big enough to matter)
+        r._take([(b"2", 9, 1000)])
+        spent = r._spent
+        assert not r._in_debt(1000, 9, time.monotonic_ns())
+        assert r.spent_units[1000] < full_units / 4 and spent > full_units / 2, (r.spent_units, spent, full_units)
+        r._take([(b"young", 10, 1001)])             # a younger generation's collection: the sender's
+        assert r._in_debt(1001, 10, time.monotonic_ns()), r.spent_units
+    finally:
+        gc.callbacks.remove(r._on_gc)
+        sock.close()
+        del heap
