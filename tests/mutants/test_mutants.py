@@ -335,6 +335,12 @@ MUTANTS = {
         ["tests/phases/test_fair_budget.py::test_a_process_s_flush_retry_and_close_in_one_slice_pass_whatever_their_size"]),
     "receiver_no_shed_on_sight.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
+    "receiver_uid_debt_sheds_every_spender.patch": (
+        ["tests/phases/test_cost_budget.py::test_a_job_beside_its_own_uids_flooder_is_never_shed_on_sight"]),
+    "receiver_full_gc_charged_to_sender.patch": (
+        ["tests/phases/test_cost_budget.py::test_a_full_collection_is_the_budgets_not_the_senders"]),
+    "receiver_every_gc_is_the_budgets.patch": (
+        ["tests/phases/test_cost_budget.py::test_a_full_collection_is_the_budgets_not_the_senders"]),
     # issue 48: the smaller ones
     "http_bare_lf_waits.patch": (
         ["tests/web/test_http_server.py::test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout"]),
@@ -426,6 +432,9 @@ MEASURING = {
     "http_bare_lf_waits.patch",                # the answer's delay against the header timeout
     "receiver_charges_by_count.patch",         # the receiver's CPU cost per datagram
     "receiver_no_shed_on_sight.patch",         # the same
+    "receiver_uid_debt_sheds_every_spender.patch",   # the same
+    "receiver_full_gc_charged_to_sender.patch",      # a collection's CPU time
+    "receiver_every_gc_is_the_budgets.patch",        # the same
     "tls_idle_like_plain.patch",               # when idle connections are closed
 }
 

@@ -211,9 +211,7 @@ def test_a_full_collection_is_the_budgets_not_the_senders(monkeypatch):
 
     def handle(batch):
         for data, pid, uid in batch:
-            if data == b"young":                     # a datagram that leaves a million young objects behind
-                gc.disable()
-                young.extend([i] for i in range(1_000_000))
+            if data == b"young":                     # the younger generations' collection of what came before
                 gc.enable()
                 gc.collect(1)
             else:
@@ -231,9 +229,12 @@ def test_a_full_collection_is_the_budgets_not_the_senders(monkeypatch):
         spent = r._spent
         assert not r._in_debt(1000, 9, time.monotonic_ns())
         assert r.spent_units[1000] < full_units / 4 and spent > full_units / 2, (r.spent_units, spent, full_units)
-        r._take([(b"young", 10, 1001)])             # a younger generation's collection: the sender's
+        gc.disable()                                 # a million young objects (as recent datagrams leave)
+        young.extend([i] for i in range(1_000_000))
+        r._take([(b"young", 10, 1001)])             # their collection, a younger generation's: the sender's
         assert r._in_debt(1001, 10, time.monotonic_ns()), r.spent_units
     finally:
+        gc.enable()
         gc.callbacks.remove(r._on_gc)
         sock.close()
         del heap
