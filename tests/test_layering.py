@@ -155,7 +155,11 @@ def test_the_client_instrumentors_import_only_their_shared_module():
               "teye_client._common.session", "teye_client._common.wrapper_of"]
     # issue 45: PyTorch's instrumentor hands what it holds to the job's configuration (teye_client._config,
     # PyTorch's settings beside its instrumentor), which shares only the session and helpers
-    assert own["_tf"] == shared and own["_torch"] == sorted(shared + ["teye_client", "teye_client._config"])
+    # issue 46: and `teye trace`'s job side (teye_client._trace, which shares only the reporter's directory check)
+    assert own["_tf"] == shared and own["_torch"] == sorted(shared + ["teye_client", "teye_client._config",
+                                                                      "teye_client._trace"])
+    assert sorted({m for m in imports(os.path.join(REPO, "teye_client", "_trace.py")) if m.startswith("teye_client")}) \
+        == ["teye_client.reporter", "teye_client.reporter.dir_problem"]
     assert own["_config"] == ["teye_client._common", "teye_client._common.debug", "teye_client._common.session",
                               "teye_client._common.wrapper_of"]
     assert [m for m in own["_common"] if not m.startswith("teye_client.reporter")] == []

@@ -176,10 +176,37 @@ def patch_optimizer(module):
                 s.lead(optimizer)                 # a weak reference: the next optimizer leads once it is gone
             except Exception as e:  # never into the training loop
                 debug("zero-code phases: the leading optimizer: %s: %s" % (type(e).__name__, e))
+            trace_tick()
 
     parts = patch_optimizer_parts(module)
     register(_teye_step)
     return True
+
+
+_tracer = None    # teye trace's request watch (_trace.Tracer), made at the first loop iteration's end
+_TRACE_ON = __import__("os").environ.get("TEYE_TRACE", "1").strip() not in ("0", "false", "no", "off")
+
+
+def trace_tick():
+    """The end of a loop iteration (the leading optimizer's step): `teye trace`'s request watch and trace."""
+    global _tracer, _TRACE_ON
+    t = _tracer
+    if t is None:
+        if not _TRACE_ON or session.disabled:
+            return
+        try:
+            from . import _trace
+            rep = session.reporter
+            job = rep.train_job if rep is not None else None
+            if job is None:
+                return   # (before the session's first step made its reporter)
+            torch = sys.modules["torch"]
+            _tracer = t = _trace.Tracer(job, rep.rank, lambda steps: _trace.TorchProfile(torch, steps))
+        except Exception as e:  # never into the training loop
+            _TRACE_ON = False
+            debug("zero-code phases: teye trace is off: %s: %s" % (type(e).__name__, e))
+            return
+    t.tick()
 
 
 def _timed(orig):

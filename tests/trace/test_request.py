@@ -1,0 +1,229 @@
+"""`teye trace --train-job`'s request path (issue 46), each part on its own: the request as the job reads it,
+the job's side driven step by step with a fake profiler (the narrowest boundary: what torch.profiler would
+do), and the CLI against no job, a second request and a directory that is not the job's."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agent.trace import request
+from teye_client import _trace
+from tests.procs import REPO
+
+
+def _req(**over):
+    r = {"id": "r1", "steps": 3, "output": "/tmp/x", "start_after": 0, "expires": time.time() + 60, "ranks": None}
+    r.update(over)
+    return json.dumps(r).encode()
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b"\xff", "not JSON"), (b"[1]", "not a JSON object"), (b"x" * 5000, "over 4096 bytes"),
+    (_req(id="../x"), "its id is not"), (_req(id=""), "its id is not"),
+    (_req(steps=0), "steps must be"), (_req(steps=True), "steps must be"), (_req(steps=1001), "steps must be"),
+    (_req(output="rel/dir"), "output must be an absolute path"), (_req(output=None), "output must be"),
+    (_req(start_after="soon"), "must be numbers"), (_req(expires=float("nan")), "must be numbers"),
+    (_req(expires=1.0), "it expired"), (_req(ranks=[0, "1"]), "ranks must be a list of integers"),
+])
+def test_a_bad_request_is_refused_with_its_reason(raw, why):
+    got = _trace.parse_request(raw, time.time())
+    assert isinstance(got, str) and why in got, got
+
+
+def test_a_good_request_reads_back():
+    got = _trace.parse_request(_req(ranks=[1]), time.time())
+    assert got["id"] == "r1" and got["steps"] == 3 and got["ranks"] == [1]
+
+
+class FakeProfile:
+    """What the Tracer asks of torch.profiler: one warm-up step, then ``steps`` recorded, then export."""
+    made: list = []
+
+    def __init__(self, steps, fail_at=None):
+        self.steps, self.n, self.fail_at, self.stopped = steps, 0, fail_at, False
+        FakeProfile.made.append(self)
+
+    def step(self):
+        self.n += 1
+        if self.n == self.fail_at:
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+        return self.n == self.steps + 1
+
+    def export(self, path):
+        with open(path, "w") as f:
+            f.write('{"traceEvents": []}')
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    FakeProfile.made.clear()
+    req = tmp_path / "teye-x" / "trace"
+    req.mkdir(parents=True)
+    os.chmod(tmp_path / "teye-x", 0o700)
+    os.chmod(req, 0o700)
+    out = tmp_path / "out"
+    out.mkdir(mode=0o700)
+    return str(req), str(out)
+
+
+def _status(d, pid=None):
+    names = [n for n in os.listdir(d) if n.endswith(".status.json")]
+    assert len(names) == 1, names
+    with open(os.path.join(d, names[0])) as f:
+        return json.load(f)
+
+
+def _ask(d, out, **over):
+    r = dict(id="r1", steps=3, output=out, start_after=time.time(), expires=time.time() + 60, ranks=None)
+    r.update(over)
+    _trace._write_private(os.path.join(d, "job.json"), json.dumps(r).encode())
+
+
+def test_the_job_takes_a_request_once_starts_after_it_and_records_the_steps_asked(dirs, monkeypatch):
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    t = _trace.Tracer("job", 1, FakeProfile, directory=d)
+    for _ in range(4):
+        t.tick()                                     # no request: nothing
+    assert os.listdir(d) == []
+    now = [time.time()]
+    monkeypatch.setattr(_trace, "_wall", lambda: now[0])
+    _ask(d, out, start_after=now[0] + 1.0)
+    t.tick()                                         # step 5 ends: the request is seen and taken
+    assert _status(d)["state"] == "accepted"
+    now[0] += 0.999
+    t.tick()                                         # before start_after: not yet
+    assert _status(d)["state"] == "accepted" and not FakeProfile.made
+    now[0] += 0.001
+    t.tick()                                         # step 7 ends at start_after: the profiler starts
+    st = _status(d)
+    assert st["state"] == "tracing" and st["first_step"] == 9   # step 8 warms up; 9, 10, 11 are recorded
+    for _ in range(3):
+        t.tick()
+    assert _status(d)["state"] == "tracing"
+    t.tick()                                         # step 11 ends: the three recorded steps are complete
+    assert _status(d)["state"] == "tracing"
+    t.tick()                                         # step 12 ends: they are written (outside the traced steps)
+    st = _status(d)
+    assert st["state"] == "done" and st["rank"] == 1 and FakeProfile.made[-1].stopped
+    assert st["trace"] == os.path.join(out, f"job.r1.{t.node}.rank1.pt.trace.json")
+    assert os.stat(st["trace"]).st_mode & 0o777 == 0o600
+    n = len(FakeProfile.made)
+    for _ in range(10):
+        t.tick()                                     # the same request is not taken twice
+    assert len(FakeProfile.made) == n
+
+
+def test_a_request_for_other_ranks_or_in_a_directory_others_may_write_is_not_taken(dirs, monkeypatch):
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    t = _trace.Tracer("job", 1, FakeProfile, directory=d)
+    _ask(d, out, ranks=[0])
+    t.tick()
+    assert t.req is None and not [n for n in os.listdir(d) if n.endswith("status.json")]
+    os.chmod(d, 0o777)                               # another user could have written this one
+    _ask(d, out, id="r2")
+    t.tick()
+    assert t.req is None
+    os.chmod(d, 0o700)
+    _ask(d, out, id="r3")
+    t.tick()
+    assert t.req is not None and t.req["id"] == "r3"
+
+
+def test_a_profiler_that_raises_fails_the_trace_and_the_job_goes_on(dirs, monkeypatch):
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    t = _trace.Tracer("job", 0, lambda steps: FakeProfile(steps, fail_at=2), directory=d)
+    _ask(d, out)
+    for _ in range(6):
+        t.tick()                                     # (never raises into the loop)
+    st = _status(d)
+    assert st["state"] == "failed" and "CUPTI_ERROR_NOT_INITIALIZED" in st["reason"]
+    assert FakeProfile.made[-1].stopped and t.req is None and os.listdir(out) == []
+
+
+def test_an_output_directory_that_is_not_the_jobs_own_fails_at_once(dirs, monkeypatch):
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    os.chmod(out, 0o755)                             # others could read the job's code in its trace
+    t = _trace.Tracer("job", 0, FakeProfile, directory=d)
+    _ask(d, out)
+    t.tick()
+    st = _status(d)
+    assert st["state"] == "failed" and "open to group or others (mode 0755)" in st["reason"]
+
+
+def test_the_watch_costs_one_stat_per_interval(dirs, monkeypatch):
+    """The training thread looks for a request at most every CHECK_EVERY_NS, whatever its step rate."""
+    d, out = dirs
+    t = _trace.Tracer("job", 0, FakeProfile, directory=d)
+    looks = []
+    monkeypatch.setattr(t, "_look", lambda: looks.append(1))
+    for ns in range(0, 10**9, 10**6):                # 1,000 steps of 1 ms
+        t.tick(ns + 1)
+    assert len(looks) == 4                           # at 0, 0.25, 0.5 and 0.75 s
+
+
+def _cli(*args, env=None, timeout=60):
+    return subprocess.run([sys.executable, "-m", "agent", "trace", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO, **(env or {})})
+
+
+@pytest.mark.not_measuring("its clock tells a bounded wait from the full timeout (120 s), with 5-10 times to spare")
+def test_the_cli_says_when_no_process_took_the_request_and_leaves_nothing_behind(tmp_path):
+    d = tmp_path / "req"
+    t0 = time.monotonic()
+    r = _cli("--train-job", "nobody_runs_this", "--output", str(tmp_path / "o"), env={_trace.ENV_DIR: str(d)})
+    assert r.returncode == 1 and "no process of nobody_runs_this on this node took the request" in r.stderr
+    assert time.monotonic() - t0 < request.DEFAULT_START_IN_S + 10   # not the full timeout
+    assert os.listdir(d) == [] and os.stat(tmp_path / "o").st_mode & 0o777 == 0o700
+
+
+def test_a_second_request_while_one_is_pending_is_refused(tmp_path):
+    d = tmp_path / "req"
+    out = tmp_path / "o"
+    out.mkdir(mode=0o700)
+    req = request.write_request("job", os.geteuid(), 2, str(out), None, 1.0, 30.0, directory=str(d))
+    r = _cli("--train-job", "job", "--output", str(out), env={_trace.ENV_DIR: str(d)})
+    assert r.returncode == 1 and f"a trace of job is already requested (id {req['id']})" in r.stderr
+
+
+@pytest.mark.parametrize("mode, why", [(0o755, "open to group or others (mode 0755)")])
+def test_an_output_directory_others_can_open_is_refused_by_the_cli(tmp_path, mode, why):
+    out = tmp_path / "o"
+    out.mkdir()
+    os.chmod(out, mode)
+    r = _cli("--train-job", "job", "--output", str(out), env={_trace.ENV_DIR: str(tmp_path / "req")})
+    assert r.returncode == 1 and why in r.stderr and not (tmp_path / "req" / "job.json").exists()
+
+
+def test_bad_arguments_are_usage_errors(tmp_path):
+    env = {_trace.ENV_DIR: str(tmp_path / "req")}
+    assert _cli("--train-job", "j", "--steps", "0", env=env).returncode == 2
+    assert _cli(env=env).returncode == 2
+    r = _cli("--train-job", "alice/job", env=env)
+    assert r.returncode == 1 and "as root with --uid" in r.stderr
+
+
+@pytest.mark.not_measuring("its clock tells a bounded wait from the full timeout (120 s), with 5-10 times to spare")
+def test_a_rank_that_never_reaches_a_step_boundary_is_named_after_a_bounded_wait(tmp_path):
+    """The job took the request but never ends another step (stuck in its data loader): the wait ends at
+    the timeout with that rank's last word, and the CLI says so (exit 1)."""
+    d = tmp_path / "req"
+    out = tmp_path / "o"
+    out.mkdir(mode=0o700)
+    req = request.write_request("job", os.geteuid(), 2, str(out), None, 0.2, 1.0, directory=str(d))
+    _trace._write_private(os.path.join(str(d), f"job.{req['id']}.n.pid7.status.json"),
+                          json.dumps({"pid": 7, "rank": 0, "state": "accepted", "steps": 2}).encode())
+    t0 = time.monotonic()
+    got = request.wait(req, "job", 1.0)
+    assert 0.9 < time.monotonic() - t0 < 5 and got[7]["state"] == "accepted"

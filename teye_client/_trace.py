@@ -1,0 +1,253 @@
+"""`teye trace`, the job's side (issue 46): a trace of the next N steps when asked, through the zero-code hook.
+
+Standard library only (the profiler is the framework's, found in ``sys.modules``).  The request is a small JSON
+file, ``<request dir>/<job>.json``, that ``teye trace --train-job JOB`` (or the agent, for an alert) writes in a
+directory only the job's uid and root may write (``/tmp/teye-<uid>/trace``, or ``TEYE_TRACE_REQUESTS``).  At
+the end of each loop iteration the training thread looks at it, at most every CHECK_EVERY_NS (one ``stat``);
+a new, valid, unexpired request is taken once per process:
+
+- accepted at once (a status file ``<id>.<node>.rank<R>.pid<P>.json`` beside the request: the CLI counts the
+  ranks that took it);
+- the profiler starts at the first iteration end at or after the request's ``start_after`` (a wall-clock time,
+  so every rank of a data-parallel job, in lockstep, starts at the same step; the status says which, counted
+  from the process's first step), warms up one step, records ``steps`` steps (one ``ProfilerStep#N`` each)
+  and, at the next step boundary (so that the writing is not in a traced step), writes them to ``<output>/<job>.<id>.<node>.rank<R>.pt.trace.json`` (mode 0600, in a directory that
+  must be the job uid's own and closed to others);
+- the status says ``done`` with the file, or ``failed`` with a one-line reason (a profiler that raises, an
+  output directory that is not the job's own, a write that fails): the job goes on either way.
+
+Everything runs on the training thread at step boundaries: nothing of the job is touched between them.
+"""
+import json
+import os
+import re
+import socket
+import time
+
+from .reporter import dir_problem
+
+ENV_DIR = "TEYE_TRACE_REQUESTS"
+CHECK_EVERY_NS = 250 * 10**6          # how often the training thread looks for a request (one stat)
+MAX_REQUEST_BYTES = 4096
+MAX_STEPS = 1000
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ns = time.monotonic_ns
+_wall = time.time
+
+
+def request_dir(uid=None):
+    """Where requests for jobs of ``uid`` (default: this process's) are written and read."""
+    d = os.environ.get(ENV_DIR)
+    if d:
+        return d
+    return os.path.join("/tmp", "teye-%d" % (os.geteuid() if uid is None else uid), "trace")
+
+
+def parse_request(raw, now_s):
+    """The request in ``raw`` (bytes) as a dict, or a one-line reason it is refused."""
+    if len(raw) > MAX_REQUEST_BYTES:
+        return "the request is over %d bytes" % MAX_REQUEST_BYTES
+    try:
+        req = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return "the request is not JSON (%s)" % e
+    if not isinstance(req, dict):
+        return "the request is not a JSON object"
+    rid, steps, out = req.get("id"), req.get("steps"), req.get("output")
+    if not isinstance(rid, str) or not _ID.match(rid):
+        return "its id is not 1-64 letters, digits, '_' or '-'"
+    if type(steps) is not int or not 1 <= steps <= MAX_STEPS:
+        return "steps must be an integer from 1 to %d" % MAX_STEPS
+    if not isinstance(out, str) or not out.startswith("/") or len(out) > 4096 or "\0" in out:
+        return "output must be an absolute path"
+    times = [req.get(k) for k in ("start_after", "expires")]
+    if any(type(t) not in (int, float) or t != t for t in times):
+        return "start_after and expires must be numbers (Unix time)"
+    if times[1] <= now_s:
+        return "it expired"
+    ranks = req.get("ranks")
+    if ranks is not None and (not isinstance(ranks, list) or not all(type(r) is int for r in ranks)):
+        return "ranks must be a list of integers"
+    return {"id": rid, "steps": steps, "output": out, "start_after": float(times[0]),
+            "expires": float(times[1]), "ranks": ranks}
+
+
+def _write_private(path, data):
+    """Write ``data`` to ``path`` through a new file (0600, never following a link) renamed into place."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def output_problem(d):
+    """Why the output directory ``d`` must not receive this uid's traces, or None: it must be a directory of
+    this uid's that group and others can neither read nor write (a trace shows the job's code)."""
+    try:
+        st = os.lstat(d)
+    except OSError as e:
+        return "the output directory %s cannot be used (%s)" % (d, e.strerror or e)
+    if st.st_mode & 0o170000 != 0o040000:
+        return "the output %s is not a directory (or is a symbolic link)" % d
+    if st.st_uid != os.geteuid():
+        return "the output directory %s is owned by uid %d, not the job's uid %d" % (d, st.st_uid, os.geteuid())
+    if st.st_mode & 0o077:
+        return "the output directory %s is open to group or others (mode %04o)" % (d, st.st_mode & 0o7777)
+    return None
+
+
+class TorchProfile:
+    """torch.profiler for ``steps`` steps after one warm-up step; ``export(path)`` once they are recorded."""
+
+    def __init__(self, torch, steps):
+        prof_mod = torch.profiler
+        acts = [prof_mod.ProfilerActivity.CPU]
+        cuda = getattr(torch, "cuda", None)
+        if cuda is not None and cuda.is_available():
+            acts.append(prof_mod.ProfilerActivity.CUDA)
+        self.ready = False
+        self.prof = prof_mod.profile(activities=acts, on_trace_ready=self._ready,
+                                     schedule=prof_mod.schedule(wait=0, warmup=1, active=steps, repeat=1))
+        self.prof.start()
+
+    def _ready(self, prof):
+        self.ready = True
+
+    def step(self):
+        """A step ended; True once the recorded steps are complete."""
+        self.prof.step()
+        return self.ready
+
+    def export(self, path):
+        self.prof.export_chrome_trace(path)
+
+    def stop(self):
+        self.prof.stop()
+
+
+class Tracer:
+    """The request watch and the trace of one process.  ``tick()`` at each loop iteration's end, on the
+    training thread; ``profile(steps)`` makes the framework's profile (TorchProfile's interface)."""
+
+    def __init__(self, train_job, rank, profile, directory=None):
+        self.job = train_job
+        self.rank = rank
+        self.profile = profile
+        self.dir = directory or request_dir()
+        self.path = os.path.join(self.dir, train_job + ".json")
+        self.node = socket.gethostname().split(".")[0] or "node"
+        self.step_n = 0                # loop iterations ended in this process
+        self.next_check = 0
+        self.seen = None               # the request file last read: (inode, mtime, size)
+        self.done_ids = set()
+        self.req = None                # the request taken, while it runs
+        self.prof = None
+        self.recorded = False          # the steps asked for are recorded (written at the next boundary)
+        self.first_step = None
+
+    def tick(self, now_ns=None):
+        self.step_n += 1
+        if self.req is None:
+            now_ns = _ns() if now_ns is None else now_ns
+            if now_ns < self.next_check:
+                return
+            self.next_check = now_ns + CHECK_EVERY_NS
+            self._look()
+            return
+        try:
+            if self.prof is None:
+                if _wall() >= self.req["start_after"]:
+                    self.first_step = self.step_n + 2   # the one after this is the warm-up step
+                    self.prof = self.profile(self.req["steps"])
+                    self._status("tracing")
+            elif self.recorded:
+                self._finish()   # a boundary later: what writing it takes is in a step after the traced ones
+            elif self.prof.step():
+                self.recorded = True
+        except Exception as e:  # never into the training loop: the trace fails, the job goes on
+            self._fail("the profiler raised %s: %s" % (type(e).__name__, str(e)[:300]))
+
+    # -- the request ---------------------------------------------------------------------------
+    def _look(self):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self.seen:
+            return
+        self.seen = key
+        if dir_problem(self.dir) is not None or dir_problem(os.path.dirname(self.dir)) is not None:
+            return   # a directory another user could write: its requests are not the job's user's
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                if not os.fstat(f.fileno()).st_mode & 0o100000:
+                    return
+                raw = f.read(MAX_REQUEST_BYTES + 1)
+        except OSError:
+            return
+        req = parse_request(raw, _wall())
+        if isinstance(req, str) or req["id"] in self.done_ids:
+            return   # (the CLI checks what it writes: a bad request is another writer's, and not answered)
+        self.done_ids.add(req["id"])
+        if req["ranks"] is not None and self.rank not in req["ranks"]:
+            return
+        self.req = req
+        why = output_problem(req["output"])
+        if why:
+            self._fail(why)
+        else:
+            self._status("accepted")
+
+    # -- the trace ------------------------------------------------------------------------------
+    def _trace_path(self):
+        rank = "rank%d" % self.rank if self.rank is not None else "pid%d" % os.getpid()
+        return os.path.join(self.req["output"], "%s.%s.%s.%s.pt.trace.json" % (self.job, self.req["id"], self.node,
+                                                                                 rank))
+
+    def _finish(self):
+        prof, self.prof, self.recorded = self.prof, None, False
+        path = self._trace_path()
+        try:
+            prof.stop()
+            why = output_problem(self.req["output"])
+            if why:
+                return self._fail(why)
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            prof.export(tmp)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        except Exception as e:
+            return self._fail("writing the trace failed: %s: %s" % (type(e).__name__, str(e)[:300]))
+        self._status("done", trace=path)
+        self.req = None
+
+    def _fail(self, why):
+        prof, self.prof, self.recorded = self.prof, None, False
+        if prof is not None:
+            try:
+                prof.stop()
+            except Exception:
+                pass
+        self._status("failed", reason=why)
+        self.req = None
+
+    def _status(self, state, **extra):
+        req = self.req
+        rec = {"id": req["id"], "state": state, "train_job": self.job, "node": self.node, "pid": os.getpid(),
+               "rank": self.rank, "steps": req["steps"], "first_step": self.first_step, "time": _wall()}
+        rec.update(extra)
+        name = "%s.%s.%s.pid%d.status.json" % (self.job, req["id"], self.node, os.getpid())
+        try:
+            _write_private(os.path.join(self.dir, name), json.dumps(rec).encode())
+        except OSError:
+            pass   # the request directory went away: the CLI says the rank never answered
