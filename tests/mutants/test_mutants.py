@@ -341,6 +341,31 @@ MUTANTS = {
         ["tests/phases/test_cost_budget.py::test_a_full_collection_is_the_budgets_not_the_senders"]),
     "receiver_every_gc_is_the_budgets.patch": (
         ["tests/phases/test_cost_budget.py::test_a_full_collection_is_the_budgets_not_the_senders"]),
+    # issue 46: teye trace --train-job, the request path
+    "trace_starts_when_taken.patch": (
+        ["tests/trace/test_request.py::"
+         "test_the_job_takes_a_request_once_starts_after_it_and_records_the_steps_asked"]),
+    "trace_written_in_the_last_traced_step.patch": (
+        ["tests/trace/test_request.py::"
+         "test_the_job_takes_a_request_once_starts_after_it_and_records_the_steps_asked"]),
+    "trace_rank_filter_ignored.patch": (
+        ["tests/trace/test_request.py::"
+         "test_a_request_for_other_ranks_or_in_a_directory_others_may_write_is_not_taken"]),
+    "trace_request_dir_unchecked.patch": (
+        ["tests/trace/test_request.py::"
+         "test_a_request_for_other_ranks_or_in_a_directory_others_may_write_is_not_taken"]),
+    "trace_output_unchecked_by_the_job.patch": (
+        ["tests/trace/test_request.py::"
+         "test_an_output_directory_that_is_not_the_jobs_own_fails_at_once"]),
+    "trace_profiler_error_escapes.patch": (
+        ["tests/trace/test_request.py::"
+         "test_a_profiler_that_raises_fails_the_trace_and_the_job_goes_on"]),
+    "trace_second_request_replaces_the_first.patch": (
+        ["tests/trace/test_request.py::"
+         "test_a_second_request_while_one_is_pending_is_refused"]),
+    "trace_waits_the_full_timeout_for_nobody.patch": (
+        ["tests/trace/test_request.py::"
+         "test_the_cli_says_when_no_process_took_the_request_and_leaves_nothing_behind"]),
     # issue 48: the smaller ones
     "http_bare_lf_waits.patch": (
         ["tests/web/test_http_server.py::test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout"]),

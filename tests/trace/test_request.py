@@ -182,9 +182,10 @@ def _cli(*args, env=None, timeout=60):
 def test_the_cli_says_when_no_process_took_the_request_and_leaves_nothing_behind(tmp_path):
     d = tmp_path / "req"
     t0 = time.monotonic()
-    r = _cli("--train-job", "nobody_runs_this", "--output", str(tmp_path / "o"), env={_trace.ENV_DIR: str(d)})
+    r = _cli("--train-job", "nobody_runs_this", "--output", str(tmp_path / "o"), "--timeout", "20",
+             env={_trace.ENV_DIR: str(d)})
     assert r.returncode == 1 and "no process of nobody_runs_this on this node took the request" in r.stderr
-    assert time.monotonic() - t0 < request.DEFAULT_START_IN_S + 10   # not the full timeout
+    assert time.monotonic() - t0 < request.DEFAULT_START_IN_S + 9    # not the full timeout
     assert os.listdir(d) == [] and os.stat(tmp_path / "o").st_mode & 0o777 == 0o700
 
 
