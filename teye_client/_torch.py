@@ -201,7 +201,8 @@ def trace_tick():
             if job is None:
                 return   # (before the session's first step made its reporter)
             torch = sys.modules["torch"]
-            _tracer = t = _trace.Tracer(job, rep.rank, lambda steps: _trace.TorchProfile(torch, steps))
+            _tracer = t = _trace.Tracer(job, lambda: rep.rank, lambda steps: _trace.TorchProfile(torch, steps),
+                                        report=rep.note_trace)
         except Exception as e:  # never into the training loop
             _TRACE_ON = False
             debug("zero-code phases: teye trace is off: %s: %s" % (type(e).__name__, e))

@@ -137,9 +137,11 @@ class Tracer:
     """The request watch and the trace of one process.  ``tick()`` at each loop iteration's end, on the
     training thread; ``profile(steps)`` makes the framework's profile (TorchProfile's interface)."""
 
-    def __init__(self, train_job, rank, profile, directory=None):
+    def __init__(self, train_job, rank, profile, directory=None, report=None):
         self.job = train_job
-        self.rank = rank
+        self.rank_of = rank            # the rank, or what says it when a request is taken
+        self.rank = None if callable(rank) else rank
+        self.report = report           # report(done, first_step, steps, id): to the agent (Reporter.note_trace)
         self.profile = profile
         self.dir = directory or request_dir()
         self.path = os.path.join(self.dir, train_job + ".json")
@@ -199,6 +201,8 @@ class Tracer:
         if isinstance(req, str) or req["id"] in self.done_ids:
             return   # (the CLI checks what it writes: a bad request is another writer's, and not answered)
         self.done_ids.add(req["id"])
+        if callable(self.rank_of):
+            self.rank = self.rank_of()   # (a rank torch.distributed says is known only once it is initialised)
         if req["ranks"] is not None and self.rank not in req["ranks"]:
             return
         self.req = req
@@ -229,6 +233,7 @@ class Tracer:
         except Exception as e:
             return self._fail("writing the trace failed: %s: %s" % (type(e).__name__, str(e)[:300]))
         self._status("done", trace=path)
+        self._report(True)
         self.req = None
 
     def _fail(self, why):
@@ -239,7 +244,15 @@ class Tracer:
             except Exception:
                 pass
         self._status("failed", reason=why)
+        self._report(False)
         self.req = None
+
+    def _report(self, done):
+        if self.report is not None:
+            try:
+                self.report(done, self.first_step or 0, self.req["steps"], self.req["id"])
+            except Exception:
+                pass   # the agent's figures only
 
     def _status(self, state, **extra):
         req = self.req

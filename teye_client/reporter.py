@@ -318,6 +318,7 @@ class Reporter:
         self._sums = []             # closed windows, each its JSON array
         self._parts = None          # the buffered steps' parts: ns of PARTS (record_step), or None
         self._mem = None            # the latest device memory (note_memory): [allocated, reserved, peak] bytes
+        self._trace = None          # a trace finished on request (note_trace), sent with the next datagram
         self._sum_records = 0       # the phase and step records the closed windows stand for
         self._win = None            # the open window: _Window
         if sum_steps is None:
@@ -438,6 +439,11 @@ class Reporter:
             else:
                 m[0] = allocated
                 m[1] = reserved
+
+    def note_trace(self, done: bool, first_step: int, steps: int, trace_id: str) -> None:
+        """A trace on request (`teye trace`) finished, written or failed: sent with the next datagram."""
+        with self._lock:
+            self._trace = '[%d,%d,%d,%s]' % (1 if done else 2, first_step, steps, _json_str(trace_id))
 
     def _add(self, buf, a, b, c) -> None:
         now = _monotonic_ns()
@@ -579,6 +585,7 @@ class Reporter:
             self._phases, self._steps, self._sums = [], [], []
             parts, mem = self._parts, self._mem
             self._parts = self._mem = None
+            trace, self._trace = self._trace, None
             n_sums, self._sum_records = self._sum_records, 0
             dropped = self.dropped
             if self._ask_torch:
@@ -593,7 +600,8 @@ class Reporter:
             self._maybe_resolve()
             return
         try:
-            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums, parts, mem)
+            data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums, parts, mem,
+                                trace)
         except (TypeError, ValueError):
             self._count_drop(n, "encode")
             return
@@ -615,7 +623,7 @@ class Reporter:
                         # a new connection: maybe a new agent, that has to learn who we are
                         src, ident = self.source, self._ident()
                         data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums,
-                                            parts, mem)
+                                            parts, mem, trace)
                 _send(sock, data, may_wait)
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 stale, self._sock = self._sock, None
@@ -628,6 +636,9 @@ class Reporter:
             except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
                 if isinstance(e, BlockingIOError) and (again or not may_wait) and self._requeue(
                         phases, steps, sums, n_sums, parts, mem):
+                    with self._lock:
+                        if self._trace is None:
+                            self._trace = trace
                     return   # the training loop's own flush never waits: the flush thread retries, waiting
                 self._count_drop(n, type(e).__name__, messages=1)
             else:
@@ -857,7 +868,7 @@ def _encode(job: str, phases, steps, cvd, dropped: int, src: str = None) -> byte
 
 
 def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: str = None, ident: str = None,
-                 sums=None, parts=None, mem=None) -> bytes:
+                 sums=None, parts=None, mem=None, trace=None) -> bytes:
     """The datagram from the reporter's flat buffers, with one %-format per list (no object per record):
     version 1 without sum records (any agent takes it), VERSION with them."""
     n_ph = len(phases) // 3
@@ -877,6 +888,8 @@ def _encode_flat(job: str, phases: list, steps: list, cvd, dropped: int, src: st
         out.append(',"parts":[%d,%d,%d,%d]' % tuple(parts))
     if mem is not None:
         out.append(',"mem":[%d,%d,%d]' % tuple(mem))
+    if trace is not None:
+        out.append(',"trace":' + trace)
     if src is not None:
         out.append(',"src":' + _json_str(src))
     if ident is not None:

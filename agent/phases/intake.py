@@ -93,6 +93,8 @@ class Intake:
             job.source = ident.src
         if (msg.parts is not None or msg.mem is not None) and known:
             job.inside.apply(pid, msg.parts, msg.mem, job.phase_s[COMPUTE] - compute0)
+        if msg.trace is not None:
+            job.traces.note(*msg.trace, self.ctx.wall_clock())
         return ACCEPTED
 
     def _job_of(self, msg: Message, pid: int, uid: int, now: int) -> Optional[_Job]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Deque, Dict, List, Optional, Tuple
 
 from ..metrics import HistogramValue
-from . import attribution, cause, jobconfig, parts
+from . import attribution, cause, jobconfig, parts, traces
 from .protocol import PHASES, STEP_BUCKETS
 from .verdict import Evidence, Verdict
 
@@ -213,6 +213,7 @@ class JobView:
     scaling_efficiency: Optional[float] = None  # share of step time not in communication (_scaling_efficiency)
     config: Tuple[Tuple[str, str], ...] = ()   # what it is configured with (agent.phases.jobconfig)
     inside: Optional[parts.InsideView] = None  # its step's parts and processes' device memory (phases.parts)
+    trace: Optional[traces.TraceView] = None   # its latest trace on request and the totals (phases.traces)
 
     @property
     def source(self) -> str:
@@ -261,7 +262,7 @@ class _Job:
                  "samples", "hist", "hist_sum", "gpu_idle", "pending", "ring", "open", "cover", "waits", "wait_problem",
                  "source",
                  "ranks", "rank_steps", "world", "untracked", "shed", "start_time", "ended_ns", "namespace",
-                 "pod", "configs", "inside")
+                 "pod", "configs", "inside", "traces")
 
     def __init__(self, key, label, user, uid, pid, now_ns, window_ns, max_pending):
         self.key = key
@@ -294,6 +295,7 @@ class _Job:
         self.namespace = self.pod = ""            # its pod (phases.pods), '' outside pods
         self.configs = jobconfig.JobConfigs()     # what its processes are configured with (issue 45)
         self.inside = parts.Inside()              # its step's parts and device memory (agent.phases.parts)
+        self.traces = traces.Traces()             # the traces its processes took on request (teye trace)
 
 
 def _ranked(job: _Job):

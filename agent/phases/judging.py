@@ -252,6 +252,7 @@ class Judging:
             config=job_ev.config,
             inside=job.inside.view(job.phase_s[COMPUTE], {pid: rk.rank for pid, rk in job.ranks.items()},
                                    {pid: rk.phase_s[COMPUTE] for pid, rk in job.ranks.items()}),
+            trace=job.traces.view(),
         )
 
 

@@ -44,6 +44,8 @@ STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 # [allocated, reserved, peak allocated during the step] bytes (CUDA's caching allocator; docs/phases.md).
 PARTS = ("forward", "backward", "optimizer", "h2d_copy")
 MAX_MEMORY_BYTES = 1 << 56  # 64 PiB: more is not a GPU's
+MAX_TRACE_STEPS = 1000      # steps of one trace (teye_client._trace.MAX_STEPS)
+TRACE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
 # Documented phase names; anything else is counted as "other".
 PHASES = ("data_wait", "compute", "host", "communication", "checkpoint", "eval", "compile", "other")
@@ -177,6 +179,7 @@ class Message(NamedTuple):
     sums: Tuple["Window", ...] = ()              # version 2: windows of fast steps, summed by the client
     parts: Optional[Tuple[int, ...]] = None      # ns of PARTS inside the compute of the message's steps
     mem: Optional[Tuple[int, int, int]] = None   # device memory at its last step: allocated, reserved, peak bytes
+    trace: Optional[Tuple[int, int, int, str]] = None   # a trace it finished (teye trace): result, first step, steps, id
 
 
 class Window(NamedTuple):
@@ -361,7 +364,21 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
         if not all(0 <= x <= MAX_MEMORY_BYTES for x in mem):
             raise Rejected("bad_value", f"'mem': bytes must be within 0..{MAX_MEMORY_BYTES}")
         mem = tuple(mem)
-    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped, sums, parts, mem))
+    trace = obj.get("trace")
+    if trace is not None:
+        trace = _trace(trace)
+    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped, sums, parts, mem, trace))
+
+
+def _trace(rec) -> Tuple[int, int, int, str]:
+    """A message's ``trace``: [result (1 written, 2 failed), first step, steps, id], validated."""
+    if type(rec) is not list or len(rec) != 4 or not all(_is_int(x) for x in rec[:3]) or type(rec[3]) is not str:
+        raise Rejected("wrong_type", "'trace' must be [result, first_step, steps, id]")
+    if rec[0] not in (1, 2) or not 0 <= rec[1] <= MAX_NS or not 1 <= rec[2] <= MAX_TRACE_STEPS:
+        raise Rejected("bad_value", f"'trace': result 1 or 2, first_step 0..2^63-1, steps 1..{MAX_TRACE_STEPS}")
+    if not TRACE_ID.match(rec[3]):
+        raise Rejected("bad_value", "'trace': its id must be 1-64 letters, digits, '_' or '-'")
+    return (rec[0], rec[1], rec[2], rec[3])
 
 
 _N_BUCKETS = len(STEP_BUCKETS) + 1

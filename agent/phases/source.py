@@ -122,6 +122,19 @@ SHED = metric("teye_job_shed_messages_total", COUNTER,
               "Datagrams of the job the agent discarded unread: the receiver's rate budget "
               "(phases.max_messages_per_second) was spent and the sending process or uid was over its share, "
               "so other jobs keep theirs.", ["train_job"])
+TRACES = metric("teye_job_trace_processes_total", COUNTER,
+                "Processes of the job that finished a trace on request (teye trace), by result: done (the trace "
+                "written) or failed (its status file says why). Absent until one did (docs/trace.md).",
+                ["train_job", "result"])
+TRACE_TIME = metric("teye_job_trace_last_timestamp_seconds", GAUGE,
+                    "When the job's latest trace on request was reported (Unix time): a dashboard's marker.",
+                    ["train_job"])
+TRACE_INFO = metric("teye_job_trace_info", GAUGE,
+                    "1 for the job's latest trace on request, labelled by its id (the trace files on each node are "
+                    "<output>/<train_job>.<id>.<node>.rank<R>.pt.trace.json): one series per job.",
+                    ["train_job", "id"])
+TRACE_STEPS = metric("teye_job_trace_steps", GAUGE,
+                     "Steps each process of the job traced in its latest trace on request.", ["train_job"])
 STEP_PARTS = metric("teye_job_step_part_seconds_total", COUNTER,
                     "Seconds of the job's compute in each part of its steps (forward, backward, optimizer, "
                     "h2d_copy, other), as its zero-code PyTorch client times them (the device's time where CUDA is "
@@ -222,6 +235,7 @@ class PhasesReading:
             yield from jobconfig.points(name, j.config)
             yield from advice_points(name, j.verdict.tips)
             yield from _inside_points(j)
+            yield from _trace_points(j)
         for m in self.memory:
             yield from _memory_points(m)
 
@@ -240,6 +254,18 @@ def _inside_points(j: JobView) -> Iterator[Point]:
         if p.rank is not None and any(sec for _p, sec in p.part_seconds):
             for part, sec in p.part_seconds:
                 yield point(RANK_STEP_PARTS, sec, name, str(p.rank), part)
+
+
+def _trace_points(j: JobView) -> Iterator[Point]:
+    t = j.trace
+    if t is None:
+        return
+    name = j.train_job
+    for result, n in t.totals:
+        yield point(TRACES, n, name, result)
+    yield point(TRACE_TIME, t.time, name)
+    yield point(TRACE_INFO, 1, name, t.id)
+    yield point(TRACE_STEPS, t.steps, name)
 
 
 def _memory_points(m: JobMemory) -> Iterator[Point]:

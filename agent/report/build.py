@@ -155,6 +155,7 @@ def _training_side(tj_reports: List[dict]) -> dict:
         "verdict": main["verdict"], "verdict_shares": {k: round(v / nv, 4) for k, v in votes.items()} if nv else {},
         "input_cause": main["input_cause"], "input_cause_shares": main["input_cause_shares"],
         "source": main["source"], "source_text": main["source_text"], "config": main["config"],
+        "traces": sorted((d for t in tj_reports for d in t["traces"]), key=lambda d: (d["seen_at"], d["node"])),
         "steps": sum(t["steps"] or 0 for t in tj_reports),
         "samples": _sum([t["samples"] for t in tj_reports]),   # None: no job counted samples (steps only)
         "step_seconds_mean": main["step_seconds_mean"], "step_seconds_p50_bounds": main["step_seconds_p50_bounds"],
@@ -170,7 +171,7 @@ def _no_training_side() -> dict:
     return {"phase_seconds": None, "step_seconds": None, "gpu_idle_seconds_by_phase": None, "input_bound_ratio": None,
             "straggler": None, "scaling_efficiency": None,
             "verdict": None, "verdict_shares": {}, "input_cause": None, "input_cause_shares": {},
-            "source": None, "source_text": None, "config": {},
+            "source": None, "source_text": None, "config": {}, "traces": [],
             "steps": None, "samples": None, "step_seconds_mean": None, "step_seconds_p50_bounds": None,
             "step_seconds_p95_bounds": None,
             "samples_per_second": None, "train_job_details": [],

@@ -210,10 +210,14 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
         else:
             f.job[_key(m, "__name__", "instance", "train_job", "phase", "gpu", "le")] = pts
     # the verdicts, and (the same query: the number of queries stays fixed) what the job is configured with
-    for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause|config_info)",{n}}} == 1'):
+    # and (issue 46) the traces taken on request
+    for m, pts in rng(f'{{__name__=~"teye_job_(bottleneck|input_cause|config_info|trace_info)",{n}}} == 1'):
         if m.get("__name__") == "teye_job_config_info":
             f.verdict[("teye_job_config_info", m.get("instance", ""), m.get("train_job", ""),
                        f'{m.get("key", "")}={m.get("value", "")}')] = pts
+            continue
+        if m.get("__name__") == "teye_job_trace_info":
+            f.verdict[_key(m, "__name__", "instance", "train_job", "id")] = pts
             continue
         f.verdict[_key(m, "__name__", "instance", "train_job", "kind" if "kind" in m else "cause")] = pts
     host = " or ".join(f'label_replace({e}, "q", "{q}", "", "")' for q, e in (

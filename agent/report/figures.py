@@ -94,8 +94,8 @@ def _votes(f: Fetched, name: str, spans: Dict[str, Span]):
     last_cause: Dict[str, Tuple[float, str]] = {}
     for inst, metric, what, pts in ((i, m, w, p) for i in windows for m, w, p in f.verdict_by.get((i, name), [])):
         a, b = windows[inst]
-        if metric == "teye_job_config_info":
-            continue   # (_config)
+        if metric in ("teye_job_config_info", "teye_job_trace_info"):
+            continue   # (_config, _traces)
         for t, _ in S.window(spans[inst].cut(pts), a, b):
             if metric == "teye_job_bottleneck":
                 votes[what] += 1
@@ -121,6 +121,20 @@ def _config(f: Fetched, name: str, spans: Dict[str, Span]) -> Dict[str, str]:
                 if t >= seen.get(key, (-1.0, ""))[0]:
                     seen[key] = (t, value)
     return {k: v for k, (_, v) in sorted(seen.items())}
+
+
+def _traces(f: Fetched, name: str, spans: Dict[str, Span]) -> List[dict]:
+    """The traces taken on request in the job's window (teye_job_trace_info, issue 46): each id and node, with
+    the first grid time it was the node's latest, in time order."""
+    out = []
+    for inst, sp in spans.items():
+        for metric, trace_id, pts in f.verdict_by.get((inst, name), []):
+            if metric != "teye_job_trace_info":
+                continue
+            seen = [t for t, _ in S.window(sp.cut(pts), sp.a, sp.b)]
+            if seen:
+                out.append({"id": trace_id, "node": inst, "seen_at": round(min(seen), 3)})
+    return sorted(out, key=lambda d: (d["seen_at"], d["node"]))
 
 
 def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
@@ -195,6 +209,7 @@ def _train_job_report(f: Fetched, name: str, spans: Dict[str, Span]) -> dict:
         "input_cause_shares": {c: round(causes.get(c, 0) / n_causes, 4) for c in CAUSES} if n_causes else {},
         "source": source, "source_text": SOURCES.get(source, source),
         "config": _config(f, name, spans),
+        "traces": _traces(f, name, spans),
         "per_node": [per_node[i] for i in sorted(per_node)],
         # when the reported run began on each node (teye_job_start_time_seconds); null from an older agent
         "run_start": {i: (round(sp.run.start, 3) if sp.run else None) for i, sp in sorted(spans.items())},

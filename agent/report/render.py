@@ -77,6 +77,12 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         ident.append(("Earlier runs", f"{len(runs)} of the same name, not counted here (the latest run is "
                                       f"reported); the last one: teye report --train-job {name} --until "
                                       f"{runs[-1]['until']:.3f}"))
+    traces = j.get("traces") or []
+    if traces:   # issue 46: the traces taken on request (teye trace), where the job's user finds them
+        last = traces[-1]["id"]
+        nodes = ", ".join(sorted({t["node"] for t in traces if t["id"] == last}))
+        ident.append(("Traces", f"{len({t['id'] for t in traces})} taken on request; the latest {last} on {nodes} "
+                                f"(files <output>/<train_job>.{last}.<node>.rank<R>.pt.trace.json; docs/trace.md)"))
     for k, v in ident:
         L.append(f"- **{k}:** {v}" if md else f"{k:>15}: {v}")
     if j.get("grafana_url"):

@@ -72,6 +72,15 @@ BAD = [
     ("too_large", _msg(phases=[["compute", T, T + 1]] * 1100)),
     ("too_large", _msg(cvd="0," * 400)),
     ("too_large", b" " * 70_000 + b"{}"),
+    # issue 46: a trace on request, as its client reports it
+    ("wrong_type", _msg(trace=[1, 5, 5])),
+    ("wrong_type", _msg(trace=[1, 5, 5, 7])),
+    ("wrong_type", _msg(trace=[True, 5, 5, "x"])),
+    ("bad_value", _msg(trace=[3, 5, 5, "x"])),
+    ("bad_value", _msg(trace=[1, -1, 5, "x"])),
+    ("bad_value", _msg(trace=[1, 5, 0, "x"])),
+    ("bad_value", _msg(trace=[1, 5, 1001, "x"])),
+    ("bad_value", _msg(trace=[2, 5, 5, "../x"])),
 ]
 
 
@@ -148,3 +157,23 @@ def test_fuzz_json_messages(objs):
     for v in views:
         assert all(s >= 0 for _, s in v.phase_seconds) and v.steps >= 0 and v.samples >= 0
         assert v.input_bound_ratio is None or 0 <= v.input_bound_ratio <= 1
+
+
+def test_a_trace_report_is_the_jobs_latest_and_counted_per_process():
+    """Issue 46: each process reports a trace it finished once; the job's latest is the id reported last,
+    with the processes that wrote and failed it, and totals over the run."""
+    ctx, clock = ctx_with_clock(NOW)
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    assert table.handle(_msg(trace=[1, 36, 5, "t1"]), 100, 0) == "accepted"
+    assert table.handle(_msg(trace=[2, 36, 5, "t1"]), 101, 0) == "accepted"
+    (view,), *_ = table.views(clock())
+    t = view.trace
+    assert (t.id, t.steps, t.first_step, t.done, t.failed) == ("t1", 5, 36, 1, 1)
+    assert table.handle(_msg(trace=[1, 90, 3, "t2"]), 100, 0) == "accepted"
+    (view,), *_ = table.views(clock())
+    t = view.trace
+    assert (t.id, t.steps, t.first_step, t.done, t.failed, t.totals) == ("t2", 3, 90, 1, 0,
+                                                                         (("done", 2), ("failed", 1)))
+    assert table.handle(_msg(), 100, 0) == "accepted"      # a datagram without one changes nothing
+    (view,), *_ = table.views(clock())
+    assert view.trace == t

@@ -55,6 +55,7 @@ def _both_ranks(tmp_path, sockdir):
                              text=True, timeout=180)
         stdout, stderr = job.communicate(timeout=180)
         jobs = agent.jobs()
+        points = {(p.spec.name, p.labels): p.value for p in agent.src.collect(force=True).points()}
     finally:
         agent.close()
     assert job.returncode == 0, stderr[-3000:]
@@ -87,8 +88,15 @@ def _both_ranks(tmp_path, sockdir):
     # the summary kept beside the traces; the requests directory left empty
     assert res["summary_file"] == os.path.join(str(out), f"ddp_traced_job.{res['id']}.summary.json")
     assert os.path.exists(res["summary_file"]) and os.listdir(reqs) == []
-    # steps kept counting through the trace; the losses are the job's without a trace, bit for bit
+    # steps kept counting through the trace; the agent knows the trace by its id, from both ranks
     assert jobs["ddp_traced_job"].steps == STEPS
+    tv = jobs["ddp_traced_job"].trace
+    assert (tv.id, tv.steps, tv.first_step, tv.done, tv.failed) == (res["id"], TRACED, first, 2, 0)
+    assert points[("teye_job_trace_info", ("ddp_traced_job", res["id"]))] == 1
+    assert points[("teye_job_trace_processes_total", ("ddp_traced_job", "done"))] == 2
+    assert points[("teye_job_trace_steps", ("ddp_traced_job",))] == TRACED
+    assert abs(points[("teye_job_trace_last_timestamp_seconds", ("ddp_traced_job",))] - time.time()) < 120
+    # the losses are the job's without a trace, bit for bit
     bare_ready = tmp_path / "ready2"
     agent2 = LiveAgent(os.path.join(sockdir))
     try:
