@@ -228,3 +228,26 @@ def test_an_event_that_fails_never_reaches_the_job_and_the_host_clock_takes_over
     s.pbegin(_torch.FORWARD)      # no exception into the forward
     s.pend()
     assert s.device is None and [k for k, _a, _b in s.pspans] == [_torch.FORWARD]
+
+
+def test_a_finished_trace_travels_once_with_the_next_datagram(listener):
+    """Issue 46: Reporter.note_trace (teye trace's job side, on a trace written or failed) rides on the next
+    datagram, as the agent decodes it, and not on the one after."""
+    path, sock = listener
+    rep = Reporter(train_job="pt", socket_path=path, flush_ms=60000)
+    t = __import__("time").monotonic_ns() - 10**9
+    rep.note_trace(True, 36, 5, "20261129T071621-3da2c2")
+    rep.record_step((C, t, t + MS), t, t + MS, 4)
+    rep.flush(True)
+    (msg,) = [decode(d, __import__("time").monotonic_ns(), Limits()) for d in _drain(sock)]
+    assert msg.trace == (1, 36, 5, "20261129T071621-3da2c2")
+    rep.note_trace(False, 0, 3, "x")
+    rep.record_step((C, t + MS, t + 2 * MS), t + MS, t + 2 * MS, 4)
+    rep.flush(True)
+    (msg,) = [decode(d, __import__("time").monotonic_ns(), Limits()) for d in _drain(sock)]
+    assert msg.trace == (2, 0, 3, "x")
+    rep.record_step((C, t + 2 * MS, t + 3 * MS), t + 2 * MS, t + 3 * MS, 4)
+    rep.flush(True)
+    (raw,) = _drain(sock)
+    assert "trace" not in json.loads(raw)
+    rep.close()
