@@ -366,6 +366,21 @@ MUTANTS = {
     "trace_waits_the_full_timeout_for_nobody.patch": (
         ["tests/trace/test_request.py::"
          "test_the_cli_says_when_no_process_took_the_request_and_leaves_nothing_behind"]),
+    "reporter_trace_sent_with_every_datagram.patch": (
+        ["tests/client/test_parts_device.py::"
+         "test_a_finished_trace_travels_once_with_the_next_datagram"]),
+    "traces_latest_counts_earlier_ones.patch": (
+        ["tests/phases/test_protocol.py::"
+         "test_a_trace_report_is_the_jobs_latest_and_counted_per_process"]),
+    "protocol_trace_steps_unbounded.patch": (
+        ["tests/phases/test_protocol.py::"
+         "test_each_malformed_kind_has_its_reason"]),
+    "report_traces_unlisted.patch": (
+        ["tests/report/test_traces_units.py::"
+         "test_the_traces_in_the_jobs_window_are_listed_in_time_order_with_the_latest_named"]),
+    "report_trace_seen_at_its_last_time.patch": (
+        ["tests/report/test_traces_units.py::"
+         "test_the_traces_in_the_jobs_window_are_listed_in_time_order_with_the_latest_named"]),
     # issue 48: the smaller ones
     "http_bare_lf_waits.patch": (
         ["tests/web/test_http_server.py::test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout"]),
