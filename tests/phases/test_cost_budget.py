@@ -238,3 +238,88 @@ def test_a_full_collection_is_the_budgets_not_the_senders(monkeypatch):
         gc.callbacks.remove(r._on_gc)
         sock.close()
         del heap
+
+
+# FLOODER's datagram from N processes forked from one (all of one uid), each flooding as FLOODER does; the
+# parent prints their sums.
+FORKED = textwrap.dedent("""
+    import json, os, socket, sys, time
+    path, seconds, job, n = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    t = time.monotonic_ns() - 10**9
+    ws, size = [], 60
+    while True:
+        w = [t + len(ws) * 10000, t + len(ws) * 10000 + 10000, 2, 16, 2000, [["compute", 100, 50]], [2]]
+        size += len(json.dumps(w, separators=(",", ":"))) + 1
+        if size > 65000 or len(ws) >= 1000:
+            break
+        ws.append(w)
+    msg = json.dumps({"v": 2, "job": job, "sums": ws}, separators=(",", ":")).encode()
+    r, w = os.pipe()
+    go = time.monotonic() + 1.0
+    for _ in range(n):
+        if os.fork() == 0:
+            os.close(r)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            s.connect(path)
+            s.setblocking(False)
+            sent = full = 0
+            while time.monotonic() < go:
+                time.sleep(0.01)
+            end = go + seconds
+            while time.monotonic() < end:
+                try:
+                    s.send(msg)
+                    sent += 1
+                except BlockingIOError:
+                    full += 1
+            os.write(w, (json.dumps([sent, full]) + "\\n").encode())
+            os._exit(0)
+    os.close(w)
+    time.sleep(max(0.0, go - time.monotonic()))
+    print("ready", flush=True)
+    got = [json.loads(line) for line in os.fdopen(r).read().splitlines()]
+    for _ in range(n):
+        os.wait()
+    print(json.dumps({"processes": len(got), "sent": sum(g[0] for g in got), "full": sum(g[1] for g in got),
+                      "bytes": len(msg)}))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv for two uids")
+def test_sixty_four_processes_of_one_uid_get_one_uids_share_and_a_job_of_another_uid_is_exact(sockdir):
+    """Issue 48's bad input: the most expensive shape from 64 processes of one uid (nobody).  Each process alone
+    is new and not in debt; together they are one uid, held to one uid's share of the budget, and the job of
+    another uid beside them loses nothing."""
+    agent = LiveAgent(sockdir)
+    os.chmod(sockdir, 0o755)
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    per_slice = agent.src.receiver._per_slice
+    try:
+        tid = agent.src.receiver._thread.native_id
+        flood = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c", FORKED,
+                                  agent.path, str(SECONDS), "flood", "64"], stdout=subprocess.PIPE, text=True,
+                                 cwd="/", env={"PATH": "/usr/bin:/bin"})
+        assert flood.stdout.readline().startswith("ready")
+        cpu0, t0 = _thread_cpu_s(tid), time.monotonic()
+        victim = subprocess.run([sys.executable, "-c", VICTIM, agent.path, "400"], capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+        f = json.loads(flood.communicate(timeout=120)[0].strip().splitlines()[-1])
+        cpu, wall = _thread_cpu_s(tid) - cpu0, time.monotonic() - t0
+        assert victim.returncode == 0, victim.stderr
+        v = json.loads(victim.stdout.strip().splitlines()[-1])
+        jobs = agent.jobs()
+        units = dict(agent.src.receiver.spent_units)
+        print("flood", f, "victim", v, "jobs", {k: (j.steps, j.shed) for k, j in jobs.items()}, "units", units,
+              f"receive thread {cpu:.2f} CPU s in {wall:.2f} s")
+        # it flooded: the queue was full (64 busy senders on 2 cores also take the CPU the agent's thread would
+        # drain it with: on this VM they got 20 datagrams in, and met a full queue 640,000 times)
+        assert f["processes"] == 64 and f["sent"] > 10 and f["full"] > 1000, f
+        assert v["dropped_messages"] == 0 and v["dropped"] == 0, v
+        assert jobs["victim"].steps == v["steps"] and jobs["victim"].shed == 0
+        # the flooding uid: its share over the flood, a slice's burst, and each process's first datagram
+        share = per_slice * receiver.SHED_UID_SHARE / receiver._SLICE_S
+        first = 64 * 2 * f["bytes"] // receiver.BYTES_PER_UNIT * 4
+        assert units[65534] <= share * wall + per_slice + first, (units[65534], share * wall, first)
+        assert cpu <= 1.05 * wall + 0.1
+    finally:
+        agent.close()
