@@ -1,10 +1,12 @@
 """An unmodified PyTorch script whose DataLoader worker makes the training loop wait, three ways:
 
-    python torch_cause.py {burn|sleep|read} STEPS FILE [PIECE_KIB READS]
+    python torch_cause.py {burn|sleep|nap|read} STEPS FILE [PIECE_KIB READS]
 
 burn: each sample burns about 1.5 ms of CPU in pure Python (decoding, augmentation), no I/O;
 burn-main: the same in the training process's own thread (num_workers=0: the decoder a loaded host starves);
 sleep: each sample sleeps 1.5 ms (a lock, a remote service), no CPU, no I/O;
+nap: each sample sleeps 6 ms: as sleep, with the DataLoader's own per-batch CPU (collating, passing the batch
+  between the processes: 0.4-0.6 CPU s per s of a 12 ms wait on the test VM) a small part of the wait;
 read: each sample reads READS pieces of PIECE_KIB KiB (default 2 of 1024) at scattered offsets of FILE
   (a clean file), past the page cache: the worker drops the file's pages (posix_fadvise DONTNEED) when it
   opens it and each piece's once read, and turns readahead off (FADV_RANDOM), so every read goes to
@@ -44,6 +46,8 @@ class Data(Dataset):
                 x += 1
         elif MODE == "sleep":
             time.sleep(0.0015)
+        elif MODE == "nap":
+            time.sleep(0.006)
         elif MODE == "direct":
             if self.fd is None:  # in the worker process
                 self.fd = os.open(FILE, os.O_RDONLY | os.O_DIRECT)
