@@ -7,7 +7,10 @@ A producer thread starts first and fills a queue (4 batches) from a DataLoader w
 main thread then builds its model and optimizer (slowly: 0.8 s, as a large model's construction), and trains
 STEPS steps on batches taken from the queue.  dies: the producer raises after 10 batches (bad input); the loop
 stops when the queue stays empty for 2 s.  Prints one JSON line: its steps, the samples it trained on, its
-steps' time (from asking the queue for a batch to the end of optimizer.step()) and each step's samples."""
+steps' time (from asking the queue for a batch to the end of optimizer.step()) and each step's samples.
+The producer is stopped and joined before the script ends: a daemon thread still inside PyTorch while the
+interpreter exits can abort the process (`terminate called without an active exception`, exit -6: CI saw it
+once, with or without teye a race of the script's own)."""
 import json
 import queue
 import sys
@@ -30,16 +33,25 @@ class Slow(Dataset):
 steps = int(sys.argv[1])
 dies = len(sys.argv) > 2 and sys.argv[2] == "dies"
 q = queue.Queue(maxsize=4)
+stop = threading.Event()
 
 
 def produce():
     for k, batch in enumerate(DataLoader(Slow(), batch_size=6)):
         if dies and k == 10:
             raise RuntimeError("the producer dies")
-        q.put(batch)
+        while not stop.is_set():
+            try:
+                q.put(batch, timeout=0.1)
+                break
+            except queue.Full:
+                pass
+        if stop.is_set():
+            return
 
 
-threading.Thread(target=produce, daemon=True).start()
+producer = threading.Thread(target=produce, daemon=True)
+producer.start()
 time.sleep(0.8)                         # the model's construction, on the main thread
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
@@ -61,4 +73,6 @@ for i in range(steps):
     step_s += clock() - t0
     per_step.append(len(x))
     done += 1
+stop.set()
+producer.join(10)
 print(json.dumps({"steps": done, "samples": sum(per_step), "step_s": step_s, "per_step": per_step}))
