@@ -252,6 +252,14 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     if type(obj) is not dict:
         raise Rejected("not_object", f"expected a JSON object, got {type(obj).__name__}")
 
+    v, job = _version_and_job(obj)
+    phases, steps, sums = _records(obj, v, now_ns, limits)
+    cvd, dropped, parts, mem, trace = _extras(obj)
+    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped, sums, parts, mem, trace))
+
+
+def _version_and_job(obj: dict) -> Tuple[int, str]:
+    """A message's protocol version and job name, validated."""
     v = obj.get("v", _MISSING)
     if v is _MISSING:
         raise Rejected("missing_field", "'v' (protocol version) is required")
@@ -271,7 +279,11 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
         if len(_GOOD_NAMES) >= 4096:
             _GOOD_NAMES.clear()
         _GOOD_NAMES.add(job)
+    return v, job
 
+
+def _records(obj: dict, v: int, now_ns: int, limits: Limits):
+    """A message's phases, steps and (version 2) sum windows, validated: (phases, steps, sums)."""
     raw_phases = obj.get("phases", [])
     raw_steps = obj.get("steps", [])
     raw_sums = obj.get("sums", []) if v == 2 else []   # (version 1: an unknown key, ignored)
@@ -315,7 +327,12 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
         steps.append((s, e, samples))
 
     sums = tuple(_window(rec, i, lo, hi, now_ns, limits) for i, rec in enumerate(raw_sums)) if raw_sums else ()
+    return phases, steps, sums
 
+
+def _extras(obj: dict):
+    """A message's other fields, validated: (cvd, dropped, parts, mem, trace); src, rank and world are checked
+    here too (their values are read by the job table's intake)."""
     cvd: Tuple[str, ...] = ()
     raw_cvd = obj.get("cvd")
     if raw_cvd is not None:
@@ -367,7 +384,7 @@ def decode(data: bytes, now_ns: int, limits: Limits = Limits()) -> Message:
     trace = obj.get("trace")
     if trace is not None:
         trace = _trace(trace)
-    return _new_message(Message, (job, tuple(phases), tuple(steps), cvd, dropped, sums, parts, mem, trace))
+    return cvd, dropped, parts, mem, trace
 
 
 def _trace(rec) -> Tuple[int, int, int, str]:
