@@ -170,6 +170,17 @@ SCHEMA: Dict[str, Any] = {
         "max_header_bytes": Field(INT, 16384, "Largest request head (request line and headers); larger gets 431.",
                                   _positive),
     },
+    "trace": {
+        "webhook": Field(BOOL, False, "Take a trace of a job when an alert about it arrives: POST /-/trace takes "
+                         "Alertmanager's webhook payload, with basic auth only (the web config must have "
+                         "basic_auth_users; docs/trace.md, \"The trace webhook\")."),
+        "steps": Field(INT, 5, "Steps each process of the job traces, on a webhook's request (1 to 1000).",
+                       lambda v: None if 1 <= v <= 1000 else "must be 1 to 1000"),
+        "job_interval_seconds": Field(FLOAT, 600.0, "A job is traced on a webhook's request at most once in this.",
+                                      _positive),
+        "node_interval_seconds": Field(FLOAT, 60.0, "Any job on this node is traced on a webhook's request at most "
+                                       "once in this.", _positive),
+    },
     "host": {
         "node_exporter": Field(BOOL, False, "node_exporter stays on this node and exports the host: teye's collectors "
                                "it covers are off (network and netclass sampled for the communication cause, not "

@@ -83,6 +83,28 @@ def health(sampler: Sampler) -> Optional[str]:
     return None if sampler.snapshot.sources is not None else "sampler not running"
 
 
+def trace_webhook(cfg: Dict[str, Any], srcs: Dict[str, tuple], sampler: Sampler, web) -> Dict[str, tuple]:
+    """The web server's POST paths: the trace webhook where ``trace.webhook`` is on (agent/trace/webhook.py).
+    ConfigError where it is on without basic auth in the web config, or without the phases collector."""
+    tcfg = cfg["trace"]
+    if not tcfg["webhook"]:
+        return {}
+    if not web.has_users:
+        raise ConfigError("trace.webhook needs basic auth: the web config (web.config_file) has no "
+                          "basic_auth_users (docs/trace.md, \"The trace webhook\")")
+    phases = srcs.get("phases")
+    if phases is None:
+        raise ConfigError("trace.webhook needs the phases collector (collectors.phases.enabled)")
+    from .trace.webhook import MAX_BODY, Webhook
+
+    def jobs():
+        st = sampler.snapshot.state("phases")
+        return st.reading.jobs if st is not None and st.reading is not None else ()
+    hook = Webhook(jobs, os.path.join(os.path.dirname(phases[0].path), "trace"), tcfg["steps"],
+                   tcfg["job_interval_seconds"], tcfg["node_interval_seconds"])
+    return {"/-/trace": (hook.handle, MAX_BODY)}
+
+
 def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, required=()) -> int:
     """Run until SIGTERM/SIGINT (or stop_event); returns the exit status.  ``required``: the collectors the
     configuration turned on explicitly (absent hardware is a failure for them)."""
@@ -129,7 +151,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     later = sum(src.fds_wanted() for src, _ in srcs.values() if hasattr(src, "fds_wanted"))
     limits = dataclasses.replace(Limits.from_config(cfg["web"]), reserved_fds=later)
     server = MetricsServer(host, port, metrics.render, lambda: health(sampler), web, limits,
-                           stats, listener=listener)
+                           stats, listener=listener, posts=trace_webhook(cfg, srcs, sampler, web))
     stop = stop_event or threading.Event()
 
     def _on_signal(signum, _frame):

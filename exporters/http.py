@@ -280,10 +280,13 @@ class MetricsServer:
     def __init__(self, host: str, port: int, render: Render,
                  health: Callable[[], Optional[str]] = lambda: None,
                  web: Optional[WebConfig] = None, limits: Limits = Limits(), stats: Optional[WebStats] = None,
-                 listener: Optional[socket.socket] = None):
+                 listener: Optional[socket.socket] = None, posts: Optional[Dict[str, Tuple[Callable, int]]] = None):
         """``stats``: where the server counts its requests, timeouts and failures (teye's registry formats
         it: see :func:`exporters.prometheus.make_registry`); a private one when not given.  ``listener``: a
-        socket :func:`bind_listener` bound earlier (the agent binds its port before it opens anything else)."""
+        socket :func:`bind_listener` bound earlier (the agent binds its port before it opens anything else).
+        ``posts``: path -> (handler(body) -> (status, JSON bytes), the most body bytes): the paths that take a POST
+        (the trace webhook), answered only to a valid basic-auth credential (403 where the web config has none)."""
+        self._posts = dict(posts or {})
         self._render = render
         self._health = health
         self._web = web or WebConfig(None)
@@ -675,7 +678,8 @@ class MetricsServer:
             if isinstance(head, _BadRequest):
                 raise head
             req = parse_head(head)
-            await self._discard_body(req, reader)
+            post = self._posts.get(req.path) if req.method == "POST" else None
+            body = await self._discard_body(req, reader, post[1] if post else 0)
         except _BadRequest as e:
             log.debug("http: %d %s", e.code, e)
             self._write(writer, e.code, (str(e) + "\n").encode(), TEXT, extra, head=False, close=True)
@@ -683,10 +687,14 @@ class MetricsServer:
             return False
         keep = req.keep_alive()
         is_head = req.method == "HEAD"
-        if req.method not in ("GET", "HEAD"):
+        if req.method not in ("GET", "HEAD") and post is None or req.method != "POST" and req.path in self._posts:
             code = 405
-            self._write(writer, 405, b"method not allowed\n", TEXT, extra + [("Allow", "GET, HEAD")],
-                        is_head, not keep)
+            allow = "POST" if req.path in self._posts else "GET, HEAD"
+            self._write(writer, 405, b"method not allowed\n", TEXT, extra + [("Allow", allow)], is_head, not keep)
+        elif post is not None and not settings.users:
+            code = 403
+            self._write(writer, 403, b"this path needs basic auth: the web config has no basic_auth_users\n", TEXT,
+                        extra, False, not keep)
         elif req.path == "/healthz":
             problem = self._health()
             code, body = (503, (problem + "\n").encode()) if problem else (200, b"ok\n")
@@ -704,6 +712,13 @@ class MetricsServer:
             # after authentication: only a valid credential (or, without users, any request) spends a token
             code = 429
             self._write(writer, 429, b"too many requests\n", TEXT, extra, is_head, not keep)
+        elif post is not None:
+            try:
+                code, out = await self._loop.run_in_executor(self._pool, post[0], body)
+            except Exception:  # a bug in the handler: logged with its traceback, the caller gets 500
+                _rlog.error("post", "http: POST %s failed", req.path, exc_info=True)
+                code, out = 500, b"internal error\n"
+            self._write(writer, code, out, "application/json", extra, False, not keep)
         elif req.path == "/metrics":
             if self._renders >= self.limits.max_requests:
                 _rlog.warning("busy", "http: %d /metrics requests in flight (web.max_requests); answering 503",
@@ -733,17 +748,21 @@ class MetricsServer:
         await _within(writer.drain(), self.limits.write_timeout_seconds, "write")
         return keep
 
-    async def _discard_body(self, req: _Request, reader: asyncio.StreamReader) -> None:
+    async def _discard_body(self, req: _Request, reader: asyncio.StreamReader, keep: int = 0) -> bytes:
+        """Read the request's body: kept (at most ``keep`` bytes: a POST path's), else discarded (at most
+        MAX_DISCARDED_BODY); beyond, 413."""
         if "transfer-encoding" in req.headers:
             raise _BadRequest(400, "request bodies with Transfer-Encoding are not accepted")
         length = req.headers.get("content-length", "0")
         if not length.isdigit():
             raise _BadRequest(400, "malformed Content-Length")
         n = int(length)
-        if n > MAX_DISCARDED_BODY:
+        if n > (keep or MAX_DISCARDED_BODY):
             raise _BadRequest(413, "request body too large")
         if n:
-            await _within(reader.readexactly(n), self.limits.header_timeout_seconds, "header")
+            data = await _within(reader.readexactly(n), self.limits.header_timeout_seconds, "header")
+            return data if keep else b""
+        return b""
 
     async def _authenticate(self, settings, req: _Request, peer: str) -> int:
         """0 when the request carries a valid credential; else the status to answer: 401, or 429 / 503 when

@@ -202,7 +202,9 @@ def trace_tick():
                 return   # (before the session's first step made its reporter)
             torch = sys.modules["torch"]
             _tracer = t = _trace.Tracer(job, lambda: rep.rank, lambda steps: _trace.TorchProfile(torch, steps),
-                                        report=rep.note_trace)
+                                        report=rep.note_trace,
+                                        agent_dir=_trace.agent_request_dir(rep.socket_path) if rep.socket_path
+                                        else None)
         except Exception as e:  # never into the training loop
             _TRACE_ON = False
             debug("zero-code phases: teye trace is off: %s: %s" % (type(e).__name__, e))

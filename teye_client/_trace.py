@@ -43,6 +43,18 @@ def request_dir(uid=None):
     return os.path.join("/tmp", "teye-%d" % (os.geteuid() if uid is None else uid), "trace")
 
 
+def agent_request_dir(socket_path, uid=None):
+    """Where the agent beside the phase socket ``socket_path`` writes requests for jobs of ``uid`` (its trace
+    webhook: agent/trace/webhook.py): ``<the socket's directory>/trace/<uid>``."""
+    return os.path.join(os.path.dirname(socket_path), "trace", str(os.geteuid() if uid is None else uid))
+
+
+def default_output(directory):
+    """Where a request that names no output (the agent's) is written: ``traces`` beside the job's own request
+    directory (``/tmp/teye-<uid>/traces``), made 0700 by the job."""
+    return os.path.join(os.path.dirname(directory), "traces")
+
+
 def parse_request(raw, now_s):
     """The request in ``raw`` (bytes) as a dict, or a one-line reason it is refused."""
     if len(raw) > MAX_REQUEST_BYTES:
@@ -58,8 +70,8 @@ def parse_request(raw, now_s):
         return "its id is not 1-64 letters, digits, '_' or '-'"
     if type(steps) is not int or not 1 <= steps <= MAX_STEPS:
         return "steps must be an integer from 1 to %d" % MAX_STEPS
-    if not isinstance(out, str) or not out.startswith("/") or len(out) > 4096 or "\0" in out:
-        return "output must be an absolute path"
+    if out is not None and (not isinstance(out, str) or not out.startswith("/") or len(out) > 4096 or "\0" in out):
+        return "output must be an absolute path (or null: the job's default)"
     times = [req.get(k) for k in ("start_after", "expires")]
     if any(type(t) not in (int, float) or t != t for t in times):
         return "start_after and expires must be numbers (Unix time)"
@@ -137,7 +149,7 @@ class Tracer:
     """The request watch and the trace of one process.  ``tick()`` at each loop iteration's end, on the
     training thread; ``profile(steps)`` makes the framework's profile (TorchProfile's interface)."""
 
-    def __init__(self, train_job, rank, profile, directory=None, report=None):
+    def __init__(self, train_job, rank, profile, directory=None, report=None, agent_dir=None):
         self.job = train_job
         self.rank_of = rank            # the rank, or what says it when a request is taken
         self.rank = None if callable(rank) else rank
@@ -145,10 +157,12 @@ class Tracer:
         self.profile = profile
         self.dir = directory or request_dir()
         self.path = os.path.join(self.dir, train_job + ".json")
+        # (the agent's requests, for its webhook: a directory of the agent's uid; statuses stay in the job's own)
+        self.agent_path = os.path.join(agent_dir, train_job + ".json") if agent_dir else None
         self.node = socket.gethostname().split(".")[0] or "node"
         self.step_n = 0                # loop iterations ended in this process
         self.next_check = 0
-        self.seen = None               # the request file last read: (inode, mtime, size)
+        self.seen = {}                 # per request file, the last read: (inode, mtime, size)
         self.done_ids = set()
         self.req = None                # the request taken, while it runs
         self.prof = None
@@ -162,7 +176,9 @@ class Tracer:
             if now_ns < self.next_check:
                 return
             self.next_check = now_ns + CHECK_EVERY_NS
-            self._look()
+            self._look(self.path)
+            if self.req is None and self.agent_path is not None:
+                self._look(self.agent_path)
             return
         try:
             if self.prof is None:
@@ -178,19 +194,20 @@ class Tracer:
             self._fail("the profiler raised %s: %s" % (type(e).__name__, str(e)[:300]))
 
     # -- the request ---------------------------------------------------------------------------
-    def _look(self):
+    def _look(self, path):
         try:
-            st = os.stat(self.path)
+            st = os.stat(path)
         except OSError:
             return
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key == self.seen:
+        if key == self.seen.get(path):
             return
-        self.seen = key
-        if dir_problem(self.dir) is not None or dir_problem(os.path.dirname(self.dir)) is not None:
+        self.seen[path] = key
+        d = os.path.dirname(path)
+        if dir_problem(d) is not None or dir_problem(os.path.dirname(d)) is not None:
             return   # a directory another user could write: its requests are not the job's user's
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
             with os.fdopen(fd, "rb") as f:
                 if not os.fstat(f.fileno()).st_mode & 0o100000:
                     return
@@ -205,6 +222,15 @@ class Tracer:
             self.rank = self.rank_of()   # (a rank torch.distributed says is known only once it is initialised)
         if req["ranks"] is not None and self.rank not in req["ranks"]:
             return
+        if req["output"] is None:   # the agent's request: the job's own default, made here
+            req["output"] = default_output(self.dir)
+            try:
+                os.makedirs(os.path.dirname(req["output"]), 0o700, exist_ok=True)
+                os.mkdir(req["output"], 0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                pass   # (output_problem says why)
         self.req = req
         why = output_problem(req["output"])
         if why:

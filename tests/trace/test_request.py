@@ -26,7 +26,7 @@ def _req(**over):
     (b"\xff", "not JSON"), (b"[1]", "not a JSON object"), (b"x" * 5000, "over 4096 bytes"),
     (_req(id="../x"), "its id is not"), (_req(id=""), "its id is not"),
     (_req(steps=0), "steps must be"), (_req(steps=True), "steps must be"), (_req(steps=1001), "steps must be"),
-    (_req(output="rel/dir"), "output must be an absolute path"), (_req(output=None), "output must be"),
+    (_req(output="rel/dir"), "output must be an absolute path"), (_req(output=5), "output must be"),
     (_req(start_after="soon"), "must be numbers"), (_req(expires=float("nan")), "must be numbers"),
     (_req(expires=1.0), "it expired"), (_req(ranks=[0, "1"]), "ranks must be a list of integers"),
 ])
@@ -167,7 +167,7 @@ def test_the_watch_costs_one_stat_per_interval(dirs, monkeypatch):
     d, out = dirs
     t = _trace.Tracer("job", 0, FakeProfile, directory=d)
     looks = []
-    monkeypatch.setattr(t, "_look", lambda: looks.append(1))
+    monkeypatch.setattr(t, "_look", lambda path: looks.append(path))
     for ns in range(0, 10**9, 10**6):                # 1,000 steps of 1 ms
         t.tick(ns + 1)
     assert len(looks) == 4                           # at 0, 0.25, 0.5 and 0.75 s
@@ -228,3 +228,31 @@ def test_a_rank_that_never_reaches_a_step_boundary_is_named_after_a_bounded_wait
     t0 = time.monotonic()
     got = request.wait(req, "job", 1.0)
     assert 0.9 < time.monotonic() - t0 < 5 and got[7]["state"] == "accepted"
+
+
+def test_the_agents_request_is_taken_from_its_directory_and_traced_into_the_jobs_default(tmp_path, monkeypatch):
+    """The agent's trace webhook writes into <socket dir>/trace/<uid>, a directory of its own that the job
+    trusts as it trusts the socket's; the request names no output: the job writes into its own default
+    (/tmp/teye-<uid>/traces, beside its request directory), made 0700 by the job."""
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    FakeProfile.made.clear()
+    own = tmp_path / "teye-x" / "trace"                # the job's own request directory: absent so far
+    (tmp_path / "teye-x").mkdir(mode=0o700)
+    agent = tmp_path / "run" / "trace" / str(os.geteuid())
+    agent.mkdir(parents=True)
+    for p in (tmp_path / "run", tmp_path / "run" / "trace", agent):
+        os.chmod(p, 0o755)
+    t = _trace.Tracer("job", None, FakeProfile, directory=str(own), agent_dir=str(agent))
+    req = dict(id="a1", steps=2, output=None, start_after=time.time(), expires=time.time() + 60, ranks=None)
+    _trace._write_private(str(agent / "job.json"), json.dumps(req).encode())
+    for _ in range(6):
+        t.tick()
+    out = tmp_path / "teye-x" / "traces"
+    assert os.stat(out).st_mode & 0o777 == 0o700
+    assert [n for n in os.listdir(out) if n.startswith("job.a1.")]   # written where the job's user alone reads
+    assert t.req is None and os.listdir(agent) == ["job.json"]        # nothing of the job's in the agent's
+    os.chmod(agent, 0o777)                                            # one others may write: not trusted
+    req["id"] = "a2"
+    _trace._write_private(str(agent / "job.json"), json.dumps(req).encode())
+    t.tick()
+    assert t.req is None
