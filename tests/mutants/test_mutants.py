@@ -381,6 +381,31 @@ MUTANTS = {
     "report_trace_seen_at_its_last_time.patch": (
         ["tests/report/test_traces_units.py::"
          "test_the_traces_in_the_jobs_window_are_listed_in_time_order_with_the_latest_named"]),
+    # issue 46: the trace webhook
+    "webhook_other_tenant_taken.patch": (
+        ["tests/trace/test_webhook.py::"
+         "test_each_alert_that_is_not_for_a_job_here_is_refused_with_its_reason"]),
+    "webhook_job_not_rate_limited.patch": (
+        ["tests/trace/test_webhook.py::"
+         "test_the_rate_limits_per_job_and_per_node_and_a_pending_request"]),
+    "webhook_resolved_alert_traced.patch": (
+        ["tests/trace/test_webhook.py::"
+         "test_each_alert_that_is_not_for_a_job_here_is_refused_with_its_reason"]),
+    "webhook_ended_job_asked.patch": (
+        ["tests/trace/test_webhook.py::"
+         "test_each_alert_that_is_not_for_a_job_here_is_refused_with_its_reason"]),
+    "daemon_webhook_without_auth_starts.patch": (
+        ["tests/trace/test_webhook.py::"
+         "test_the_agent_refuses_to_start_with_the_webhook_on_and_no_basic_auth"]),
+    "http_post_open_without_auth.patch": (
+        ["tests/web/test_trace_webhook_http.py::"
+         "test_without_basic_auth_the_path_is_refused_not_open"]),
+    "http_post_body_unbounded.patch": (
+        ["tests/web/test_trace_webhook_http.py::"
+         "test_only_a_valid_credential_reaches_the_handler_with_the_whole_body"]),
+    "trace_agent_request_written_to_tmp.patch": (
+        ["tests/trace/test_request.py::"
+         "test_the_agents_request_is_taken_from_its_directory_and_traced_into_the_jobs_default"]),
     # issue 48: the smaller ones
     "http_bare_lf_waits.patch": (
         ["tests/web/test_http_server.py::test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout"]),

@@ -104,3 +104,20 @@ def test_a_payload_that_is_not_alertmanagers_is_refused_whole(hook, body, why):
     code, out = hook.handle(body)
     assert code == 400 and why in json.loads(out)["error"]
     assert hook.results == {"malformed": 1}
+
+
+def test_the_agent_refuses_to_start_with_the_webhook_on_and_no_basic_auth(tmp_path):
+    """Bad configuration: the webhook takes a trace of any job it is told of; open to anyone who reaches the
+    port, it would be a way to make every job trace itself.  The agent stops at start (exit 2) and says why."""
+    import subprocess
+    import sys
+    import tempfile
+    from tests.procs import REPO, free_port
+    cfg = tmp_path / "teye.yml"
+    cfg.write_text("trace:\n  webhook: true\n")
+    sock = os.path.join(tempfile.mkdtemp(prefix="teye-wh"), "phases.sock")
+    r = subprocess.run([sys.executable, "-m", "agent", "agent", "--config", str(cfg), "--listen",
+                        f"127.0.0.1:{free_port()}", "--phase-socket", sock], capture_output=True, text=True,
+                       timeout=20, cwd=REPO)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "trace.webhook needs basic auth: the web config (web.config_file) has no basic_auth_users" in r.stderr
