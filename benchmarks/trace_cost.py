@@ -57,7 +57,7 @@ def main() -> int:
 
     def run_round(traced: bool, steps: int = 0):
         """A traced round runs until 20 steps after the trace was written; an untraced one ``steps`` steps."""
-        times, req = [], None
+        times, req, base = [], None, 0
         it = iter(DataLoader(data, batch_size=64, shuffle=False))
         last = time.perf_counter()
         n, taken = 0, False
@@ -65,7 +65,7 @@ def main() -> int:
             n += 1
             t = _torch._tracer
             taken = taken or (t is not None and t.req is not None)
-            if not traced and n > steps or traced and taken and t.req is None and n > t.first_step + args.steps + 21:
+            if not traced and n > steps or traced and taken and t.req is None and n > t.first_step - base + args.steps + 21:
                 break
             try:
                 x, y = next(it)
@@ -79,6 +79,7 @@ def main() -> int:
             times.append(now - last)
             last = now
             if traced and n == 10:
+                base = _torch._tracer.step_n - n   # (the hook counts steps since the process's first)
                 _torch._tracer.first_step = None
                 req = request.write_request("trace_bench", os.geteuid(), args.steps, out, None, 0.0, 60.0,
                                             directory=reqdir)
@@ -87,6 +88,8 @@ def main() -> int:
             got = request.statuses(req, "trace_bench")
             request.withdraw(req, "trace_bench")
             status = next(iter(got.values()), None)
+            if status is not None and status.get("first_step") is not None:
+                status["first_step"] -= base   # this round's step number
         return times, status
 
     run_round(False, 50)   # warm: the first steps' allocations (and the hook's tracer made)
