@@ -32,9 +32,8 @@ SECONDS = 4.0
 
 # One datagram of as many one-name windows of 2 steps as fit in 64 KiB (benchmarks/datagram_cost.py: "small
 # windows", the most expensive shape found), valid for the whole flood, sent again and again.
-FLOODER = textwrap.dedent("""
-    import json, socket, sys, time
-    path, seconds, job = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+# (the datagram, built from ``job``: the flooders' shared part)
+SHAPE = """
     t = time.monotonic_ns() - 10**9
     ws, size = [], 60
     while True:
@@ -44,18 +43,26 @@ FLOODER = textwrap.dedent("""
             break
         ws.append(w)
     msg = json.dumps({"v": 2, "job": job, "sums": ws}, separators=(",", ":")).encode()
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.connect(path)
-    s.setblocking(False)
-    sent = full = 0
+
+    def flood(path, end):   # msg to path until end, non-blocking as a client sends: (sent, found it full)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.connect(path)
+        s.setblocking(False)
+        sent = full = 0
+        while time.monotonic() < end:
+            try:
+                s.send(msg)
+                sent += 1
+            except BlockingIOError:
+                full += 1
+        return sent, full
+"""
+FLOODER = textwrap.dedent("""
+    import json, socket, sys, time
+    path, seconds, job = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+""" + SHAPE + """
     print("ready", len(msg), flush=True)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        try:
-            s.send(msg)
-            sent += 1
-        except BlockingIOError:
-            full += 1
+    sent, full = flood(path, time.monotonic() + seconds)
     print(json.dumps({"sent": sent, "full": full, "bytes": len(msg), "windows": len(ws)}))
 """)
 
@@ -245,33 +252,15 @@ def test_a_full_collection_is_the_budgets_not_the_senders(monkeypatch):
 FORKED = textwrap.dedent("""
     import json, os, socket, sys, time
     path, seconds, job, n = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    t = time.monotonic_ns() - 10**9
-    ws, size = [], 60
-    while True:
-        w = [t + len(ws) * 10000, t + len(ws) * 10000 + 10000, 2, 16, 2000, [["compute", 100, 50]], [2]]
-        size += len(json.dumps(w, separators=(",", ":"))) + 1
-        if size > 65000 or len(ws) >= 1000:
-            break
-        ws.append(w)
-    msg = json.dumps({"v": 2, "job": job, "sums": ws}, separators=(",", ":")).encode()
+""" + SHAPE + """
     r, w = os.pipe()
     go = time.monotonic() + 1.0
     for _ in range(n):
         if os.fork() == 0:
             os.close(r)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            s.connect(path)
-            s.setblocking(False)
-            sent = full = 0
             while time.monotonic() < go:
                 time.sleep(0.01)
-            end = go + seconds
-            while time.monotonic() < end:
-                try:
-                    s.send(msg)
-                    sent += 1
-                except BlockingIOError:
-                    full += 1
+            sent, full = flood(path, go + seconds)
             os.write(w, (json.dumps([sent, full]) + "\\n").encode())
             os._exit(0)
     os.close(w)
