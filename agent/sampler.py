@@ -253,6 +253,7 @@ class Sampler:
             t = threading.Thread(target=self._first_read, args=(name, i, now), name=f"teye-first-{name}",
                                  daemon=True)
             t.start()
+            self._threads.append(t)   # (stop() waits for it too: a first read that returns is published first)
         for target, args, name in ((self._run, (0,), "teye-sampler"), (self._watch, (), "teye-watchdog")):
             t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()

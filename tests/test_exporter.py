@@ -99,6 +99,7 @@ class Hangs:
 
     def collect(self):
         self.release.wait(5)
+        time.sleep(0.3)   # (released, it still takes a while: stop() waits for it, and its failure is published)
         raise OSError(5, "Input/output error", "/proc/self/mountstats")
 
 
