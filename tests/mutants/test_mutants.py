@@ -406,6 +406,8 @@ MUTANTS = {
     "trace_agent_request_written_to_tmp.patch": (
         ["tests/trace/test_request.py::"
          "test_the_agents_request_is_taken_from_its_directory_and_traced_into_the_jobs_default"]),
+    "sampler_stop_leaves_first_reads.patch": (
+        ["tests/test_exporter.py::test_hung_source_never_hangs_a_scrape_and_others_keep_sampling"]),
     # issue 48: the smaller ones
     "http_bare_lf_waits.patch": (
         ["tests/web/test_http_server.py::test_a_bare_lf_is_answered_at_once_not_after_the_header_timeout"]),
@@ -500,6 +502,7 @@ MEASURING = {
     "receiver_uid_debt_sheds_every_spender.patch",   # the same
     "receiver_full_gc_charged_to_sender.patch",      # a collection's CPU time
     "receiver_every_gc_is_the_budgets.patch",        # the same
+    "sampler_stop_leaves_first_reads.patch",         # a scrape's time beside a hung source (test_exporter)
     "tls_idle_like_plain.patch",               # when idle connections are closed
 }
 
