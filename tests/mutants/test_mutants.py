@@ -542,6 +542,11 @@ def checked(request, tmp_path_factory):
             for t in named_tests for n in vouched[t] for w in ("kind", "call")] + base
     kind = kinds(base)
 
+    # each mutant's directory made here, before the threads: tmp_path_factory is not thread-safe, and when this
+    # run vouches for every named test (no step-1 directory above) its base directory would be made by two
+    # threads at once (CI: FileExistsError on popen-gw0, the other thread's rm_rf warning)
+    dirs = {p: str(tmp_path_factory.mktemp("m")) for p in chosen}
+
     def one(patch):
         measuring = sorted(n for n, k in kind.items() if k == "measures" and named(n, MUTANTS[patch]))
         if bool(measuring) != (patch in MEASURING):
@@ -549,7 +554,7 @@ def checked(request, tmp_path_factory):
                                   f"({', '.join(measuring) or 'none is marked measures'}): "
                                   f"{'list it in' if measuring else 'take it out of'} MEASURING")
         try:
-            check(REPO, os.path.join(HERE, patch), MUTANTS[patch], str(tmp_path_factory.mktemp("m")), base=base)
+            check(REPO, os.path.join(HERE, patch), MUTANTS[patch], dirs[patch], base=base)
         except BaseException as e:   # AssertionError, pytest's skip and fail outcomes: raised by its test
             return e
         return None
