@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import secrets
+import stat
 import time
 from typing import Dict, List, Optional
 
@@ -32,13 +33,14 @@ def _own_dir(path: str, uid: int, mode: int = 0o700) -> None:
     try:
         os.mkdir(path, mode)
         if os.geteuid() == 0 and uid != 0:
-            os.chown(path, uid, uid if _gid_of(uid) is None else _gid_of(uid))
+            gid = _gid_of(uid)
+            os.chown(path, uid, uid if gid is None else gid)
     except FileExistsError:
         pass
     except OSError as e:
         raise RequestError(f"cannot make {path}: {e.strerror or e}") from None
     st = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path):
+    if not stat.S_ISDIR(st.st_mode):   # (lstat: a symbolic link is not one)
         raise RequestError(f"{path} is not a directory")
     if st.st_uid not in (uid, 0):
         raise RequestError(f"{path} is owned by uid {st.st_uid}, not uid {uid} or root: refusing it (remove it)")
@@ -64,7 +66,7 @@ def prepare_output(output: str, uid: int) -> str:
             raise RequestError(f"the output's parent {parent} is not a directory")
         _own_dir(out, uid)
     st = os.lstat(out)
-    if os.path.islink(out) or not os.path.isdir(out):
+    if not stat.S_ISDIR(st.st_mode):
         raise RequestError(f"the output {out} is not a directory (or is a symbolic link)")
     if st.st_uid != uid:
         raise RequestError(f"the output directory {out} is owned by uid {st.st_uid}; the job runs as uid {uid} and "
