@@ -73,6 +73,10 @@ BATCH = 32                              # datagrams handed to handle_batch toget
 # slice, and each uid this share; the rest of a heavy sender's datagrams is discarded (Receiver._shed_until).
 SHED_PID_SHARE = 0.125
 SHARE_RENEW_S = _SLICE_S                # the shares are renewed each slice while shedding lasts longer
+PID_BURST_SLICES = 3                    # a process's share is a bucket of this many slices' shares, refilled at
+                                        # one a slice: what it sent at its share while the receive thread was not
+                                        # running arrives together, and is not over its share (_shed_until); 3/4
+                                        # of its uid's share, so a flooder leaves its uid's other jobs a quarter
 SHED_UID_SHARE = 0.5
 SHED_MIN = 4                            # ... and at least this many (a client's flush, close and retry)
 # What a datagram costs (issue 48): the budget is spent in units of UNIT_NS (40 us) of the receive thread's CPU time handling
@@ -464,10 +468,11 @@ class Receiver:
         as one unit per BYTES_PER_UNIT bytes, an estimate known before it is read; its measured cost is what the
         budget and the debts are charged), and discard the others
         unread, counted by (uid, pid) for ``shed`` (the job table charges them to the sender's job)."""
-        per_pid: Dict[int, int] = {}
+        tokens: Dict[int, Tuple[float, float]] = {}   # pid -> (its share left, when): a bucket (PID_BURST_SLICES)
         per_pid_n: Dict[int, int] = {}   # datagrams handed on per process this slice
         per_uid: Dict[int, int] = {}
         pid_cap = max(SHED_MIN, int(self._per_slice * SHED_PID_SHARE))
+        burst, refill = PID_BURST_SLICES * pid_cap, pid_cap / SHARE_RENEW_S
         uid_cap = max(4 * SHED_MIN, int(self._per_slice * SHED_UID_SHARE))
         start = time.monotonic()
         slice_end = start + SHARE_RENEW_S
@@ -485,7 +490,6 @@ class Receiver:
             t = time.monotonic()
             late = t >= end   # it came after the slice (a quiet socket): the next slice's
             if t >= slice_end:   # the shares are a slice's: a long spell of shedding renews them each slice
-                per_pid.clear()
                 per_pid_n.clear()
                 per_uid.clear()
                 slice_end = t + SHARE_RENEW_S
@@ -498,17 +502,21 @@ class Receiver:
                         self._take([item])
                         continue
                     est = max(1, len(item[0]) // BYTES_PER_UNIT)
-                    np_, nu = per_pid.get(pid, 0) + est, per_uid.get(uid, 0) + est
+                    left, at = tokens.get(pid, (burst, t))
+                    left, nu = min(burst, left + (t - at) * refill), per_uid.get(uid, 0) + est
                     # (a process's first SHED_MIN datagrams of a slice pass its share whatever their size, unless it
                     # is in debt: a job alone sending large datagrams is not shed because the receiver is busy with
                     # them, nor one whose flush, retry of what a full queue refused and close come together; a
-                    # flooding process is in debt after its first expensive ones; its uid's share still holds)
-                    if ((np_ > pid_cap and per_pid_n.get(pid, 0) >= SHED_MIN) or (nu > uid_cap and uid in per_uid)
+                    # flooding process is in debt after its first expensive ones; its uid's share still holds.
+                    # Its share is a bucket: a job's datagrams that waited in the queue together while this
+                    # thread did not run (a busy machine) pass, a flood past the bucket does not)
+                    if ((est > left and per_pid_n.get(pid, 0) >= SHED_MIN) or (nu > uid_cap and uid in per_uid)
                             or self._in_debt(uid, pid, now)):
                         shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
+                        tokens[pid] = (left, t)
                     else:   # (the shares count the estimate: what contention adds to a cost is no one's)
                         self._handle_one(item)
-                        per_pid[pid], per_uid[uid] = np_, nu
+                        tokens[pid], per_uid[uid] = (left - est, t), nu
                         per_pid_n[pid] = per_pid_n.get(pid, 0) + 1
                 if shed and self._shed is not None:   # charged once per receive, before the next may block
                     self._shed(shed)

@@ -333,6 +333,12 @@ MUTANTS = {
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     "receiver_pid_share_first_datagram_only.patch": (
         ["tests/phases/test_fair_budget.py::test_a_process_s_flush_retry_and_close_in_one_slice_pass_whatever_their_size"]),
+    "receiver_pid_bucket_never_refills.patch": (
+        ["tests/phases/test_fair_budget.py::test_a_processs_bucket_refills_at_its_share_of_each_slice_up_to_the_bucket"]),
+    "receiver_pid_bucket_keeps_what_a_wait_saved.patch": (
+        ["tests/phases/test_fair_budget.py::test_a_processs_bucket_refills_at_its_share_of_each_slice_up_to_the_bucket"]),
+    "receiver_pid_share_one_slice.patch": (
+        ["tests/phases/test_fair_budget.py::test_a_jobs_datagrams_that_waited_together_pass_and_a_burst_past_its_bucket_does_not"]),
     "receiver_no_shed_on_sight.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     "receiver_uid_debt_sheds_every_spender.patch": (

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import pytest
 
@@ -195,6 +196,87 @@ def test_a_process_s_flush_retry_and_close_in_one_slice_pass_whatever_their_size
     finally:
         sock.close()
     assert len(handed) == receiver.SHED_MIN and charged == {(1002, 300): 1}, (len(handed), charged)
+
+
+def _shed_loop(queue, per_slice, receive=None, end=None):
+    """Run the receiver's shedding loop over ``queue`` (one datagram a receive) with a handler of no cost;
+    (handed on, charged)."""
+    from agent.phases import receiver
+    handed, charged = [], {}
+
+    def take():
+        if not queue:
+            raise OSError("drained")
+        return [queue.pop(0)]
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        r = receiver.Receiver(sock, "test", None, handed.extend, 1024, per_slice * 100,
+                              shed=lambda d: [charged.__setitem__(k, charged.get(k, 0) + n) for k, n in d.items()])
+        r._shed_until(time.monotonic() + 60 if end is None else end, receive or take)
+    finally:
+        sock.close()
+    return handed, charged
+
+
+def test_a_jobs_datagrams_that_waited_together_pass_and_a_burst_past_its_bucket_does_not(monkeypatch):
+    """On a machine so busy that the receive thread did not run for 100 ms, a job's five flushes (20 ms apart)
+    arrive together in one slice, one of them larger (it held what a full queue refused): together half again
+    a slice's share of the process, within its bucket of PID_BURST_SLICES slices' shares: every one is handed
+    on (a per-slice share shed the fifth: the 64-process test's victim lost 1-5 of 80).  A process sending
+    the same again and again in that slice gets its bucket, no more."""
+    from agent.phases import receiver
+    monkeypatch.setattr(receiver, "SHARE_RENEW_S", 60.0)   # one slice, however slow the machine
+    monkeypatch.setattr(receiver, "SHED_UID_SHARE", 1.0)   # (the uid's share out of the bucket's way)
+    per_slice = 200
+    pid_cap = max(receiver.SHED_MIN, int(per_slice * receiver.SHED_PID_SHARE))     # 25 units
+    burst = receiver.PID_BURST_SLICES * pid_cap
+    unit = b"x" * receiver.BYTES_PER_UNIT
+    job = [(unit * 2, 300, 1002)] * 4 + [(unit * 30, 300, 1002), (unit * 2, 300, 1002)]
+    assert pid_cap < sum(len(d) // receiver.BYTES_PER_UNIT for d, _, _ in job) <= burst
+    handed, charged = _shed_loop(list(job), per_slice)
+    assert len(handed) == len(job) and charged == {}, charged
+    flood = [(unit * 10, 301, 1003)] * 30                 # 300 units of estimate from one process
+    handed, charged = _shed_loop(flood, per_slice)
+    assert len(handed) == burst // 10 and charged == {(1003, 301): 30 - burst // 10}, (len(handed), charged)
+
+
+def test_a_processs_bucket_refills_at_its_share_of_each_slice_up_to_the_bucket(monkeypatch):
+    """A process sending 6 units of estimate every 5 ms (a half of its 25-unit share of a 10 ms slice) for
+    0.3 s of a shedding spell: every datagram is handed on (its bucket of 75 units refills at 25 a slice;
+    without the refill, the 13th would be shed).  One that sends once, waits 0.2 s (20 slices' shares) and
+    then floods 10-unit datagrams gets one bucket's worth after its wait, not what it saved over it.  On the
+    receiver's clock, moved by the receives here (no scheduler in the way)."""
+    from agent.phases import receiver
+    monkeypatch.setattr(receiver, "SHED_UID_SHARE", 1.0)   # (the uid's share out of the bucket's way)
+    clock = [1000.0]
+    monkeypatch.setattr(receiver, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                                monotonic_ns=lambda: int(clock[0] * 1e9)))
+    per_slice = 200
+    unit = b"x" * receiver.BYTES_PER_UNIT
+    queue = [(unit * 6, 302, 1004)] * 60
+
+    def paced():
+        if not queue:
+            raise OSError("drained")
+        clock[0] += 0.005
+        return [queue.pop(0)]
+
+    handed, charged = _shed_loop(None, per_slice, receive=paced, end=clock[0] + 60)
+    assert len(handed) == 60 and charged == {}, (len(handed), charged)
+    burst = receiver.PID_BURST_SLICES * max(receiver.SHED_MIN, int(per_slice * receiver.SHED_PID_SHARE))
+    flood = [(unit * 10, 303, 1005)] * 40
+
+    def waits_then_floods():
+        if not flood:
+            raise OSError("drained")
+        if len(flood) == 39:
+            clock[0] += 0.2
+        return [flood.pop(0)]
+
+    handed, charged = _shed_loop(None, per_slice, receive=waits_then_floods, end=clock[0] + 60)
+    # (what it saved over the wait would be 20 datagrams: the uid's share)
+    assert len(handed) == 1 + burst // 10, (len(handed), charged)
 
 
 def test_datagrams_shed_before_their_job_exists_are_charged_to_it():
