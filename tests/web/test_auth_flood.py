@@ -361,9 +361,10 @@ def test_refusals_held_by_the_throttle_delay_never_fill_the_connection_table(tmp
     """Requests refused by the hashing bounds are held auth_throttle_delay_seconds before their answer; held so,
     their connections are evictable: with the table full of them, a scrape still gets in and is served."""
     import bcrypt
-    gate = threading.Event()
+    gate, hashing = threading.Event(), threading.Event()
     real = bcrypt.checkpw
-    monkeypatch.setattr(bcrypt, "checkpw", lambda pw, h: (pw == GOOD[1].encode() or gate.wait(20)) and real(pw, h))
+    monkeypatch.setattr(bcrypt, "checkpw", lambda pw, h: (pw == GOOD[1].encode() or hashing.set() or gate.wait(20))
+                        and real(pw, h))
     srv, _ = serve(web_file(tmp_path), max_connections=4, max_auth_hashes=1, max_auth_hashes_per_client=1,
                    auth_throttle_delay_seconds=30)
     port = srv.address[1]
@@ -374,6 +375,8 @@ def test_refusals_held_by_the_throttle_delay_never_fill_the_connection_table(tmp
         assert get(c, basic(*GOOD))[0] == 200                      # verified before bcrypt gets stuck
         c.close()
         stuck.request("GET", "/metrics", headers=basic(GOOD[0], "stuck"))   # holds the one hashing slot
+        # (once it does: before, a held refusal could come first and the scrape evict stuck, unread, instead)
+        assert hashing.wait(10)
         for i in range(3):                                          # refused (503), held 30 s: the table is full
             h = connection(port, source=f"127.0.0.{3 + i}", timeout=30)
             h.request("GET", "/metrics", headers=basic(GOOD[0], f"held{i}"))
