@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -72,11 +73,48 @@ def _strip(train_args: List[str], names) -> List[str]:
     return out
 
 
+# what a worker's log says when TensorFlow's gRPC server could not bind its port: the port was free when
+# free_ports released it, and something else (another job, a client's ephemeral port) took it meanwhile
+PORT_TAKEN = re.compile(r"Could not start gRPC server|Failed to add port to server|Address already in use")
+PORT_TRIES = 3
+
+
 def run_workers(n: int, train_args: List[str], out_dir: str, *, timeout_s: float = 600.0,
                 gpus_per_worker: int = 0, python: str = sys.executable, log=print) -> Dict:
-    """Run one n-worker job; returns {"ok", "returncodes", "results" (per worker or None), "logs"}."""
+    """Run one n-worker job; returns {"ok", "returncodes", "results" (per worker or None), "logs", "tries"}.
+    Started again, on new ports, where a worker could not bind its port (PORT_TAKEN), PORT_TRIES times at
+    most."""
+    for tries in range(1, PORT_TRIES + 1):
+        got = _run_once(n, free_ports(n), train_args, out_dir, timeout_s, gpus_per_worker, python, log)
+        got["tries"] = tries
+        taken = [i for i, rc in enumerate(got["returncodes"]) if rc not in (0, None) and _port_taken(got["logs"][i])]
+        if got["ok"] or not taken or tries == PORT_TRIES:
+            return got
+        log(f"workloads.launch: worker(s) {taken} could not bind their port (taken since it was chosen); "
+            f"starting again on new ports")
+    raise AssertionError("unreachable")
+
+
+def _port_taken(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return PORT_TAKEN.search(fh.read()) is not None
+    except OSError:
+        return False
+
+
+def log_tail(path: str, lines: int = 15) -> str:
+    """The last ``lines`` lines of a worker's log ("" where it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _run_once(n: int, ports: List[int], train_args: List[str], out_dir: str, timeout_s: float,
+              gpus_per_worker: int, python: str, log) -> Dict:
     os.makedirs(out_dir, exist_ok=True)
-    ports = free_ports(n)
     args = _strip(train_args, {"--distribute", "--results"})
     procs, logs, result_paths = [], [], []
     try:
@@ -204,6 +242,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         bad = [i for i, rc in enumerate(multi["returncodes"]) if rc != 0]
         log(f"workloads.launch: worker(s) {bad} failed (exit codes {multi['returncodes']}); logs: "
             + ", ".join(multi["logs"][i] for i in bad))
+        # the ones that failed by themselves first (the others were killed: -9, as they would wait for ever)
+        for i in [i for i in bad if multi["returncodes"][i] != -9] or bad:
+            log(f"workloads.launch: the end of worker {i}'s log:\n{log_tail(multi['logs'][i])}")
         # a usage/data error (2) in any worker is the launch's usage error too
         return EXIT_USAGE if EXIT_USAGE in multi["returncodes"] else EXIT_FAILED
     rates = ", ".join(f"{r:.1f}" for r in rep["per_worker_samples_per_s"])

@@ -339,6 +339,10 @@ MUTANTS = {
         ["tests/phases/test_fair_budget.py::test_a_processs_bucket_refills_at_its_share_of_each_slice_up_to_the_bucket"]),
     "receiver_pid_share_one_slice.patch": (
         ["tests/phases/test_fair_budget.py::test_a_jobs_datagrams_that_waited_together_pass_and_a_burst_past_its_bucket_does_not"]),
+    "launch_never_starts_again.patch": (
+        ["tests/workloads/test_multiworker.py::test_a_worker_whose_port_was_taken_is_started_again_on_new_ports"]),
+    "launch_starts_again_whatever_the_failure.patch": (
+        ["tests/workloads/test_multiworker.py::test_a_worker_that_fails_otherwise_is_not_started_again_and_its_log_is_shown"]),
     "receiver_no_shed_on_sight.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     "receiver_uid_debt_sheds_every_spender.patch": (
