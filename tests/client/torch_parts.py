@@ -181,7 +181,10 @@ for i in range(steps):
     t_end = clock()
     own["compute"] += t_end - t1
     own["steps"] += 1
-    print("step", rank, i, "%.8f" % loss.item(), flush=True)
+    # one write (a print of several values is several under PYTHONUNBUFFERED=1: ranks' pieces interleave, and
+    # the other rank's JSON line can follow a piece of this one's; CI lost rank 0's so)
+    sys.stdout.write("step %d %d %.8f\n" % (rank, i, loss.item()))
+    sys.stdout.flush()
 own["rank"] = rank
 sys.stdout.write(json.dumps(own) + "\n")   # one write: ranks' lines stay whole
 sys.stdout.flush()

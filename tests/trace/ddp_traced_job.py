@@ -63,5 +63,6 @@ for n in range(1, STEPS + 1):
     if n == 5 and RANK == 0:
         with open(READY, "w") as f:
             f.write("ready")
-print(json.dumps({"rank": RANK, "rows": rows, "loss": float(loss)}), flush=True)
+sys.stdout.write(json.dumps({"rank": RANK, "rows": rows, "loss": float(loss)}) + "\n")   # one write: ranks' lines
+sys.stdout.flush()                                                                      # stay whole
 dist.destroy_process_group()
