@@ -97,7 +97,9 @@ def test_missing_procfs_and_sysfs_roots_are_named_and_the_agent_stays_up(tmp_pat
 
 # What an idle agent never needs: prometheus_client's package (it imports http.server, wsgiref, email and
 # urllib.request: about 3 MiB of RSS); teye formats /metrics and reads its own process_* series itself.
-NEVER_IDLE = ("prometheus_client", "http.server", "http.client", "wsgiref", "email", "urllib.request")
+NEVER_IDLE = ("prometheus_client", "http.server", "http.client", "wsgiref", "email", "urllib.request",
+              # nor `teye trace`'s request side and summary (teye_client, secrets, tempfile, statistics: 3 MiB)
+              "agent.trace.request", "agent.trace.summary", "teye_client", "secrets", "statistics")
 
 _IDLE_CHILD = r"""
 import os, socket, sys, threading, time

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import HardwareAbsent, SourceUnavailable
@@ -91,8 +92,25 @@ FIELD_VALUES = (
 XID_EVENT = 0x0000000000000008  # nvmlEventTypeXidCriticalError
 
 
+NVML_LIBRARY = "libnvidia-ml.so.1"      # the name nvidia-ml-py loads on Linux (and CUDA's own tools)
+
+
 def load_pynvml():
-    """The real pynvml module (nvidia-ml-py), or SourceUnavailable when it is not installed."""
+    """The real pynvml module (nvidia-ml-py) where NVIDIA's library loads; HardwareAbsent where it cannot (no
+    driver: pynvml is not imported then, 2 MiB of the daemon's memory on a node without GPUs, as its nvmlInit
+    would fail the same way), SourceUnavailable where pynvml is not installed."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(NVML_LIBRARY)     # (where it loads, pynvml's own load finds it loaded)
+        except OSError as e:
+            raise HardwareAbsent(f"NVML init failed: {NVML_LIBRARY} cannot be loaded ({e}): no NVIDIA driver on "
+                                 f"this machine") from None
+    return import_pynvml()
+
+
+def import_pynvml():
+    """The pynvml module, its library not loaded (a replay takes NVML's constants and error classes from it),
+    or SourceUnavailable when it is not installed."""
     try:
         import pynvml  # noqa: WPS433 (the one import of pynvml in teye)
     except ImportError as e:

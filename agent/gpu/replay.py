@@ -120,8 +120,8 @@ class Replay:
                  wall_us: Callable[[], int] = lambda: time.time_ns() // 1000,
                  sleep: Callable[[float], None] = time.sleep, base=None):
         if base is None:
-            from .nvml import load_pynvml
-            base = load_pynvml()  # for NVML's constants and error classes only; nothing is called
+            from .nvml import import_pynvml
+            base = import_pynvml()  # for NVML's constants and error classes only; nothing is called
         self._base = base
         self.header = header
         self.path = path

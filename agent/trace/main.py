@@ -6,8 +6,7 @@ import json
 import os
 import sys
 
-from . import request
-from .summary import MAX_TRACE_BYTES, TOP_N, render_text, summarize_files
+from .defaults import DEFAULT_STEPS, DEFAULT_TIMEOUT_S, MAX_TRACE_BYTES, TOP_N
 
 EXIT_BAD_INPUT = 1
 EXIT_USAGE = 2
@@ -19,13 +18,13 @@ def add_parser(sub) -> None:
                        "profiler traces (data wait, compute, communication, idle, top ops, spread between ranks)")
     t.add_argument("--train-job", metavar="NAME", help="the job (as the agent names it) whose processes on this node "
                    "are asked to trace their next steps through teye's zero-code hook (docs/trace.md)")
-    t.add_argument("--steps", type=int, default=request.DEFAULT_STEPS, metavar="N",
-                   help=f"steps traced in each process (default {request.DEFAULT_STEPS})")
+    t.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
+                   help=f"steps traced in each process (default {DEFAULT_STEPS})")
     t.add_argument("--rank", type=int, action="append", metavar="R", help="only this rank (repeatable; default all)")
     t.add_argument("--output", default="teye-traces", metavar="DIR", help="where the job writes its traces (a "
                    "directory of the job's uid that others cannot open; made 0700 where absent; default ./teye-traces)")
-    t.add_argument("--timeout", type=float, default=request.DEFAULT_TIMEOUT_S, metavar="S",
-                   help=f"how long to wait for every process's trace (default {request.DEFAULT_TIMEOUT_S:.0f} s)")
+    t.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                   help=f"how long to wait for every process's trace (default {DEFAULT_TIMEOUT_S:.0f} s)")
     t.add_argument("--uid", type=int, metavar="UID", help="(root) the job's uid, where it is not root's")
     t.add_argument("--json", action="store_true", help="print JSON with stable keys instead of text")
     t.set_defaults(func=trace_command)
@@ -42,6 +41,7 @@ def add_parser(sub) -> None:
 
 
 def summarize_command(args) -> int:
+    from .summary import render_text, summarize_files   # (when the command runs: agent.trace.defaults)
     if args.max_bytes < 1 or args.top < 0:
         print("teye trace summarize: --max-bytes must be at least 1 and --top at least 0", file=sys.stderr)
         return EXIT_USAGE
@@ -65,6 +65,7 @@ def _err(msg: str) -> int:
 def trace_command(args) -> int:
     """`teye trace --train-job NAME`: request, wait, summarize; exit 0 when every process that took the request
     wrote its trace, 1 otherwise (each process's reason printed)."""
+    from . import request                                # (when the command runs: agent.trace.defaults)
     if not args.train_job:
         print("teye trace: give --train-job NAME (a trace of a running job) or the action summarize FILE...",
               file=sys.stderr)
@@ -93,6 +94,8 @@ def trace_command(args) -> int:
 
 
 def _report(job: str, req: dict, got: dict, out: str, args) -> int:
+    from . import request
+    from .summary import summarize_files
     done = {pid: s for pid, s in got.items() if s.get("state") == "done" and isinstance(s.get("trace"), str)}
     firsts = sorted({s.get("first_step") for s in done.values()}, key=str)
     result = {"train_job": job, "id": req["id"], "output": out, "steps": req["steps"],
@@ -119,6 +122,7 @@ def _report(job: str, req: dict, got: dict, out: str, args) -> int:
 
 
 def _print_text(job: str, req: dict, got: dict, result: dict) -> None:
+    from .summary import render_text
     w = sys.stdout.write
     w(f"teye trace: {job}, request {req['id']}: {len(got)} process(es) on this node took it\n")
     for pid in sorted(got):

@@ -18,9 +18,8 @@ from typing import Dict, List, Optional
 
 from teye_client import _trace as job_side
 
-DEFAULT_STEPS = 5
-DEFAULT_START_IN_S = 1.0      # after the job's processes looked for the request (every 0.25 s and a step)
-DEFAULT_TIMEOUT_S = 120.0
+from .defaults import DEFAULT_START_IN_S, DEFAULT_STEPS, DEFAULT_TIMEOUT_S  # noqa: F401 (request.DEFAULT_*)
+
 POLL_S = 0.1
 
 

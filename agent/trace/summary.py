@@ -26,8 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 FORMAT = "teye-trace-summary"
 VERSION = 1
-MAX_TRACE_BYTES = 256 * 1024 * 1024     # default bound on a trace (and on a .gz's decompressed size)
-TOP_N = 10
+from .defaults import MAX_TRACE_BYTES, TOP_N  # noqa: E402,F401 (the parser's defaults: agent.trace.defaults)
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 DATA_PREFIX = "enumerate(DataLoader)#"
