@@ -343,6 +343,10 @@ MUTANTS = {
         ["tests/workloads/test_multiworker.py::test_a_worker_whose_port_was_taken_is_started_again_on_new_ports"]),
     "launch_starts_again_whatever_the_failure.patch": (
         ["tests/workloads/test_multiworker.py::test_a_worker_that_fails_otherwise_is_not_started_again_and_its_log_is_shown"]),
+    "nvml_imports_pynvml_without_the_library.patch": (
+        ["tests/gpu/test_loader.py::test_without_nvidias_library_the_gpu_is_absent_and_pynvml_never_imported"]),
+    "trace_cli_imports_the_request_side.patch": (
+        ["tests/test_agent_startup.py::test_the_idle_agent_never_imports_prometheus_clients_http_stack"]),
     "receiver_no_shed_on_sight.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     "receiver_uid_debt_sheds_every_spender.patch": (
