@@ -59,6 +59,22 @@ def _bucket(b) -> str:
 
 
 def _job_lines(j: dict, md: bool) -> List[str]:
+    """One job's report: who and when, conditions, GPU busy, phases and verdict, host, notes."""
+    code = "    " if md else ""
+    L = _ident_lines(j, md)
+    L += _gpu_lines(j, md, code)
+    L += _phase_lines(j, md, code)
+    L += _host_lines(j, md, code)
+    if j["notes"]:
+        L += ["", "### Notes" if md else "Notes"]
+        for n in j["notes"]:
+            L.append(f"- {n}" if md else textwrap.fill(n, 100, initial_indent="  * ", subsequent_indent="    "))
+    L.append("")
+    return L
+
+
+def _ident_lines(j: dict, md: bool) -> List[str]:
+    """The title, the job's identity and run (earlier runs, traces, dashboard) and its conditions."""
     L: List[str] = []
     title = f"Slurm job {j['slurm_job']}" if j["slurm_job"] else f"Training job {', '.join(j['train_jobs'])}"
     if md:
@@ -92,8 +108,12 @@ def _job_lines(j: dict, md: bool) -> List[str]:
         L.append("")
     for c in j["conditions"]:
         L.append(f"> **{c['kind']}**: {c['message']}" if md else f"  ! {c['kind']}: {c['message']}")
-    code = "    " if md else ""
-    L += ["", "### GPU busy (driver samples)" if md else "GPU busy (from the driver's samples)"]
+    return L
+
+
+def _gpu_lines(j: dict, md: bool, code: str) -> List[str]:
+    """GPU busy overall, per node and per GPU; memory peak, energy and idle gaps."""
+    L = ["", "### GPU busy (driver samples)" if md else "GPU busy (from the driver's samples)"]
     L.append(f"{code}  overall          {_bar(j['gpu_busy_ratio'])}")
     for n in j["per_node"]:
         mark = "  <- slowest" if n["node"] == j.get("slowest_node") else ""
@@ -109,53 +129,67 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     if gaps:
         L.append(f"Idle gaps: {gaps['count']:.0f} gaps, {gaps['seconds']:.1f} s in all"
                  + (f", mean {gaps['mean_seconds']:.2f} s" if gaps["mean_seconds"] else ""))
-    L += ["", "### Phases" if md else "Phases (as the job reported them)"]
+    return L
+
+
+def _phase_lines(j: dict, md: bool, code: str) -> List[str]:
+    """The phases as shares of the step time, the input-bound share, the verdict, the straggler, the scaling
+    efficiency and the steps."""
+    L = ["", "### Phases" if md else "Phases (as the job reported them)"]
     if j["phase_seconds"] is None:
         L.append(f"  omitted: {j['phases_omitted']}")
-    else:
-        # bars are shares of the step time, as the input-bound share is (agent.phases.definitions): compile
-        # and eval are beside the training steps, in no share of them
-        total = j.get("step_seconds") or share_base({p: v or 0 for p, v in j["phase_seconds"].items()}) or 1.0
-        idle = j["gpu_idle_seconds_by_phase"]   # None: no GPU samples of the job, so no GPU figures
-        for p, v in j["phase_seconds"].items():
-            if not v and not (idle or {}).get(p):
-                continue   # phases the job never entered
-            gi = "n/a" if idle is None else f"{idle.get(p, 0.0):.1f} s"
-            between = {"compile": ", between steps", "eval": ", beside training"}.get(p, "")
-            L.append(f"{code}  {p:15}  {_bar((v or 0) / total)}  {v:.1f} s{between}, GPU idle {gi}")
-        L.append(f"Input-bound share: {_pct(j['input_bound_ratio'])}")
-        shares = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(j["verdict_shares"].items(), key=lambda kv: -kv[1])
-                           if v > 0)
-        cause = f" (cause {j['input_cause']})" if j["verdict"] == "input" and j["input_cause"] else ""
-        L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}"
-                 + (f"; phases from {j['source_text']}" if j.get("source_text") else ""))
-        st = j.get("straggler")
-        if st and st.get("rule") == "communication":   # it computes longest: the others wait in the exchange
-            share = (f"communication {_pct(st['communication_ratio'])} of its step, "
-                     f"{_pct(st['waiting_communication_ratio'])} of theirs")
-            if st.get("compute_seconds_per_step") is not None and \
-                    st.get("waiting_communication_seconds_per_step") is not None:
-                L.append(f"Straggler: rank {st['rank']} on {st['node']} computes "
-                         f"{_step_ms(st['compute_seconds_per_step'])} per step; the job's other {st['ranks'] - 1} "
-                         f"ranks wait {_step_ms(st['waiting_communication_seconds_per_step'])} of it in gradient "
-                         f"exchange ({share})")
-            else:
-                L.append(f"Straggler: rank {st['rank']} on {st['node']} computes longest; the job's other "
-                         f"{st['ranks'] - 1} ranks wait for it in gradient exchange ({share})")
-        elif st:
-            why = f", cause {st['cause']}" if st["cause"] else ""
-            L.append(f"Straggler: rank {st['rank']} on {st['node']} waits {_pct(st['own_wait_ratio'])} of its step on "
-                     f"its own input and host work (input {_pct(st['input_bound_ratio'])}{why}); the job's other "
-                     f"{st['ranks'] - 1} ranks wait for it")
-        se = j.get("scaling_efficiency")
-        if se is not None:
-            L.append(f"Scaling efficiency: {_pct(se)} ({_pct(1 - se)} of step time in the exchange)")
-        # the mean is exact (sum / count); a quantile is only known to its bucket: its bounds are printed
-        L.append(f"Steps: {j['steps']:.0f}, step time mean {_step_ms(j.get('step_seconds_mean'))}, "
-                 f"p50 {_bucket(j.get('step_seconds_p50_bounds'))}, p95 {_bucket(j.get('step_seconds_p95_bounds'))}"
-                 + ("" if j["samples_per_second"] is None else f", {j['samples_per_second']:.1f} samples/s"))
+        return L
+    # bars are shares of the step time, as the input-bound share is (agent.phases.definitions): compile
+    # and eval are beside the training steps, in no share of them
+    total = j.get("step_seconds") or share_base({p: v or 0 for p, v in j["phase_seconds"].items()}) or 1.0
+    idle = j["gpu_idle_seconds_by_phase"]   # None: no GPU samples of the job, so no GPU figures
+    for p, v in j["phase_seconds"].items():
+        if not v and not (idle or {}).get(p):
+            continue   # phases the job never entered
+        gi = "n/a" if idle is None else f"{idle.get(p, 0.0):.1f} s"
+        between = {"compile": ", between steps", "eval": ", beside training"}.get(p, "")
+        L.append(f"{code}  {p:15}  {_bar((v or 0) / total)}  {v:.1f} s{between}, GPU idle {gi}")
+    L.append(f"Input-bound share: {_pct(j['input_bound_ratio'])}")
+    shares = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(j["verdict_shares"].items(), key=lambda kv: -kv[1])
+                       if v > 0)
+    cause = f" (cause {j['input_cause']})" if j["verdict"] == "input" and j["input_cause"] else ""
+    L.append(f"Verdict: {j['verdict'] or 'n/a'}{cause}; over the job: {shares or 'n/a'}"
+             + (f"; phases from {j['source_text']}" if j.get("source_text") else ""))
+    if j.get("straggler"):
+        L.append(_straggler_line(j["straggler"]))
+    se = j.get("scaling_efficiency")
+    if se is not None:
+        L.append(f"Scaling efficiency: {_pct(se)} ({_pct(1 - se)} of step time in the exchange)")
+    # the mean is exact (sum / count); a quantile is only known to its bucket: its bounds are printed
+    L.append(f"Steps: {j['steps']:.0f}, step time mean {_step_ms(j.get('step_seconds_mean'))}, "
+             f"p50 {_bucket(j.get('step_seconds_p50_bounds'))}, p95 {_bucket(j.get('step_seconds_p95_bounds'))}"
+             + ("" if j["samples_per_second"] is None else f", {j['samples_per_second']:.1f} samples/s"))
+    return L
+
+
+def _straggler_line(st: dict) -> str:
+    """The rank that holds the others back: by its compute (they wait in the exchange) or its own input."""
+    if st.get("rule") == "communication":   # it computes longest: the others wait in the exchange
+        share = (f"communication {_pct(st['communication_ratio'])} of its step, "
+                 f"{_pct(st['waiting_communication_ratio'])} of theirs")
+        if st.get("compute_seconds_per_step") is not None and \
+                st.get("waiting_communication_seconds_per_step") is not None:
+            return (f"Straggler: rank {st['rank']} on {st['node']} computes "
+                    f"{_step_ms(st['compute_seconds_per_step'])} per step; the job's other {st['ranks'] - 1} "
+                    f"ranks wait {_step_ms(st['waiting_communication_seconds_per_step'])} of it in gradient "
+                    f"exchange ({share})")
+        return (f"Straggler: rank {st['rank']} on {st['node']} computes longest; the job's other "
+                f"{st['ranks'] - 1} ranks wait for it in gradient exchange ({share})")
+    why = f", cause {st['cause']}" if st["cause"] else ""
+    return (f"Straggler: rank {st['rank']} on {st['node']} waits {_pct(st['own_wait_ratio'])} of its step on "
+            f"its own input and host work (input {_pct(st['input_bound_ratio'])}{why}); the job's other "
+            f"{st['ranks'] - 1} ranks wait for it")
+
+
+def _host_lines(j: dict, md: bool, code: str) -> List[str]:
+    """CPU efficiency (the job's cgroup where seen), the nodes' CPU, memory peak, hardware counters, I/O."""
     cpu, mem = j["cpu"], j["memory"]
-    L += ["", "### Host" if md else "Host"]
+    L = ["", "### Host" if md else "Host"]
     where = {"job_cgroup": "the job's cgroup", "node": "whole nodes: no job cgroup seen"}
     if cpu["efficiency"] is not None:
         L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']:g} allocated cores "
@@ -182,11 +216,6 @@ def _job_lines(j: dict, md: bool) -> List[str]:
     io = j.get("io")
     if io:
         L.append(f"I/O (the job's cgroup): read {_bytes(io['read_bytes'])}, written {_bytes(io['written_bytes'])}")
-    if j["notes"]:
-        L += ["", "### Notes" if md else "Notes"]
-        for n in j["notes"]:
-            L.append(f"- {n}" if md else textwrap.fill(n, 100, initial_indent="  * ", subsequent_indent="    "))
-    L.append("")
     return L
 
 
