@@ -244,8 +244,6 @@ class Intake:
         span they partly cover counts the uncovered share of it (_part), a copy of one counts nothing.
         Returns whether a data_wait was queued for the probe."""
         ring = job.ring
-        width = ring.width
-        phase_s = job.phase_s
         rec = self.recorded
         waited = False
         untracked = bool(job.untracked) and pid in job.untracked
@@ -253,78 +251,20 @@ class Intake:
         if spans is None:
             spans = covers[WINDOWS] = _Covered()
         for w in sums:
+            w = _uncovered(spans, w)
+            if w is None:   # all of it counted already: a copy
+                continue
             s, e = w.start_ns, w.end_ns
-            # only what this process's windows had not covered yet counts (issue 39); a window stands for at
-            # least MIN_STEP_NS (its steps' least time, issue 48), so that a copy of a window of no span is a
-            # copy, and windows 1 ns apart cannot add steps faster than one per MIN_STEP_NS
-            span = e - s if e - s >= MIN_STEP_NS else MIN_STEP_NS
-            ends = spans.ends
-            if not ends or s >= ends[-1]:   # the usual case, as _apply inlines it: after all the earlier windows
-                if ends and s == ends[-1]:
-                    ends[-1] = s + span
-                else:
-                    spans.starts.append(s)
-                    ends.append(s + span)
-                    if len(ends) > COVER_SPANS:
-                        spans.forget()
-            else:
-                new = sum(b - a for a, b in spans.add(s, s + span))
-                if new < span:
-                    if not new:   # all of it counted already: a copy
-                        continue
-                    w = _part(w, new, span)
             n, step_ns = w.steps, w.step_ns
             if step_ns > e - s:   # steps of one process do not overlap: their time is at most the span
                 step_ns = e - s
             # the exported step time (histogram sum, rank step seconds) is compile-free, as in _apply
             export_ns = max(0, step_ns - sum(inside for p, _, inside in w.phases if p == "compile"))
-            slot = cur_slot if e // width >= cur else ring.slot(e, now)
+            slot = cur_slot if e // ring.width >= cur else ring.slot(e, now)
             rslot = rk.ring.slot(e, now) if rk is not None else None
-            kinds = [0] * len(IN_KINDS)
-            cursor = s
-            for phase, ns, inside in w.phases:
-                i = PHASE_INDEX[phase]
-                phase_s[i] += ns / 1e9
-                if slot is not None:
-                    ring.phase[slot][i] += ns
-                    ring.in_step[slot][i] += inside
-                if rk is not None:
-                    rk.phase_s[i] += ns / 1e9
-                    if rslot is not None:
-                        rk.ring.phase[rslot][i] += ns
-                        rk.ring.in_step[rslot][i] += inside
-                for k, names in enumerate(IN_KIND_INDEXES):
-                    if i in names:
-                        kinds[k] += inside
-                if i == DATA_WAIT and self.probe is not None and ns and e > s:
-                    job.waits.append((pid, s, e, ns))
-                    waited = True
-                if gpus and ns:
-                    self._queue(job, attribution.Pending((i, e), s, e, gpus, ns))
-                if rec is not None:   # the timeline: the window's phases one after another, in proportion
-                    end = cursor + (ns * (e - s) // max(e - s, sum(p[1] for p in w.phases)))
-                    rec.append((job.label, phase, cursor, end))
-                    cursor = end
-            job.samples += w.samples
-            counted = n
-            if rk is not None:
-                # global steps: those of this rank's steps that no rank had made yet (see _apply)
-                before = rk.steps
-                rk.steps += n
-                rk.step_s += export_ns / 1e9
-                if rslot is not None:
-                    rk.ring.step_ns[rslot] += step_ns
-                    rk.ring.steps[rslot] += n
-                counted = rk.steps - max(before, job.rank_steps)
-                if counted > 0:
-                    job.rank_steps = rk.steps
-            if counted > 0 and not untracked:
-                job.steps += counted
-                job.hist_sum += export_ns / 1e9 * (counted / n)
-                _add_counts(job.hist, w.hist, counted, n)
-            if slot is not None:
-                ring.step_ns[slot] += step_ns
-                ring.steps[slot] += n
+            kinds, wait = self._window_phases(job, w, pid, slot, rk, rslot, gpus)
+            waited = waited or wait
+            self._window_steps(job, w, step_ns, export_ns, slot, rk, rslot, untracked)
             if gpus:
                 group = [attribution.Pending((STEP, e), s, e, gpus, step_ns)]
                 for k, ns in enumerate(kinds):
@@ -334,6 +274,67 @@ class Intake:
             if rec is not None:
                 rec.append((job.label, "step", s, e))
         return waited
+
+    def _window_phases(self, job: _Job, w, pid: int, slot, rk: Optional[_Rank], rslot, gpus) -> Tuple[list, bool]:
+        """A window's phases into the job's (and rank's) sums and rings, its data_wait for the probe, each phase
+        queued for GPU idle spread over the window, the timeline's pieces; (in-step ns per IN_KINDS, whether a
+        data_wait was queued)."""
+        ring, phase_s, rec = job.ring, job.phase_s, self.recorded
+        s, e = w.start_ns, w.end_ns
+        kinds = [0] * len(IN_KINDS)
+        waited = False
+        cursor = s
+        for phase, ns, inside in w.phases:
+            i = PHASE_INDEX[phase]
+            phase_s[i] += ns / 1e9
+            if slot is not None:
+                ring.phase[slot][i] += ns
+                ring.in_step[slot][i] += inside
+            if rk is not None:
+                rk.phase_s[i] += ns / 1e9
+                if rslot is not None:
+                    rk.ring.phase[rslot][i] += ns
+                    rk.ring.in_step[rslot][i] += inside
+            for k, names in enumerate(IN_KIND_INDEXES):
+                if i in names:
+                    kinds[k] += inside
+            if i == DATA_WAIT and self.probe is not None and ns and e > s:
+                job.waits.append((pid, s, e, ns))
+                waited = True
+            if gpus and ns:
+                self._queue(job, attribution.Pending((i, e), s, e, gpus, ns))
+            if rec is not None:   # the timeline: the window's phases one after another, in proportion
+                end = cursor + (ns * (e - s) // max(e - s, sum(p[1] for p in w.phases)))
+                rec.append((job.label, phase, cursor, end))
+                cursor = end
+        return kinds, waited
+
+    @staticmethod
+    def _window_steps(job: _Job, w, step_ns: int, export_ns: int, slot, rk: Optional[_Rank], rslot,
+                      untracked: bool) -> None:
+        """A window's steps and samples: the job's (global steps, where ranks report: see _apply), the rank's,
+        the rings'."""
+        n = w.steps
+        job.samples += w.samples
+        counted = n
+        if rk is not None:
+            # global steps: those of this rank's steps that no rank had made yet (see _apply)
+            before = rk.steps
+            rk.steps += n
+            rk.step_s += export_ns / 1e9
+            if rslot is not None:
+                rk.ring.step_ns[rslot] += step_ns
+                rk.ring.steps[rslot] += n
+            counted = rk.steps - max(before, job.rank_steps)
+            if counted > 0:
+                job.rank_steps = rk.steps
+        if counted > 0 and not untracked:
+            job.steps += counted
+            job.hist_sum += export_ns / 1e9 * (counted / n)
+            _add_counts(job.hist, w.hist, counted, n)
+        if slot is not None:
+            job.ring.step_ns[slot] += step_ns
+            job.ring.steps[slot] += n
 
     @staticmethod
     def _close_step_sums(opened: List[Tuple[int, int, int]], s: int, e: int) -> Optional[list]:
@@ -432,6 +433,30 @@ def _add_counts(hist: List[int], counts: Tuple[int, ...], m: int, n: int) -> Non
         hist[i] += q
     for _, _, i in sorted(shares, key=lambda x: -x[1])[:left]:
         hist[i] += 1
+
+
+def _uncovered(spans: "_Covered", w):
+    """The window to count, given the process's earlier windows' spans (which it joins): itself, the share of
+    it they had not covered (_part), or None where they covered all of it (a copy).  Only what this process's
+    windows had not covered yet counts (issue 39); a window stands for at least MIN_STEP_NS (its steps' least
+    time, issue 48), so that a copy of a window of no span is a copy, and windows 1 ns apart cannot add steps
+    faster than one per MIN_STEP_NS."""
+    s, e = w.start_ns, w.end_ns
+    span = e - s if e - s >= MIN_STEP_NS else MIN_STEP_NS
+    ends = spans.ends
+    if not ends or s >= ends[-1]:   # the usual case, as _apply inlines it: after all the earlier windows
+        if ends and s == ends[-1]:
+            ends[-1] = s + span
+        else:
+            spans.starts.append(s)
+            ends.append(s + span)
+            if len(ends) > COVER_SPANS:
+                spans.forget()
+        return w
+    new = sum(b - a for a, b in spans.add(s, s + span))
+    if new >= span:
+        return w
+    return _part(w, new, span) if new else None
 
 
 def _part(w: "Window", new: int, span: int) -> "Window":
