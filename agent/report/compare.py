@@ -236,8 +236,8 @@ def compare(prom, req, name: str, which: str, latest_doc: dict) -> dict:
     from .build import build
     jobs = [j for j in latest_doc["jobs"] if name in j["train_jobs"]]
     if not jobs:
-        raise CompareError(f"unknown job {name}: no series in Prometheus between {latest_doc['since']:.0f} and "
-                           f"{latest_doc['until']:.0f}", EXIT_UNKNOWN)
+        raise CompareError(f"unknown job {name}: no series in Prometheus between {_iso(latest_doc['since'])} and "
+                           f"{_iso(latest_doc['until'])}", EXIT_UNKNOWN)
     last_job = jobs[0]
     step = latest_doc.get("step_seconds") or 1.0
     e = pick_run(last_job.get("earlier_runs") or [], which, step)

@@ -6,7 +6,7 @@ import math
 import textwrap
 from typing import List, Optional
 
-from .model import share_base
+from .model import _iso, share_base
 
 WIDTH = 40
 
@@ -226,10 +226,16 @@ def text(doc: dict, md: bool = False) -> str:
     for j in doc["jobs"]:
         L += _job_lines(j, md)
     for u in doc["unknown_jobs"]:
-        L.append(f"unknown job {u}: Prometheus has no series for it between {doc.get('since')} and {doc.get('until')}")
+        L.append(f"unknown job {u}: Prometheus has no series for it between {_when(doc.get('since'))} and "
+                 f"{_when(doc.get('until'))}")
     if not doc["jobs"] and not doc["unknown_jobs"]:
         L.append("no jobs matched")
     return "\n".join(L) + "\n"
+
+
+def _when(t: Optional[float]) -> str:
+    """A report's bound as a date (UTC), as the report prints its start and end."""
+    return "n/a" if t is None else _iso(t)
 
 
 def as_json(doc: dict) -> str:

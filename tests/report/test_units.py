@@ -276,3 +276,18 @@ def test_a_job_whose_cgroup_vanished_is_stated_not_wrong():
     f.jobcg[("job_cpus", "n1", "7")] = [(t, 4.0) for t in grid]
     j = _assemble(f, Request(), 200.0, "7", [], {("n1", "0"): (100.0, 160.0)}, "u", False)
     assert j["cpu"]["cgroup_vanished"] is None and j["cpu"]["efficiency"] == pytest.approx(1.5 / 4, abs=1e-4)
+
+
+def test_an_unknown_jobs_message_gives_its_bounds_as_dates_not_unix_seconds():
+    """Issue 47: the report's body and --compare said "between 1795947776.0 and 1795951376.0"."""
+    import time as _time
+    from agent.report import compare as compare_mod
+    from agent.report.render import text
+    since, until = 1795947776.25, 1795951376.0
+    want = [_time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(t)) for t in (since, until)]
+    assert want == ["2026-11-29T10:22:56Z", "2026-11-29T11:22:56Z"]
+    body = text({"jobs": [], "unknown_jobs": ["nosuch"], "since": since, "until": until})
+    assert body == f"unknown job nosuch: Prometheus has no series for it between {want[0]} and {want[1]}\n"
+    with pytest.raises(compare_mod.CompareError) as e:
+        compare_mod.compare(None, None, "nosuch", "previous", {"jobs": [], "since": since, "until": until})
+    assert str(e.value) == f"unknown job nosuch: no series in Prometheus between {want[0]} and {want[1]}"
