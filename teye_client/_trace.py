@@ -14,7 +14,8 @@ a new, valid, unexpired request is taken once per process:
   and, at the next step boundary (so that the writing is not in a traced step), writes them to ``<output>/<job>.<id>.<node>.rank<R>.pt.trace.json`` (mode 0600, in a directory that
   must be the job uid's own and closed to others);
 - the status says ``done`` with the file, or ``failed`` with a one-line reason (a profiler that raises, an
-  output directory that is not the job's own, a write that fails): the job goes on either way.
+  output directory that is not the job's own, a write that fails, a trace over the request's ``max_bytes``,
+  DEFAULT_MAX_BYTES by default, which is removed): the job goes on either way.
 
 Everything runs on the training thread at step boundaries: nothing of the job is touched between them.
 """
@@ -30,6 +31,8 @@ ENV_DIR = "TEYE_TRACE_REQUESTS"
 CHECK_EVERY_NS = 250 * 10**6          # how often the training thread looks for a request (one stat)
 MAX_REQUEST_BYTES = 4096
 MAX_STEPS = 1000
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # a trace over a request's max_bytes (this by default) is removed, not kept
+MAX_MAX_BYTES = 1 << 40               # (agent.trace.defaults.MAX_TRACE_BYTES: the summary reads up to this default)
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ns = time.monotonic_ns
 _wall = time.time
@@ -80,8 +83,11 @@ def parse_request(raw, now_s):
     ranks = req.get("ranks")
     if ranks is not None and (not isinstance(ranks, list) or not all(type(r) is int for r in ranks)):
         return "ranks must be a list of integers"
+    max_bytes = req.get("max_bytes", DEFAULT_MAX_BYTES)
+    if type(max_bytes) is not int or not 1 <= max_bytes <= MAX_MAX_BYTES:
+        return "max_bytes must be an integer from 1 to %d" % MAX_MAX_BYTES
     return {"id": rid, "steps": steps, "output": out, "start_after": float(times[0]),
-            "expires": float(times[1]), "ranks": ranks}
+            "expires": float(times[1]), "ranks": ranks, "max_bytes": max_bytes}
 
 
 def _write_private(path, data):
@@ -255,6 +261,11 @@ class Tracer:
             tmp = "%s.%d.tmp" % (path, os.getpid())
             prof.export(tmp)
             os.chmod(tmp, 0o600)
+            size, bound = os.stat(tmp).st_size, self.req["max_bytes"]
+            if size > bound:   # removed, not kept: a bound on what a request leaves on the job's disk
+                os.unlink(tmp)
+                return self._fail("the trace is %d bytes, over the request's bound of %d (trace fewer steps, or "
+                                  "give a larger --max-bytes)" % (size, bound))
             os.replace(tmp, path)
         except Exception as e:
             return self._fail("writing the trace failed: %s: %s" % (type(e).__name__, str(e)[:300]))

@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
                    "directory of the job's uid that others cannot open; made 0700 where absent; default ./teye-traces)")
     t.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"how long to wait for every process's trace (default {DEFAULT_TIMEOUT_S:.0f} s)")
+    t.add_argument("--max-bytes", type=int, default=MAX_TRACE_BYTES, metavar="N", help="a process's trace over N "
+                   f"bytes is removed and its status says so (default {MAX_TRACE_BYTES}, what summarize reads)")
     t.add_argument("--uid", type=int, metavar="UID", help="(root) the job's uid, where it is not root's")
     t.add_argument("--json", action="store_true", help="print JSON with stable keys instead of text")
     t.set_defaults(func=trace_command)
@@ -74,6 +76,9 @@ def trace_command(args) -> int:
         print(f"teye trace: --steps must be 1 to {request.job_side.MAX_STEPS} and --timeout over 0 s (a day at most)",
               file=sys.stderr)
         return EXIT_USAGE
+    if not 1 <= args.max_bytes <= request.job_side.MAX_MAX_BYTES:
+        print(f"teye trace: --max-bytes must be 1 to {request.job_side.MAX_MAX_BYTES}", file=sys.stderr)
+        return EXIT_USAGE
     if args.uid is not None and os.geteuid() != 0 and args.uid != os.geteuid():
         return _err(f"--uid {args.uid}: only root asks another uid's job for a trace")
     uid = os.geteuid() if args.uid is None else args.uid
@@ -83,7 +88,8 @@ def trace_command(args) -> int:
                     "another user's job, shown as user/job, is asked for as root with --uid)")
     try:
         out = request.prepare_output(args.output, uid)
-        req = request.write_request(job, uid, args.steps, out, args.rank, request.DEFAULT_START_IN_S, args.timeout)
+        req = request.write_request(job, uid, args.steps, out, args.rank, request.DEFAULT_START_IN_S, args.timeout,
+                                    max_bytes=args.max_bytes)
     except request.RequestError as e:
         return _err(str(e))
     try:
@@ -102,7 +108,7 @@ def _report(job: str, req: dict, got: dict, out: str, args) -> int:
               "processes": [got[p] for p in sorted(got)], "same_first_step": len(firsts) == 1 if done else None,
               "summary": None, "summary_file": None}
     if done:
-        summ = summarize_files([done[p]["trace"] for p in sorted(done)])
+        summ = summarize_files([done[p]["trace"] for p in sorted(done)], max(args.max_bytes, MAX_TRACE_BYTES))
         result["summary"] = summ
         path = os.path.join(out, f"{job}.{req['id']}.summary.json")
         try:

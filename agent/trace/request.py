@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 from teye_client import _trace as job_side
 
 from .defaults import DEFAULT_START_IN_S, DEFAULT_STEPS, DEFAULT_TIMEOUT_S  # noqa: F401 (request.DEFAULT_*)
+from .defaults import MAX_TRACE_BYTES
 
 POLL_S = 0.1
 
@@ -77,7 +78,8 @@ def prepare_output(output: str, uid: int) -> str:
 
 
 def write_request(train_job: str, uid: int, steps: int, output: str, ranks: Optional[List[int]],
-                  start_in_s: float, timeout_s: float, directory: Optional[str] = None) -> dict:
+                  start_in_s: float, timeout_s: float, directory: Optional[str] = None,
+                  max_bytes: int = MAX_TRACE_BYTES) -> dict:
     """Write the request for ``train_job`` (uid ``uid``'s processes); the request as written.  Refused where a
     request of that job is still pending (two at once), with its id and until when."""
     d = directory or job_side.request_dir(uid)
@@ -98,7 +100,7 @@ def write_request(train_job: str, uid: int, steps: int, output: str, ranks: Opti
         raise RequestError(f"cannot read {path}: {e.strerror or e}") from None
     req = {"id": time.strftime("%Y%m%dT%H%M%S", time.localtime(now)) + "-" + secrets.token_hex(3),
            "steps": steps, "output": output, "ranks": ranks, "start_after": now + start_in_s,
-           "expires": now + start_in_s + timeout_s}
+           "expires": now + start_in_s + timeout_s, "max_bytes": max_bytes}
     checked = job_side.parse_request(json.dumps(req).encode(), now)
     if isinstance(checked, str):
         raise RequestError(f"the request would be refused: {checked}")

@@ -211,6 +211,8 @@ def test_an_output_directory_others_can_open_is_refused_by_the_cli(tmp_path, mod
 def test_bad_arguments_are_usage_errors(tmp_path):
     env = {_trace.ENV_DIR: str(tmp_path / "req")}
     assert _cli("--train-job", "j", "--steps", "0", env=env).returncode == 2
+    r = _cli("--train-job", "j", "--max-bytes", "0", env=env)
+    assert r.returncode == 2 and "--max-bytes must be 1 to" in r.stderr
     assert _cli(env=env).returncode == 2
     r = _cli("--train-job", "alice/job", env=env)
     assert r.returncode == 1 and "as root with --uid" in r.stderr
@@ -257,3 +259,41 @@ def test_the_agents_request_is_taken_from_its_directory_and_traced_into_the_jobs
     _trace._write_private(str(agent / "job.json"), json.dumps(req).encode())
     t.tick()
     assert t.req is None
+
+
+def test_a_trace_over_the_requests_byte_bound_is_removed_and_its_status_says_why(dirs, monkeypatch):
+    """Issue 46: a bound on what a request leaves on the job's disk.  The fake profiler's export is 19 bytes
+    (its own file, measured here): with max_bytes 18 the trace is removed and the status names both; with 19
+    it is kept."""
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    probe = os.path.join(out, "probe.json")
+    FakeProfile(1).export(probe)
+    size = os.stat(probe).st_size
+    os.unlink(probe)
+    for bound, kept in ((size - 1, False), (size, True)):
+        for n in os.listdir(d):
+            os.unlink(os.path.join(d, n))
+        t = _trace.Tracer("job", 0, FakeProfile, directory=d)
+        _ask(d, out, id=f"b{bound}", steps=1, max_bytes=bound)
+        for _ in range(5):
+            t.tick()
+        st = _status(d)
+        if kept:
+            assert st["state"] == "done" and os.stat(st["trace"]).st_size == size, st
+        else:
+            assert st["state"] == "failed" and st["reason"].startswith(
+                f"the trace is {size} bytes, over the request's bound of {bound} "), st
+            assert os.listdir(out) == [] and t.req is None
+
+
+@pytest.mark.parametrize("bound", [0, -1, True, 1.5, "big", (1 << 40) + 1])
+def test_a_bad_byte_bound_is_refused(bound):
+    got = _trace.parse_request(_req(max_bytes=bound), time.time())
+    assert isinstance(got, str) and "max_bytes must be an integer from 1 to" in got, got
+
+
+def test_the_byte_bound_defaults_to_what_summarize_reads():
+    from agent.trace import defaults
+    assert _trace.parse_request(_req(), time.time())["max_bytes"] == _trace.DEFAULT_MAX_BYTES \
+        == defaults.MAX_TRACE_BYTES
