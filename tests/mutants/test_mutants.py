@@ -347,6 +347,10 @@ MUTANTS = {
         ["tests/gpu/test_loader.py::test_without_nvidias_library_the_gpu_is_absent_and_pynvml_never_imported"]),
     "trace_cli_imports_the_request_side.patch": (
         ["tests/test_agent_startup.py::test_the_idle_agent_never_imports_prometheus_clients_http_stack"]),
+    "trace_over_the_byte_bound_kept.patch": (
+        ["tests/trace/test_request.py::test_a_trace_over_the_requests_byte_bound_is_removed_and_its_status_says_why"]),
+    "trace_byte_bound_off_by_one.patch": (
+        ["tests/trace/test_request.py::test_a_trace_over_the_requests_byte_bound_is_removed_and_its_status_says_why"]),
     "receiver_no_shed_on_sight.patch": (
         ["tests/phases/test_cost_budget.py::test_an_expensive_sender_is_shed_first_on_the_receivers_own_loop"]),
     "receiver_uid_debt_sheds_every_spender.patch": (
