@@ -564,25 +564,8 @@ class Session:
         merge = None
         if owner != self.leader:
             if owner is not None:
-                gone = self.leader_ref is not None and self.leader_ref() is None
-                if self.leader is not None and not gone and self.lead_held and len(self.lead_held) >= 2:
-                    # a second optimizer's first step after the first one stepped k >= 2 times: the loop
-                    # iteration is this one's (it steps least); the held steps are this iteration's
-                    merge, self.lead_held, self.lead_done = self.lead_held, (), True
-                    self.per_iter = len(merge)
-                    self.leader = owner
-                    self.other = None
-                    self.other_n = 0
-                elif self.leader is None or gone or (self.other == owner and self.other_n + 1 > max(1, self.per_iter)):
-                    self.leader = owner
-                    self.other = None
-                    self.other_n = 0
-                else:
-                    if self.lead_held:   # a second optimizer stepping as often: the first one leads
-                        self._flush_lead()
-                    self.lead_done = True
-                    self.other_n = self.other_n + 1 if self.other == owner else 1
-                    self.other = owner
+                taken, merge = self._lead(owner)
+                if not taken:
                     return
         elif self.other is not None:
             self.other = None
@@ -617,50 +600,9 @@ class Session:
         if self.gen_keys and not self.own_gen and any(w[3] in self.gen_keys for w in waits):
             self.own_gen = True   # a training step took batches a generator of the job's own read
         if self.off_thread or self.own_gen:
-            # the batches are read in other threads than the training loop's (prefetching threads): their
-            # waits overlap its compute and its own wait is not seen, so no split; the samples read since
-            # the last step still count (taken from the front only: a reading thread may append meanwhile).
-            # Or the loop reads them through a generator of its own (own_gen): the work that generator does
-            # on the training thread between the batches (augmenting, collating) is the loop's data work,
-            # which teye cannot place without the forward's start (issue 47): steps only, never compute
-            n = len(waits)
-            if self.off_thread and not after and self.opt_made_ns and start < self.opt_made_ns < end_ns:
-                # the training thread's first step cannot begin before its optimizer was made: the reading
-                # thread's first fetch (a producer started before the model was built) is not its start
-                start = self.opt_made_ns
-            samples = self._consumed(waits[:n], start) + carried
-            del waits[:n]
-            del comms[:]
-            work = self._data_work(start, end_ns)
-            if work:   # the forward's start places the loop's own data work: the rest of the step is compute
-                self._own_work(rep, work, start, end_ns, samples, merge)
-                return
-            if rep.source != self.step_source:
-                debug("zero-code phases: batches read %s: steps and samples only" % (
-                    "outside the thread that steps" if self.off_thread else "through a generator of the job's own"))
-                rep.source = self.step_source
-                rep._src_due = True
-            rep.record_step((), start, end_ns, samples)
-            self._take_spans()
-            return
+            return self._unsplit(rep, start, end_ns, after, carried, merge)
         if self.source is None:  # no input wait can be observed: steps only, no made-up split
-            work = self._data_work(start, end_ns)
-            if work:   # ... unless the forward's start places the loop's own data work (a get_batch loop)
-                del comms[:]
-                self._own_work(rep, work, start, end_ns, carried, merge)
-                return
-            if rep.source != self.step_source:
-                rep.source = self.step_source
-                rep._src_due = True
-            del comms[:]
-            if self.ddp:
-                # a data-parallel job whatever feeds it (tensors in memory, a get_batch loop): its exposed
-                # gradient exchange is timed all the same (issue 47), sent as its only phase (release())
-                self.hold(rep, (), start, end_ns, 0)   # (takes the parts' spans, as every held step)
-                return
-            rep.record_step((), start, end_ns, 0)
-            self._take_spans()
-            return
+            return self._unobserved(rep, start, end_ns, carried, merge)
         if comms:  # waits, collectives and compilations in time order (their samples are -1, -2)
             if self.compiles:
                 # ``first``: the first step's start, before any evaluation moved it (set where ``after`` is not)
@@ -668,41 +610,90 @@ class Session:
             waits = sorted(waits + comms, key=lambda w: (w[0], w[1]))
             self.waits.clear()
             del comms[:]
-        if len(waits) == 1 and waits[0][2] >= 0 and waits[0][0] >= start and waits[0][1] <= end_ns:  # one batch
-            a, b, samples, _ = waits[0]
-            waits.clear()
-            if a > start:
-                phases = (_C, start, a, _W, a, b, _C, b, end_ns)
-            else:
-                phases = (_W, a, b, _C, b, end_ns)
-        else:
-            phases = []
-            t = start
-            samples = 0
-            for a, b, n, _ in waits:
-                if b <= t or a >= end_ns:
-                    continue
-                if a < t:
-                    a = t
-                if a > t:
-                    phases += (_C, t, a)
-                if b > end_ns:
-                    b = end_ns
-                if n < 0:
-                    phases += (_M if n == -1 else _K, a, b)
-                else:
-                    phases += (_W, a, b)
-                    samples += n
-                t = b
-            if end_ns > t:
-                phases += (_C, t, end_ns)
-            waits.clear()
+        phases, samples = _split(waits, start, end_ns)
+        waits.clear()
         samples += carried
         if self.source != rep.source:
             rep.source = self.source
             rep._src_due = True
         self._forget_data_work()   # (a DataLoader's waits are the step's input: the forwards' gaps go unread)
         self._send(rep, phases, start, end_ns, samples, merge)
+
+    def _lead(self, owner):
+        """Another optimizer than the leading one stepped: (whether this is the job's step, the leading
+        optimizer's held steps to merge into it or None).  The second optimizer's first step after the first
+        stepped k >= 2 times makes it the leader (it steps least: the loop iteration is its); one stepping as
+        often is not the job's step."""
+        gone = self.leader_ref is not None and self.leader_ref() is None
+        if self.leader is not None and not gone and self.lead_held and len(self.lead_held) >= 2:
+            # a second optimizer's first step after the first one stepped k >= 2 times: the loop
+            # iteration is this one's (it steps least); the held steps are this iteration's
+            merge, self.lead_held, self.lead_done = self.lead_held, (), True
+            self.per_iter = len(merge)
+            self.leader = owner
+            self.other = None
+            self.other_n = 0
+            return True, merge
+        if self.leader is None or gone or (self.other == owner and self.other_n + 1 > max(1, self.per_iter)):
+            self.leader = owner
+            self.other = None
+            self.other_n = 0
+            return True, None
+        if self.lead_held:   # a second optimizer stepping as often: the first one leads
+            self._flush_lead()
+        self.lead_done = True
+        self.other_n = self.other_n + 1 if self.other == owner else 1
+        self.other = owner
+        return False, None
+
+    def _unsplit(self, rep, start, end_ns, after, carried, merge):
+        """A step whose batches are read in other threads than the training loop's (prefetching threads: their
+        waits overlap its compute and its own wait is not seen, so no split; the samples read since the last
+        step still count, taken from the front only: a reading thread may append meanwhile), or through a
+        generator of the job's own (the work it does on the training thread between the batches is the loop's
+        data work, which teye cannot place without the forward's start, issue 47): steps only, never compute,
+        unless the forwards' starts place that work."""
+        waits = self.waits
+        n = len(waits)
+        if self.off_thread and not after and self.opt_made_ns and start < self.opt_made_ns < end_ns:
+            # the training thread's first step cannot begin before its optimizer was made: the reading
+            # thread's first fetch (a producer started before the model was built) is not its start
+            start = self.opt_made_ns
+        samples = self._consumed(waits[:n], start) + carried
+        del waits[:n]
+        del self.comms[:]
+        work = self._data_work(start, end_ns)
+        if work:   # the forward's start places the loop's own data work: the rest of the step is compute
+            self._own_work(rep, work, start, end_ns, samples, merge)
+            return
+        if rep.source != self.step_source:
+            debug("zero-code phases: batches read %s: steps and samples only" % (
+                "outside the thread that steps" if self.off_thread else "through a generator of the job's own"))
+            rep.source = self.step_source
+            rep._src_due = True
+        rep.record_step((), start, end_ns, samples)
+        self._take_spans()
+
+    def _unobserved(self, rep, start, end_ns, carried, merge):
+        """A step of a loop whose input wait teye cannot observe: the loop's own data work where the forwards'
+        starts place it (a get_batch loop), else steps only; a data-parallel job's exposed exchange is timed
+        all the same."""
+        work = self._data_work(start, end_ns)
+        if work:   # ... unless the forward's start places the loop's own data work (a get_batch loop)
+            del self.comms[:]
+            self._own_work(rep, work, start, end_ns, carried, merge)
+            return
+        if rep.source != self.step_source:
+            rep.source = self.step_source
+            rep._src_due = True
+        del self.comms[:]
+        if self.ddp:
+            # a data-parallel job whatever feeds it (tensors in memory, a get_batch loop): its exposed
+            # gradient exchange is timed all the same (issue 47), sent as its only phase (release())
+            self.hold(rep, (), start, end_ns, 0)   # (takes the parts' spans, as every held step)
+            return
+        rep.record_step((), start, end_ns, 0)
+        self._take_spans()
 
     def _send(self, rep, phases, start, end_ns, samples, merge):
         if merge is not None:   # the iteration: the held steps of the other optimizer, then this one's
@@ -1109,3 +1100,35 @@ class Session:
 
 
 session = Session()
+
+
+def _split(waits, start, end_ns):
+    """A step's phases from its waits (input waits, and collectives and compilations: samples -1, -2) in time
+    order, clipped to [start, end_ns), the time between them compute: (phases as (kind, a, b, ...), samples).
+    The usual step, one batch inside it, without the loop."""
+    if len(waits) == 1 and waits[0][2] >= 0 and waits[0][0] >= start and waits[0][1] <= end_ns:  # one batch
+        a, b, samples, _ = waits[0]
+        if a > start:
+            return (_C, start, a, _W, a, b, _C, b, end_ns), samples
+        return (_W, a, b, _C, b, end_ns), samples
+    phases = []
+    t = start
+    samples = 0
+    for a, b, n, _ in waits:
+        if b <= t or a >= end_ns:
+            continue
+        if a < t:
+            a = t
+        if a > t:
+            phases += (_C, t, a)
+        if b > end_ns:
+            b = end_ns
+        if n < 0:
+            phases += (_M if n == -1 else _K, a, b)
+        else:
+            phases += (_W, a, b)
+            samples += n
+        t = b
+    if end_ns > t:
+        phases += (_C, t, end_ns)
+    return phases, samples
