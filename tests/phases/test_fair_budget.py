@@ -167,37 +167,6 @@ def test_the_per_uid_share_of_a_slice(monkeypatch):
     assert {uid for uid, _ in charged} == {NOBODY}
 
 
-def test_a_process_s_flush_retry_and_close_in_one_slice_pass_whatever_their_size(monkeypatch):
-    """A client's flush, its retry of what a full queue refused and its close can come in one slice, together larger
-    than a process's share of it (a retried batch holds several flushes' records): the first SHED_MIN of them
-    pass while the process is not in debt (only the first did before); one more is over its share and shed, on
-    the receiver's own loop."""
-    from agent.phases import receiver
-    monkeypatch.setattr(receiver, "SHARE_RENEW_S", 60.0)   # one slice's shares, however slow the machine
-    per_slice = 200
-    pid_cap = max(receiver.SHED_MIN, int(per_slice * receiver.SHED_PID_SHARE))
-    uid_cap = max(4 * receiver.SHED_MIN, int(per_slice * receiver.SHED_UID_SHARE))
-    units = min(pid_cap - 1, uid_cap // receiver.SHED_MIN)      # two above the process's share, four within its uid's
-    assert 2 * units > pid_cap and receiver.SHED_MIN * units <= uid_cap
-    big = b"x" * (receiver.BYTES_PER_UNIT * units)
-    queue = [(big, 300, 1002)] * (receiver.SHED_MIN + 1)
-    handed, charged = [], {}
-
-    def receive():
-        if not queue:
-            raise OSError("drained")
-        return [queue.pop(0)]
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        r = receiver.Receiver(sock, "test", None, handed.extend, 1024, per_slice * 100,
-                              shed=lambda d: [charged.__setitem__(k, charged.get(k, 0) + n) for k, n in d.items()])
-        r._shed_until(time.monotonic() + 60, receive)
-    finally:
-        sock.close()
-    assert len(handed) == receiver.SHED_MIN and charged == {(1002, 300): 1}, (len(handed), charged)
-
-
 def _shed_loop(queue, per_slice, receive=None, end=None):
     """Run the receiver's shedding loop over ``queue`` (one datagram a receive) with a handler of no cost;
     (handed on, charged)."""
@@ -217,6 +186,23 @@ def _shed_loop(queue, per_slice, receive=None, end=None):
     finally:
         sock.close()
     return handed, charged
+
+
+def test_a_process_s_flush_retry_and_close_in_one_slice_pass_whatever_their_size(monkeypatch):
+    """A client's flush, its retry of what a full queue refused and its close can come in one slice, together larger
+    than a process's share of it (a retried batch holds several flushes' records): the first SHED_MIN of them
+    pass while the process is not in debt (only the first did before); one more is over its share and shed, on
+    the receiver's own loop."""
+    from agent.phases import receiver
+    monkeypatch.setattr(receiver, "SHARE_RENEW_S", 60.0)   # one slice's shares, however slow the machine
+    per_slice = 200
+    pid_cap = max(receiver.SHED_MIN, int(per_slice * receiver.SHED_PID_SHARE))
+    uid_cap = max(4 * receiver.SHED_MIN, int(per_slice * receiver.SHED_UID_SHARE))
+    units = min(pid_cap - 1, uid_cap // receiver.SHED_MIN)      # two above the process's share, four within its uid's
+    assert 2 * units > pid_cap and receiver.SHED_MIN * units <= uid_cap
+    big = b"x" * (receiver.BYTES_PER_UNIT * units)
+    handed, charged = _shed_loop([(big, 300, 1002)] * (receiver.SHED_MIN + 1), per_slice)
+    assert len(handed) == receiver.SHED_MIN and charged == {(1002, 300): 1}, (len(handed), charged)
 
 
 def test_a_jobs_datagrams_that_waited_together_pass_and_a_burst_past_its_bucket_does_not(monkeypatch):
