@@ -95,21 +95,22 @@ def run_workers(n: int, train_args: List[str], out_dir: str, *, timeout_s: float
     raise AssertionError("unreachable")
 
 
-def _port_taken(path: str) -> bool:
+def _read(path: str) -> str:
+    """A worker's log ("" where it cannot be read)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            return PORT_TAKEN.search(fh.read()) is not None
+            return fh.read()
     except OSError:
-        return False
+        return ""
+
+
+def _port_taken(path: str) -> bool:
+    return PORT_TAKEN.search(_read(path)) is not None
 
 
 def log_tail(path: str, lines: int = 15) -> str:
     """The last ``lines`` lines of a worker's log ("" where it cannot be read)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return "".join(fh.readlines()[-lines:])
-    except OSError:
-        return ""
+    return "".join(_read(path).splitlines(True)[-lines:])
 
 
 def _run_once(n: int, ports: List[int], train_args: List[str], out_dir: str, timeout_s: float,
