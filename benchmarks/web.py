@@ -29,7 +29,8 @@ what the attackers got back (codes, answers per second).
 
 ``--conn-cost N`` (issue 48) runs only the memory rows: N connections held at once against each exporter, plain
 and idle, TLS cut in the middle of its ClientHello, TLS idle after a completed handshake; the resident set's
-growth per connection (KiB) and where it stands 7 s after they left (MiB above its start).
+growth per connection (KiB) and where it stands 7 s after they left (MiB above its start); then the TLS idle
+round again, and where it stands after the second round.
 
 ``--render N`` first times the /metrics body in-process, N times each way, alternating: teye's registry on
 the node_exporter fixture trees and the 8-GPU replay, rendered with the web server's own counters
@@ -433,36 +434,48 @@ def _rss_settled(ex: "Exporter", seconds: float) -> float:
     return best
 
 
+def _hold(ex: "Exporter", n: int, kind: str, hello: bytes, ctx) -> float:
+    """Hold ``n`` connections of ``kind`` (plain, half, idle) to ``ex`` for a second; the resident set's growth
+    per connection (KiB) over its settled level before them."""
+    for _ in range(3):
+        ex.get("/metrics")
+    base = _rss_settled(ex, 1.0)
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
+            if kind == "half":
+                s.sendall(hello[:-5])
+            elif kind == "idle":
+                s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
+            socks.append(s)
+        time.sleep(1.0)
+        return (ex.status()[1] - base) * 1024 / n
+    finally:
+        for s in socks:
+            s.close()
+
+
 def conn_cost(plain, tls, n: int, ca: str) -> None:
     """Issue 48: resident memory per connection held (plain idle, TLS half handshake, TLS idle after its
-    handshake), each exporter in turn, and where its resident set stands 7 s after the peers left."""
+    handshake), each exporter in turn, and where its resident set stands 7 s after the peers left; then the
+    TLS-idle round again: what a second round costs, and where it stands after (memory handed back once is
+    handed back again, not kept for the next round)."""
     hello = _hello(ca)
     ctx = ssl.create_default_context(cafile=ca)
     print(f"\nRSS per connection held, {n} at once (KiB each), and MiB above the start 7 s after they left")
-    print(f"{'exporter':16} {'plain idle':>11} {'TLS half':>9} {'TLS idle':>9} {'after':>7} {'start MiB':>10}")
+    print(f"{'exporter':16} {'plain idle':>11} {'TLS half':>9} {'TLS idle':>9} {'after':>7} {'TLS idle 2':>11} "
+          f"{'after 2':>8} {'start MiB':>10}")
     for p_ex, t_ex in zip(plain, tls):
-        costs = []
-        for ex, kind in ((p_ex, "plain"), (t_ex, "half"), (t_ex, "idle")):
-            for _ in range(3):
-                ex.get("/metrics" if ex.name != "node_exporter" else "/metrics")
-            base = _rss_settled(ex, 1.0)
-            start = base if kind != "idle" else start
-            socks = []
-            try:
-                for _ in range(n):
-                    s = socket.create_connection(("127.0.0.1", ex.port), timeout=10)
-                    if kind == "half":
-                        s.sendall(hello[:-5])
-                    elif kind == "idle":
-                        s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
-                    socks.append(s)
-                time.sleep(1.0)
-                costs.append((ex.status()[1] - base) * 1024 / n)
-            finally:
-                for s in socks:
-                    s.close()
+        plain_kib = _hold(p_ex, n, "plain", hello, ctx)
+        start = _rss_settled(t_ex, 1.0)         # (before any TLS peer)
+        half_kib = _hold(t_ex, n, "half", hello, ctx)
+        idle_kib = _hold(t_ex, n, "idle", hello, ctx)
         after = _rss_settled(t_ex, 7.0) - start
-        print(f"{p_ex.name:16} {costs[0]:11.1f} {costs[1]:9.1f} {costs[2]:9.1f} {after:7.1f} {start:10.1f}")
+        idle2_kib = _hold(t_ex, n, "idle", hello, ctx)
+        after2 = _rss_settled(t_ex, 7.0) - start
+        print(f"{p_ex.name:16} {plain_kib:11.1f} {half_kib:9.1f} {idle_kib:9.1f} {after:7.1f} {idle2_kib:11.1f} "
+              f"{after2:8.1f} {start:10.1f}")
 
 
 def main() -> int:
