@@ -12,7 +12,9 @@ in __getitem__ (the tiny model's compute and the loader's own work are left).  -
 by N DataLoader worker processes (not persistent: Lightning starts a validation's workers before its
 on_validation_start, and the training loader's after the sanity check); wait_s and collate_s are then the
 workers' (not seen here: 0), and the oracle is the clock of the hooks.  Prints one JSON line;
-collate_s: the time in the training loader's collate function (not in wait_s); between_s: from the end of
+collate_s: the time in the training loader's collate function (not in wait_s); fetch_s: the time in the
+training loader's next() (the whole fetch: the DataLoader's own work, and with workers the wait for them);
+between_s: from the end of
 each training batch (the first: from the start) to the next one's start, less validation (the loader's
 and Lightning's own work between batches: an upper bound of the input wait).  Before the JSON line, what
 it trained (its weights' sum).
@@ -118,7 +120,37 @@ def collate(batch):
         collate_s += time.perf_counter() - t
 
 
-loader = torch.utils.data.DataLoader(train_set, batch_size=BS, collate_fn=collate, num_workers=workers)
+fetch_s = 0.0
+
+
+class _Fetches:
+    """The training loader's iterator, each next() timed (the whole fetch by this script's clock: the
+    DataLoader's own work around __getitem__ and collate too, which teye's wait is)."""
+
+    def __init__(self, it):
+        self.it = it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        global fetch_s
+        t = time.perf_counter()
+        try:
+            return next(self.it)
+        finally:
+            fetch_s += time.perf_counter() - t
+
+    def __len__(self):
+        return len(self.it)
+
+
+class TimedLoader(torch.utils.data.DataLoader):
+    def __iter__(self):
+        return _Fetches(super().__iter__())
+
+
+loader = TimedLoader(train_set, batch_size=BS, collate_fn=collate, num_workers=workers)
 val = torch.utils.data.DataLoader(Slow(BS * 6, SLEEP_S), batch_size=BS, num_workers=workers) if every else None
 t0 = time.perf_counter()
 trainer.fit(model, loader, val)
@@ -126,5 +158,5 @@ wall = time.perf_counter() - t0
 print("weights %.5f" % float(sum(p.detach().sum() for p in model.parameters())))
 print(json.dumps({"steps": trainer.global_step, "samples": model.trained, "wall_s": wall,
                   "train_s": clock.end - clock.begin - (clock.eval_before_end + clock.eval_in_train),
-                  "wait_s": train_set.spent, "collate_s": collate_s,
+                  "wait_s": train_set.spent, "collate_s": collate_s, "fetch_s": fetch_s,
                   "between_s": clock.between_s, "eval_s": clock.eval_s, "evals": clock.evals, "workers": workers}))

@@ -29,14 +29,19 @@ def _check(agent, job, own, steps, samples):
     total = phases["data_wait"] + phases["compute"]
     assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
     assert j.step_hist.sum == pytest.approx(own["train_s"], rel=0.05), (j.step_hist, own)
-    # the input-bound share of training, to 3 points of the script's own: the time its loader spends
-    # making its training batches (its training set's __getitem__ and its collate function) over its
-    # training time.  teye's wait is the whole fetch, the framework's own fetching code too (about 1-2
-    # points more here), so it may exceed that, never the script's time between training batches (Lightning's
-    # between_s: the loader's and Lightning's own work, an upper bound).
+    # the input-bound share of training, to 3 points of the script's own: where the script times its training
+    # loader's next() (lightning_job.py's fetch_s: the whole fetch, the DataLoader's own work too), that over its
+    # training time; else the time its loader spends making its training batches (its training set's
+    # __getitem__ and its collate function).  That is a lower bound of the wait: teye's wait is the whole fetch
+    # (Lightning's fetches read 1.8-3.3 points above it, 0.5-0.8 ms a fetch, and to 0.7 ms of fetch_s over
+    # 40); never above the script's time between training batches (Lightning's between_s: an upper bound).
     share = phases["data_wait"] / total
     made = (own["wait_s"] + own["collate_s"]) / own["train_s"]
-    assert abs(share - made) <= 0.03, (share, made, phases, own)
+    if "fetch_s" in own:
+        assert abs(share - own["fetch_s"] / own["train_s"]) <= 0.03, (share, own["fetch_s"], phases, own)
+        assert share >= made - 0.01, (share, made, phases, own)
+    else:
+        assert abs(share - made) <= 0.03, (share, made, phases, own)
     if "between_s" in own:
         assert share <= own["between_s"] / own["train_s"] + 0.01, (share, own)
     return j, phases

@@ -44,7 +44,7 @@ def test_a_firing_alert_about_a_job_here_writes_its_request_where_its_processes_
     path = tmp_path / "trace" / "1000" / "resnet.json"
     req = _trace.parse_request(path.read_bytes(), hook.now[0])
     assert req == {"id": r["id"], "steps": 4, "output": None, "ranks": None, "start_after": hook.now[0] + 1.0,
-                   "expires": hook.now[0] + 120.0}
+                   "expires": hook.now[0] + 120.0, "max_bytes": _trace.DEFAULT_MAX_BYTES}
     assert os.stat(path).st_mode & 0o777 == 0o644 and os.stat(path.parent).st_mode & 0o777 == 0o711
     # (the job's zero-code hook reads it there: the directory the socket's sits in, as the agent's)
     assert _trace.agent_request_dir(str(tmp_path / "phases.sock"), 1000) == str(path.parent)
