@@ -68,13 +68,19 @@ def test_bad_input_never_changes_the_job_and_the_figures_stay_right(agent, mode,
     assert abs(phases["data_wait"] / total - share) <= 0.03, (phases, own)
     assert abs(j.input_bound_ratio - share) <= 0.03, (j.input_bound_ratio, own)
     # the input probe read the job's process tree (dead workers, a zombie, an orphan) and measured the waits:
-    # the loaders sleep (2 ms a sample) and read nothing, so never storage (host_cpu where this machine's
-    # load keeps the main thread waiting for a CPU, else unknown)
+    # never more storage reads than the job's process read over its training by its own account (its reaped
+    # workers' too).  The loaders sleep (2 ms a sample) and read nothing, but a worker forked on a machine whose
+    # page cache lacks the pages it touches reads them from storage (CI: 1.2 MB, landing in the parent's count
+    # when it reaped the dead worker, during the wait): where the job read under 1 MB/s of its waits, teye's
+    # rate is under it too and the cause never storage (host_cpu where this machine's load keeps the main
+    # thread waiting for a CPU, else unknown)
     w = j.evidence.input_wait
     assert w is not None and w.wait_s > 0, (w, j.verdict.evidence)   # (its last waits: the job had exited)
-    assert w.read_bytes / w.wait_s < 1e6, w
-    if j.verdict.kind == "input":   # (above 20 % of the step time: this machine's load may say otherwise)
-        assert j.verdict.cause in ("unknown", "host_cpu"), j.verdict.evidence
+    assert w.read_bytes <= own["read_bytes"], (w, own)
+    if own["read_bytes"] / w.wait_s < 1e6:
+        assert w.read_bytes / w.wait_s < 1e6, (w, own)
+        if j.verdict.kind == "input":   # (above 20 % of the step time: this machine's load may say otherwise)
+            assert j.verdict.cause in ("unknown", "host_cpu"), j.verdict.evidence
 
 
 def test_an_error_a_signal_handler_raises_during_a_step_is_the_jobs():

@@ -14,7 +14,9 @@ orphans: forks two workers it never waits for (one exits at once and stays a zom
 Every mode's stdout is deterministic (what was trained; in threads mode an order-free checksum, as
 the batches' order between the threads is not), then one JSON line of its own clock: the training
 steps' time (first batch asked for to the end of the last optimizer.step()), the training loop's
-input wait (time inside next() or queue.get()), the steps and samples trained.
+input wait (time inside next() or queue.get()), the steps and samples trained, and the bytes its process
+read from storage over the training (/proc/self/io's read_bytes: the workers it reaped too; a machine whose
+page cache lacks what a forked worker touches reads there, with no read in the script).
 """
 import json
 import os
@@ -85,6 +87,13 @@ def take(get):
         own["wait_s"] += clock() - t0
 
 
+def storage_reads():
+    """This process's read_bytes (/proc/self/io: bytes fetched from storage, its reaped children's too)."""
+    with open("/proc/self/io") as fh:
+        return int([line for line in fh if line.startswith("read_bytes:")][0].split()[1])
+
+
+reads0 = storage_reads()
 status = 0
 if MODE == "dies":
     it = iter(DataLoader(Slow(BS * STEPS, die=DIE_AT), batch_size=BS, num_workers=2))
@@ -140,5 +149,6 @@ elif MODE == "orphans":
 else:
     sys.exit("unknown mode " + MODE)
 own["train_s"] = own.pop("end") - first
+own["read_bytes"] = storage_reads() - reads0   # the training's reads, its reaped workers' too (dies: all reaped)
 print(json.dumps(own), flush=True)
 sys.exit(status)

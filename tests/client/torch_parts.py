@@ -13,7 +13,8 @@ per step, which is not the training forward); accum (two forwards and backwards 
 (a second optimizer stepped every other step, and a scheduler); raise (a backward that raises every 5th
 step, caught by the loop); custom (an optimizer class of its own, not torch.optim's: no steps);
 leak N (keeps N bytes per step alive: the memory grows by N a step); cache N (fills a cache of 20 N once,
-by step 20); saw N (grows by N a step and frees it all every 10 steps).
+by step 20); saw N (grows by N a step and frees it all every 10 steps); traceml (plain, each step marked with
+TraceML's trace_step, for benchmarks/traceml_side.py).  The JSON line also gives the loop's wall time (loop_s).
 """
 import atexit
 import json
@@ -135,27 +136,36 @@ def fwd_bwd(x, y, fail=False):
     return loss
 
 
+if mode == "traceml":   # plain, its steps marked as TraceML 0.5 needs in a loop of one's own (benchmarks/traceml_side.py)
+    import traceml_ai as traceml
+    traceml.init(mode="auto")
+    marked = lambda: traceml.trace_step(model)  # noqa: E731
+else:
+    import contextlib
+    marked = contextlib.nullcontext
 t_end = None
+loop_t0 = clock()
 for i in range(steps):
     t0 = clock()
     x, y = next(it)
     t1 = clock()
     if t_end is not None:
         own["compute"] += t0 - t_end     # the loop's own time between the step's end and next()
-    opt.zero_grad()
-    loss = fwd_bwd(x, y, fail=(mode == "raise" and i % 5 == 4))
-    if mode == "accum":
-        t2 = clock()
-        x2, y2 = next(it)
-        own["compute"] -= clock() - t2   # a wait, not compute
-        loss = fwd_bwd(x2, y2)
-    if mode == "eval":
-        with torch.no_grad():
-            time.sleep(0.0)
-            model(x)
-    t = clock()
-    opt.step()
-    own["optimizer"] += clock() - t
+    with marked():
+        opt.zero_grad()
+        loss = fwd_bwd(x, y, fail=(mode == "raise" and i % 5 == 4))
+        if mode == "accum":
+            t2 = clock()
+            x2, y2 = next(it)
+            own["compute"] -= clock() - t2   # a wait, not compute
+            loss = fwd_bwd(x2, y2)
+        if mode == "eval":
+            with torch.no_grad():
+                time.sleep(0.0)
+                model(x)
+        t = clock()
+        opt.step()
+        own["optimizer"] += clock() - t
     if i > 0:
         own["optimizer_rest"] = own.get("optimizer_rest", 0.0) + clock() - t
     if mode == "gan" and i % 2 == 1:
@@ -186,6 +196,7 @@ for i in range(steps):
     sys.stdout.write("step %d %d %.8f\n" % (rank, i, loss.item()))
     sys.stdout.flush()
 own["rank"] = rank
+own["loop_s"] = clock() - loop_t0
 sys.stdout.write(json.dumps(own) + "\n")   # one write: ranks' lines stay whole
 sys.stdout.flush()
 if mode == "ddp":
