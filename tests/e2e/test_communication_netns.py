@@ -183,19 +183,24 @@ def test_a_shaped_link_is_communication_with_network_bandwidth_on_both_nodes(clu
         comm_f, kind_f, cause_f, _ = cluster["free_seen"][node]
         seen_free.update(comm_f)
         assert kind_f == ["compute"] and cause_f == [], (node, kind_f, cause_f)
-    # What the shaping added to each step, by the rank's own clock around backward() and the optimizer step
-    # (shaped less unshaped, per step) and by teye (its exposed exchange per step, shaped less unshaped), as
-    # shares of the shaped step: the unshaped run is the baseline of compute and of the exchange alike
+    # What the shaping added to each step (shaped less unshaped, per step, as shares of the shaped step): by teye
+    # (its exposed exchange); by the rank's own clock of its exposed exchange (the script's hook, to 5 points);
+    # and by its own clock around backward() and the optimizer step, with no hook: that is the added exchange
+    # plus what the compute inside them changed between the runs.  Four ranks on 2 cores compute slower
+    # unshaped, all at once, than shaped, where they take turns with the link (CI: 8-10 points of the step), so
+    # it bounds the added exchange from below (to 10 points), not from both sides.
     step = {r: shaped[r]["step_s"] / STEPS for r in shaped}
     added_own = {r: (shaped[r]["bwd_s"] - free[r]["bwd_s"]) / STEPS / step[r] for r in shaped}
+    added_exposed = {r: (shaped[r]["exposed_s"] - free[r]["exposed_s"]) / STEPS / step[r] for r in shaped}
     added_teye = {r: (seen[r] * shaped[r]["step_s"] - seen_free[r] * free[r]["step_s"]) / STEPS / step[r]
                   for r in shaped}
     print(f"\nshaped to {RATE_MBIT} Mbit/s: teye's exposed exchange per rank {seen}, own clocks {truth}; "
           f"unshaped: teye {seen_free}, own clocks {truth_free}; added by the shaping, teye {added_teye}, "
-          f"own clocks {added_own}; steps {step}")
+          f"own clocks {added_exposed}, around backward and step {added_own}; steps {step}")
     assert sorted(seen) == [0, 1, 2, 3] and min(added_own.values()) > 0.3 and min(truth.values()) > 0.3
     assert seen == pytest.approx(truth, abs=0.05)
-    assert added_teye == pytest.approx(added_own, abs=0.1)
+    assert added_teye == pytest.approx(added_exposed, abs=0.05)
+    assert all(added_teye[r] >= added_own[r] - 0.1 for r in shaped), (added_teye, added_own)
     assert all(seen[r] > 0.3 and seen_free[r] < 0.2 for r in shaped)
 
 
