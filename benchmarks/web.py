@@ -478,6 +478,69 @@ def conn_cost(plain, tls, n: int, ca: str) -> None:
               f"{after2:8.1f} {start:10.1f}")
 
 
+def _warm(exs) -> None:
+    for ex in exs:  # warm up (first renders, bcrypt cache, page-ins)
+        for _ in range(5):
+            ex.get()
+
+
+def serving_rows(make, args, skip) -> dict:
+    """plain, slow-N, parallel-N, plain again and restart, without TLS; the plain-again rows (the TLS rows'
+    baseline)."""
+    exs = make(tls=False)
+    try:
+        _warm(exs)
+        print_rows(f"plain: {args.scrapes} sequential scrapes", sequential(exs, args.scrapes))
+        if "slow" not in skip:
+            rows, notes = under_attack(exs, args.scrapes, args.slow, rounds=2 if args.baseline else 1)
+            print_rows(f"slow-{args.slow}: {args.scrapes} scrapes while {args.slow} connections hold half a "
+                       "request" + (" (two turns each, in opposite orders)" if args.baseline else ""), rows)
+            for n in notes:
+                print("  " + n)
+        if "parallel" not in skip:
+            print_rows(f"parallel-{args.scrapers}: {args.scrapers} concurrent scrapers",
+                       parallel(exs, args.scrapes, args.scrapers))
+        plain_again = sequential(exs, args.scrapes)
+        print_rows(f"plain again: {args.scrapes} sequential scrapes", plain_again)
+        if "restart" not in skip:
+            print_rows("restart: kill -9, start again, seconds until serving (5 times)", restart(exs),
+                       unit=1000.0, what="ready")
+    finally:
+        for ex in exs:
+            ex.stop()
+    return plain_again
+
+
+def tls_rows(make, args, plain_again: dict) -> None:
+    """tls+auth: sequential scrapes over https with basic auth, and their p50 against plain's."""
+    exs = make(tls=True)
+    try:
+        _warm(exs)
+        rows = sequential(exs, args.scrapes)
+        print_rows(f"tls+auth: {args.scrapes} sequential scrapes over https + basic auth (handshake each)", rows)
+        for name in rows:
+            print(f"  {name}: tls+auth p50 / plain p50 = "
+                  f"{statistics.median(rows[name].lat) / statistics.median(plain_again[name].lat):.2f}")
+    finally:
+        for ex in exs:
+            ex.stop()
+
+
+def evict_rows(make, args) -> None:
+    """slow-N at a lower fd limit: more slow connections than descriptors."""
+    exs = make(tls=False, nofile=args.evict_nofile)
+    try:
+        n = min(15, args.scrapes)  # a blinded exporter costs the 10 s timeout per scrape
+        rows, notes = under_attack(exs, n, args.slow)
+        print_rows(f"slow-{args.slow} at fd limit {args.evict_nofile}: {n} scrapes, more slow "
+                   "connections than descriptors", rows)
+        for note in notes:
+            print("  " + note)
+    finally:
+        for ex in exs:
+            ex.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scrapes", type=int, default=100)
@@ -554,56 +617,11 @@ def main() -> int:
             for ex in exs:
                 ex.stop()
         return 0
-    exs = make(tls=False)
-    try:
-        for ex in exs:  # warm up (first renders, bcrypt cache, page-ins)
-            for _ in range(5):
-                ex.get()
-        print_rows(f"plain: {args.scrapes} sequential scrapes", sequential(exs, args.scrapes))
-        if "slow" not in skip:
-            rows, notes = under_attack(exs, args.scrapes, args.slow, rounds=2 if args.baseline else 1)
-            print_rows(f"slow-{args.slow}: {args.scrapes} scrapes while {args.slow} connections hold half a "
-                       "request" + (" (two turns each, in opposite orders)" if args.baseline else ""), rows)
-            for n in notes:
-                print("  " + n)
-        if "parallel" not in skip:
-            print_rows(f"parallel-{args.scrapers}: {args.scrapers} concurrent scrapers",
-                       parallel(exs, args.scrapes, args.scrapers))
-        plain_again = sequential(exs, args.scrapes)
-        print_rows(f"plain again: {args.scrapes} sequential scrapes", plain_again)
-        if "restart" not in skip:
-            print_rows("restart: kill -9, start again, seconds until serving (5 times)", restart(exs),
-                       unit=1000.0, what="ready")
-    finally:
-        for ex in exs:
-            ex.stop()
-    exs = make(tls=True) if "tls" not in skip else []
-    try:
-        for ex in exs:
-            for _ in range(5):
-                ex.get()
-        tls_rows = sequential(exs, args.scrapes) if exs else {}
-        if tls_rows:
-            print_rows(f"tls+auth: {args.scrapes} sequential scrapes over https + basic auth (handshake each)",
-                       tls_rows)
-        for name in tls_rows:
-            print(f"  {name}: tls+auth p50 / plain p50 = "
-                  f"{statistics.median(tls_rows[name].lat) / statistics.median(plain_again[name].lat):.2f}")
-    finally:
-        for ex in exs:
-            ex.stop()
+    plain_again = serving_rows(make, args, skip)
+    if "tls" not in skip:
+        tls_rows(make, args, plain_again)
     if args.evict_nofile:
-        exs = make(tls=False, nofile=args.evict_nofile)
-        try:
-            n = min(15, args.scrapes)  # a blinded exporter costs the 10 s timeout per scrape
-            rows, notes = under_attack(exs, n, args.slow)
-            print_rows(f"slow-{args.slow} at fd limit {args.evict_nofile}: {n} scrapes, more slow "
-                       "connections than descriptors", rows)
-            for n in notes:
-                print("  " + n)
-        finally:
-            for ex in exs:
-                ex.stop()
+        evict_rows(make, args)
     return 0
 
 
