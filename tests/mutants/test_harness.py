@@ -4,11 +4,12 @@ the failure on the mutant is a collection error or a fixture's; it passes a real
 tests run, so no other test's failure can count: test_what_a_name_covers.)"""
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
 
-from tests.mutants.harness import baseline, check, named
+from tests.mutants.harness import baseline, check, forget_compiled, named, patched_paths
 
 CALC = "def add(a, b):\n    return a + b\n"
 TESTS = """\
@@ -132,3 +133,33 @@ def test_what_a_name_covers():
     assert named("tests/a.py::test_x", ["tests/a.py"]) and named("tests/a.py::test_x[1-2]", ["tests/a.py::test_x"])
     assert not named("tests/a.py::test_x_more", ["tests/a.py::test_x"]) and not named("tests/ab.py::t", ["tests/a"])
 
+
+
+def test_a_mutant_of_a_module_compiled_as_it_was_still_runs_the_mutant(tmp_path):
+    """A compiled copy of the unpatched module beside the patched source is not what the mutant's run imports.
+    Made certain with a pyc that Python never checks against its source (unchecked-hash): without the harness
+    forgetting it, the mutant's run imports the unpatched add and passes (as a same-second, same-size patch did
+    against an ordinary pyc on CI, stop 54)."""
+    import py_compile
+    import subprocess
+    repo = tmp_path / "repo"
+    for d in ("pkg", "tests"):
+        (repo / d).mkdir(parents=True)
+        (repo / d / "__init__.py").write_text("")
+    (repo / "pkg" / "calc.py").write_text(CALC)
+    (repo / "tests" / "test_calc.py").write_text(TESTS)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    pyc = py_compile.compile(str(repo / "pkg" / "calc.py"), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    assert os.path.exists(pyc)
+    (tmp_path / "m.patch").write_text(_patch("    return a + b", "    return a - b"))
+    (tmp_path / "work").mkdir()
+    check(str(repo), str(tmp_path / "m.patch"), ["tests/test_calc.py::test_add"], str(tmp_path / "work"))
+    # only the patched module's compiled copies go (not a module whose name it begins)
+    tree = tmp_path / "work" / "tree"
+    cache = tree / "pkg" / "__pycache__"
+    for n in ("calc.cpython-311.pyc", "calc.cpython-311-pytest-9.2.0.pyc", "calculator.cpython-311.pyc",
+              "other.cpython-311.pyc"):
+        (cache / n).write_bytes(b"")
+    gone = forget_compiled(str(tree), patched_paths(str(tree), str(tmp_path / "m.patch")))
+    assert sorted(os.path.basename(g) for g in gone) == ["calc.cpython-311-pytest-9.2.0.pyc", "calc.cpython-311.pyc"]
+    assert sorted(os.listdir(cache)) == ["calculator.cpython-311.pyc", "other.cpython-311.pyc"]
