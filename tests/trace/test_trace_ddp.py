@@ -73,17 +73,23 @@ def _both_ranks(tmp_path, sockdir):
         assert t["overall"]["steps"] == TRACED and len(t["steps"]) == TRACED
         assert os.path.basename(procs[r]["trace"]) == f"ddp_traced_job.{res['id']}.{procs[r]['node']}.rank{r}.pt.trace.json"
         assert os.stat(procs[r]["trace"]).st_mode & 0o777 == 0o600
-        # the data-wait share of the traced steps, against the rank's own clock over the same steps
+        # the data-wait share of the traced steps, against the rank's own clock over the same steps.  The
+        # last traced step is longer by the job's clock than by the trace: the profiler's stop, collecting what
+        # it recorded, runs at its end, after its ProfilerStep span closed (10 ms here, 15 under CI's load: 5
+        # points of a five-step share), so the share is compared over the steps before it, and the last step
+        # only in that the job's clock holds the trace's span and more
         rows = [row for row in own[r]["rows"] if first <= row[0] < first + TRACED]
-        truth = sum(row[1] for row in rows) / sum(row[2] for row in rows)
-        print(f"rank {r}: steps {first}..{first + TRACED - 1}, trace {t['overall']['host']['data_wait']:.3f}, "
-              f"own clock {truth:.3f}, step {t['overall']['step_time_s']['mean'] * 1e3:.1f} ms against "
-              f"{1e3 * sum(row[2] for row in rows) / TRACED:.1f} ms")
-        print("  each step, trace", [round(x["duration_s"] * 1e3, 1) for x in t["steps"]], "ms, own clock",
+        steps = sorted(t["steps"], key=lambda x: x["step"])
+        before = steps[:-1]
+        seen = sum(x["host"]["data_wait"] * x["duration_s"] for x in before) / sum(x["duration_s"] for x in before)
+        truth = sum(row[1] for row in rows[:-1]) / sum(row[2] for row in rows[:-1])
+        print(f"rank {r}: steps {first}..{first + TRACED - 1}, trace {seen:.3f} (all {TRACED}: "
+              f"{t['overall']['host']['data_wait']:.3f}), own clock {truth:.3f}, step "
+              f"{t['overall']['step_time_s']['mean'] * 1e3:.1f} ms against {1e3 * sum(row[2] for row in rows) / TRACED:.1f} ms")
+        print("  each step, trace", [round(x["duration_s"] * 1e3, 1) for x in steps], "ms, own clock",
               [round(row[2] * 1e3, 1) for row in rows])
-        # (the last traced step is longer by the job's clock: the profiler's stop, collecting what it recorded,
-        # runs at its end, after its ProfilerStep span closed: 11 ms on this VM, 3 points of the share)
-        assert t["overall"]["host"]["data_wait"] == pytest.approx(truth, abs=0.05)
+        assert seen == pytest.approx(truth, abs=0.05)
+        assert rows[-1][2] > steps[-1]["duration_s"] - 0.002
     assert sum(r[1] for r in own[0]["rows"]) / sum(r[2] for r in own[0]["rows"]) > 0.4   # (its input is slow)
     # the summary kept beside the traces; the requests directory left empty
     assert res["summary_file"] == os.path.join(str(out), f"ddp_traced_job.{res['id']}.summary.json")
