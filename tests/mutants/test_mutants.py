@@ -440,6 +440,9 @@ MUTANTS = {
         ["tests/web/test_tls_cost.py::test_at_most_tls_max_handshakes_are_held_and_a_scraper_still_gets_through"]),
     "tls_idle_like_plain.patch": (
         ["tests/web/test_tls_cost.py::test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one"]),
+    "http_closed_connection_traceback_kept.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc[idle]"]),
+    "http_closed_task_kept.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc[evicted]"]),
+    "http_accept_loop_keeps_the_last.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),
