@@ -442,6 +442,9 @@ MUTANTS = {
         ["tests/web/test_tls_cost.py::test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one"]),
     "http_closed_connection_traceback_kept.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc[idle]"]),
     "http_closed_task_kept.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc[evicted]"]),
+    "webconfig_client_renegotiation_allowed.patch": (
+        ["tests/web/test_tls_records.py::test_the_servers_context_refuses_renegotiation_whatever_openssls_default",
+         "tests/web/test_tls_records.py::test_a_client_renegotiating_is_refused_and_the_server_still_serves"]),
     "http_accept_loop_keeps_the_last.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
