@@ -121,3 +121,57 @@ def test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up(monkeypatc
     assert during >= 5, during
     assert stuck.max_in_read == 1                       # never a second read while the first hangs
     assert len(stuck.calls) >= 2                        # read again once the stuck read returned
+
+
+# -- hurried: a source paced slow while idle is read at once when work arrives (issue 49) ---------------------
+
+class Hurried:
+    name = "hurried"
+
+    def __init__(self):
+        self.reads = []
+        self.hurry = None       # the sampler sets it at start
+        self.second = threading.Event()
+
+    def collect(self):
+        self.reads.append(time.monotonic())
+        if len(self.reads) >= 2:
+            self.second.set()
+        return None
+
+    def next_interval_s(self, configured: float) -> float:
+        return configured
+
+
+def test_a_source_hurried_is_read_at_once_not_at_its_slot():
+    src = Hurried()
+    s = Sampler({"hurried": (src, 30.0)})
+    s.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not src.reads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)             # (the first read has joined the schedule: its slot 30 s away)
+        assert src.hurry is not None and len(src.reads) == 1
+        asked = time.monotonic()
+        src.hurry()
+        assert src.second.wait(5.0)                 # far before its slot, 30 s after the first read
+        assert src.reads[1] - asked < 2.0
+        src.hurry()                                 # hurried again: read again, once
+        time.sleep(0.5)
+        assert len(src.reads) == 3
+        time.sleep(0.5)
+        assert len(src.reads) == 3                  # then it keeps its pace (30 s)
+    finally:
+        s.stop()
+
+
+def test_a_source_without_the_pace_hook_is_never_given_a_hurry():
+    plain = Plain()
+    plain.hurry = None
+    s = Sampler({"plain": (plain, 30.0)})
+    s.start()
+    try:
+        assert plain.hurry is None
+    finally:
+        s.stop()
