@@ -33,13 +33,16 @@ def _timeline(share: float, seconds: int) -> Timeline:
     return Timeline(out)
 
 
-def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from=0, busy=BUSY, pids=PIDS) -> str:
+def write_trace(path: str, seconds: int = 60, proc_seconds: int = 60, proc_from=0, busy=BUSY, pids=PIDS,
+                timelines=None) -> str:
     """The trace; the processes start after ``proc_from`` s (one number, or one per GPU) and exit (the Slurm
-    jobs end) after ``proc_seconds``.  ``busy``: each GPU's share; ``pids``: the process on each GPU (None: none)."""
+    jobs end) after ``proc_seconds``.  ``busy``: each GPU's share; ``pids``: the process on each GPU (None: none).
+    ``timelines``: each GPU's busy intervals instead of ``busy`` in every sample (None for a GPU: its share's)."""
     starts = proc_from if isinstance(proc_from, (tuple, list)) else (proc_from,) * len(busy)
     gpus = []
     for i, share in enumerate(busy):
-        g = FakeGpu(i, timeline=_timeline(share, seconds), period_us=PERIOD_US,
+        own = timelines[i] if timelines is not None and i < len(timelines) else None
+        g = FakeGpu(i, timeline=own if own is not None else _timeline(share, seconds), period_us=PERIOD_US,
                     ring_start_us=START_US - 100 * PERIOD_US)
         g.ecc, g.remapped, g.energy_mj = (0, 0), (0, 0, 0, 0), 1_000_000_000
         gpus.append(g)
