@@ -1,8 +1,10 @@
-"""The trace webhook end to end (issue 46): a real Alertmanager with the shipped configuration (its opt-in trace
-route uncommented, the URL and password file made this test's), a real agent (`teye agent`, basic auth, trace.webhook
-on) and an unmodified PyTorch job under `teye run`.  An alert about the job, posted to Alertmanager as Prometheus
-posts it, takes a trace of the job by itself; a second alert about it inside the rate limit takes none; a wrong
-credential and another tenant's alert are refused.  The job's output and exit status are its own."""
+"""The trace webhook end to end (issue 46): a real Prometheus with the shipped rules (every file of
+deploy/prometheus/rules; only TeyeJobInputBound's `for: 15m` made 0 s), a real Alertmanager with the shipped
+configuration (its opt-in trace route uncommented, the URL and password file made this test's), a real agent
+(`teye agent`, basic auth, trace.webhook on) and an unmodified PyTorch job under `teye run`.  The job turns
+input-bound, Prometheus' rule fires, Alertmanager routes the alert to the agent, which takes a trace of the job by
+itself; a second alert about it inside the rate limit takes none; a wrong credential and another tenant's alert
+are refused.  The job's output and exit status are its own."""
 from __future__ import annotations
 
 import base64
@@ -21,7 +23,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tests.client.helpers import base_env
-from tests.procs import REPO, free_port, wait_http
+from tests.procs import REPO, Prometheus, free_port, prometheus_binary, wait_http
 from tests.web.agentproc import WebAgent, stop_process
 from tests.web.certs import bcrypt_hash
 
@@ -59,6 +61,42 @@ def _alertmanager(d, agent_port):
     return proc, f"http://127.0.0.1:{port}"
 
 
+RULES = os.path.join(REPO, "deploy", "prometheus", "rules")
+
+
+def _prometheus(d, agent_port, am_url):
+    """Prometheus scraping the agent (with the Alertmanager's credential: the agent has basic auth), evaluating the
+    shipped rules every second, sending to the Alertmanager.  TeyeJobInputBound fires without its 15 minutes."""
+    rules = []
+    for name in sorted(os.listdir(RULES)):
+        text = open(os.path.join(RULES, name)).read()
+        if name == "teye-alerts.yml":
+            head, sep, tail = text.partition("- alert: TeyeJobInputBound\n")
+            assert sep and "        for: 15m\n" in tail
+            text = head + sep + tail.replace("        for: 15m\n", "        for: 0s\n", 1)
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write(text)
+        rules.append(path)
+    config = f"""global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: {json.dumps(rules)}
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: ["{am_url.split('//', 1)[1]}"]
+scrape_configs:
+  - job_name: teye
+    basic_auth:
+      username: {USER}
+      password: {PASSWORD}
+    static_configs:
+      - targets: ["127.0.0.1:{agent_port}"]
+"""
+    return Prometheus(d, config=config)
+
+
 def _fire(am, name, **labels):
     alert = [{"labels": {"alertname": name, "severity": "warning", "instance": "node-1:9835", "job": "teye",
                          **labels},
@@ -93,7 +131,9 @@ def _until(what, timeout_s, every_s=0.2):
 @pytest.mark.not_measuring("its clocks bound the waits (60 s for what takes about 2); the delay is printed")
 def test_an_alert_about_a_job_takes_its_trace_once_and_refuses_others():
     d = tempfile.mkdtemp(prefix="teye-wh")   # (short: a socket's path is at most 107 bytes)
-    agent = am = job = None
+    if not prometheus_binary():
+        pytest.skip("prometheus not installed (./dev.sh test installs it)")
+    agent = am = job = prom = None
     try:
         web = os.path.join(d, "web.yml")
         with open(web, "w") as f:
@@ -111,9 +151,12 @@ def test_an_alert_about_a_job_takes_its_trace_once_and_refuses_others():
                                stderr=subprocess.PIPE, text=True)
         metrics = lambda: agent.get(headers=_auth()).decode()   # noqa: E731
         assert _until(lambda: 'teye_job_steps_total{train_job="webhook_job"}' in metrics(), 60), agent.log()
-        # the alert, as Prometheus posts it: Alertmanager routes it to the agent, which asks the job
+        # the job turns input-bound: Prometheus' rule fires, Alertmanager routes it to the agent, which asks the job
+        prom = _prometheus(d, agent.port, am_url)
+        firing = _until(lambda: prom.query('ALERTS{alertname="TeyeJobInputBound",alertstate="firing",'
+                                           'train_job="webhook_job"}'), 90)
+        assert firing, prom.query("ALERTS") or metrics()
         t0 = time.monotonic()
-        _fire(am_url, "TeyeJobInputBound", train_job="webhook_job")
         out = os.path.join(d, "traces")
         traces = _until(lambda: [n for n in os.listdir(out) if n.endswith(".pt.trace.json")]
                         if os.path.isdir(out) else None, 60)
@@ -125,7 +168,7 @@ def test_an_alert_about_a_job_takes_its_trace_once_and_refuses_others():
         assert os.stat(out).st_mode & 0o777 == 0o700
         info = _until(lambda: re.search(r'teye_job_trace_info\{id="([^"]+)",train_job="webhook_job"\} 1(\.0)?$', metrics(), re.M), 30)
         assert info and info.group(1) == m.group(1), "\n".join(x for x in metrics().splitlines() if "trace_" in x and not x.startswith("#"))
-        print(f"alert posted to Alertmanager -> trace on disk: {took:.2f} s ({name})")
+        print(f"alert firing in Prometheus -> trace on disk: {took:.2f} s ({name})")
         # a second alert about the job, inside its rate limit: refused, nothing more traced
         _fire(am_url, "TeyeJobStraggler", train_job="webhook_job")
         assert _until(lambda: "less than 600 s ago (trace.job_interval_seconds)" in agent.log(), 30), agent.log()
@@ -143,6 +186,8 @@ def test_an_alert_about_a_job_takes_its_trace_once_and_refuses_others():
         assert job.returncode == 0, stderr[-3000:]
         assert json.loads(stdout.strip().splitlines()[-1])["steps"] > 0
     finally:
+        if prom is not None:
+            prom.stop()
         for p in (job, am):
             if p is not None and p.poll() is None:
                 p.kill()
