@@ -41,10 +41,11 @@ def _value(m, name, **labels):
     return m.get((name, tuple(sorted(labels.items()))))
 
 
-@pytest.fixture
-def stack(tmp_path):
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
     if not prometheus_binary():
         pytest.skip("prometheus not installed (./dev.sh test installs it)")
+    tmp_path = tmp_path_factory.mktemp("truth")
     d = shared_tmpdir()
     conf = tmp_path / "teye.yaml"
     conf.write_text("collectors:\n" + "".join(f"  {c}: {{enabled: false}}\n" for c in OTHERS))
@@ -60,7 +61,7 @@ def stack(tmp_path):
 
 def test_one_job_reads_the_same_in_every_view(stack, tmp_path):
     agent, prom, sock = stack
-    time.sleep(6)   # Prometheus' first scrape comes ~6 s after its start: let it scrape the job while it runs
+    prom.wait_for("up == 1", timeout=30)   # (its first scrape comes ~6 s after its start: let it see the job run)
     run = teye_run([sys.executable, SCRIPT, *ARGS], socket_path=sock, job=JOB, timeout=300, env=ENV)
     assert run.returncode == 0, run.stderr
     own = last_json(run.stdout)
@@ -131,3 +132,55 @@ def test_one_job_reads_the_same_in_every_view(stack, tmp_path):
                   if n == "teye_job_bottleneck" and v == 1 and dict(lab).get("train_job") == JOB]
     assert bottleneck == ["input"], bottleneck
     assert j["verdict"] == "input" and pj["verdict"]["kind"] == "input", (j["verdict"], pj["verdict"])
+
+
+GENWRAP = os.path.join(REPO, "tests", "client", "torch_genwrap.py")
+GEN_ARGS = ["900", "get_batch"]   # nanoGPT-style get_batch(): 8 ms of data work on the training thread a step
+
+
+def test_data_work_on_the_training_thread_reads_the_same_in_every_view(stack, tmp_path):
+    """The loop's own data work (no DataLoader: placed by the forward's start, torch-forward) in every view: the
+    agent's gauge, the rule, the report and `teye profile` within 3 points of the script's clock, and input in
+    each (it was `compute` or steps-only before issue 47)."""
+    agent, prom, sock = stack
+    job = "truth-getbatch"
+    prom.wait_for("up == 1", timeout=30)
+    run = teye_run([sys.executable, GENWRAP, *GEN_ARGS], socket_path=sock, job=job, timeout=300, env=ENV)
+    assert run.returncode == 0, run.stderr
+    own = last_json(run.stdout)
+    assert own["data_share"] > 0.5, own
+    deadline = time.monotonic() + 20
+    while True:
+        served = parse_exposition(agent.metrics())
+        if (_value(served, "teye_job_steps_total", train_job=job) or 0) >= own["steps"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert _value(served, "teye_job_steps_total", train_job=job) == own["steps"]
+    gauge = _value(served, "teye_job_input_bound_ratio", train_job=job)
+    served_at = time.time()
+    prom.wait_for(f'timestamp(teye:job_input_bound:ratio5m{{train_job="{job}"}}) > {served_at}', timeout=30)
+    (rule,) = prom.query(f'teye:job_input_bound:ratio5m{{train_job="{job}"}}')
+    rep = subprocess.run([sys.executable, "-m", "agent", "report", "--prometheus", prom.url, "--train-job", job,
+                          "--format", "json", "--since", "10m"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env=ENV)
+    assert rep.stdout.strip(), (rep.returncode, rep.stderr)
+    (j,) = json.loads(rep.stdout)["jobs"]
+    out = tmp_path / "profile"
+    prof = subprocess.run([sys.executable, "-m", "agent", "profile", "--output", str(out), "--procfs", PROCFS, "--",
+                           sys.executable, GENWRAP, *GEN_ARGS], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, env=ENV)
+    assert prof.returncode == 0, prof.stderr
+    own_p = json.loads(next(ln for ln in prof.stdout.splitlines() if ln.startswith('{"steps"')))
+    (pj,) = json.loads((out / "summary.json").read_text())["jobs"]
+    shares = {"agent": gauge, "rule": float(rule["value"][1]), "report": j["input_bound_ratio"]}
+    print("script", own["data_share"], "views", shares, "profile", pj["input_bound_ratio"], "its run",
+          own_p["data_share"], "verdicts", j["verdict"], pj["verdict"]["kind"])
+    for name, v in shares.items():
+        assert v is not None and abs(v - own["data_share"]) <= 0.03, (name, shares, own)
+    assert abs(pj["input_bound_ratio"] - own_p["data_share"]) <= 0.03, (pj["input_bound_ratio"], own_p)
+    assert j["steps"] == own["steps"] and pj["steps"] == own_p["steps"]
+    assert j["step_seconds_mean"] == pytest.approx(own["step_s"] / own["steps"], rel=0.05), j
+    bottleneck = [dict(lab)["kind"] for (n, lab), v in served.items()
+                  if n == "teye_job_bottleneck" and v == 1 and dict(lab).get("train_job") == job]
+    assert bottleneck == ["input"] and j["verdict"] == "input" and pj["verdict"]["kind"] == "input", (
+        bottleneck, j["verdict"], pj["verdict"])
