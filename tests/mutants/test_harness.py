@@ -49,15 +49,19 @@ def _patch(old: str, new: str, path: str = "pkg/calc.py") -> str:
         """)
 
 
-@pytest.fixture
-def tiny(tmp_path):
-    """A tree of its own (not a git checkout: the harness copies it whole) and a place for patches."""
-    repo = tmp_path / "repo"
+def _tiny_tree(repo):
     for d in ("pkg", "tests"):
         (repo / d).mkdir(parents=True)
         (repo / d / "__init__.py").write_text("")
     (repo / "pkg" / "calc.py").write_text(CALC)
     (repo / "tests" / "test_calc.py").write_text(TESTS)
+    return repo
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A tree of its own (not a git checkout: the harness copies it whole) and a place for patches."""
+    repo = _tiny_tree(tmp_path / "repo")
 
     def run(patch_text, tests, name="m.patch"):
         patch = tmp_path / name
@@ -142,12 +146,7 @@ def test_a_mutant_of_a_module_compiled_as_it_was_still_runs_the_mutant(tmp_path)
     against an ordinary pyc on CI, stop 54)."""
     import py_compile
     import subprocess
-    repo = tmp_path / "repo"
-    for d in ("pkg", "tests"):
-        (repo / d).mkdir(parents=True)
-        (repo / d / "__init__.py").write_text("")
-    (repo / "pkg" / "calc.py").write_text(CALC)
-    (repo / "tests" / "test_calc.py").write_text(TESTS)
+    repo = _tiny_tree(tmp_path / "repo")
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     pyc = py_compile.compile(str(repo / "pkg" / "calc.py"), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     assert os.path.exists(pyc)

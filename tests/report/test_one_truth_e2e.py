@@ -41,6 +41,16 @@ def _value(m, name, **labels):
     return m.get((name, tuple(sorted(labels.items()))))
 
 
+def _served(agent, job, steps):
+    """What the agent serves once it has counted the job's every step (at most 20 s on)."""
+    deadline = time.monotonic() + 20
+    while True:
+        served = parse_exposition(agent.metrics())
+        if (_value(served, "teye_job_steps_total", train_job=job) or 0) >= steps or time.monotonic() > deadline:
+            return served
+        time.sleep(0.3)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     if not prometheus_binary():
@@ -70,12 +80,7 @@ def test_one_job_reads_the_same_in_every_view(stack, tmp_path):
     assert truth > 0.5, own
 
     # the agent's gauge, once it has every step (its window, 60 s, holds the whole run)
-    deadline = time.monotonic() + 20
-    while True:
-        served = parse_exposition(agent.metrics())
-        if (_value(served, "teye_job_steps_total", train_job=JOB) or 0) >= own["steps"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+    served = _served(agent, JOB, own["steps"])
     gauge = _value(served, "teye_job_input_bound_ratio", train_job=JOB)
     assert _value(served, "teye_job_steps_total", train_job=JOB) == own["steps"]
     assert _value(served, "teye_job_samples_total", train_job=JOB) == own["samples"]
@@ -149,12 +154,7 @@ def test_data_work_on_the_training_thread_reads_the_same_in_every_view(stack, tm
     assert run.returncode == 0, run.stderr
     own = last_json(run.stdout)
     assert own["data_share"] > 0.5, own
-    deadline = time.monotonic() + 20
-    while True:
-        served = parse_exposition(agent.metrics())
-        if (_value(served, "teye_job_steps_total", train_job=job) or 0) >= own["steps"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+    served = _served(agent, job, own["steps"])
     assert _value(served, "teye_job_steps_total", train_job=job) == own["steps"]
     gauge = _value(served, "teye_job_input_bound_ratio", train_job=job)
     served_at = time.time()

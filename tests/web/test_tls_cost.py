@@ -118,14 +118,6 @@ def test_half_handshakes_and_idle_tls_cost_the_documented_bound_and_give_it_back
         assert rows["after half"] <= RETURN_MARGIN and rows["after idle"] <= RETURN_MARGIN, rows
 
 
-@pytest.fixture
-def tls_web(tmp_path):
-    pki = write_pki(str(tmp_path))
-    web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: {pki['server']}\n  key_file: {pki['server-key']}\n")
-    return str(web), pki
-
-
 def test_at_most_tls_max_handshakes_are_held_and_a_scraper_still_gets_through(tls_web):
     """100 half handshakes against 8 slots: at most 8 TLS states held at any time (the kernel's count of the
     server's connections would not say which are TLS: the server's own table does), the others closed as

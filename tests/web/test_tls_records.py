@@ -12,16 +12,7 @@ import time
 import pytest
 
 from exporters.webconfig import WebConfig
-from tests.web.certs import write_pki
 from tests.web.server_helpers import client_context, connect, read_all, request, start
-
-
-@pytest.fixture
-def tls_web(tmp_path):
-    pki = write_pki(str(tmp_path))
-    web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: {pki['server']}\n  key_file: {pki['server-key']}\n")
-    return str(web), pki
 
 
 def test_the_servers_context_refuses_renegotiation_whatever_openssls_default(tls_web):
