@@ -161,4 +161,6 @@ def test_a_mutant_of_a_module_compiled_as_it_was_still_runs_the_mutant(tmp_path)
         (cache / n).write_bytes(b"")
     gone = forget_compiled(str(tree), patched_paths(str(tree), str(tmp_path / "m.patch")))
     assert sorted(os.path.basename(g) for g in gone) == ["calc.cpython-311-pytest-9.2.0.pyc", "calc.cpython-311.pyc"]
-    assert sorted(os.listdir(cache)) == ["calculator.cpython-311.pyc", "other.cpython-311.pyc"]
+    left = os.listdir(cache)   # (with whatever the runs compiled beside them: pkg/__init__'s, where bytecode is written)
+    assert {"calculator.cpython-311.pyc", "other.cpython-311.pyc"} <= set(left)
+    assert not [n for n in left if n.startswith("calc.")], left
