@@ -167,19 +167,6 @@ class Sampler:
             deadline += ((now - deadline) // interval_ns + 1) * interval_ns
         return deadline
 
-    def hurry(self, name: str) -> None:
-        """Read a source now rather than at its slot (a source that paces itself slower while idle asks it when
-        work arrives); nothing where its read is in progress or already due."""
-        with self._cv:
-            now = self._clock()
-            for i, (deadline, order, n) in enumerate(self._due):
-                if n == name:
-                    if deadline > now:
-                        self._due[i] = (now, order, n)
-                        heapq.heapify(self._due)
-                        self._cv.notify_all()
-                    return
-
     def _run(self, gen: int) -> None:
         """The sampler thread: read whatever is due, in slot order, then sleep until the next slot."""
         _name_thread("teye-sampler")
@@ -262,9 +249,6 @@ class Sampler:
         # schedule: each source joins it once its first read returned, its first slot one interval from now,
         # those of one interval sharing every slot
         self._due = []
-        for name, (src, _) in self._sources.items():
-            if hasattr(src, "hurry") and hasattr(src, "next_interval_s"):
-                src.hurry = lambda n=name: self.hurry(n)
         for i, name in enumerate(self._sources):
             t = threading.Thread(target=self._first_read, args=(name, i, now), name=f"teye-first-{name}",
                                  daemon=True)

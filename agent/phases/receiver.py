@@ -273,8 +273,6 @@ class Receiver:
         self._debts: Dict[int, Tuple[float, int]] = {}            # uid -> (units spent, when), leaky
         self._pid_debts: Dict[int, Tuple[float, int]] = {}        # pid -> (units spent, when), leaky
         self.spent_units: Dict[int, int] = {}                     # uid -> units spent in all (for benchmarks)
-        self.wake_once = None   # called (then dropped) after the next datagrams are taken: the idle agent's
-                                # job table is read at once when a job starts (PhaseSource.next_interval_s)
         self._pid_rates: Dict[int, Tuple[float, int]] = {}        # pid -> (units spent, when), decaying
         self._heavy: Dict[int, int] = {}                          # uid -> its process spending the most
         self._full_gc_ns, self._gc_t0 = 0, 0                      # this thread's full collections' CPU time
@@ -360,9 +358,6 @@ class Receiver:
                     self._take(batch)
                 except Exception as e:  # a bug must not stop the receiver: log it (the rest of that receive is dropped)
                     self._failed(e)
-                wake, self.wake_once = self.wake_once, None
-                if wake is not None:
-                    wake()
             over = self._over_budget_s()
             if over > 0:   # over budget: shed the heavy senders' datagrams until what was spent is paid back
                 self._shed_until(time.monotonic() + max(over, _SLICE_S / 10), receive)

@@ -277,11 +277,6 @@ def _memory_points(m: JobMemory) -> Iterator[Point]:
                 yield point(RANK_MEMORY, v, m.train_job, str(p.rank), kind)
 
 
-# while no job is in the table and no datagram has come since the last read, the job table is read this often
-# (an idle agent's one tick a second was the phases collector's); the first datagram hurries the next read
-IDLE_INTERVAL_S = 5.0
-
-
 class PhaseSource:
     name = "phases"
 
@@ -303,8 +298,6 @@ class PhaseSource:
         sock, path, ident = open_socket(configured)
         self.path = path
         self.rebinds = 0
-        self.hurry = None            # set by a sampler that can read this source before its slot (Sampler.start)
-        self._idle_seen = None       # datagrams received when the last read found no job (None: it found some)
         self.receiver = self._receiver(sock, ident)
         if self.probe is not None:
             self.probe.start()
@@ -337,7 +330,6 @@ class PhaseSource:
         now = self.ctx.clock()
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)
-        self._idle_seen = self.receiver.received if not views and not pending else None
         memory = self.memory.observe(views, now)
         creeps = {m.train_job: m.creep for m in memory if m.creep is not None}
         if creeps:   # the verdict's evidence says it (whatever the verdict: a leak kills any job)
@@ -346,20 +338,6 @@ class PhaseSource:
                 if j.train_job in creeps else j for j in views)
         return PhasesReading(views, results, attributed, pending, self.path,
                              config_results=tuple(self.table.config_results.items()), memory=memory)
-
-    def next_interval_s(self, configured: float) -> float:
-        """The sampler's pace for this source: the configured interval while any job is in the table (or
-        datagrams came since the last read); IDLE_INTERVAL_S while none is, with the receiver armed to hurry
-        the next read on the first datagram (so a new job's first second is read as at the configured pace).
-        The configured interval where no sampler can be hurried."""
-        seen = self._idle_seen
-        if self.hurry is None or seen is None or configured >= IDLE_INTERVAL_S:
-            return configured
-        self.receiver.wake_once = self.hurry
-        if self.receiver.received != seen:   # one came meanwhile (before the wake was armed)
-            self.receiver.wake_once = None
-            return configured
-        return IDLE_INTERVAL_S
 
     def close(self) -> None:
         self.receiver.close()

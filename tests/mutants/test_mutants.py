@@ -442,11 +442,6 @@ MUTANTS = {
         ["tests/web/test_tls_cost.py::test_an_idle_tls_keep_alive_goes_sooner_than_a_plain_one"]),
     "http_closed_connection_traceback_kept.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc[idle]"]),
     "http_closed_task_kept.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc[evicted]"]),
-    # issue 49: an idle agent's phases tick every 5 s, hurried by a job's first datagram
-    "phases_idle_pace_never_hurried.patch": (["tests/phases/test_idle_pace.py::test_no_job_paces_the_table_slow_and_the_first_datagram_hurries_it"]),
-    "phases_idle_pace_ignores_datagrams_meanwhile.patch": (["tests/phases/test_idle_pace.py::test_a_datagram_between_the_read_and_the_pace_keeps_the_configured_pace"]),
-    "phases_idle_pace_with_jobs.patch": (["tests/phases/test_idle_pace.py::test_no_job_paces_the_table_slow_and_the_first_datagram_hurries_it"]),
-    "sampler_hurry_ignored.patch": (["tests/test_sampler_pace.py::test_a_source_hurried_is_read_at_once_not_at_its_slot"]),
     "webconfig_client_renegotiation_allowed.patch": (
         ["tests/web/test_tls_records.py::test_the_servers_context_refuses_renegotiation_whatever_openssls_default",
          "tests/web/test_tls_records.py::test_a_client_renegotiating_is_refused_and_the_server_still_serves"]),
