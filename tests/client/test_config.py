@@ -114,7 +114,7 @@ def run_ddp(sockdir, hook, slow_ms=40, steps=30):
         agent.close()
     args[6] = str(free_port())
     bare = plain_run(args, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
-    assert (r.returncode, bare.returncode) == (0, 0), (r.stderr[-3000:], bare.stderr[-3000:])
+    assert (r.returncode, bare.returncode) == (0, 0), (r.stdout, r.stderr[-3000:], bare.stderr[-3000:])
     own = {o["rank"]: o for o in map(json.loads, r.stdout.splitlines())}
     plain = {o["rank"]: o for o in map(json.loads, bare.stdout.splitlines())}
     assert {k: o["loss"] for k, o in own.items()} == {k: o["loss"] for k, o in plain.items()}

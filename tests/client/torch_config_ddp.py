@@ -65,4 +65,8 @@ line = json.dumps({"rank": RANK, "loss": loss.item(), "wall_s": wall, "compute_s
                            "loader.pin_memory": "false", "loader.persistent_workers": "false"}})
 sys.stdout.write(line + "\n")   # one write a rank: the two ranks' lines never interleave
 sys.stdout.flush()
+# the model (its reducer) holds the process group: dropped first, the group is released while the interpreter
+# is whole, not at its teardown, where gloo's threads can abort the process (a rank ended "terminate called
+# without an active exception" once in CI, stop 55; pytorch/pytorch#179291 describes the race)
+del model, opt
 dist.destroy_process_group()
