@@ -47,12 +47,13 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import ParseError
 from ..gpu.procinfo import parse_status_uid
 from ..logutil import RateLimitedLog
 from ..sources._files import read_bytes, read_text
+from ..sources.cgroups import cpu_set
 from ..sources.pressure import parse_psi
 
 log = logging.getLogger("teye.phases")
@@ -141,6 +142,30 @@ class ProcReader:
         if len(fields) < 20:
             raise Gone(f"{path} is not a process stat line ({len(fields)} fields after the name)")
         return fields
+
+    def cpu(self, pid: int) -> Tuple[float, float, int]:
+        """(its own CPU seconds: utime + stime of every thread, CPU seconds of the children it reaped: cutime +
+        cstime, start time in ticks) of one process; Gone when it cannot be read."""
+        f = self._stat(pid)
+        try:
+            return ((int(f[11]) + int(f[12])) / self.tck, (int(f[13]) + int(f[14])) / self.tck, int(f[19]))
+        except ValueError:
+            raise Gone(f"{self._p(pid, 'stat')}: utime/stime are not numbers") from None
+
+    def cpus_allowed(self, pid: int) -> Optional[FrozenSet[int]]:
+        """The CPUs the process may run on (``Cpus_allowed_list`` of /proc/<pid>/status: taskset, a cpuset),
+        None when unknown."""
+        try:
+            text = read_bytes(self._p(pid, "status")).decode("ascii", "replace")
+        except OSError:
+            return None
+        at = text.find("Cpus_allowed_list:")
+        if at < 0:
+            return None
+        try:
+            return cpu_set(text[at + len("Cpus_allowed_list:"):].split("\n", 1)[0], self._p(pid, "status")) or None
+        except ValueError:   # ParseError
+            return None
 
     def cgroup(self, pid: int) -> Optional[str]:
         """The process's cgroup v2 directory under sysfs, None when unknown (v1 only, unreadable)."""

@@ -17,6 +17,7 @@ from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
 from . import jobconfig
 from .advice import points as advice_points
 from .jobs import ATTRIBUTION_RESULTS, STEP_BUCKETS, JobTable, JobView
+from .jobcpu import CpuWatch, JobCpu
 from .memory import KINDS as MEMORY_KINDS, JobMemory, MemoryWatch
 from .parts import EXPORTED as PART_NAMES
 from .pods import PodResolver
@@ -158,6 +159,16 @@ RANK_GPU = metric("teye_job_rank_gpu_info", GAUGE,
                   "Always 1 per GPU a rank of the job uses on this node (gpu as teye_gpu_info's): joins "
                   "teye_job_rank_memory_bytes to teye_gpu_memory_total_bytes (how close a rank is to running out).",
                   ["train_job", "rank", "gpu"])
+JOB_CPU = metric("teye_job_cpu_seconds_total", COUNTER,
+                 "CPU time (user and system) of the job's processes on this node, each since it started: its "
+                 "training processes (its ranks, else the first process that sent its phases), the children they "
+                 "reaped and their live descendants (DataLoader workers, decoders); read from /proc/<pid>. The "
+                 "job's own figure where no cgroup of it is seen (outside Slurm; a Slurm job's cgroup figure is "
+                 "teye_slurm_job_cpu_seconds_total).", ["train_job"], unit="seconds")
+JOB_CPUS = metric("teye_job_cpus", GAUGE,
+                  "CPUs the job's training processes may run on (the union of their Cpus_allowed_list: taskset, a "
+                  "cpuset): the denominator of the job's CPU efficiency in teye report outside Slurm.",
+                  ["train_job"])
 MESSAGES = metric("teye_phase_messages_total", COUNTER,
                   "Phase datagrams received, by result: accepted, or the reason they were rejected.", ["result"])
 ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
@@ -178,6 +189,7 @@ class PhasesReading:
     socket_path: str = ""
     config_results: Tuple[Tuple[str, int], ...] = ()   # configurations received, by result (jobconfig)
     memory: Tuple[JobMemory, ...] = ()   # per live job, its processes' memory (agent.phases.memory)
+    cpu: Tuple[JobCpu, ...] = ()         # per job, its processes' CPU time (agent.phases.jobcpu)
 
     def job(self, train_job: str) -> Optional[JobView]:
         for j in self.jobs:
@@ -238,6 +250,9 @@ class PhasesReading:
             yield from _trace_points(j)
         for m in self.memory:
             yield from _memory_points(m)
+        for c in self.cpu:
+            yield point(JOB_CPU, c.seconds, c.train_job)
+            yield point(JOB_CPUS, c.cpus, c.train_job)
 
 
 def _inside_points(j: JobView) -> Iterator[Point]:
@@ -290,6 +305,7 @@ class PhaseSource:
         pods = PodResolver(procfs, pod_log_dir) if phases_cfg.get("pods") else None
         self.table = JobTable(phases_cfg, ctx, record_intervals=record_intervals, probe=self.probe, pods=pods)
         self.memory = MemoryWatch(ProcReader(procfs, sysfs))
+        self.cpu = CpuWatch(ProcReader(procfs, sysfs))
         # what host collectors (hardware counters) offer as evidence, cited when the host is the limit
         self.table.extra_evidence = lambda: ctx.host_notes
         configured = socket_path if socket_path is not None else phases_cfg["socket"]
@@ -331,13 +347,14 @@ class PhaseSource:
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)
         memory = self.memory.observe(views, now)
+        cpu = self.cpu.observe(views, now)
         creeps = {m.train_job: m.creep for m in memory if m.creep is not None}
         if creeps:   # the verdict's evidence says it (whatever the verdict: a leak kills any job)
             views = tuple(dataclasses.replace(j, verdict=dataclasses.replace(
                 j.verdict, evidence=f"{j.verdict.evidence}; memory creeps: {creeps[j.train_job].sentence()}"))
                 if j.train_job in creeps else j for j in views)
         return PhasesReading(views, results, attributed, pending, self.path,
-                             config_results=tuple(self.table.config_results.items()), memory=memory)
+                             config_results=tuple(self.table.config_results.items()), memory=memory, cpu=cpu)
 
     def close(self) -> None:
         self.receiver.close()

@@ -5,7 +5,7 @@ per job: the runs and links that say which series count (runs.py), each job's fi
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import series as S
 from .fetch import Fetched, _fetch, _fetch_identity, _report_grid, _skew
@@ -179,10 +179,24 @@ def _no_training_side() -> dict:
                               "see docs/phases.md, or run it under `teye run`)"}
 
 
+def _process_cpu(tj_reports: List[dict]) -> Tuple[Optional[float], Optional[float]]:
+    """(CPU seconds, CPUs) of the training jobs' processes over their nodes (teye_job_cpu_seconds_total and
+    teye_job_cpus); the CPUs of a node are the most any of its training jobs may use (two jobs of one Slurm
+    job share them); (None, None) where no agent exported them."""
+    used, cpus = [], {}
+    for t in tj_reports:
+        for p in t.get("per_node") or ():
+            if p.get("job_process_cpu_seconds") is not None:
+                used.append(p["job_process_cpu_seconds"])
+            if p.get("job_process_cpus"):
+                cpus[p["node"]] = max(cpus.get(p["node"], 0), p["job_process_cpus"])
+    return (_r(sum(used), 3) if used else None), (sum(cpus.values()) if cpus else None)
+
+
 def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[str, dict], seen: float,
-                   job_end: float) -> dict:
-    """The job's CPU, memory and I/O: its own cgroup where its nodes' agents saw it; the whole nodes' counters
-    otherwise (marked so)."""
+                   job_end: float, tj_reports: Sequence[dict] = ()) -> dict:
+    """The job's CPU, memory and I/O: its own cgroup where its nodes' agents saw it; else the CPU of its
+    processes (teye_job_cpu_seconds_total); the whole nodes' counters otherwise (marked so)."""
     cpu_busy = sum(h["cpu_busy_seconds"] or 0 for h in hosts.values())
     node_cpus = sum(h["cpus"] or 0 for h in hosts.values())
     span = seen + f.step    # CPU time is differenced from the scrape before the start, as every counter
@@ -190,11 +204,18 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
     cg_cpus = _sum([x["cpus"] for x in cg.values()])
     alloc = req.cpus or (cg_cpus if cg else None)
     # the job's own CPU time (its cgroup) as a share of what it was given; never the whole nodes' busy time
-    # presented as the job's (issue 47): without a cgroup of the job there is no efficiency, only the nodes'
-    # busy share, labelled as the nodes'.  A run shorter than a scrape interval moved no counter it can be
+    # presented as the job's (issue 47): without a cgroup of the job, its processes' CPU time as a share of the
+    # CPUs they may run on (or the cores asked for); without either, no efficiency, only the nodes' busy share,
+    # labelled as the nodes'.  A run shorter than a scrape interval moved no counter it can be
     # measured by: neither figure (null, not 0 %).
     short = seen < f.step
     used = job_cpu if cg else None
+    source = "job_cgroup" if cg else "node"
+    if not cg:   # outside Slurm (or an agent without the jobs collector): the job's own processes
+        p_used, p_cpus = _process_cpu(list(tj_reports))
+        if p_used is not None:
+            used, job_cpu, source = p_used, p_used, "job_processes"
+            alloc = req.cpus or p_cpus
     # a cgroup that vanished before the job's end (issue 47: stated, not wrong): its counters stop there,
     # so CPU time over the whole run would read low; the efficiency is null and the report says until when
     gone = {i: x["seen_until"] for i, x in cg.items()
@@ -202,7 +223,7 @@ def _cpu_memory_io(f: Fetched, req: Request, hosts: Dict[str, dict], cg: Dict[st
     if gone:
         used = None
     out = {"cpu": {"allocated_cores": alloc, "node_cpus": node_cpus or None,
-                   "source": "job_cgroup" if cg else "node",
+                   "source": source,
                    "job_seconds": job_cpu, "cgroup_cpus": cg_cpus,
                    "node_busy_seconds": _r(cpu_busy, 3),
                    "efficiency": (_r(used / (alloc * span), 4) if alloc and span > 0 and used is not None
@@ -322,7 +343,7 @@ def _assemble(f: Fetched, req: Request, now: float, slurm: Optional[str], tjs: L
     if not tj_reports:
         conds.append(Condition(EXIT_NO_PHASES, "no_phases", "no phases reported: phase, verdict and step sections "
                                                             "omitted"))
-    job.update(_cpu_memory_io(f, req, hosts, cg, seen, end))
+    job.update(_cpu_memory_io(f, req, hosts, cg, seen, end, tj_reports))
     job["earlier_runs"] = earlier
     job["notes"] = _notes(job, req) + run_notes + _run_notes(job, earlier, short, run, active, f.step)
     job["grafana_url"] = _grafana(req, job)

@@ -192,7 +192,8 @@ def _fetch(prom: Prometheus, nodes: Sequence[str], t0: float, t1: float, step: f
         f.gmem[_key(m, "instance", "gpu")] = pts
     job_names = "teye_job_(phase_seconds_total|gpu_idle_seconds_total|steps_total|samples_total|step_seconds_bucket" \
                 "|step_seconds_sum|step_seconds_count|processes|rank_phase_seconds_total|rank_step_seconds_total" \
-                "|rank_steps_total|start_time_seconds|running|last_message_age_seconds|memory_bytes)"
+                "|rank_steps_total|start_time_seconds|running|last_message_age_seconds|memory_bytes|cpu_seconds_total" \
+                "|cpus)"
     # the run's start time (one value per run, docs/report.md "Runs") and how often it changed over the whole
     # range, sample by sample (evaluated once: @ end()): more changes than the grid shows are runs too short for
     # the grid.  In the same query: the number of queries stays fixed

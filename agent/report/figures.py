@@ -23,6 +23,8 @@ class _NodeCounts:
         self.steps, self.samples, self.sum, self.count, self.phase = _Acc(), _Acc(), _Acc(), _Acc(), _Acc()
         self.buckets: Dict[float, _Acc] = defaultdict(_Acc)
         self.procs = 1.0
+        self.cpu = _Acc()                  # its processes' CPU seconds (teye_job_cpu_seconds_total)
+        self.cpus: Optional[float] = None  # the CPUs they may run on (teye_job_cpus)
 
 
 def _node_counts(f: Fetched, name: str, inst: str, sp: Span, phase_s: Dict[str, _Acc], idle_s: Dict[str, _Acc],
@@ -51,6 +53,10 @@ def _node_counts(f: Fetched, name: str, inst: str, sp: Span, phase_s: Dict[str, 
             n.buckets[float(le)].add(pts, lo, b)
         elif metric == "teye_job_processes":
             n.procs = max([v for _, v in S.window(pts, a, b)] or [1.0])
+        elif metric == "teye_job_cpu_seconds_total":
+            n.cpu.add(pts, lo, b)      # each process counts from its start: the series starts from zero
+        elif metric == "teye_job_cpus":
+            n.cpus = max([v for _, v in S.window(pts, a, b)] or [None], key=lambda x: x or 0)
     return n
 
 
@@ -78,6 +84,8 @@ def _node_entry(inst: str, sp: Span, n: _NodeCounts) -> dict:
             "step_seconds_p50_bounds": _bounds(0.5, hist),
             "samples_per_second": _r(thr * procs if thr is not None else None, 3),
             "processes": int(procs),
+            # the job's processes' CPU there (issue 47: the job's own CPU outside Slurm); null from an older agent
+            "job_process_cpu_seconds": _r(n.cpu.value, 3), "job_process_cpus": n.cpus,
             # the time it stepped there, at the least: its steps' wall time, else its phase time
             # per process (what a run shorter than the grid's step is timed by)
             "active_seconds": _r(n.sum.value if n.sum.value else

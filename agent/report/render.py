@@ -190,9 +190,11 @@ def _host_lines(j: dict, md: bool, code: str) -> List[str]:
     """CPU efficiency (the job's cgroup where seen), the nodes' CPU, memory peak, hardware counters, I/O."""
     cpu, mem = j["cpu"], j["memory"]
     L = ["", "### Host" if md else "Host"]
-    where = {"job_cgroup": "the job's cgroup", "node": "whole nodes: no job cgroup seen"}
+    where = {"job_cgroup": "the job's cgroup", "node": "whole nodes: no job cgroup seen",
+             "job_processes": "the job's processes and their workers: no job cgroup seen"}
     if cpu["efficiency"] is not None:
-        L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']:g} allocated cores "
+        given = "allocated cores" if cpu.get("source") != "job_processes" else "CPUs they may run on"
+        L.append(f"{code}  CPU efficiency   {_bar(cpu['efficiency'])}  of {cpu['allocated_cores']:g} {given} "
                  f"({where.get(cpu.get('source'), 'whole nodes')})")
     elif cpu.get("cgroup_vanished"):
         L.append(f"{code}  CPU efficiency   n/a: the job's cgroup vanished before its end ("

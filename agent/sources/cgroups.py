@@ -324,19 +324,24 @@ def parse_flat_keyed(text: str, path: str) -> Dict[str, int]:
     return out
 
 
-def parse_cpulist(text: str, path: str) -> int:
-    """Number of CPUs in a cpuset list such as ``0-3,8,10-11``."""
-    n = 0
+def cpu_set(text: str, path: str) -> FrozenSet[int]:
+    """The CPUs of a kernel CPU list such as ``0-3,8,10-11`` (a cpuset, a process's Cpus_allowed_list)."""
+    cpus = set()
     for part in text.strip().split(","):
         if not part:
             continue
         a, sep, b = part.partition("-")
         lo = parse_int(a, path, "cpu list")
         hi = parse_int(b, path, "cpu list") if sep else lo
-        if hi < lo or lo < 0:
+        if hi < lo or lo < 0 or hi - lo > 65535:
             raise ParseError(path, f"bad cpu range {part!r}")
-        n += hi - lo + 1
-    return n
+        cpus.update(range(lo, hi + 1))
+    return frozenset(cpus)
+
+
+def parse_cpulist(text: str, path: str) -> int:
+    """Number of CPUs in a cpuset list such as ``0-3,8,10-11``."""
+    return len(cpu_set(text, path))
 
 
 def parse_io_stat(text: str, path: str) -> Tuple[int, int]:

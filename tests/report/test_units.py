@@ -291,3 +291,38 @@ def test_an_unknown_jobs_message_gives_its_bounds_as_dates_not_unix_seconds():
     with pytest.raises(compare_mod.CompareError) as e:
         compare_mod.compare(None, None, "nosuch", "previous", {"jobs": [], "since": since, "until": until})
     assert str(e.value) == f"unknown job nosuch: no series in Prometheus between {want[0]} and {want[1]}"
+
+
+def _reindex(f):
+    for by in (f.job_by, f.verdict_by, f.jinfo_by, f.rank_by):
+        by.clear()
+    f.index()
+
+
+def test_a_job_outside_slurm_gets_its_processes_cpu_not_the_nodes():
+    """Issue 47: a training job with no cgroup of its own (not under Slurm) is judged by its processes' CPU
+    (teye_job_cpu_seconds_total, counted from each process's start, so from zero) over the CPUs they may run
+    on (teye_job_cpus), never by the node's busy time, which here is another job's 1.9 cores of 2."""
+    from agent.report.build import Request, _assemble
+    f = _said_job(0.0, 14.0)
+    f.job[("teye_job_cpu_seconds_total", "n1", "tj", "", "", "")] = [(t, 2.0 + 0.75 * t) for t in f.grid]
+    f.job[("teye_job_cpus", "n1", "tj", "", "", "")] = [(t, 2.0) for t in f.grid]
+    f.host[("cpu_busy", "n1")] = [(t, 9000.0 + 1.9 * t) for t in f.grid]
+    f.host[("cpus", "n1")] = [(t, 2.0) for t in f.grid]
+    _reindex(f)
+    j = _assemble(f, Request(train_jobs=["tj"]), 200.0, None, ["tj"], {}, "", False)
+    # its counters moved from 10 to 100 on a 10 s grid: differenced from the scrape before (0 s), 100 s, in
+    # which its processes used 75 CPU seconds
+    assert (j["start"], j["end"]) == (10.0, 100.0)
+    assert j["cpu"]["source"] == "job_processes" and j["cpu"]["job_seconds"] == 75.0, j["cpu"]
+    assert j["cpu"]["allocated_cores"] == 2.0
+    assert j["cpu"]["efficiency"] == pytest.approx(75.0 / (2 * 100), abs=1e-4), j["cpu"]
+    assert j["cpu"]["node_busy_ratio"] == pytest.approx(1.9 / 2, abs=1e-4)
+    text = render.text({"jobs": [j], "unknown_jobs": []})
+    assert "CPU efficiency   " in text and "of 2 CPUs they may run on (the job's processes" in text, text
+    # from an agent without the series: no efficiency, as before
+    for k in [k for k in f.job if k[0] in ("teye_job_cpu_seconds_total", "teye_job_cpus")]:
+        del f.job[k]
+    _reindex(f)
+    j = _assemble(f, Request(train_jobs=["tj"]), 200.0, None, ["tj"], {}, "", False)
+    assert j["cpu"]["source"] == "node" and j["cpu"]["efficiency"] is None

@@ -1,0 +1,60 @@
+"""A job whose CPU time the test knows (issue 47: the job's own CPU outside Slurm): its own clock is the oracle.
+
+    python cpu_job.py SOCKET
+
+Reports its steps with a Reporter (job "cpu_job").  The main process burns about 0.6 s of CPU over 6 steps; a
+child it joins burns 0.5 s (reaped: in the parent's cutime); a second child burns 0.4 s, says its own CPU time
+over a pipe and stays alive, as a DataLoader worker does.  Then it prints one JSON line, its clock: ``own_s``
+(os.times() user + system, the main process), ``reaped_s`` (children_user + children_system), ``live_s`` (what
+the live child said), and waits for its stdin to close before it ends.
+"""
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+
+from teye_client import Reporter
+
+
+def burn(seconds):
+    t = time.process_time()
+    x = 0
+    while time.process_time() - t < seconds:
+        x += 1
+    return x
+
+
+def reaped():
+    burn(0.5)
+
+
+def live(conn, stop):
+    burn(0.4)
+    t = os.times()
+    conn.send(t.user + t.system)
+    stop.wait()
+
+
+if __name__ == "__main__":
+    rep = Reporter("cpu_job", sys.argv[1], flush_ms=20)
+    ctx = mp.get_context("fork")
+    for i in range(6):
+        with rep.phase("compute"):
+            burn(0.1)
+        rep.step(samples=1)
+    p = ctx.Process(target=reaped)
+    p.start()
+    p.join()
+    a, b = ctx.Pipe()
+    stop = ctx.Event()
+    q = ctx.Process(target=live, args=(b, stop))
+    q.start()
+    live_s = a.recv()
+    rep.flush()
+    t = os.times()
+    print(json.dumps({"own_s": t.user + t.system, "reaped_s": t.children_user + t.children_system,
+                      "live_s": live_s}), flush=True)
+    sys.stdin.read()
+    stop.set()
+    q.join()

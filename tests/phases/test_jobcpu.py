@@ -1,0 +1,144 @@
+"""A job's own CPU time from its processes (agent.phases.jobcpu; issue 47: the job's CPU outside Slurm).
+
+The oracle is the fixture tree: every figure is the ticks written into /proc/<pid>/stat, over USER_HZ."""
+import dataclasses
+import os
+import shutil
+
+from agent.phases.jobcpu import CpuWatch
+from agent.phases.jobs import JobTable
+from agent.phases.procstat import ProcReader
+from tests.phases.helpers import S, ctx_with_clock, phases_cfg
+from agent.phases.source import PhasesReading
+from agent.sampler import Sampler
+from exporters.prometheus import make_registry
+from prometheus_client import generate_latest
+from tests.conftest import parse_exposition
+from tests.phases.test_jobs import _Src, _get
+from tests.phases.test_parts import _msg
+
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Tree:
+    """A /proc of processes: pid -> (own ticks, reaped ticks, start, children, allowed CPUs)."""
+
+    def __init__(self, root):
+        self.root = str(root)
+
+    def proc(self, pid, own, reaped=0, start=1000, kids=(), cpus="0-1", state="S"):
+        d = os.path.join(self.root, str(pid))
+        os.makedirs(os.path.join(d, "task", str(pid)), exist_ok=True)
+        fields = [state, "1", str(pid), str(pid), "0", "-1", "0", "0", "0", "0", "0", str(own // 2),
+                  str(own - own // 2), str(reaped // 2), str(reaped - reaped // 2), "20", "0", "3", "0", str(start),
+                  "1000", "100"]
+        with open(os.path.join(d, "stat"), "w") as f:
+            f.write(f"{pid} (python3 (a job)) " + " ".join(fields) + "\n")
+        with open(os.path.join(d, "task", str(pid), "children"), "w") as f:
+            f.write(" ".join(map(str, kids)) + (" " if kids else ""))
+        with open(os.path.join(d, "status"), "w") as f:
+            f.write(f"Name:\tpython3\nCpus_allowed:\tf\nCpus_allowed_list:\t{cpus}\nvoluntary_ctxt_switches:\t1\n")
+
+    def gone(self, pid):
+        shutil.rmtree(os.path.join(self.root, str(pid)))
+
+
+def _exposition(reading):
+    sampler = Sampler({"phases": (_Src(reading), 1.0)})
+    sampler.read_once("phases")
+    return parse_exposition(generate_latest(make_registry(lambda: sampler.snapshot)).decode())
+
+
+def _views(table, clock, ranks=((0, 500), (1, 501))):
+    t = clock.t - 10 * S
+    for rank, pid in ranks:
+        table.handle(_msg(t, rank=rank)[0], pid, 0)
+    return table.views(clock.t)[0]
+
+
+def test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants(tmp_path):
+    tr = Tree(tmp_path)
+    tr.proc(500, own=400, reaped=50, kids=[600], cpus="0-3")
+    tr.proc(600, own=200, reaped=0, kids=[601])          # a DataLoader worker and a decoder it started
+    tr.proc(601, own=100)
+    tr.proc(501, own=300, cpus="2-5")
+    tr.proc(700, own=9999)                                # another job's process: never counted
+    ctx, clock = ctx_with_clock()
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    views = _views(table, clock)
+    w = CpuWatch(ProcReader(tr.root))
+    (c,) = w.observe(views, clock.t)
+    assert c.train_job == "j" and c.seconds == (400 + 50 + 200 + 100 + 300) / TCK
+    assert c.cpus == 6                                    # {0..3} | {2..5}
+
+    # one second later the worker is reaped (its seconds, and its child's, move into the rank's cutime) before the
+    # family is read again: nothing is counted twice, and the rank's own new seconds count at once
+    clock.t += S
+    tr.gone(600)
+    tr.gone(601)
+    tr.proc(500, own=450, reaped=50 + 350, kids=[], cpus="0-3")   # the worker ended at 350 ticks (200+100 + 50)
+    (c,) = w.observe(views, clock.t)
+    assert c.seconds == (450 + 50 + 200 + 100 + 300) / TCK
+    # at the family's next reading, the worker's last 50 ticks (in the rank's cutime) count too
+    clock.t += 5 * S
+    (c,) = w.observe(views, clock.t)
+    assert c.seconds == (450 + 400 + 300) / TCK
+
+    # rank 1 exits: its last figure stays in the job's sum; its pid is reused by a new process: counted beside it
+    tr.gone(501)
+    clock.t += S
+    (c,) = w.observe(views, clock.t)
+    assert c.seconds == (450 + 400 + 300) / TCK
+    tr.proc(501, own=30, start=5000, cpus="2-5")
+    clock.t += S
+    (c,) = w.observe(views, clock.t)
+    assert c.seconds == (450 + 400 + 300 + 30) / TCK
+
+    # exported as counters of the job
+    m = _exposition(PhasesReading(views, (), (), 0, "", cpu=(c,)))
+    assert _get(m, "teye_job_cpu_seconds_total", train_job="j") == (450 + 400 + 300 + 30) / TCK
+    assert _get(m, "teye_job_cpus", train_job="j") == 6
+
+
+def test_a_figure_never_falls_and_an_ended_job_keeps_its_last(tmp_path):
+    tr = Tree(tmp_path)
+    tr.proc(500, own=400, kids=[600])
+    tr.proc(600, own=200)
+    ctx, clock = ctx_with_clock()
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    views = _views(table, clock, ranks=((0, 500),))
+    w = CpuWatch(ProcReader(tr.root))
+    assert w.observe(views, clock.t)[0].seconds == 600 / TCK
+    # the worker exits unreaped and unseen (a double fork): its seconds are nowhere now, the figure holds
+    tr.gone(600)
+    tr.proc(500, own=410, kids=[])
+    clock.t += 6 * S
+    assert w.observe(views, clock.t)[0].seconds == 610 / TCK
+    # the job ended: no reading, the last figure (the process's files would say otherwise)
+    tr.proc(500, own=9000)
+    ended = tuple(dataclasses.replace(v, ended=True) for v in views)
+    assert w.observe(ended, clock.t + S)[0].seconds == 610 / TCK
+    # a job gone from the table is forgotten
+    assert w.observe((), clock.t + 2 * S) == () and not w.jobs and not w.last
+
+
+def test_a_rank_started_by_another_rank_counts_once(tmp_path):
+    tr = Tree(tmp_path)
+    tr.proc(500, own=400, kids=[501])
+    tr.proc(501, own=300, kids=[601])
+    tr.proc(601, own=100)
+    ctx, clock = ctx_with_clock()
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    (c,) = CpuWatch(ProcReader(tr.root)).observe(_views(table, clock), clock.t)
+    assert c.seconds == (400 + 300 + 100) / TCK
+
+
+def test_unreadable_processes_give_no_figure_and_nothing_raises(tmp_path):
+    tr = Tree(tmp_path)
+    os.makedirs(os.path.join(tr.root, "500"))
+    with open(os.path.join(tr.root, "500", "stat"), "w") as f:
+        f.write("500 (python3) S 1 2\n")                  # cut short
+    ctx, clock = ctx_with_clock()
+    table = JobTable(phases_cfg(), ctx, own_uid=0)
+    (c,) = CpuWatch(ProcReader(tr.root)).observe(_views(table, clock), clock.t)   # 501 has no directory at all
+    assert c.seconds == 0 and c.cpus is None
