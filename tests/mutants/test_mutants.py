@@ -446,6 +446,16 @@ MUTANTS = {
         ["tests/web/test_tls_records.py::test_the_servers_context_refuses_renegotiation_whatever_openssls_default",
          "tests/web/test_tls_records.py::test_a_client_renegotiating_is_refused_and_the_server_still_serves"]),
     "http_accept_loop_keeps_the_last.patch": (["tests/web/test_tls_cost.py::test_a_closed_tls_connection_is_freed_without_waiting_for_the_cyclic_gc"]),
+    # issue 47: the job's own CPU outside Slurm
+    "jobcpu_live_descendants_left_out.patch": (
+        ["tests/client/test_job_cpu.py::test_the_jobs_cpu_is_its_processes_by_their_own_clock",
+         "tests/phases/test_jobcpu.py::test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants"]),
+    "jobcpu_family_read_apart_from_its_parent.patch": (
+        ["tests/phases/test_jobcpu.py::test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants"]),
+    "jobcpu_exited_process_forgotten.patch": (
+        ["tests/phases/test_jobcpu.py::test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants"]),
+    "report_process_cpu_ignored.patch": (
+        ["tests/report/test_units.py::test_a_job_outside_slurm_gets_its_processes_cpu_not_the_nodes"]),
     # issue 37: communication seen
     "ranks_communication_rule_without_spread.patch": (
         ["tests/phases/test_ranks.py::test_ranks_that_exchange_alike_name_nobody_by_communication"]),
