@@ -6,10 +6,12 @@ live descendants (DataLoader workers, decoders, a Pool's processes), each with t
 through :class:`agent.phases.procstat.ProcReader` (the one door to ``/proc/<pid>``).  Each process counts from its
 own start, so the model's construction before its first message is the job's too.
 
-* The processes' own ``utime + stime`` is read at every collect; the family part (reaped children and the live
-  descendants) together every ``family_every_s`` (5 s), the parent's stat first: a child reaped between the two
-  reads is then missing for one reading, never counted twice (a worker's seconds move from the descendants'
-  sum into the parent's ``cutime`` as it is reaped).
+* At every collect, each process's stat (its own ``utime + stime`` and its reaped children's ``cutime +
+  cstime``), then each of its live descendants' (their own and their reaped children's): a descendant reaped in
+  between is in the parent's ``cutime`` and no longer readable, so it counts once (missing for one reading at
+  worst, never twice).  Who the descendants are is looked up every ``family_every_s`` (5 s: listing every
+  thread's children is the costly part); one started since counts from its start when found, one whose pid
+  went to another process (its start time changed) is dropped.
 * A process's figure never falls (a reading that misses a child holds the previous one); a process that exited
   keeps its last figure in the job's sum; a pid whose start time changed is a new process, counted beside it.
 * A tracked process found among another's descendants (a rank started by another rank) counts once, as itself.
@@ -37,7 +39,8 @@ class JobCpu:
     """One job's CPU on this node."""
 
     train_job: str
-    seconds: float                       # cumulative, of every process of the job seen so far (module docstring)
+    seconds: Optional[float]             # cumulative, of every process of the job seen so far (module docstring);
+    #                                      None: none of its processes could be read (another pid namespace)
     cpus: Optional[int]                  # CPUs its training processes may run on; None: not readable
 
 
@@ -48,7 +51,7 @@ class _Proc:
         self.start = start
         self.own = 0.0          # utime + stime, the highest read
         self.family = 0.0       # cutime + cstime + live descendants', the highest read
-        self.kids: List[int] = []
+        self.kids: Dict[int, Optional[int]] = {}   # live descendants -> their start time (None: not read yet)
         self.family_ns: Optional[int] = None
         self.cpus: Optional[FrozenSet[int]] = None
         self.gone = False
@@ -83,7 +86,7 @@ class CpuWatch:
             tracked = set(pids)
             for pid in pids:
                 self._read(procs, pid, tracked, now_ns)
-            seconds = sum(p.total for lst in procs.values() for p in lst)
+            seconds = sum(p.total for lst in procs.values() for p in lst) if procs else None
             allowed: Set[int] = set()
             known = False
             for pid in pids:
@@ -91,7 +94,8 @@ class CpuWatch:
                 if lst and lst[-1].cpus is not None:
                     allowed |= lst[-1].cpus
                     known = True
-            fig = self.last[key] = JobCpu(j.train_job, round(seconds, 3), len(allowed) if known else None)
+            fig = self.last[key] = JobCpu(j.train_job, None if seconds is None else round(seconds, 3),
+                                          len(allowed) if known else None)
             out.append(fig)
         for key in [k for k in self.jobs if k not in keep]:
             del self.jobs[key]
@@ -117,17 +121,25 @@ class CpuWatch:
             procs.setdefault(pid, []).append(p)
         p.gone = False
         p.own = max(p.own, own)
-        if p.family_ns is None or now_ns - p.family_ns >= self.family_ns:
+        if p.family_ns is None or now_ns - p.family_ns >= self.family_ns:   # who its descendants are now
             p.family_ns = now_ns
-            p.kids = self._descendants(pid, tracked)
-            family = reaped
-            for k in p.kids:
-                try:
-                    k_own, k_reaped, _ = self.reader.cpu(k)
-                except Gone:
-                    continue
-                family += k_own + k_reaped
-            p.family = max(p.family, family)
+            p.kids = {k: p.kids.get(k) for k in self._descendants(pid, tracked)}
+        # its reaped children (read above, in the same stat as its own) and its live descendants, after it: a
+        # descendant reaped since is in its cutime and no longer readable, so it counts once
+        family = reaped
+        for k, k_start in list(p.kids.items()):
+            try:
+                k_own, k_reaped, k_now = self.reader.cpu(k)
+            except Gone:
+                del p.kids[k]
+                continue
+            if k_start is None:
+                p.kids[k] = k_now
+            elif k_now != k_start:    # the descendant exited and its pid went to another process
+                del p.kids[k]
+                continue
+            family += k_own + k_reaped
+        p.family = max(p.family, family)
 
     def _descendants(self, pid: int, tracked: Set[int]) -> List[int]:
         """Its live descendants, less the tracked processes among them and theirs (they count as themselves)."""

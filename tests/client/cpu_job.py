@@ -2,9 +2,10 @@
 
     python cpu_job.py SOCKET
 
-Reports its steps with a Reporter (job "cpu_job").  The main process burns about 0.6 s of CPU over 6 steps; a
-child it joins burns 0.5 s (reaped: in the parent's cutime); a second child burns 0.4 s, says its own CPU time
-over a pipe and stays alive, as a DataLoader worker does.  Then it prints one JSON line, its clock: ``own_s``
+Reports its steps with a Reporter (job "cpu_job").  The main process burns about 0.6 s of CPU over 6 steps
+while a child it then joins burns 0.5 s (reaped: in the parent's cutime) and a second child burns 0.4 s, says
+its own CPU time over a pipe and stays alive, as a DataLoader worker does; a seventh step comes after all of
+it.  Then it prints one JSON line, its clock: ``own_s``
 (os.times() user + system, the main process), ``reaped_s`` (children_user + children_system), ``live_s`` (what
 the live child said), and waits for its stdin to close before it ends.
 """
@@ -39,18 +40,21 @@ def live(conn, stop):
 if __name__ == "__main__":
     rep = Reporter("cpu_job", sys.argv[1], flush_ms=20)
     ctx = mp.get_context("fork")
-    for i in range(6):
+    a, b = ctx.Pipe()
+    stop = ctx.Event()
+    p = ctx.Process(target=reaped)
+    q = ctx.Process(target=live, args=(b, stop))
+    p.start()
+    q.start()
+    for i in range(6):          # the children burn while the job steps, as DataLoader workers do
         with rep.phase("compute"):
             burn(0.1)
         rep.step(samples=1)
-    p = ctx.Process(target=reaped)
-    p.start()
     p.join()
-    a, b = ctx.Pipe()
-    stop = ctx.Event()
-    q = ctx.Process(target=live, args=(b, stop))
-    q.start()
     live_s = a.recv()
+    with rep.phase("compute"):  # a last step after all of it: the job's span holds its every CPU second
+        burn(0.01)
+    rep.step(samples=1)
     rep.flush()
     t = os.times()
     print(json.dumps({"own_s": t.user + t.system, "reaped_s": t.children_user + t.children_system,

@@ -34,4 +34,4 @@ def test_the_jobs_cpu_is_its_processes_by_their_own_clock(tmp_path):
     # rounding) and no more than what the job could spend after it (waiting on its stdin)
     assert clock - 0.03 <= cpu.seconds <= clock + 0.15, (cpu, own)
     assert cpu.cpus == len(os.sched_getaffinity(0))
-    assert jobs["cpu_job"].steps == 6
+    assert jobs["cpu_job"].steps == 7

@@ -454,6 +454,8 @@ MUTANTS = {
         ["tests/phases/test_jobcpu.py::test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants"]),
     "jobcpu_exited_process_forgotten.patch": (
         ["tests/phases/test_jobcpu.py::test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants"]),
+    "jobcpu_reused_descendant_pid_counted.patch": (
+        ["tests/phases/test_jobcpu.py::test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants"]),
     "report_process_cpu_ignored.patch": (
         ["tests/report/test_units.py::test_a_job_outside_slurm_gets_its_processes_cpu_not_the_nodes"]),
     # issue 37: communication seen

@@ -71,32 +71,46 @@ def test_a_jobs_cpu_is_its_ranks_their_reaped_children_and_live_descendants(tmp_
     assert c.train_job == "j" and c.seconds == (400 + 50 + 200 + 100 + 300) / TCK
     assert c.cpus == 6                                    # {0..3} | {2..5}
 
-    # one second later the worker is reaped (its seconds, and its child's, move into the rank's cutime) before the
-    # family is read again: nothing is counted twice, and the rank's own new seconds count at once
+    # one second later the worker has ended and is reaped: its seconds (and its child's, and 50 more ticks) are in
+    # the rank's cutime, read in the same pass; it is no longer readable: counted once
     clock.t += S
     tr.gone(600)
     tr.gone(601)
-    tr.proc(500, own=450, reaped=50 + 350, kids=[], cpus="0-3")   # the worker ended at 350 ticks (200+100 + 50)
-    (c,) = w.observe(views, clock.t)
-    assert c.seconds == (450 + 50 + 200 + 100 + 300) / TCK
-    # at the family's next reading, the worker's last 50 ticks (in the rank's cutime) count too
-    clock.t += 5 * S
+    tr.proc(500, own=450, reaped=50 + 350, kids=[], cpus="0-3")
     (c,) = w.observe(views, clock.t)
     assert c.seconds == (450 + 400 + 300) / TCK
+    # a new worker, found at the next lookup of its descendants (every 5 s), counts from its own start
+    tr.proc(500, own=460, reaped=400, kids=[602], cpus="0-3")
+    tr.proc(602, own=70, start=3000)
+    clock.t += S
+    assert w.observe(views, clock.t)[0].seconds == (460 + 400 + 300) / TCK      # not looked up yet
+    clock.t += 5 * S
+    assert w.observe(views, clock.t)[0].seconds == (460 + 400 + 70 + 300) / TCK
+    # it ends unreaped-then-reaped and its pid goes to a stranger before the next lookup: the stranger is not the
+    # job's (its start time differs); the worker's 80 ticks are in the rank's cutime
+    tr.proc(602, own=5000, start=4000)
+    tr.proc(500, own=460, reaped=480, kids=[602], cpus="0-3")
+    clock.t += S
+    (c,) = w.observe(views, clock.t)
+    assert c.seconds == (460 + 480 + 300) / TCK
+    tr.gone(602)
+    tr.proc(500, own=450, reaped=400, kids=[], cpus="0-3")    # (a reading that falls: the figure holds)
+    assert w.observe(views, clock.t + S)[0].seconds == (460 + 480 + 300) / TCK
+    tr.proc(500, own=460, reaped=480, kids=[], cpus="0-3")
 
     # rank 1 exits: its last figure stays in the job's sum; its pid is reused by a new process: counted beside it
     tr.gone(501)
     clock.t += S
     (c,) = w.observe(views, clock.t)
-    assert c.seconds == (450 + 400 + 300) / TCK
+    assert c.seconds == (460 + 480 + 300) / TCK
     tr.proc(501, own=30, start=5000, cpus="2-5")
     clock.t += S
     (c,) = w.observe(views, clock.t)
-    assert c.seconds == (450 + 400 + 300 + 30) / TCK
+    assert c.seconds == (460 + 480 + 300 + 30) / TCK
 
     # exported as counters of the job
     m = _exposition(PhasesReading(views, (), (), 0, "", cpu=(c,)))
-    assert _get(m, "teye_job_cpu_seconds_total", train_job="j") == (450 + 400 + 300 + 30) / TCK
+    assert _get(m, "teye_job_cpu_seconds_total", train_job="j") == (460 + 480 + 300 + 30) / TCK
     assert _get(m, "teye_job_cpus", train_job="j") == 6
 
 
@@ -141,4 +155,4 @@ def test_unreadable_processes_give_no_figure_and_nothing_raises(tmp_path):
     ctx, clock = ctx_with_clock()
     table = JobTable(phases_cfg(), ctx, own_uid=0)
     (c,) = CpuWatch(ProcReader(tr.root)).observe(_views(table, clock), clock.t)   # 501 has no directory at all
-    assert c.seconds == 0 and c.cpus is None
+    assert c.seconds is None and c.cpus is None          # never read: no figure (not 0 s)
