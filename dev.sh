@@ -15,8 +15,10 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 apt_install() {
     echo "dev.sh: installing Debian packages: $*" >&2
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    # another apt or unattended-upgrades holding the dpkg lock: wait for it (up to 10 minutes), not fail at once
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends "$@" >/dev/null
 }
 
 make_venv() {
@@ -33,8 +35,11 @@ make_venv() {
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/teye" ]; then
         return 0
     fi
-    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install -q -e ".$1" 2>&1 | grep -v -i "editable" >&2 || true
+    # (pip's notices, its version check and "running as root", are not what a newcomer needs to read first)
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --root-user-action=ignore --upgrade pip \
+        >/dev/null
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".$1" 2>&1 \
+        | grep -v -i "editable" >&2 || true
     [ -x "$VENV/bin/teye" ] || { echo "dev.sh: installing teye failed" >&2; exit 1; }
     echo "$want" > "$stamp"
 }
