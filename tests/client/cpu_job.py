@@ -3,6 +3,7 @@
     python cpu_job.py SOCKET
 
 Reports its steps with a Reporter (job "cpu_job").  The main process burns about 0.6 s of CPU over 6 steps
+(each after a 0.5 s wait: the run spans several 1 s scrapes)
 while a child it then joins burns 0.5 s (reaped: in the parent's cutime) and a second child burns 0.4 s, says
 its own CPU time over a pipe and stays alive, as a DataLoader worker does; a seventh step comes after all of
 it.  Then it prints one JSON line, its clock: ``own_s``
@@ -47,6 +48,8 @@ if __name__ == "__main__":
     p.start()
     q.start()
     for i in range(6):          # the children burn while the job steps, as DataLoader workers do
+        with rep.phase("data_wait"):
+            time.sleep(0.5)     # (the run spans several of a 1 s scrape: the report's span is not "short")
         with rep.phase("compute"):
             burn(0.1)
         rep.step(samples=1)

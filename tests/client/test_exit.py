@@ -56,4 +56,6 @@ def test_a_sigkilled_child_loses_only_its_unsent_tail(agent):
     own, j = _same_job(agent, "kill", 30, "exit-kill")
     assert own["statuses"] == [-9]
     print(own, j.steps, j.processes)
-    assert 30 <= j.steps < own["steps"] == 60, (j.steps, own)
+    # the child's tail is lost unless a flush took it just before the kill: under load its 30 steps outlast
+    # flush_ms and the last one can leave the buffer empty (CI, stop 55: all 60 arrived)
+    assert 30 <= j.steps <= own["steps"] == 60 and j.samples == 8 * j.steps, (j.steps, j.samples, own)

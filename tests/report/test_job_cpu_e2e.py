@@ -63,5 +63,6 @@ def test_a_job_outside_slurm_is_judged_by_its_own_processes_cpu(tmp_path):
     cpus = len(os.sched_getaffinity(0))
     assert cpu["source"] == "job_processes" and cpu["allocated_cores"] == cpus, cpu
     assert clock - 0.03 <= cpu["job_seconds"] <= clock + 0.15, (cpu, own)
+    assert not cpu["short_run"] and cpu["efficiency"] is not None, cpu
     assert 0 < cpu["efficiency"] <= cpu["job_seconds"] / cpus / max(j["run_seconds"], 1e-9), (cpu, j["run_seconds"])
     assert f"of {cpus} CPUs they may run on (the job's processes and their workers" in text, text
