@@ -122,11 +122,14 @@ def test_three_uids_flooding_expensive_datagrams_are_shed_and_a_fourth_uids_job_
         # each flooder got into the socket more than its share could pay for, and was shed (how many of its
         # datagrams got in at all, and so what share of them was shed, is the scheduler's: on 2 loaded cores
         # a third to a half; what it had handled is the budget's, below)
+        # the flood was shed: over the three flooders together (one the scheduler let into the socket less than
+        # the others stays near its share and is shed little: CI, this stop, 31 datagrams in and 5 shed, at 7,517
+        # units against the others' 14,083 and 15,371; what each handled is bounded by its share below)
+        shed = sum(jobs[f"{name}/flood"].shed for name in FLOODERS.values())
+        assert shed > 0.2 * sum(sent[uid]["sent"] for uid in FLOODERS), (shed, sent)
         for uid, name in FLOODERS.items():
             f = sent[uid]
             assert f["bytes"] > 60000 and f["sent"] > 10 and f["full"] > 1000, f   # it flooded (the queue was full)
-            job = jobs[f"{name}/flood"]
-            assert job.shed > 0.2 * f["sent"], (name, job.shed, f)
             # what it had handled, at most its share of the budget over the flood plus a slice's burst (and
             # the one datagram over it), in the receiver's units of measured handling time
             share = per_slice * receiver.SHED_UID_SHARE / receiver._SLICE_S
