@@ -82,7 +82,7 @@ class CpuWatch:
                     out.append(self.last[key])
                 continue
             procs = self.jobs.setdefault(key, {})
-            pids = [r.pid for r in j.ranks] or [j.pid]
+            pids = j.training_pids
             tracked = set(pids)
             for pid in pids:
                 self._read(procs, pid, tracked, now_ns)

@@ -216,6 +216,12 @@ class JobView:
     trace: Optional[traces.TraceView] = None   # its latest trace on request and the totals (phases.traces)
 
     @property
+    def training_pids(self) -> List[int]:
+        """The job's training processes on this node: its ranks', else the first process that sent its phases
+        (the processes whose memory and CPU are the job's: agent.phases.memory, agent.phases.jobcpu)."""
+        return [r.pid for r in self.ranks] or [self.pid]
+
+    @property
     def source(self) -> str:
         """Where the job's phases come from (protocol.SOURCES: client, torch, tf.data ...)."""
         return self.evidence.source

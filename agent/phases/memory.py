@@ -113,10 +113,9 @@ class MemoryWatch:
                 continue
             device = {p.pid: p.device for p in j.inside.processes} if j.inside is not None else {}
             ranks = {r.pid: (r.rank, r.steps) for r in j.ranks}
-            pids = list(ranks) if ranks else [j.pid]
             procs = []
             creep = None
-            for pid in pids:
+            for pid in j.training_pids:
                 rank, steps = ranks.get(pid, (None, j.steps))
                 vals = {}
                 try:

@@ -205,11 +205,10 @@ class ProcReader:
     def _descendant(self, pid: int) -> Tuple[float, Optional[int]]:
         """(CPU seconds with its reaped children, read_bytes or None) of one descendant; (0, None) when gone."""
         try:
-            f = self._stat(pid)
-            cpu = (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / self.tck
-        except (Gone, ValueError):
+            own, reaped, _ = self.cpu(pid)
+        except Gone:
             return 0.0, None
-        return cpu, self.read_bytes(pid)[0]
+        return own + reaped, self.read_bytes(pid)[0]
 
     def read_bytes(self, pid: int) -> Tuple[Optional[int], str]:
         """(read_bytes, problem): None and the reason when /proc/<pid>/io cannot be read."""
@@ -242,12 +241,8 @@ class ProcReader:
                 psi[path] = _psi_total(path)
             return psi[path]
 
-        f = self._stat(pid)
-        try:
-            cpu = (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / self.tck
-            start = int(f[19])
-        except ValueError:
-            raise Gone(f"{self._p(pid, 'stat')}: utime/stime are not numbers") from None
+        own, reaped, start = self.cpu(pid)
+        cpu = own + reaped
         rb, problem = self.read_bytes(pid)
         for d in descendants:
             d_cpu, d_rb = self._descendant(d)
