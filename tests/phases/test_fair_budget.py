@@ -106,14 +106,16 @@ def test_a_flood_does_not_make_another_job_lose_records(sockdir, flooder):
             fname = f"uid{NOBODY}/flood"
         print("flood", f, "victim", v, {k: (j.steps, j.client_dropped, getattr(j, "shed", None))
                                          for k, j in jobs.items()})
-        assert f["sent"] > 4 * 4 * 4000, f       # the flood exceeded the budget many times over
+        # the flood exceeded the budget several times over (two CPU hogs beside it: 50-60 k in 4 s, 3-4 times)
+        assert f["sent"] > 2 * 4 * 4000, f
         # the victim lost nothing: every step it took is in the agent, none dropped at either end
-        assert v["dropped_messages"] == 0 and v["dropped"] == 0, v
-        assert jobs["victim"].steps == v["steps"] and jobs["victim"].samples == v["samples"]
-        assert jobs["victim"].client_dropped == 0 and jobs["victim"].shed == 0
+        results = dict(agent.src.collect(force=True).results)
+        why = (v, jobs["victim"], results)   # (CI stop 56 saw 384 of 400 steps, its cause not in the log)
+        assert v["dropped_messages"] == 0 and v["dropped"] == 0, why
+        assert jobs["victim"].steps == v["steps"] and jobs["victim"].samples == v["samples"], why
+        assert jobs["victim"].client_dropped == 0 and jobs["victim"].shed == 0, why
         # what the receiver discarded is charged to the flooder: with what it handled, every datagram the
         # flooder got into the socket (the kernel's count is the flooder's "sent")
-        results = dict(agent.src.collect(force=True).results)
         assert jobs[fname].shed > 0 and jobs[fname].shed == results["shed"]
         assert jobs[fname].steps + jobs[fname].shed == f["sent"], (jobs[fname].steps, f)
         points = {(p.spec.name, p.labels): p.value for p in agent.src.collect(force=True).points()}
