@@ -8,9 +8,12 @@ a new, valid, unexpired request is taken once per process:
 
 - accepted at once (a status file ``<id>.<node>.rank<R>.pid<P>.json`` beside the request: the CLI counts the
   ranks that took it);
-- the profiler starts at the first iteration end at or after the request's ``start_after`` (a wall-clock time,
-  so every rank of a data-parallel job, in lockstep, starts at the same step; the status says which, counted
-  from the process's first step), warms up one step, records ``steps`` steps (one ``ProfilerStep#N`` each)
+- at the first iteration end at or after the request's ``start_after`` (a wall-clock time) each process
+  proposes a first step (counted from its own first step), ``START_MARGIN_S`` of its steps later, in its
+  status; the ranks of a data-parallel job, in lockstep, may end that iteration on either side of
+  ``start_after``, so each takes the largest proposal of the request's processes on this node before it starts
+  (their statuses, read again at the step it would start at): every rank starts at the same step, which the
+  status says; the profiler warms up one step, records ``steps`` steps (one ``ProfilerStep#N`` each)
   and, at the next step boundary (so that the writing is not in a traced step), writes them to ``<output>/<job>.<id>.<node>.rank<R>.pt.trace.json`` (mode 0600, in a directory that
   must be the job uid's own and closed to others);
 - the status says ``done`` with the file, or ``failed`` with a one-line reason (a profiler that raises, an
@@ -29,6 +32,10 @@ from .reporter import dir_problem
 
 ENV_DIR = "TEYE_TRACE_REQUESTS"
 CHECK_EVERY_NS = 250 * 10**6          # how often the training thread looks for a request (one stat)
+START_MARGIN_S = 0.5                  # a proposed first step is this much of the process's steps after start_after
+MIN_MARGIN_STEPS, MAX_MARGIN_STEPS = 3, 10000
+PEEK_EVERY_NS = 50 * 10**6            # how often, while waiting for the first step, the peers' proposals are read
+MAX_STATUS_BYTES = 8192
 MAX_REQUEST_BYTES = 4096
 MAX_STEPS = 1000
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # a trace over a request's max_bytes (this by default) is removed, not kept
@@ -166,6 +173,7 @@ class Tracer:
         # (the agent's requests, for its webhook: a directory of the agent's uid; statuses stay in the job's own)
         self.agent_path = os.path.join(agent_dir, train_job + ".json") if agent_dir else None
         self.node = socket.gethostname().split(".")[0] or "node"
+        self.pid = os.getpid()         # (made in the process whose training thread ticks it)
         self.step_n = 0                # loop iterations ended in this process
         self.next_check = 0
         self.seen = {}                 # per request file, the last read: (inode, mtime, size)
@@ -174,6 +182,10 @@ class Tracer:
         self.prof = None
         self.recorded = False          # the steps asked for are recorded (written at the next boundary)
         self.first_step = None
+        self.taken_at = None           # (step, monotonic ns) when the request was taken: the step rate since
+        self.start_step = None         # the first step traced: the largest proposal seen (its own, its peers')
+        self.proposed = self.margin = 0   # its own proposal, and the margin it took (steps)
+        self.next_peek = 0
 
     def tick(self, now_ns=None):
         self.step_n += 1
@@ -182,14 +194,24 @@ class Tracer:
             if now_ns < self.next_check:
                 return
             self.next_check = now_ns + CHECK_EVERY_NS
-            self._look(self.path)
+            self._look(self.path, now_ns)
             if self.req is None and self.agent_path is not None:
-                self._look(self.agent_path)
+                self._look(self.agent_path, now_ns)
             return
         try:
             if self.prof is None:
-                if _wall() >= self.req["start_after"]:
-                    self.first_step = self.step_n + 2   # the one after this is the warm-up step
+                if self.start_step is None:
+                    if _wall() >= self.req["start_after"]:
+                        self._propose(_ns() if now_ns is None else now_ns)
+                    return
+                now_ns = _ns() if now_ns is None else now_ns
+                due = self.step_n + 2 >= self.start_step   # the one after this is the warm-up step
+                if due or now_ns >= self.next_peek:   # (always just before it starts: a late peer's proposal)
+                    self.next_peek = now_ns + PEEK_EVERY_NS
+                    self.start_step = max(self.start_step, self._peers_start(self.proposed))
+                    due = self.step_n + 2 >= self.start_step
+                if due:
+                    self.first_step = self.step_n + 2
                     self.prof = self.profile(self.req["steps"])
                     self._status("tracing")
             elif self.recorded:
@@ -200,7 +222,7 @@ class Tracer:
             self._fail("the profiler raised %s: %s" % (type(e).__name__, str(e)[:300]))
 
     # -- the request ---------------------------------------------------------------------------
-    def _look(self, path):
+    def _look(self, path, now_ns):
         try:
             st = os.stat(path)
         except OSError:
@@ -238,11 +260,57 @@ class Tracer:
             except OSError:
                 pass   # (output_problem says why)
         self.req = req
+        self.taken_at, self.start_step, self.first_step, self.next_peek = (self.step_n, now_ns), None, None, 0
         why = output_problem(req["output"])
         if why:
             self._fail(why)
         else:
             self._status("accepted")
+
+    # -- the first step, agreed with the request's other processes on this node ----------------------
+    def _propose(self, now_ns):
+        """At the first iteration end at or after start_after: propose a first step START_MARGIN_S of this
+        process's steps (their rate since it took the request) ahead, at least MIN_MARGIN_STEPS, in the status."""
+        step0, ns0 = self.taken_at or (self.step_n, now_ns)
+        rate = (self.step_n - step0) / max(now_ns - ns0, 1) * 1e9   # steps a second
+        self.margin = min(MAX_MARGIN_STEPS, max(MIN_MARGIN_STEPS, int(rate * START_MARGIN_S + 0.999)))
+        self.proposed = self.step_n + 2 + self.margin
+        self.start_step = max(self.proposed, self._peers_start(self.proposed))
+        self.next_peek = now_ns + PEEK_EVERY_NS
+        self._status("starting", start_step=self.start_step)
+
+    def _peers_start(self, own):
+        """The largest first step the request's other processes on this node proposed or started at, up to one
+        margin past this process's own proposal ``own`` (0: none).  A process further ahead is not in lockstep
+        with this one (another job's process, or one that started later): waiting for it would not make them
+        trace the same steps, and the CLI says they did not.  Their statuses are in this directory, which only
+        this uid may write (a bad one is skipped)."""
+        limit = own + self.margin
+        prefix = "%s.%s." % (self.job, self.req["id"])
+        mine = "pid%d.status.json" % self.pid
+        best = 0
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return 0
+        for name in names:
+            if not name.startswith(prefix) or not name.endswith(".status.json") or name.endswith(mine):
+                continue
+            try:
+                fd = os.open(os.path.join(self.dir, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                             | getattr(os, "O_NONBLOCK", 0))
+                with os.fdopen(fd, "rb") as f:
+                    raw = f.read(MAX_STATUS_BYTES + 1)
+                rec = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_STATUS_BYTES else None
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            if not isinstance(rec, dict) or rec.get("id") != self.req["id"]:
+                continue
+            for key in ("start_step", "first_step"):
+                v = rec.get(key)
+                if type(v) is int and best < v <= limit:
+                    best = v
+        return best
 
     # -- the trace ------------------------------------------------------------------------------
     def _trace_path(self):
@@ -271,7 +339,7 @@ class Tracer:
             return self._fail("writing the trace failed: %s: %s" % (type(e).__name__, str(e)[:300]))
         self._status("done", trace=path)
         self._report(True)
-        self.req = None
+        self.req = self.start_step = None
 
     def _fail(self, why):
         prof, self.prof, self.recorded = self.prof, None, False
@@ -282,7 +350,7 @@ class Tracer:
                 pass
         self._status("failed", reason=why)
         self._report(False)
-        self.req = None
+        self.req = self.start_step = None
 
     def _report(self, done):
         if self.report is not None:
@@ -293,10 +361,11 @@ class Tracer:
 
     def _status(self, state, **extra):
         req = self.req
-        rec = {"id": req["id"], "state": state, "train_job": self.job, "node": self.node, "pid": os.getpid(),
-               "rank": self.rank, "steps": req["steps"], "first_step": self.first_step, "time": _wall()}
+        rec = {"id": req["id"], "state": state, "train_job": self.job, "node": self.node, "pid": self.pid,
+               "rank": self.rank, "steps": req["steps"], "first_step": self.first_step,
+               "start_step": self.start_step, "time": _wall()}
         rec.update(extra)
-        name = "%s.%s.%s.pid%d.status.json" % (self.job, req["id"], self.node, os.getpid())
+        name = "%s.%s.%s.pid%d.status.json" % (self.job, req["id"], self.node, self.pid)
         try:
             _write_private(os.path.join(self.dir, name), json.dumps(rec).encode())
         except OSError:

@@ -2,7 +2,8 @@
 
 The request is a file (teye_client._trace describes the job's side): written atomically into the job uid's
 request directory, which only that uid and root may write; the processes of the job (its ranks) take it at
-their next step boundary, start together at the first boundary after ``start_after``, and write their trace
+their next step boundary, start together at a step they agree on after ``start_after`` (each proposes one in its
+status and takes the largest of the node's proposals), and write their trace
 and a status file.  This module writes the request, counts the processes that took it, waits (bounded) for
 each one's trace, and reduces what came back with the summary of :mod:`agent.trace.summary`.
 """

@@ -92,35 +92,101 @@ def test_the_job_takes_a_request_once_starts_after_it_and_records_the_steps_aske
     d, out = dirs
     monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
     t = _trace.Tracer("job", 1, FakeProfile, directory=d)
+    clock = iter(range(10**9, 10**12, 10**8))       # (a step every 100 ms: 10 steps a second)
     for _ in range(4):
-        t.tick()                                     # no request: nothing
+        t.tick(next(clock))                          # no request: nothing
     assert os.listdir(d) == []
     now = [time.time()]
     monkeypatch.setattr(_trace, "_wall", lambda: now[0])
     _ask(d, out, start_after=now[0] + 1.0)
-    t.tick()                                         # step 5 ends: the request is seen and taken
+    t.tick(next(clock))                              # step 5 ends: the request is seen and taken
     assert _status(d)["state"] == "accepted"
     now[0] += 0.999
-    t.tick()                                         # before start_after: not yet
+    t.tick(next(clock))                              # before start_after: not yet
     assert _status(d)["state"] == "accepted" and not FakeProfile.made
     now[0] += 0.001
-    t.tick()                                         # step 7 ends at start_after: the profiler starts
+    t.tick(next(clock))                              # step 7 ends at start_after: a first step is proposed
+    st = _status(d)                                  # half a second of its steps later (5: 2 since step 5 in 0.2 s)
+    assert st["state"] == "starting" and st["start_step"] == 7 + 2 + 5 and not FakeProfile.made
+    for _ in range(4):
+        t.tick(next(clock))                          # steps 8-11: not yet
+    assert not FakeProfile.made
+    t.tick(next(clock))                              # step 12 ends: the profiler starts
     st = _status(d)
-    assert st["state"] == "tracing" and st["first_step"] == 9   # step 8 warms up; 9, 10, 11 are recorded
+    assert st["state"] == "tracing" and st["first_step"] == 14   # step 13 warms up; 14, 15, 16 are recorded
     for _ in range(3):
-        t.tick()
+        t.tick(next(clock))
     assert _status(d)["state"] == "tracing"
-    t.tick()                                         # step 11 ends: the three recorded steps are complete
+    t.tick(next(clock))                              # step 16 ends: the three recorded steps are complete
     assert _status(d)["state"] == "tracing"
-    t.tick()                                         # step 12 ends: they are written (outside the traced steps)
+    t.tick(next(clock))                              # step 17 ends: they are written (outside the traced steps)
     st = _status(d)
     assert st["state"] == "done" and st["rank"] == 1 and FakeProfile.made[-1].stopped
     assert st["trace"] == os.path.join(out, f"job.r1.{t.node}.rank1.pt.trace.json")
     assert os.stat(st["trace"]).st_mode & 0o777 == 0o600
     n = len(FakeProfile.made)
     for _ in range(10):
-        t.tick()                                     # the same request is not taken twice
+        t.tick(next(clock))                          # the same request is not taken twice
     assert len(FakeProfile.made) == n
+
+
+def _ranks(d, n=2):
+    ts = [_trace.Tracer("job", r, FakeProfile, directory=d) for r in range(n)]
+    for r, t in enumerate(ts):
+        t.pid = 1000 + r                             # (each rank its own process: its own status file)
+    return ts
+
+
+def test_ranks_that_end_a_step_on_either_side_of_start_after_trace_the_same_steps(dirs, monkeypatch):
+    """Two ranks in lockstep end step 7 a moment apart, start_after between them: the early one would start a
+    step before the other (CI stop 55); each proposes a first step and takes the larger of the two."""
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    now = [time.time()]
+    monkeypatch.setattr(_trace, "_wall", lambda: now[0])
+    a, b = _ranks(d)
+    _ask(d, out, start_after=now[0] + 1.0)
+    ns = 10**9
+    for _ in range(6):                               # steps 1-6, 20 ms each, before start_after
+        ns += 2 * 10**7
+        for t in (a, b):
+            t.tick(ns)
+    now[0] += 1.0
+    a.tick(ns + 2 * 10**7)                           # a ends step 7 at start_after ...
+    now[0] -= 0.002
+    b.tick(ns + 2 * 10**7)                           # ... b ended it 2 ms before (its wall clock read earlier)
+    now[0] += 0.002
+    ns += 2 * 10**7
+    assert a.start_step is not None and b.start_step is None
+    for _ in range(60):
+        ns += 2 * 10**7
+        for t in (a, b):
+            t.tick(ns)
+    firsts = [t.first_step for t in (a, b)]
+    assert firsts[0] == firsts[1] == b.proposed and b.proposed == a.proposed + 1, (firsts, a.proposed, b.proposed)
+    done = [_status_of(d, t) for t in (a, b)]
+    assert [(s["state"], s["first_step"]) for s in done] == [("done", firsts[0])] * 2
+
+
+def test_a_peer_out_of_lockstep_or_a_bad_status_is_not_waited_for(dirs, monkeypatch):
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    (a,) = _ranks(d, 1)
+    _ask(d, out)
+    for name, body in (("job.r1.n.pid7.status.json", json.dumps({"id": "r1", "start_step": 10**6})),  # far ahead
+                       ("job.r1.n.pid8.status.json", "{not json"),
+                       ("job.r1.n.pid9.status.json", json.dumps({"id": "r1", "start_step": 9, "x": "y" * 9000})),
+                       ("job.r0.n.pid6.status.json", json.dumps({"id": "r0", "start_step": 12}))):   # another request
+        with open(os.path.join(d, name), "w") as f:
+            f.write(body)
+    for k in range(30):
+        a.tick(10**9 + k * 10**8)
+    assert a.first_step == a.proposed and a.req is None and _status_of(d, a)["state"] == "done"
+
+
+def _status_of(d, t):
+    with open(os.path.join(d, f"job.r1.{t.node}.pid{t.pid}.status.json")) as f:
+        return json.load(f)
 
 
 def test_a_request_for_other_ranks_or_in_a_directory_others_may_write_is_not_taken(dirs, monkeypatch):
@@ -143,9 +209,10 @@ def test_a_request_for_other_ranks_or_in_a_directory_others_may_write_is_not_tak
 def test_a_profiler_that_raises_fails_the_trace_and_the_job_goes_on(dirs, monkeypatch):
     d, out = dirs
     monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    monkeypatch.setattr(_trace, "START_MARGIN_S", 0)   # (the least margin: 3 steps, whatever their rate)
     t = _trace.Tracer("job", 0, lambda steps: FakeProfile(steps, fail_at=2), directory=d)
     _ask(d, out)
-    for _ in range(6):
+    for _ in range(10):
         t.tick()                                     # (never raises into the loop)
     st = _status(d)
     assert st["state"] == "failed" and "CUPTI_ERROR_NOT_INITIALIZED" in st["reason"]
@@ -168,7 +235,7 @@ def test_the_watch_costs_one_stat_per_interval(dirs, monkeypatch):
     d, out = dirs
     t = _trace.Tracer("job", 0, FakeProfile, directory=d)
     looks = []
-    monkeypatch.setattr(t, "_look", lambda path: looks.append(path))
+    monkeypatch.setattr(t, "_look", lambda path, now_ns: looks.append(path))
     for ns in range(0, 10**9, 10**6):                # 1,000 steps of 1 ms
         t.tick(ns + 1)
     assert len(looks) == 4                           # at 0, 0.25, 0.5 and 0.75 s
@@ -238,6 +305,7 @@ def test_the_agents_request_is_taken_from_its_directory_and_traced_into_the_jobs
     trusts as it trusts the socket's; the request names no output: the job writes into its own default
     (/tmp/teye-<uid>/traces, beside its request directory), made 0700 by the job."""
     monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    monkeypatch.setattr(_trace, "START_MARGIN_S", 0)   # (the least margin: 3 steps, whatever their rate)
     FakeProfile.made.clear()
     own = tmp_path / "teye-x" / "trace"                # the job's own request directory: absent so far
     (tmp_path / "teye-x").mkdir(mode=0o700)
@@ -248,7 +316,7 @@ def test_the_agents_request_is_taken_from_its_directory_and_traced_into_the_jobs
     t = _trace.Tracer("job", None, FakeProfile, directory=str(own), agent_dir=str(agent))
     req = dict(id="a1", steps=2, output=None, start_after=time.time(), expires=time.time() + 60, ranks=None)
     _trace._write_private(str(agent / "job.json"), json.dumps(req).encode())
-    for _ in range(6):
+    for _ in range(10):
         t.tick()
     out = tmp_path / "teye-x" / "traces"
     assert os.stat(out).st_mode & 0o777 == 0o700
@@ -267,6 +335,7 @@ def test_a_trace_over_the_requests_byte_bound_is_removed_and_its_status_says_why
     it is kept."""
     d, out = dirs
     monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    monkeypatch.setattr(_trace, "START_MARGIN_S", 0)   # (the least margin: 3 steps, whatever their rate)
     probe = os.path.join(out, "probe.json")
     FakeProfile(1).export(probe)
     size = os.stat(probe).st_size
@@ -276,7 +345,7 @@ def test_a_trace_over_the_requests_byte_bound_is_removed_and_its_status_says_why
             os.unlink(os.path.join(d, n))
         t = _trace.Tracer("job", 0, FakeProfile, directory=d)
         _ask(d, out, id=f"b{bound}", steps=1, max_bytes=bound)
-        for _ in range(5):
+        for _ in range(9):
             t.tick()
         st = _status(d)
         if kept:
