@@ -108,6 +108,8 @@ def trace_webhook(cfg: Dict[str, Any], srcs: Dict[str, tuple], sampler: Sampler,
 def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, required=()) -> int:
     """Run until SIGTERM/SIGINT (or stop_event); returns the exit status.  ``required``: the collectors the
     configuration turned on explicitly (absent hardware is a failure for them)."""
+    from exporters import lean
+    lean.import_asyncio(cfg["web"]["config_file"])   # (no web config, no TLS: no OpenSSL mapped, 5 MiB)
     from exporters.http import Limits, MetricsServer, bind_listener
     from exporters.webconfig import WebConfig
     from exporters.webstats import WebStats

@@ -49,7 +49,7 @@ import os
 import re
 import resource
 import socket
-import ssl
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -269,6 +269,21 @@ def _small_buffer_ssl_protocol():
 
 
 _SSLProtocol = _small_buffer_ssl_protocol()
+
+
+class _NoTLS(Exception):
+    """Stands for ssl.SSLError in the except clauses below where the process never imported ssl (no TLS is
+    served: exporters/lean.py kept OpenSSL out of it); nothing raises it."""
+
+
+def _ssl_error() -> type:
+    """ssl.SSLError where ssl is loaded (a TLS server imported it, at the latest when its web config was
+    read), else _NoTLS: this module never imports ssl itself."""
+    mod = sys.modules.get("ssl")
+    return getattr(mod, "SSLError", _NoTLS)
+
+
+SSLError = _ssl_error()
 TRIM_EVERY_S = 5.0              # after many connections closed, glibc's free pages handed back at most this often
 TRIM_AFTER_CLOSED = 64          # ... once this many closed since the last trim and the table is down to a quarter
 
@@ -303,6 +318,8 @@ class MetricsServer:
         self._render = render
         self._health = health
         self._web = web or WebConfig(None)
+        global SSLError
+        SSLError = _ssl_error()   # (TLS: the web config imported ssl)
         self.limits = limits
         self.max_connections = fd_budget(limits.max_connections, limits.reserved_fds)
         if self.max_connections < limits.max_connections:
@@ -381,7 +398,7 @@ class MetricsServer:
 
     def _on_loop_error(self, loop, context) -> None:
         exc = context.get("exception")
-        if isinstance(exc, (OSError, ssl.SSLError)):
+        if isinstance(exc, (OSError, SSLError)):
             log.debug("http: %s: %s", context.get("message"), exc)
         else:
             _rlog.error("loop", "http: %s", context.get("message"), exc_info=exc)
@@ -521,7 +538,7 @@ class MetricsServer:
                                                  lim.header_timeout_seconds, "header")
             except _Timeout:
                 raise
-            except (ssl.SSLError, OSError, EOFError) as e:  # (TimeoutError is an OSError)
+            except (SSLError, OSError, EOFError) as e:  # (TimeoutError is an OSError)
                 if tls:
                     stats.tls_failure(tls_reason(e))
                 raise
@@ -553,7 +570,7 @@ class MetricsServer:
             stats.timeout(e.kind)
             log.debug("http: connection timed out (%s)", e.kind)
             _unlink(e)
-        except (ConnectionError, ssl.SSLError, OSError, asyncio.IncompleteReadError) as e:
+        except (ConnectionError, SSLError, OSError, asyncio.IncompleteReadError) as e:
             log.debug("http: client went away: %s", e.__class__.__name__)
             _unlink(e)
 
@@ -571,7 +588,7 @@ class MetricsServer:
                 old.task.cancel()
         self._handshaking[conn] = None
 
-    async def _tls_accept(self, sock: socket.socket, protocol, context: ssl.SSLContext):
+    async def _tls_accept(self, sock: socket.socket, protocol, context: "ssl.SSLContext"):
         """The TLS handshake on an accepted socket; the app-level transport.  With asyncio's SSLProtocol of the
         shape known here, through one whose read buffer is TLS_READ_BUFFER (not 256 KiB per connection)."""
         timeout = self.limits.header_timeout_seconds + 1

@@ -38,18 +38,17 @@ neither cache holds (:meth:`WebConfig.verify`, on its own bounded thread: export
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 import os
 import re
-import ssl
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-import yaml
+if TYPE_CHECKING:
+    import ssl
 
 from agent.config import key_text, short_repr
 from agent.errors import ConfigError
@@ -82,11 +81,12 @@ GO_CIPHERS = {
 }
 TLS13_SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
 GO_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
-TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
-                "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
-CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_OPTIONAL,
-               "RequireAnyClientCert": ssl.CERT_REQUIRED, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-               "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+# (names in ssl, looked up where a TLS section is read: without TLS the agent never loads OpenSSL, 5 MiB of its
+# resident memory; exporters/lean.py)
+TLS_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}
+CLIENT_AUTH = {"NoClientCert": "CERT_NONE", "RequestClientCert": "CERT_OPTIONAL",
+               "RequireAnyClientCert": "CERT_REQUIRED", "VerifyClientCertIfGiven": "CERT_OPTIONAL",
+               "RequireAndVerifyClientCert": "CERT_REQUIRED"}
 # Header -> allowed values (None: any string), as the toolkit validates them.
 HEADERS = {"Content-Security-Policy": None, "X-Frame-Options": ("deny", "sameorigin"),
            "X-Content-Type-Options": ("nosniff",), "X-XSS-Protection": None, "Strict-Transport-Security": None}
@@ -170,6 +170,7 @@ def _resolve(base: str, path: str) -> str:
 
 
 def _load_chain(ctx: ssl.SSLContext, certfile: str, keyfile: str, what: str) -> None:
+    import ssl
     try:
         ctx.load_cert_chain(certfile, keyfile)
     except (OSError, ssl.SSLError) as e:
@@ -201,6 +202,7 @@ def _pem_source(section: Dict[str, Any], what: str, base: str, files: List[str],
 
 
 def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
+    import ssl   # (here: a TLS section; see TLS_VERSIONS)
     w = "tls_server_config."
     _check_keys(section, _TLS_KEYS, w)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -224,7 +226,7 @@ def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
         raise ConfigError(f"{w}client_ca_file: client CAs are configured but client_auth_type is NoClientCert")
     if ca_file and ca:
         raise ConfigError(f"{w}client_ca and {w}client_ca_file: give one of them, not both")
-    ctx.verify_mode = CLIENT_AUTH[auth]
+    ctx.verify_mode = getattr(ssl, CLIENT_AUTH[auth])
     if auth in ("RequestClientCert", "RequireAnyClientCert"):
         log.warning("web config: client_auth_type %s: client certificates are verified too (Python's ssl "
                     "cannot accept an unverified one)", auth)
@@ -249,7 +251,7 @@ def _tls(section: Dict[str, Any], base: str, files: List[str]) -> TLSSettings:
         if not isinstance(v, str) or v not in TLS_VERSIONS:
             raise ConfigError(f"{w}{k}: expected one of {', '.join(TLS_VERSIONS)}, got {short_repr(v)}")
         try:
-            setattr(ctx, k.replace("_version", "imum_version"), TLS_VERSIONS[v])
+            setattr(ctx, k.replace("_version", "imum_version"), getattr(ssl.TLSVersion, TLS_VERSIONS[v]))
         except ValueError as e:
             raise ConfigError(f"{w}{k}: {v} not available here ({e})") from None
     if ctx.minimum_version > ctx.maximum_version:
@@ -332,6 +334,7 @@ def parse(data: Any, base: str = ".") -> Tuple[Settings, List[str]]:
 
 def read(path: str) -> Tuple[Settings, List[str]]:
     """Read and parse the file at ``path`` (relative paths inside resolve against its directory)."""
+    import yaml   # (here: a web config file is given)
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
@@ -346,7 +349,7 @@ def read(path: str) -> Tuple[Settings, List[str]]:
     return settings, [os.path.abspath(path)] + files
 
 
-_CERT_LEVELS = {ssl.CERT_NONE: 0, ssl.CERT_OPTIONAL: 1, ssl.CERT_REQUIRED: 2}
+_CERT_LEVELS = {"CERT_NONE": 0, "CERT_OPTIONAL": 1, "CERT_REQUIRED": 2}   # (ssl.VerifyMode names)
 
 
 def weakened(old: Settings, new: Settings) -> Optional[str]:
@@ -357,7 +360,7 @@ def weakened(old: Settings, new: Settings) -> Optional[str]:
     if old.users and not new.users:
         return "basic_auth_users removed or empty while basic auth is on"
     if old.tls is not None and new.tls is not None:
-        was, now = (_CERT_LEVELS[s.tls.context.verify_mode] for s in (old, new))
+        was, now = (_CERT_LEVELS[s.tls.context.verify_mode.name] for s in (old, new))
         if now < was:
             return "client_auth_type weaker than the one in force (client certificates no longer " + (
                 "asked for)" if now == 0 else "required)")
@@ -462,6 +465,7 @@ class WebConfig:
     def credential(settings: Settings, user: str, password: str) -> bytes:
         """The cache key of one credential: a SHA-256 of user, the hash it is checked against, password
         (a changed hash makes new keys, so a password change needs no cache flush)."""
+        import hashlib   # (here: basic auth is on; an agent without it never loads OpenSSL's libcrypto)
         hashed = settings.users.get(user, _DUMMY_HASH)
         return hashlib.sha256(b"\0".join((user.encode("utf-8", "surrogateescape"), hashed,
                                            password.encode("utf-8", "surrogateescape")))).digest()

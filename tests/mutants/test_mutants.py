@@ -18,6 +18,11 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 49: an idle agent's resident memory: no OpenSSL without TLS, no YAML parser without a file
+    "lean_asyncio_imports_ssl.patch": (
+        ["tests/web/test_lean.py::test_an_agent_without_a_web_config_maps_no_openssl_and_serves"]),
+    "config_yaml_imported_always.patch": (
+        ["tests/web/test_lean.py::test_an_agent_without_a_web_config_maps_no_openssl_and_serves"]),
     # issue 49: node_exporter's other default families
     "netstat_garbled_optional_file_fails_the_pass.patch": (
         ["tests/sources/test_node_families.py::test_a_garbled_optional_netstat_file_loses_only_its_families"]),
