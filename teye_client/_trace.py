@@ -113,6 +113,19 @@ def _write_private(path, data):
         raise
 
 
+def _read_small(path, most):
+    """At most ``most`` bytes of the regular file ``path`` (never through a link, never blocking on a FIFO), or
+    None where it cannot be read or is not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not os.fstat(f.fileno()).st_mode & 0o100000:
+                return None
+            return f.read(most)
+    except OSError:
+        return None
+
+
 def output_problem(d):
     """Why the output directory ``d`` must not receive this uid's traces, or None: it must be a directory of
     this uid's that group and others can neither read nor write (a trace shows the job's code)."""
@@ -234,13 +247,8 @@ class Tracer:
         d = os.path.dirname(path)
         if dir_problem(d) is not None or dir_problem(os.path.dirname(d)) is not None:
             return   # a directory another user could write: its requests are not the job's user's
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-            with os.fdopen(fd, "rb") as f:
-                if not os.fstat(f.fileno()).st_mode & 0o100000:
-                    return
-                raw = f.read(MAX_REQUEST_BYTES + 1)
-        except OSError:
+        raw = _read_small(path, MAX_REQUEST_BYTES + 1)
+        if raw is None:
             return
         req = parse_request(raw, _wall())
         if isinstance(req, str) or req["id"] in self.done_ids:
@@ -287,7 +295,7 @@ class Tracer:
         this uid may write (a bad one is skipped)."""
         limit = own + self.margin
         prefix = "%s.%s." % (self.job, self.req["id"])
-        mine = "pid%d.status.json" % self.pid
+        mine = ".pid%d.status.json" % self.pid
         best = 0
         try:
             names = os.listdir(self.dir)
@@ -296,13 +304,10 @@ class Tracer:
         for name in names:
             if not name.startswith(prefix) or not name.endswith(".status.json") or name.endswith(mine):
                 continue
+            raw = _read_small(os.path.join(self.dir, name), MAX_STATUS_BYTES + 1)
             try:
-                fd = os.open(os.path.join(self.dir, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                             | getattr(os, "O_NONBLOCK", 0))
-                with os.fdopen(fd, "rb") as f:
-                    raw = f.read(MAX_STATUS_BYTES + 1)
-                rec = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_STATUS_BYTES else None
-            except (OSError, ValueError, UnicodeDecodeError):
+                rec = json.loads(raw.decode("utf-8")) if raw is not None and len(raw) <= MAX_STATUS_BYTES else None
+            except (ValueError, UnicodeDecodeError):
                 continue
             if not isinstance(rec, dict) or rec.get("id") != self.req["id"]:
                 continue
