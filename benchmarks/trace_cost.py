@@ -63,7 +63,7 @@ def main() -> int:
         n, taken = 0, False
         while True:
             n += 1
-            t = _torch._tracer
+            t = _torch.trace_hook.tracer
             taken = taken or (t is not None and t.req is not None)
             if not traced and n > steps or traced and taken and t.req is None and n > t.first_step - base + args.steps + 21:
                 break
@@ -79,8 +79,8 @@ def main() -> int:
             times.append(now - last)
             last = now
             if traced and n == 10:
-                base = _torch._tracer.step_n - n   # (the hook counts steps since the process's first)
-                _torch._tracer.first_step = None
+                base = _torch.trace_hook.tracer.step_n - n   # (the hook counts steps since the process's first)
+                _torch.trace_hook.tracer.first_step = None
                 req = request.write_request("trace_bench", os.geteuid(), args.steps, out, None, 0.0, 60.0,
                                             directory=reqdir)
         status = None

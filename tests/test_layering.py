@@ -155,11 +155,16 @@ def test_the_client_instrumentors_import_only_their_shared_module():
               "teye_client._common.session", "teye_client._common.wrapper_of"]
     # issue 45: PyTorch's instrumentor hands what it holds to the job's configuration (teye_client._config,
     # PyTorch's settings beside its instrumentor), which shares only the session and helpers
-    # issue 46: and `teye trace`'s job side (teye_client._trace, which shares only the reporter's directory check)
-    assert own["_tf"] == shared and own["_torch"] == sorted(shared + ["teye_client", "teye_client._config",
-                                                                      "teye_client._trace"])
+    # issue 46: `teye trace`'s job side (teye_client._trace, which shares only the reporter's directory check) is
+    # made by the shared hook (_common.TraceHook) with each framework's profile: PyTorch's in _trace, TensorFlow's
+    # in a module of its own (teye_client._tftrace, which imports nothing of teye's)
+    hook = ["teye_client", "teye_client._common.TraceHook"]
+    assert own["_tf"] == sorted(shared + hook + ["teye_client._tftrace"])
+    assert own["_torch"] == sorted(shared + hook + ["teye_client._config"])
     assert sorted({m for m in imports(os.path.join(REPO, "teye_client", "_trace.py")) if m.startswith("teye_client")}) \
         == ["teye_client.reporter", "teye_client.reporter.dir_problem"]
+    assert [m for m in imports(os.path.join(REPO, "teye_client", "_tftrace.py")) if m.startswith("teye_client")] == []
     assert own["_config"] == ["teye_client._common", "teye_client._common.debug", "teye_client._common.session",
                               "teye_client._common.wrapper_of"]
-    assert [m for m in own["_common"] if not m.startswith("teye_client.reporter")] == []
+    assert [m for m in own["_common"] if not m.startswith("teye_client.reporter")] == ["teye_client",
+                                                                                       "teye_client._trace"]

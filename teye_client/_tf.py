@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from ._common import batch_size, debug, session, wrapper_of
+from ._common import TraceHook, batch_size, debug, session, wrapper_of
 
 _ns = time.monotonic_ns
 SOURCE = "tf.data"
@@ -111,12 +111,23 @@ def patch_function(module):
                 _active[0] = None
         if getattr(self, "_teye_step", False):
             s.step_guarded(_ns(), None, t0, traced is not None and _traces(self) != traced)
+            trace_tick()
         return out
 
     cls.__call__ = wrapper_of(__call__, orig)
     if s.step_source is None:
         s.step_source = STEPS_ONLY
     return True
+
+
+def _tf_profile(_trace, steps):
+    from . import _tftrace
+    return _tftrace.TfProfile(sys.modules["tensorflow"], steps)
+
+
+# teye trace's request watch and trace (_tftrace), ticked where a step ends
+trace_hook = TraceHook(_tf_profile)
+trace_tick = trace_hook.tick
 
 
 def _traces(fn):
@@ -160,6 +171,7 @@ def patch_keras_optimizer(module):
                 pass
         else:  # eager: this call is the step
             s.step_guarded(_ns(), id(self))
+            trace_tick()
         return out
 
     cls.apply = wrapper_of(apply, orig)

@@ -31,7 +31,7 @@ import threading
 import time
 
 from . import _config
-from ._common import batch_size, debug, session, wrapper_of
+from ._common import TraceHook, batch_size, debug, session, wrapper_of
 
 _ns = time.monotonic_ns
 _thread = threading.get_ident
@@ -183,33 +183,9 @@ def patch_optimizer(module):
     return True
 
 
-_tracer = None    # teye trace's request watch (_trace.Tracer), made at the first loop iteration's end
-_TRACE_ON = __import__("os").environ.get("TEYE_TRACE", "1").strip() not in ("0", "false", "no", "off")
-
-
-def trace_tick():
-    """The end of a loop iteration (the leading optimizer's step): `teye trace`'s request watch and trace."""
-    global _tracer, _TRACE_ON
-    t = _tracer
-    if t is None:
-        if not _TRACE_ON or session.disabled:
-            return
-        try:
-            from . import _trace
-            rep = session.reporter
-            job = rep.train_job if rep is not None else None
-            if job is None:
-                return   # (before the session's first step made its reporter)
-            torch = sys.modules["torch"]
-            _tracer = t = _trace.Tracer(job, lambda: rep.rank, lambda steps: _trace.TorchProfile(torch, steps),
-                                        report=rep.note_trace,
-                                        agent_dir=_trace.agent_request_dir(rep.socket_path) if rep.socket_path
-                                        else None)
-        except Exception as e:  # never into the training loop
-            _TRACE_ON = False
-            debug("zero-code phases: teye trace is off: %s: %s" % (type(e).__name__, e))
-            return
-    t.tick()
+# teye trace's request watch and trace, ticked at the end of each loop iteration (the leading optimizer's step)
+trace_hook = TraceHook(lambda _trace, steps: _trace.TorchProfile(sys.modules["torch"], steps))
+trace_tick = trace_hook.tick
 
 
 def _timed(orig):

@@ -14,8 +14,8 @@ a new, valid, unexpired request is taken once per process:
   ``start_after``, so each takes the largest proposal of the request's processes on this node before it starts
   (their statuses, read again at the step it would start at): every rank starts at the same step, which the
   status says; the profiler warms up one step, records ``steps`` steps (one ``ProfilerStep#N`` each)
-  and, at the next step boundary (so that the writing is not in a traced step), writes them to ``<output>/<job>.<id>.<node>.rank<R>.pt.trace.json`` (mode 0600, in a directory that
-  must be the job uid's own and closed to others);
+  and, at the next step boundary (so that the writing is not in a traced step), writes them to ``<output>/<job>.<id>.<node>.rank<R>.pt.trace.json`` (TensorFlow: ``.tf.trace.json`` and
+  its ``.xplane.pb``, _tftrace.py; mode 0600, in a directory that must be the job uid's own and closed to others);
 - the status says ``done`` with the file, or ``failed`` with a one-line reason (a profiler that raises, an
   output directory that is not the job's own, a write that fails, a trace over the request's ``max_bytes``,
   DEFAULT_MAX_BYTES by default, which is removed): the job goes on either way.
@@ -25,6 +25,7 @@ Everything runs on the training thread at step boundaries: nothing of the job is
 import json
 import os
 import re
+import shutil
 import socket
 import time
 
@@ -142,8 +143,22 @@ def output_problem(d):
     return None
 
 
+def _close(prof):
+    """Let a profile remove what it keeps aside (TensorFlow's private directory), where it has a ``close``."""
+    close = getattr(prof, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:
+            pass
+
+
 class TorchProfile:
-    """torch.profiler for ``steps`` steps after one warm-up step; ``export(path)`` once they are recorded."""
+    """torch.profiler for ``steps`` steps after one warm-up step; ``export(path, bound)`` once they are recorded
+    (a profile writes the trace at ``path``, and returns ``{suffix: file}`` for other files it wrote to keep
+    beside it, or None; ``SUFFIX``: the trace file's)."""
+
+    SUFFIX = ".pt.trace.json"
 
     def __init__(self, torch, steps):
         prof_mod = torch.profiler
@@ -164,7 +179,7 @@ class TorchProfile:
         self.prof.step()
         return self.ready
 
-    def export(self, path):
+    def export(self, path, bound):
         self.prof.export_chrome_trace(path)
 
     def stop(self):
@@ -318,31 +333,42 @@ class Tracer:
         return best
 
     # -- the trace ------------------------------------------------------------------------------
-    def _trace_path(self):
+    def _trace_path(self, suffix):
+        """``<output>/<job>.<id>.<node>.rank<R>`` and ``suffix`` (the profile's: ``.pt.trace.json`` for PyTorch)."""
         rank = "rank%d" % self.rank if self.rank is not None else "pid%d" % os.getpid()
-        return os.path.join(self.req["output"], "%s.%s.%s.%s.pt.trace.json" % (self.job, self.req["id"], self.node,
-                                                                                 rank))
+        return os.path.join(self.req["output"], "%s.%s.%s.%s%s" % (self.job, self.req["id"], self.node, rank, suffix))
 
     def _finish(self):
         prof, self.prof, self.recorded = self.prof, None, False
-        path = self._trace_path()
+        suffix = getattr(prof, "SUFFIX", TorchProfile.SUFFIX)
+        path = self._trace_path(suffix)
+        stem = path[:-len(suffix)]
+        kept = {}
         try:
             prof.stop()
             why = output_problem(self.req["output"])
             if why:
                 return self._fail(why)
             tmp = "%s.%d.tmp" % (path, os.getpid())
-            prof.export(tmp)
+            bound = self.req["max_bytes"]
+            # the trace, and files the profile wrote besides it (TensorFlow's XSpace), kept as <stem><suffix>
+            extra = prof.export(tmp, bound) or {}
             os.chmod(tmp, 0o600)
-            size, bound = os.stat(tmp).st_size, self.req["max_bytes"]
+            size = os.stat(tmp).st_size + sum(os.stat(f).st_size for f in extra.values())
             if size > bound:   # removed, not kept: a bound on what a request leaves on the job's disk
                 os.unlink(tmp)
                 return self._fail("the trace is %d bytes, over the request's bound of %d (trace fewer steps, or "
                                   "give a larger --max-bytes)" % (size, bound))
+            for sfx, f in sorted(extra.items()):
+                kept[sfx] = stem + sfx
+                shutil.move(f, kept[sfx])
+                os.chmod(kept[sfx], 0o600)
             os.replace(tmp, path)
         except Exception as e:
             return self._fail("writing the trace failed: %s: %s" % (type(e).__name__, str(e)[:300]))
-        self._status("done", trace=path)
+        finally:
+            _close(prof)
+        self._status("done", trace=path, **({"raw": sorted(kept.values())} if kept else {}))
         self._report(True)
         self.req = self.start_step = None
 
@@ -353,6 +379,7 @@ class Tracer:
                 prof.stop()
             except Exception:
                 pass
+            _close(prof)
         self._status("failed", reason=why)
         self._report(False)
         self.req = self.start_step = None

@@ -132,7 +132,7 @@ TRACE_TIME = metric("teye_job_trace_last_timestamp_seconds", GAUGE,
                     ["train_job"])
 TRACE_INFO = metric("teye_job_trace_info", GAUGE,
                     "1 for the job's latest trace on request, labelled by its id (the trace files on each node are "
-                    "<output>/<train_job>.<id>.<node>.rank<R>.pt.trace.json): one series per job.",
+                    "<output>/<train_job>.<id>.<node>.rank<R>.pt.trace.json, or .tf.trace.json for TensorFlow): one series per job.",
                     ["train_job", "id"])
 TRACE_STEPS = metric("teye_job_trace_steps", GAUGE,
                      "Steps each process of the job traced in its latest trace on request.", ["train_job"])

@@ -98,7 +98,7 @@ def _ident_lines(j: dict, md: bool) -> List[str]:
         last = traces[-1]["id"]
         nodes = ", ".join(sorted({t["node"] for t in traces if t["id"] == last}))
         ident.append(("Traces", f"{len({t['id'] for t in traces})} taken on request; the latest {last} on {nodes} "
-                                f"(files <output>/<train_job>.{last}.<node>.rank<R>.pt.trace.json; docs/trace.md)"))
+                                f"(files <output>/<train_job>.{last}.<node>.rank<R>.pt.trace.json or .tf.trace.json; docs/trace.md)"))
     for k, v in ident:
         L.append(f"- **{k}:** {v}" if md else f"{k:>15}: {v}")
     if j.get("grafana_url"):

@@ -30,6 +30,10 @@ from .defaults import MAX_TRACE_BYTES, TOP_N  # noqa: E402,F401 (the parser's de
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 DATA_PREFIX = "enumerate(DataLoader)#"
+# TensorFlow (teye's conversion of the profiler's XSpace, teye_client/_tftrace.py): the wait for a tf.data
+# element, eagerly (the op's execution on the training thread) or inside a graph (the op's kernel)
+TF_DATA_PREFIX = "EagerLocalExecute: IteratorGetNext"
+TF_DATA_NAMES = frozenset(("IteratorGetNextOp::DoCompute",))
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 HOST_CATS = frozenset(("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"))
 KERNEL_CATS = frozenset(("kernel",))
@@ -55,8 +59,8 @@ def load(path: str, max_bytes: int = MAX_TRACE_BYTES) -> Dict[str, Any]:
     """The trace's top-level object, read with a bound: at most ``max_bytes`` (of the file, and of a
     ``.gz`` file's decompressed text).  TraceError for an unreadable, oversized, truncated or non-trace file."""
     if path.endswith(".xplane.pb"):
-        raise TraceError(path, "a TensorFlow profiler trace (XSpace protobuf): not covered, only PyTorch's Chrome "
-                         "traces are (docs/trace.md)")
+        raise TraceError(path, "a TensorFlow profiler trace (XSpace protobuf): the summary reads Chrome traces; "
+                         "`teye trace` writes one beside it (.tf.trace.json, docs/trace.md)")
     try:
         with open(path, "rb") as fh:
             raw = fh.read(max_bytes + 1)
@@ -204,7 +208,7 @@ class Events:
                     self.kernels.append((span[0], span[1], name))
             elif cat in HOST_CATS:
                 key = (ev.get("pid"), ev.get("tid"))
-                if name.startswith(DATA_PREFIX) and "__next__" in name:
+                if is_data(name):
                     self.data.append(span)
                     inside.setdefault(key, []).append(span)
                 elif name.startswith(COMM_PREFIXES):
@@ -218,7 +222,7 @@ class Events:
         starts = {k: [s for s, _ in u] for k, u in unions.items()}
         compute = []
         for pid, tid, s, e, name in self.host_ops:
-            if name.startswith(COMM_PREFIXES) or (name.startswith(DATA_PREFIX) and "__next__" in name):
+            if name.startswith(COMM_PREFIXES) or is_data(name):
                 continue
             u = unions.get((pid, tid))
             if u:
@@ -233,6 +237,12 @@ class Events:
         self.comm_kernel_u = union(self.comm_kernels)
         self.ends = {k: [e for _, e in getattr(self, k)] for k in
                      ("data_u", "comm_u", "compute_u", "kernel_u", "memory_u", "comm_kernel_u")}
+
+
+def is_data(name: str) -> bool:
+    """Whether a host span is a wait for input: a DataLoader iterator's ``__next__``, a tf.data ``IteratorGetNext``."""
+    return (name.startswith(DATA_PREFIX) and "__next__" in name) or name.startswith(TF_DATA_PREFIX) or \
+        name in TF_DATA_NAMES
 
 
 def _number(x) -> bool:

@@ -534,6 +534,18 @@ MUTANTS = {
         ["tests/phases/test_jobconfig.py::test_a_bad_configuration_is_refused_whole_with_its_reason"]),
     "client_config_bool_unchecked.patch": (
         ["tests/phases/test_jobconfig.py::test_the_client_leaves_out_what_does_not_check_and_sends_what_does"]),
+    "trace_extra_files_outside_the_bound.patch": (
+        ["tests/trace/test_tftrace.py::test_the_byte_bound_counts_the_xspace_too_and_removes_both"]),
+    "tftrace_private_directory_left.patch": (
+        ["tests/trace/test_tftrace.py::test_a_tensorflow_trace_keeps_the_xspace_beside_its_conversion_and_removes_"
+         "its_private_directory",
+         "tests/trace/test_tftrace.py::test_a_profiler_already_running_in_the_job_fails_the_trace_and_leaves_nothing"]),
+    "tftrace_steps_not_named.patch": (
+        ["tests/trace/test_tftrace.py::test_the_conversion_keeps_every_host_event_and_marks_the_steps"]),
+    "tftrace_data_threads_are_host_ops.patch": (
+        ["tests/trace/test_tftrace.py::test_the_summary_of_a_converted_trace_splits_each_step_as_placed"]),
+    "summary_tf_input_wait_is_compute.patch": (
+        ["tests/trace/test_tftrace.py::test_the_summary_of_a_converted_trace_splits_each_step_as_placed"]),
 }
 
 

@@ -55,7 +55,7 @@ class FakeProfile:
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
         return self.n == self.steps + 1
 
-    def export(self, path):
+    def export(self, path, bound):
         with open(path, "w") as f:
             f.write('{"traceEvents": []}')
 
@@ -337,7 +337,7 @@ def test_a_trace_over_the_requests_byte_bound_is_removed_and_its_status_says_why
     monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
     monkeypatch.setattr(_trace, "START_MARGIN_S", 0)   # (the least margin: 3 steps, whatever their rate)
     probe = os.path.join(out, "probe.json")
-    FakeProfile(1).export(probe)
+    FakeProfile(1).export(probe, None)
     size = os.stat(probe).st_size
     os.unlink(probe)
     for bound, kept in ((size - 1, False), (size, True)):

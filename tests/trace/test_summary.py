@@ -217,7 +217,7 @@ def test_json_that_is_not_a_trace(tmp_path):
     assert reason(str(p)).startswith("not a Chrome trace: no traceEvents list")
     x = tmp_path / "host.xplane.pb"
     x.write_bytes(b"\x0a\x05plane")
-    assert reason(str(x)).startswith("a TensorFlow profiler trace (XSpace protobuf): not covered")
+    assert reason(str(x)).startswith("a TensorFlow profiler trace (XSpace protobuf): the summary reads Chrome")
     q = tmp_path / "text.json"
     q.write_text("step 1 loss 0.5\n")
     assert reason(str(q)).startswith("not JSON")
