@@ -97,6 +97,7 @@ class Sampler:
         self._stop = threading.Event()
         self._threads = []
         self._rlog = RateLimitedLog(log)
+        self._in_flight: Dict[str, int] = {}   # name -> start (CLOCK_MONOTONIC ns) of each read in progress
         self.snapshot = Snapshot(clock(), MappingProxyType({n: SourceState(n) for n in self._sources}))
 
     @property
@@ -112,11 +113,35 @@ class Sampler:
             states[name] = replace(states[name], **changes)
             self.snapshot = Snapshot(self._clock(), MappingProxyType(states))
 
-    def read_once(self, name: str) -> SourceState:
-        """Read one source now and publish the outcome (used by the loop, tests and `teye profile`)."""
+    def _done(self, state: SourceState) -> None:
+        """Publish a read's outcome: the read is no longer in flight."""
+        with self._write_lock:
+            self._in_flight.pop(state.name, None)
+            states = dict(self.snapshot.sources)
+            states[state.name] = state
+            self.snapshot = Snapshot(self._clock(), MappingProxyType(states))
+
+    def _mark_in_flight(self, name: str) -> None:
+        """Publish that ``name``'s read (started by the sampler thread, which does not publish it) is in flight, if
+        it still is: the watchdog's, once that read outlasted hang_s."""
+        with self._write_lock:
+            start = self._in_flight.get(name)
+            if start is not None and self.snapshot.sources[name].in_flight_since_ns is None:
+                states = dict(self.snapshot.sources)
+                states[name] = replace(states[name], in_flight_since_ns=start)
+                self.snapshot = Snapshot(self._clock(), MappingProxyType(states))
+
+    def read_once(self, name: str, publish_start: bool = True) -> SourceState:
+        """Read one source now and publish the outcome (used by the loop, tests and `teye profile`).
+
+        ``publish_start``: publish the read's start (``in_flight_since_ns``) before reading.  The sampler thread
+        does not (one snapshot copy a read fewer: issue 49); its watchdog publishes it once a read outlasts
+        hang_s, with the read's true start, so a stuck read turns stale as before."""
         src = self._sources[name][0]
         start = self._clock()
-        self._publish(name, in_flight_since_ns=start)
+        self._in_flight[name] = start
+        if publish_start:
+            self._publish(name, in_flight_since_ns=start)
         prev = self.snapshot.sources[name]
         try:
             reading = src.collect()
@@ -138,17 +163,15 @@ class Sampler:
             end = self._clock()
             if prev.error is not None:
                 log.info("collector %s is up again", name)
-            self._publish(name, up=True, reading=reading, duration_s=(end - start) / 1e9, error=None,
-                          updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1, absent=False,
-                          worked=True)
+            self._done(SourceState(name, True, reading, (end - start) / 1e9, None, end, None, prev.reads + 1,
+                                   prev.failures, False, True))
         return self.snapshot.sources[name]
 
     def _fail(self, name, prev, start, why, absent=False):
         end = self._clock()
         # an absent collector's reads are not failures: teye_collector_failures_total stays where it is
-        self._publish(name, up=False, reading=None, duration_s=(end - start) / 1e9, error=why,
-                      updated_ns=end, in_flight_since_ns=None, reads=prev.reads + 1,
-                      failures=prev.failures + (0 if absent else 1), absent=absent)
+        self._done(SourceState(name, False, None, (end - start) / 1e9, why, end, None, prev.reads + 1,
+                               prev.failures + (0 if absent else 1), absent, prev.worked))
 
     def _next_deadline(self, name: str, deadline: int) -> int:
         """The next slot after a read whose slot was ``deadline``: a source may pace itself between reads (the
@@ -179,7 +202,7 @@ class Sampler:
                     now = self._clock()
                     if self._due and self._due[0][0] <= now:
                         deadline, order, name = heapq.heappop(self._due)
-                        if self.snapshot.sources[name].in_flight_since_ns is not None:
+                        if name in self._in_flight:
                             # its first read (or a read left to a replaced thread) has not returned: not twice
                             heapq.heappush(self._due, (self._next_deadline(name, deadline), order, name))
                             continue
@@ -190,7 +213,7 @@ class Sampler:
                     wait = (self._due[0][0] - now) / 1e9 if self._due else None
                     cv.wait(wait)
             try:
-                self.read_once(name)
+                self.read_once(name, publish_start=False)
             finally:
                 with cv:
                     if gen == self._gen:
@@ -228,6 +251,7 @@ class Sampler:
                     continue
                 self._gen += 1
                 self._busy = None
+                self._mark_in_flight(busy[0])   # the exporters see it stuck (is_up), from the read's own start
                 t = threading.Thread(target=self._run, args=(self._gen,), name="teye-sampler", daemon=True)
                 self._threads.append(t)
                 t.start()

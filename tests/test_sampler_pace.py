@@ -121,3 +121,58 @@ def test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up(monkeypatc
     assert during >= 5, during
     assert stuck.max_in_read == 1                       # never a second read while the first hangs
     assert len(stuck.calls) >= 2                        # read again once the stuck read returned
+
+
+# -- a read through the sampler thread publishes one snapshot, not two (issue 49) --------------------------------
+
+class Peeker:
+    """Records, during each read, whether the sampler's snapshot says this read is in flight."""
+
+    def __init__(self, name):
+        self.name = name
+        self.sampler = None
+        self.seen = []          # (native thread id, in_flight_since_ns seen during the read)
+        self.done = threading.Event()
+
+    def collect(self):
+        st = self.sampler.snapshot.sources[self.name]
+        self.seen.append((threading.get_native_id(), st.in_flight_since_ns))
+        if len(self.seen) >= 4:
+            self.done.set()
+        return len(self.seen)
+
+
+def test_the_sampler_thread_publishes_a_read_once_it_returned_and_read_once_publishes_its_start():
+    """The sampler thread's reads swap the snapshot once, with their outcome (the watchdog publishes a read's
+    start should it outlast hang_s: the test above); a read asked for directly (tests, `teye profile`) and every
+    first read publish their start before reading, as before."""
+    p = Peeker("p")
+    s = Sampler({"p": (p, 0.05)})
+    p.sampler = s
+    s.start()
+    try:
+        assert p.done.wait(10.0)
+    finally:
+        s.stop()
+    first, loop = p.seen[0], p.seen[1:]
+    assert first[1] is not None                          # the first read, in its own thread: its start published
+    assert len({tid for tid, _ in loop}) == 1 and loop[0][0] != first[0]
+    assert all(seen is None for _, seen in loop), loop   # the sampler thread's reads: only their outcome
+    st = s.snapshot.sources["p"]
+    assert st.up and st.in_flight_since_ns is None and st.reading == st.reads
+    n = len(p.seen)
+    assert s.read_once("p").reading == n + 1
+    assert p.seen[-1][1] is not None                     # read_once itself: its start published during the read
+
+
+def test_a_read_that_returned_is_never_marked_in_flight_afterwards():
+    """The watchdog marks a stuck read in flight only while it still is: one that returned meanwhile (the race
+    between its end and the watchdog's hand-over) stays up, not stale forever."""
+    p = Peeker("p")
+    s = Sampler({"p": (p, 30.0)})
+    p.sampler = s
+    s.read_once("p", publish_start=False)
+    s._mark_in_flight("p")                                # too late: the read returned
+    st = s.snapshot.sources["p"]
+    assert st.up and st.in_flight_since_ns is None
+    assert s.snapshot.is_up("p", time.monotonic_ns() + 3600 * 10**9, 1.0)

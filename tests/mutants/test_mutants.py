@@ -18,6 +18,14 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 49: idle CPU: a read through the sampler thread publishes one snapshot; a stuck one is marked in flight
+    "sampler_stuck_read_never_marked_in_flight.patch": (
+        ["tests/test_sampler_pace.py::test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up"]),
+    "sampler_marks_a_returned_read_in_flight.patch": (
+        ["tests/test_sampler_pace.py::test_a_read_that_returned_is_never_marked_in_flight_afterwards"]),
+    "sampler_thread_publishes_each_reads_start.patch": (
+        ["tests/test_sampler_pace.py::"
+         "test_the_sampler_thread_publishes_a_read_once_it_returned_and_read_once_publishes_its_start"]),
     # issue 49: an idle agent's resident memory: no OpenSSL without TLS, no YAML parser without a file
     "lean_asyncio_imports_ssl.patch": (
         ["tests/web/test_lean.py::test_an_agent_without_a_web_config_maps_no_openssl_and_serves"]),
