@@ -1104,11 +1104,13 @@ class Session:
 class TraceHook:
     """`teye trace`'s request watch (``_trace.Tracer``) for one framework, made at the first loop iteration's end
     that has a reporter; ``tick()`` at the end of each.  ``make(_trace, steps)`` makes the framework's profile
-    (``_trace.TorchProfile``, ``_tftrace.TfProfile``).  ``TEYE_TRACE=0`` turns it off; so does anything that
-    fails while it is made (never into the training loop)."""
+    (``_trace.TorchProfile``, ``_tftrace.TfProfile``); ``exchange(_trace, job)``, where given, the store the
+    job's ranks on every node reach (``_trace.StoreExchange``) or None, when a request is taken.
+    ``TEYE_TRACE=0`` turns it off; so does anything that fails while it is made (never into the training loop)."""
 
-    def __init__(self, make):
+    def __init__(self, make, exchange=None):
         self.make = make
+        self.exchange = exchange
         self.tracer = None
         self.on = os.environ.get("TEYE_TRACE", "1").strip() not in ("0", "false", "no", "off")
 
@@ -1123,11 +1125,12 @@ class TraceHook:
                 job = rep.train_job if rep is not None else None
                 if job is None:
                     return   # (before the session's first step made its reporter)
-                make = self.make
+                make, exchange = self.make, self.exchange
                 self.tracer = t = _trace.Tracer(job, lambda: rep.rank, lambda steps: make(_trace, steps),
                                                 report=rep.note_trace,
                                                 agent_dir=_trace.agent_request_dir(rep.socket_path)
-                                                if rep.socket_path else None)
+                                                if rep.socket_path else None,
+                                                exchange=(lambda: exchange(_trace, job)) if exchange else None)
             except Exception as e:  # never into the training loop
                 self.on = False
                 debug("zero-code phases: teye trace is off: %s: %s" % (type(e).__name__, e))

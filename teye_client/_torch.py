@@ -183,8 +183,18 @@ def patch_optimizer(module):
     return True
 
 
+def _trace_store(_trace, job):
+    """The default process group's store (every rank of the job reaches it, on every node: torchrun's rendezvous
+    store), for the ranks of all nodes to agree on a trace's first step; None where no group is initialised."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    from torch.distributed import distributed_c10d
+    return _trace.StoreExchange(distributed_c10d._get_default_store(), job)
+
+
 # teye trace's request watch and trace, ticked at the end of each loop iteration (the leading optimizer's step)
-trace_hook = TraceHook(lambda _trace, steps: _trace.TorchProfile(sys.modules["torch"], steps))
+trace_hook = TraceHook(lambda _trace, steps: _trace.TorchProfile(sys.modules["torch"], steps), _trace_store)
 trace_tick = trace_hook.tick
 
 

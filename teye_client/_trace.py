@@ -143,6 +143,37 @@ def output_problem(d):
     return None
 
 
+class StoreExchange:
+    """The largest first step proposed for a request, kept in a key/value store that every rank of the job reaches,
+    on every node: the job's own rendezvous store (torch.distributed's default group's), one key per request.  A
+    process's statuses are seen by the processes of its node only; through the store, the ranks on other nodes
+    take the same largest proposal.  ``offer`` raises the key to a proposal (a compare-and-set loop, so that
+    concurrent offers keep the largest) and returns what it then holds; ``peek`` reads it (0 where no rank has
+    offered yet).  Each is one or a few round trips to the store, at step boundaries while a trace is starting."""
+
+    TRIES = 16
+
+    def __init__(self, store, job):
+        self.store = store
+        self.prefix = "teye/trace/%s/" % job
+
+    def offer(self, rid, value):
+        key, cur = self.prefix + rid, ""
+        for _ in range(self.TRIES):
+            got = self.store.compare_set(key, cur, str(value))   # set where the key holds cur ("": absent)
+            held = int(got)
+            if held >= value:
+                return held
+            cur = got.decode() if isinstance(got, bytes) else str(got)
+        return None   # (offers kept racing past it: this process's own proposal stands)
+
+    def peek(self, rid):
+        key = self.prefix + rid
+        if not self.store.check([key]):
+            return 0
+        return int(self.store.get(key))
+
+
 def _close(prof):
     """Let a profile remove what it keeps aside (TensorFlow's private directory), where it has a ``close``."""
     close = getattr(prof, "close", None)
@@ -190,8 +221,10 @@ class Tracer:
     """The request watch and the trace of one process.  ``tick()`` at each loop iteration's end, on the
     training thread; ``profile(steps)`` makes the framework's profile (TorchProfile's interface)."""
 
-    def __init__(self, train_job, rank, profile, directory=None, report=None, agent_dir=None):
+    def __init__(self, train_job, rank, profile, directory=None, report=None, agent_dir=None, exchange=None):
         self.job = train_job
+        self.exchange_of = exchange    # () -> the job's own store of proposals across nodes (StoreExchange), or None
+        self.exchange = None           # ... made when a request is taken
         self.rank_of = rank            # the rank, or what says it when a request is taken
         self.rank = None if callable(rank) else rank
         self.report = report           # report(done, first_step, steps, id): to the agent (Reporter.note_trace)
@@ -284,6 +317,11 @@ class Tracer:
                 pass   # (output_problem says why)
         self.req = req
         self.taken_at, self.start_step, self.first_step, self.next_peek = (self.step_n, now_ns), None, None, 0
+        if self.exchange is None and self.exchange_of is not None:
+            try:
+                self.exchange = self.exchange_of()
+            except Exception:
+                self.exchange_of = None   # (this node's statuses still agree)
         why = output_problem(req["output"])
         if why:
             self._fail(why)
@@ -298,20 +336,29 @@ class Tracer:
         rate = (self.step_n - step0) / max(now_ns - ns0, 1) * 1e9   # steps a second
         self.margin = min(MAX_MARGIN_STEPS, max(MIN_MARGIN_STEPS, int(rate * START_MARGIN_S + 0.999)))
         self.proposed = self.step_n + 2 + self.margin
-        self.start_step = max(self.proposed, self._peers_start(self.proposed))
+        self.start_step = max(self.proposed, self._peers_start(self.proposed, offer=True))
         self.next_peek = now_ns + PEEK_EVERY_NS
         self._status("starting", start_step=self.start_step)
 
-    def _peers_start(self, own):
+    def _peers_start(self, own, offer=False):
         """The largest first step the request's other processes on this node proposed or started at, up to one
         margin past this process's own proposal ``own`` (0: none).  A process further ahead is not in lockstep
         with this one (another job's process, or one that started later): waiting for it would not make them
         trace the same steps, and the CLI says they did not.  Their statuses are in this directory, which only
-        this uid may write (a bad one is skipped)."""
+        this uid may write (a bad one is skipped).  Where the job has a store every rank reaches (``exchange``:
+        its ranks on other nodes), the largest proposal there too; ``offer``: this process's is put there first."""
         limit = own + self.margin
+        best = 0
+        ex = self.exchange
+        if ex is not None:
+            try:
+                v = ex.offer(self.req["id"], own) if offer else ex.peek(self.req["id"])
+            except Exception:
+                self.exchange = v = None   # (a store that fails is not asked again: this node's statuses agree)
+            if type(v) is int and v <= limit:
+                best = v
         prefix = "%s.%s." % (self.job, self.req["id"])
         mine = ".pid%d.status.json" % self.pid
-        best = 0
         try:
             names = os.listdir(self.dir)
         except OSError:

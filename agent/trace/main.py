@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
                    help=f"how long to wait for every process's trace (default {DEFAULT_TIMEOUT_S:.0f} s)")
     t.add_argument("--max-bytes", type=int, default=MAX_TRACE_BYTES, metavar="N", help="a process's trace over N "
                    f"bytes is removed and its status says so (default {MAX_TRACE_BYTES}, what summarize reads)")
+    t.add_argument("--id", metavar="ID", help="the request's id (1-64 letters, digits, '_', '-'; default a new "
+                   "one): give every node's command the same, and the job's ranks on all nodes start at the same "
+                   "step (docs/trace.md, 'Across nodes')")
     t.add_argument("--uid", type=int, metavar="UID", help="(root) the job's uid, where it is not root's")
     t.add_argument("--json", action="store_true", help="print JSON with stable keys instead of text")
     t.set_defaults(func=trace_command)
@@ -79,6 +82,9 @@ def trace_command(args) -> int:
     if not 1 <= args.max_bytes <= request.job_side.MAX_MAX_BYTES:
         print(f"teye trace: --max-bytes must be 1 to {request.job_side.MAX_MAX_BYTES}", file=sys.stderr)
         return EXIT_USAGE
+    if args.id is not None and not request.job_side._ID.match(args.id):
+        print(f"teye trace: --id {args.id!r}: 1 to 64 letters, digits, '_' or '-'", file=sys.stderr)
+        return EXIT_USAGE
     if args.uid is not None and os.geteuid() != 0 and args.uid != os.geteuid():
         return _err(f"--uid {args.uid}: only root asks another uid's job for a trace")
     uid = os.geteuid() if args.uid is None else args.uid
@@ -89,7 +95,7 @@ def trace_command(args) -> int:
     try:
         out = request.prepare_output(args.output, uid)
         req = request.write_request(job, uid, args.steps, out, args.rank, request.DEFAULT_START_IN_S, args.timeout,
-                                    max_bytes=args.max_bytes)
+                                    max_bytes=args.max_bytes, request_id=args.id)
     except request.RequestError as e:
         return _err(str(e))
     try:

@@ -80,7 +80,7 @@ def prepare_output(output: str, uid: int) -> str:
 
 def write_request(train_job: str, uid: int, steps: int, output: str, ranks: Optional[List[int]],
                   start_in_s: float, timeout_s: float, directory: Optional[str] = None,
-                  max_bytes: int = MAX_TRACE_BYTES) -> dict:
+                  max_bytes: int = MAX_TRACE_BYTES, request_id: Optional[str] = None) -> dict:
     """Write the request for ``train_job`` (uid ``uid``'s processes); the request as written.  Refused where a
     request of that job is still pending (two at once), with its id and until when."""
     d = directory or job_side.request_dir(uid)
@@ -99,7 +99,8 @@ def write_request(train_job: str, uid: int, steps: int, output: str, ranks: Opti
         pass
     except OSError as e:
         raise RequestError(f"cannot read {path}: {e.strerror or e}") from None
-    req = {"id": time.strftime("%Y%m%dT%H%M%S", time.localtime(now)) + "-" + secrets.token_hex(3),
+    rid = request_id or time.strftime("%Y%m%dT%H%M%S", time.localtime(now)) + "-" + secrets.token_hex(3)
+    req = {"id": rid,
            "steps": steps, "output": output, "ranks": ranks, "start_after": now + start_in_s,
            "expires": now + start_in_s + timeout_s, "max_bytes": max_bytes}
     checked = job_side.parse_request(json.dumps(req).encode(), now)
