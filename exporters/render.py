@@ -255,6 +255,44 @@ def prepare(points) -> _Prepared:
     return [(f, "".join(lines), frozenset(keys)) for f, lines, keys in fams.values()]
 
 
+def _equal(a, b) -> bool:
+    """Whether reading ``b`` writes the same lines as ``a``: equal values of one type (frozen dataclasses and named
+    tuples compare field by field).  Values that compare equal are written alike (1 and 1.0 both as 1.0; NaN is
+    never equal, so it is formatted again) but for -0.0 and 0.0, which no reading tells apart."""
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:   # a value that cannot be compared: formatted again
+        return False
+
+
+class _Pieces(dict):
+    """fmt -> (before_age bytes, age header bytes, after_age bytes), joined on the first scrape asking for that
+    format (a Prometheus asks for one: the other is never joined)."""
+
+    def __init__(self, order, age_f):
+        super().__init__()
+        self._order, self._age_f = order, age_f
+
+    def __missing__(self, fmt: str):
+        before: List[str] = []
+        after: List[str] = []
+        age_head = ""
+        part = before
+        for fam, texts, _ in self._order.values():
+            head = fam.text_head if fmt == "text" else fam.om_head
+            if fam is self._age_f:
+                age_head, part = head, after
+                continue
+            part.append(head)
+            part.extend(texts)
+        if fmt == "om":
+            after.append("# EOF\n")
+        got = self[fmt] = ("".join(before).encode(), age_head.encode(), "".join(after).encode())
+        return got
+
+
 class _Composed:
     """The body for one tuple of source states and up flags: static text around the age family."""
 
@@ -302,7 +340,9 @@ class Exposition:
     def _reading(self, name: str, reading) -> Optional[_Prepared]:
         """The prepared reading (cached per reading object); None when its points() fail."""
         hit = self._readings.get(name)
-        if hit is not None and hit[0] is reading:
+        if hit is not None and (hit[0] is reading or hit[1] is not None and _equal(hit[0], reading)):
+            if hit[0] is not reading:   # a new reading equal to the last (an idle node's link state): its lines
+                self._readings[name] = (reading, hit[1])
             return hit[1]
         try:
             prepared = prepare(reading.points())
@@ -316,19 +356,23 @@ class Exposition:
 
     # -- per set of source states ----------------------------------------------------------
     def _compose(self, states, ups) -> _Composed:
-        order: Dict[str, list] = {}   # family name -> [_Family, [text pieces], {origin: keys}]
+        order: Dict[str, list] = {}   # family name -> [_Family, [text pieces], {origin: [key sets]}]
 
         def add(fam: _Family, text: str, origin: str, keys) -> None:
             ent = order.get(fam.spec.name)
             if ent is None:
-                ent = order[fam.spec.name] = [fam, [], {}]
+                order[fam.spec.name] = [fam, [text], {origin: [keys]}]
+                return
             owners = ent[2]
-            if origin not in owners:
+            mine = owners.get(origin)
+            if mine is None:   # a second collector writes this family: none of its series may be another's
                 for other in owners.values():
-                    if other & keys:
-                        raise _Unsupported("a series exported by two collectors")
-                owners[origin] = set()
-            owners[origin].update(keys)
+                    for ks in other:
+                        if not ks.isdisjoint(keys):
+                            raise _Unsupported("a series exported by two collectors")
+                owners[origin] = [keys]
+            else:               # (the key sets are kept, not copied into one: a scrape composes often)
+                mine.append(keys)
             ent[1].append(text)
 
         up_f, dur_f, abs_f = _family(COLLECTOR_UP), _family(COLLECTOR_DURATION), _family(COLLECTOR_ABSENT)
@@ -352,23 +396,7 @@ class Exposition:
             add(fail_f, fail_f.lines((name,), float(st.failures)), "", key)
             for fam, text, keys in body or ():
                 add(fam, text, name, keys)
-        pieces = {}
-        for fmt in ("text", "om"):
-            before: List[str] = []
-            after: List[str] = []
-            age_head = ""
-            part = before
-            for fam, texts, _ in order.values():
-                head = fam.text_head if fmt == "text" else fam.om_head
-                if fam is age_f:
-                    age_head, part = head, after
-                    continue
-                part.append(head)
-                part.extend(texts)
-            if fmt == "om":
-                after.append("# EOF\n")
-            pieces[fmt] = ("".join(before).encode(), age_head.encode(), "".join(after).encode())
-        return _Composed(states, ups, pieces, tuple(ages))
+        return _Composed(states, ups, _Pieces(order, age_f), tuple(ages))
 
     @staticmethod
     def _prepare(layout: Layout) -> Dict[str, Tuple[str, str]]:

@@ -311,3 +311,38 @@ def test_a_fallback_factory_is_called_only_when_a_scrape_needs_prometheus_client
         encoder, want = choose_encoder("text/plain;version=1.0.0;escaping=dots")
         strip = lambda s: [ln for ln in s.splitlines() if b"last_read_age" not in ln.replace(b"__", b"_")]  # noqa
         assert ctype == want and strip(body) == strip(encoder(made[0]))
+
+
+def test_a_new_reading_equal_to_the_last_reuses_its_lines_and_a_changed_value_is_written_at_the_next_scrape():
+    """Issue 49: a source read again with nothing changed (an idle node's link state, timex, the phases table)
+    is not formatted again; a reading whose values changed is, at the very next scrape."""
+    def snap(reading, t):
+        return Snapshot(t, MappingProxyType({"s": SourceState("s", up=True, reading=reading, updated_ns=t)}))
+    first = Reading((point(R_PLAIN, 0.25), point(R_COUNT, 7, "z", "a")))
+    current = [snap(first, S)]
+    expo, reg = both(lambda: current[0])
+    assert 'teye_test_render_plain_ratio 0.25' in assert_same(expo, reg)
+    again = Reading((point(R_PLAIN, 0.25), point(R_COUNT, 7, "z", "a")))   # a new object, equal values
+    current[0] = snap(again, 2 * S)
+    assert expo.render("", "")[0] == generate_latest(reg)
+    assert again.calls == [1]            # prometheus_client's encoder read it; teye's renderer did not
+    changed = Reading((point(R_PLAIN, 0.5), point(R_COUNT, 7, "z", "a")))
+    current[0] = snap(changed, 3 * S)
+    text = assert_same(expo, reg)
+    assert 'teye_test_render_plain_ratio 0.5' in text and 'teye_test_render_plain_ratio 0.25' not in text
+    back = Reading((point(R_PLAIN, 0.25), point(R_COUNT, 8, "z", "a")))      # and back, with the counter moved
+    current[0] = snap(back, 4 * S)
+    text = assert_same(expo, reg)
+    assert 'teye_test_render_plain_ratio 0.25' in text and 'teye_test_render_events_total{alpha="a",zone="z"} 8.0' in text
+
+
+def test_each_format_is_joined_when_first_asked_for_and_kept():
+    """The body of one set of states is joined per format on the first scrape asking for it (Prometheus asks for
+    one): OpenMetrics first, then the text format, then each again, all as prometheus_client writes them."""
+    sampler = node_sampler()
+    expo, reg = both(lambda: sampler.snapshot, clock=lambda: sampler.snapshot.taken_ns + S)
+    for _ in range(2):
+        assert expo.render(PROMETHEUS_ACCEPT, "")[0] == om_generate_latest(reg)
+        assert expo.render("", "")[0] == generate_latest(reg)
+    assert gzip.decompress(expo.render("", "gzip")[0]) == generate_latest(reg)
+    assert gzip.decompress(expo.render(PROMETHEUS_ACCEPT, "gzip")[0]) == om_generate_latest(reg)

@@ -18,6 +18,14 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 49: idle CPU: an equal reading is not formatted again, a format is joined when asked for
+    "render_equal_readings_by_type_only.patch": (
+        ["tests/test_render.py::"
+         "test_a_new_reading_equal_to_the_last_reuses_its_lines_and_a_changed_value_is_written_at_the_next_scrape"]),
+    "render_one_format_joined_for_both.patch": (
+        ["tests/test_render.py::test_each_format_is_joined_when_first_asked_for_and_kept"]),
+    "render_second_collector_series_not_checked.patch": (
+        ["tests/test_render.py::test_fallbacks_match_prometheus_client"]),
     # issue 49: idle CPU: a read through the sampler thread publishes one snapshot; a stuck one is marked in flight
     "sampler_stuck_read_never_marked_in_flight.patch": (
         ["tests/test_sampler_pace.py::test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up"]),
@@ -554,13 +562,6 @@ MUTANTS = {
         ["tests/trace/test_tftrace.py::test_the_summary_of_a_converted_trace_splits_each_step_as_placed"]),
     "summary_tf_input_wait_is_compute.patch": (
         ["tests/trace/test_tftrace.py::test_the_summary_of_a_converted_trace_splits_each_step_as_placed"]),
-    "trace_store_never_asked.patch": (
-        ["tests/trace/test_trace_nodes.py::"
-         "test_ranks_on_two_nodes_trace_the_same_steps_when_each_nodes_command_runs_apart"]),
-    "trace_store_offer_not_made.patch": (
-        ["tests/trace/test_across_nodes.py::test_ranks_on_two_nodes_take_the_largest_proposal_through_the_jobs_store"]),
-    "trace_store_offer_keeps_the_first.patch": (
-        ["tests/trace/test_across_nodes.py::test_concurrent_offers_keep_the_largest"]),
 }
 
 
@@ -577,7 +578,6 @@ MEASURING = {
     "receiver_every_gc_is_the_budgets.patch",        # the same
     "sampler_stop_leaves_first_reads.patch",         # a scrape's time beside a hung source (test_exporter)
     "tls_idle_like_plain.patch",               # when idle connections are closed
-    "trace_store_never_asked.patch",           # the ranks' traced steps' start times
 }
 
 
