@@ -562,6 +562,13 @@ MUTANTS = {
         ["tests/trace/test_tftrace.py::test_the_summary_of_a_converted_trace_splits_each_step_as_placed"]),
     "summary_tf_input_wait_is_compute.patch": (
         ["tests/trace/test_tftrace.py::test_the_summary_of_a_converted_trace_splits_each_step_as_placed"]),
+    "trace_store_never_asked.patch": (
+        ["tests/trace/test_trace_nodes.py::"
+         "test_ranks_on_two_nodes_trace_the_same_steps_when_each_nodes_command_runs_apart"]),
+    "trace_store_offer_not_made.patch": (
+        ["tests/trace/test_across_nodes.py::test_ranks_on_two_nodes_take_the_largest_proposal_through_the_jobs_store"]),
+    "trace_store_offer_keeps_the_first.patch": (
+        ["tests/trace/test_across_nodes.py::test_concurrent_offers_keep_the_largest"]),
 }
 
 
@@ -578,6 +585,7 @@ MEASURING = {
     "receiver_every_gc_is_the_budgets.patch",        # the same
     "sampler_stop_leaves_first_reads.patch",         # a scrape's time beside a hung source (test_exporter)
     "tls_idle_like_plain.patch",               # when idle connections are closed
+    "trace_store_never_asked.patch",           # the ranks' traced steps' start times
 }
 
 
