@@ -1,6 +1,6 @@
 """A fresh agent on this machine under a real Prometheus with the shipped configuration and rules: no alert.
 
-    python benchmarks/fresh_agent_alerts.py [--minutes 15] [--node-exporter]
+    python benchmarks/fresh_agent_alerts.py [--minutes 15] [--node-exporter] [--image TAG]
 
 What an admin does on day one: ``teye agent`` with the built-in defaults (what ``./dev.sh agent`` runs) and
 Prometheus started from the shipped ``deploy/prometheus/prometheus.yml`` as written (15 s scrapes and rule
@@ -10,7 +10,10 @@ instead (``deploy/prometheus/prometheus-node-exporter.yml``: teye with ``host.no
 Debian's prometheus-node-exporter).  Every 30 s the script asks Prometheus for ``ALERTS`` (pending and firing);
 at the end it asks for every ``ALERTS`` series over the whole run (a range query, so an alert that came and
 went between two polls is seen too) and prints each alert that was ever pending or firing.  Exit status 1 if
-any was.  This is wall time, not CPU: leave it running in the background.
+any was.  This is wall time, not CPU: leave it running in the background.  ``--image TAG``: the agent is the
+image (tests/dist/test_image.py builds ``localhost/teye-test:0.1.0``) run under podman with the DaemonSet's
+mounts and arguments (the host's / at /host/root, --path.rootfs, --cgroupfs), as
+tests/dist/test_image_host_view.py runs it, instead of an agent on the host.
 """
 from __future__ import annotations
 
@@ -55,11 +58,43 @@ def shipped_config(tmp: str, agent: str, prom_port: int, config_name: str, node_
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
+class Container:
+    """The image with the DaemonSet's mounts and arguments (tests/dist/test_image_host_view.py), on a free port;
+    ``port``, ``proc.poll()`` and ``stop()`` as tests.procs.Agent has them."""
+
+    def __init__(self, image: str, tmp: str):
+        import pathlib
+        from tests.dist.test_image import UID, podman, run_args
+        from tests.dist.test_image_host_view import _daemonset_run
+        self.podman = podman
+        self.port = free_port()
+        flags, command, argv = _daemonset_run(pathlib.Path(tmp), self.port)
+        self.name = f"teye-fresh-alerts-{self.port}"
+        podman("run", "-d", "--name", self.name, "--network", "host", "--pid", "host", "--user", f"{UID}:{UID}",
+               *run_args(), *flags, "--entrypoint", command[0], image, *argv)
+        self.proc = self
+        self.returncode = None
+        wait_http(f"http://127.0.0.1:{self.port}/metrics")
+
+    def poll(self):
+        running = self.podman("inspect", self.name, "--format", "{{.State.Running}}", check=False).stdout.strip()
+        if running != "true":
+            self.returncode = 1
+        return self.returncode
+
+    def stop(self):
+        logs = self.podman("logs", self.name, check=False)
+        print("container log (tail):", (logs.stdout + logs.stderr)[-1500:], flush=True)
+        self.podman("rm", "-f", "-t", "2", self.name, check=False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--node-exporter", action="store_true",
                     help="teye in node_exporter mode beside Debian's prometheus-node-exporter")
+    ap.add_argument("--image", metavar="TAG", help="the agent is this image under podman, with the DaemonSet's "
+                    "mounts and arguments")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="teye-fresh-alerts-")
     ne_proc = None
@@ -77,7 +112,7 @@ def main() -> int:
                                     f"--web.listen-address={ne_addr}"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_http(f"http://{ne_addr}/metrics", proc=ne_proc)
-    agent = Agent(agent_args, log_path=os.path.join(tmp, "agent.log"))
+    agent = Container(args.image, tmp) if args.image else Agent(agent_args, log_path=os.path.join(tmp, "agent.log"))
     prom = None
     try:
         prom = Prometheus(tmp, config=shipped_config(tmp, f"127.0.0.1:{agent.port}", 9090, config_name, ne_addr))
