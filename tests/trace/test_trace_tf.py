@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not __import__("importlib").util.find_spec("tensorflow"),
                                  reason="the tensorflow extra (./dev.sh test installs it)")]
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_traced_job.py")
-STEPS, SLEEP_MS, TRACED = 120, 30, 5
+STEPS, SLEEP_MS, TRACED = 100, 60, 5
 JOB = "tf_traced_job"
 
 
@@ -73,6 +73,8 @@ def _traced(tmp_path, sockdir):
     assert proc["trace"] == stem + ".tf.trace.json" and proc["raw"] == [stem + ".xplane.pb"]
     for f in (proc["trace"], stem + ".xplane.pb"):
         assert os.stat(f).st_mode & 0o777 == 0o600 and os.stat(f).st_size > 1000
+    print(f"\nsizes per traced step: XSpace {os.stat(stem + '.xplane.pb').st_size / TRACED / 1024:.0f} KiB, "
+          f"Chrome trace {os.stat(proc['trace']).st_size / TRACED / 1024:.0f} KiB")
     assert sorted(os.listdir(out)) == sorted([os.path.basename(proc["trace"]), f"{JOB}.{res['id']}.summary.json",
                                               os.path.basename(stem) + ".xplane.pb"])
     assert os.listdir(tmp) == []
@@ -94,7 +96,7 @@ def _traced(tmp_path, sockdir):
           [round(x["duration_s"] * 1e3, 1) for x in steps], "ms, own clock", [round(r[2] * 1e3, 1) for r in rows])
     assert seen == pytest.approx(truth, abs=0.05)
     assert sum(x["duration_s"] for x in before) == pytest.approx(sum(r[2] for r in rows[:-1]), rel=0.1)
-    assert truth > 0.3   # (its input is slow)
+    assert truth > 0.2   # (its input is slow: 60 ms a batch against about 11 ms of compute on a quiet machine)
     # steps kept counting through the trace; the agent knows the trace
     assert jobs[JOB].steps == STEPS
     tv = jobs[JOB].trace
