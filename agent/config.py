@@ -13,7 +13,6 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
-
 from .errors import ConfigError
 from . import hostseries
 
