@@ -150,6 +150,16 @@ class JobTable(Admission, Intake, Judging):
         for data, pid, uid in batch:
             self.handle(data, pid, uid)
 
+    def quiet(self):
+        """The table's counters (results, attribution results, configuration results), which only a datagram
+        moves; None while ``views()`` has time-driven work besides its jobs (shed datagrams to claim or expire,
+        refusals to log).  Two equal answers around a ``views()`` that found no job: it would return the same
+        again (the phases collector's idle read, issue 49)."""
+        with self._lock:
+            if self._unclaimed or self.refused:
+                return None
+            return tuple(self.results.values()), tuple(self.attributed.values()), tuple(self.config_results.values())
+
     def views(self, now_ns: int):
         """Expire silent jobs, then return (JobViews, message counts, attribution counts, pending)."""
         with self._lock:

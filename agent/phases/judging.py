@@ -17,6 +17,15 @@ from .jobstate import COMPUTE, IN_KINDS, IN_STEP, JobView, NP, RankView, STEP, W
 class Judging:
     """JobTable's judging: GPU idle and data waits credited, evidence, verdicts and views."""
 
+    def learn_gpus(self) -> None:
+        """The GPUs the agent samples, for the next datagrams' CUDA_VISIBLE_DEVICES (intake): every read of the
+        phases collector learns them, its idle reads too (the first datagrams of a new job are credited to its
+        GPUs only if they are known by then)."""
+        known = frozenset(self.ctx.timeline.gpus())
+        if known != self._known_gpus:
+            with self._lock:
+                self._known_gpus = known
+
     def attribute(self, now_ns: int, force: bool = False) -> None:
         """Credit GPU idle time to the intervals whose GPU samples have arrived (or waited too long)."""
         tl = self.ctx.timeline

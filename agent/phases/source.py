@@ -311,6 +311,7 @@ class PhaseSource:
         configured = socket_path if socket_path is not None else phases_cfg["socket"]
         self._default_dir = not configured      # a default location: its directory is checked again on a rebind
         self._cfg = phases_cfg
+        self._last = None   # (the table's quiet counters, the reading) of the last read, while it was idle
         sock, path, ident = open_socket(configured)
         self.path = path
         self.rebinds = 0
@@ -343,6 +344,13 @@ class PhaseSource:
         why = self.receiver.socket_state()
         if why is not None:   # this pass says so (teye_collector_up 0); the next one reads the new socket
             raise SourceUnavailable(f"{why}; {self._rebind()}")
+        last = self._last
+        if not force and last is not None:   # idle: nothing came since a read that found no job (issue 49)
+            self.table.learn_gpus()
+            quiet = self.table.quiet()
+            if quiet is not None and quiet == last[0]:
+                return last[1]
+        quiet = self.table.quiet()   # (before the views: a datagram handled meanwhile makes the next read whole)
         now = self.ctx.clock()
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)
@@ -353,8 +361,12 @@ class PhaseSource:
             views = tuple(dataclasses.replace(j, verdict=dataclasses.replace(
                 j.verdict, evidence=f"{j.verdict.evidence}; memory creeps: {creeps[j.train_job].sentence()}"))
                 if j.train_job in creeps else j for j in views)
-        return PhasesReading(views, results, attributed, pending, self.path,
-                             config_results=tuple(self.table.config_results.items()), memory=memory, cpu=cpu)
+        reading = PhasesReading(views, results, attributed, pending, self.path,
+                                config_results=tuple(self.table.config_results.items()), memory=memory, cpu=cpu)
+        # an idle read (no job nor ended run: so nothing pending, no memory or CPU figures) is handed out again,
+        # the same object, until a datagram comes
+        self._last = (quiet, reading) if quiet is not None and not views else None
+        return reading
 
     def close(self) -> None:
         self.receiver.close()

@@ -18,6 +18,13 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 49: idle CPU: the phases collector's idle read hands out the last reading until a datagram comes
+    "phases_idle_read_ignores_the_counters.patch": (
+        ["tests/phases/test_receiver.py::test_an_idle_read_is_the_last_one_until_a_datagram_moves_a_counter"]),
+    "phases_idle_read_kept_with_a_job.patch": (
+        ["tests/phases/test_receiver.py::test_an_idle_read_is_the_last_one_until_a_datagram_moves_a_counter"]),
+    "phases_idle_read_learns_no_gpus.patch": (
+        ["tests/phases/test_receiver.py::test_an_idle_read_is_the_last_one_until_a_datagram_moves_a_counter"]),
     # issue 49: idle CPU: an equal reading is not formatted again, a format is joined when asked for
     "render_equal_readings_by_type_only.patch": (
         ["tests/test_render.py::"

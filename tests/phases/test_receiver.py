@@ -273,3 +273,39 @@ def test_the_kernel_queue_length_is_read(tmp_path):
     assert queue_length(str(tmp_path / "missing")) == 10
     f.write_text("0")
     assert queue_length(str(f)) == 1
+
+
+def test_an_idle_read_is_the_last_one_until_a_datagram_moves_a_counter(sockdir):
+    """Issue 49: the phases collector is read every second; while no job reports, a read hands out the last
+    reading again (the same object, so a scrape formats nothing) -- until a datagram moves a counter (a rejected
+    one too), a job appears, or a job's reading would change with time alone (its last-message age)."""
+    from tests.phases.helpers import S, ctx_with_clock
+    ctx, clock = ctx_with_clock(time.monotonic_ns())
+    src = PhaseSource(phases_cfg(), ctx, socket_path=os.path.join(sockdir, "p.sock"))
+    try:
+        first = src.collect()
+        clock.t += S
+        assert src.collect() is first and first.jobs == ()
+        src.table.handle(b"{not json", 4321, os.getuid())                    # rejected: a counter moved
+        rejected = src.collect()
+        assert rejected is not first and sum(n for _, n in rejected.results) == 1
+        assert src.collect() is rejected                                   # idle again
+        t = clock.t
+        ctx.timeline.add("0", t - S, t, 0.25)       # the GPU collector's first samples, GPU 1 not sampled
+        clock.t += S
+        assert src.collect() is rejected            # still idle: but the sampled GPUs are learnt (the next job's)
+        t = clock.t
+        src.table.handle(encode("train", [("compute", t - 2 * S, t - S)], [(t - 2 * S, t - S, 16)], cvd="0,1"),
+                         4321, os.getuid())
+        one = src.collect()
+        (job,) = one.jobs
+        assert dict(one.results)["accepted"] == 1
+        # its first interval is credited at once, to GPU 0 (CUDA_VISIBLE_DEVICES, the sampled GPUs known)
+        assert dict(((g, p), v) for g, p, v in job.gpu_idle_seconds) == pytest.approx({("0", "compute"): 0.75})
+        clock.t += S
+        two = src.collect()                         # (its counters settled: the attribution counted at `one`)
+        clock.t += 3 * S                                                    # no datagram: the job's age grows
+        later = src.collect()
+        assert later is not two and later.jobs[0].last_message_age_s == pytest.approx(job.last_message_age_s + 4)
+    finally:
+        src.close()
