@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
 
 
 class UtilSample(NamedTuple):
@@ -48,6 +48,28 @@ class UtilTimeline:
             cutoff = end_ns - self._horizon_ns
             while dq and dq[0].end_ns < cutoff:
                 dq.popleft()
+
+    def add_many(self, gpu: str, intervals: Iterable[Tuple[int, int, float]]) -> None:
+        """``add(gpu, start, end, busy)`` for each interval in order, under one lock: one GPU's ring read (about 30
+        samples every 5 s) is one call (issue 49: the 8-GPU replay's idle cost)."""
+        with self._lock:
+            dq = self._data.get(gpu)
+            last = None
+            for start_ns, end_ns, busy in intervals:
+                if end_ns <= start_ns:
+                    continue
+                if dq is None:
+                    dq = self._data[gpu] = deque(maxlen=self._max)
+                if dq and start_ns < dq[-1].end_ns:  # never overlap the previous sample
+                    start_ns = dq[-1].end_ns
+                    if end_ns <= start_ns:
+                        continue
+                dq.append(UtilSample(start_ns, end_ns, min(1.0, max(0.0, busy))))
+                last = end_ns
+            if last is not None:   # (the ends only grow: trimming once, by the last, is trimming after each)
+                cutoff = last - self._horizon_ns
+                while dq and dq[0].end_ns < cutoff:
+                    dq.popleft()
 
     def gpus(self) -> List[str]:
         with self._lock:

@@ -105,10 +105,27 @@ def _key(fn: str, dev, args, kw) -> tuple:
     return fn, dev, _frozen(args) if args else (), _frozen(kw) if kw else ()
 
 
-def _sample(ts: int, value) -> _Obj:
-    num = value
-    return _Obj(timeStamp=ts, sampleValue=_Obj(dVal=float(num), uiVal=num, ulVal=num, ullVal=num, sllVal=num,
-                                                siVal=num, usVal=num))
+class _Sample:
+    """One ring sample as pynvml's c_nvmlSample_t reads: timeStamp and the value union."""
+
+    __slots__ = ("timeStamp", "sampleValue")
+
+    def __init__(self, ts: int, value: _Obj):
+        self.timeStamp = ts
+        self.sampleValue = value
+
+
+_VALUES: Dict[Any, _Obj] = {}   # the value unions, one per value (a trace's values recur: percents)
+
+
+def _sample(ts: int, value) -> _Sample:
+    num = _VALUES.get(value)
+    if num is None:
+        if len(_VALUES) >= 4096:
+            _VALUES.clear()
+        num = _VALUES[value] = _Obj(dVal=float(value), uiVal=value, ulVal=value, ullVal=value, sllVal=value,
+                                    siVal=value, usVal=value)
+    return _Sample(ts, num)
 
 
 class Replay:

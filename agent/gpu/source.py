@@ -546,9 +546,8 @@ class GpuSource:
             else:
                 if len(samples) > 1:
                     d.ring_span_s = max(d.ring_span_s, (samples[-1][0] - samples[0][0]) / 1e6)
-                add = self.ctx.timeline.add
-                for start_us, end_us, ratio in d.ring.feed(samples):
-                    add(d.label, start_us * 1000 - offset_ns, end_us * 1000 - offset_ns, ratio)
+                self.ctx.timeline.add_many(d.label, [(start_us * 1000 - offset_ns, end_us * 1000 - offset_ns, ratio)
+                                                     for start_us, end_us, ratio in d.ring.feed(samples)])
         if d.gauges is None or now - d.gauges_ns >= self.gauge_ns:
             util, mem_util = b.utilization(h)
             used, total, free, reserved = b.memory(h)

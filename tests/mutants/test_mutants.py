@@ -18,6 +18,11 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 49: the 8-GPU replay's idle cost: a ring read is added to the timeline at once; one value union per value
+    "timeline_add_many_overlaps.patch": (
+        ["tests/phases/test_attribution.py::test_a_ring_read_added_at_once_is_each_sample_added_in_turn"]),
+    "replay_one_value_for_every_sample.patch": (
+        ["tests/gpu/test_replay.py::test_synthetic_trace_replay_yields_the_documented_gaps"]),
     # issue 49: idle CPU: the phases collector's idle read hands out the last reading until a datagram comes
     "phases_idle_read_ignores_the_counters.patch": (
         ["tests/phases/test_receiver.py::test_an_idle_read_is_the_last_one_until_a_datagram_moves_a_counter"]),

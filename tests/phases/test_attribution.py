@@ -143,3 +143,32 @@ def test_pending_queue_is_bounded():
                                   for k in range(50)]), 5, 0)
     _, _, attributed, pending = table.views(clock.t)
     assert pending == 100 and dict(attributed)["overflow"] == 400
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_ring_read_added_at_once_is_each_sample_added_in_turn(seed):
+    """UtilTimeline.add_many (one lock for a GPU's whole ring read, issue 49) leaves the timeline add() would:
+    overlapping samples clipped, empty ones and those a clip empties dropped, the horizon and the bound kept,
+    busy clamped to 0-1.  The oracle is add() itself, sample by sample, on random reads."""
+    rng = random.Random(seed)
+    one, many = UtilTimeline(horizon_s=2.0, max_samples=50), UtilTimeline(horizon_s=2.0, max_samples=50)
+    t = 1000 * S
+    for _ in range(40):          # reads of 0-30 samples, some overlapping the last read or each other
+        batch = []
+        for _ in range(rng.randrange(0, 31)):
+            start = t - rng.choice([0, 0, 0, 5, 40]) * MS
+            end = start + rng.choice([0, 20, 167, 200]) * MS
+            batch.append((start, end, rng.uniform(-0.2, 1.2)))
+            t = max(t, end)
+        for gpu in ("0", "1"):
+            for interval in batch:
+                one.add(gpu, *interval)
+            many.add_many(gpu, batch)
+        t += rng.choice([0, 100, 3000]) * MS
+    assert one.gpus() == many.gpus() == ["0", "1"]
+    for gpu in ("0", "1"):
+        assert list(one._data[gpu]) == list(many._data[gpu])
+        assert len(many._data[gpu]) > 10
+    clipped = UtilTimeline()
+    clipped.add_many("0", [(0, 10, 0.5), (5, 20, 2.0), (15, 18, 0.1), (30, 30, 0.0)])
+    assert list(clipped._data["0"]) == [UtilSample(0, 10, 0.5), UtilSample(10, 20, 1.0)]
