@@ -12,7 +12,7 @@ import time
 import pytest
 
 from teye_client import _trace
-from tests.trace.test_request import FakeProfile
+from tests.trace.test_request import FakeProfile, make_dirs
 
 pytestmark = pytest.mark.skipif(not __import__("importlib").util.find_spec("torch"),
                                 reason="the torch extra (./dev.sh test installs it)")
@@ -20,14 +20,8 @@ STEP_NS = 2 * 10**7     # 20 ms steps: 50 a second, so a margin of 25 steps (STA
 
 
 def _node(tmp_path, name):
-    top = tmp_path / name
-    req = top / "trace"
-    req.mkdir(parents=True)
-    os.chmod(top, 0o700)
-    os.chmod(req, 0o700)
-    out = top / "out"
-    out.mkdir(mode=0o700)
-    return str(req), str(out)
+    (tmp_path / name).mkdir(parents=True)
+    return make_dirs(tmp_path / name)
 
 
 def _ask(d, out, start_after, rid="multi-1"):

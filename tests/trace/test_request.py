@@ -63,16 +63,22 @@ class FakeProfile:
         self.stopped = True
 
 
+def make_dirs(top):
+    """A job's request directory (``top/teye-x/trace``, both levels 0700, as the job's own) and an output
+    directory (``top/out``, 0700): (request dir, output dir)."""
+    req = top / "teye-x" / "trace"
+    req.mkdir(parents=True)
+    os.chmod(top / "teye-x", 0o700)
+    os.chmod(req, 0o700)
+    out = top / "out"
+    out.mkdir(mode=0o700)
+    return str(req), str(out)
+
+
 @pytest.fixture
 def dirs(tmp_path):
     FakeProfile.made.clear()
-    req = tmp_path / "teye-x" / "trace"
-    req.mkdir(parents=True)
-    os.chmod(tmp_path / "teye-x", 0o700)
-    os.chmod(req, 0o700)
-    out = tmp_path / "out"
-    out.mkdir(mode=0o700)
-    return str(req), str(out)
+    return make_dirs(tmp_path)
 
 
 def _status(d, pid=None):

@@ -14,6 +14,7 @@ import pytest
 
 from agent.trace import summary as S
 from teye_client import _trace, _tftrace
+from tests.trace.test_request import make_dirs
 
 pytestmark = pytest.mark.skipif(not __import__("importlib").util.find_spec("tensorflow"),
                                 reason="the tensorflow extra (./dev.sh test installs it)")
@@ -140,18 +141,13 @@ class FakeTf:
 
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
-    req = tmp_path / "teye-x" / "trace"
-    req.mkdir(parents=True)
-    os.chmod(tmp_path / "teye-x", 0o700)
-    os.chmod(req, 0o700)
-    out = tmp_path / "out"
-    out.mkdir(mode=0o700)
+    req, out = make_dirs(tmp_path)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setattr(_tftrace.tempfile, "tempdir", str(tmp))
     monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
     monkeypatch.setattr(_trace, "START_MARGIN_S", 0)
-    return str(req), str(out), str(tmp)
+    return req, out, str(tmp)
 
 
 def _ask(d, out, **over):

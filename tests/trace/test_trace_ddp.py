@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import subprocess
 import sys
 import time
@@ -14,6 +12,7 @@ import time
 import pytest
 
 from tests.client.helpers import LiveAgent, base_env, teye_run
+from tests.trace.helpers import socket_dir
 from tests.procs import REPO, free_port
 
 pytestmark = [pytest.mark.e2e,
@@ -31,11 +30,8 @@ def _job(agent, ready, env):
 
 @pytest.mark.measures("the traced steps' data-wait share against the ranks' own perf_counter")
 def test_both_ranks_trace_the_same_steps_on_request_and_the_job_is_unchanged(tmp_path):
-    sockdir = tempfile.mkdtemp(prefix="teye-tr")   # (a socket's path is at most 107 bytes)
-    try:
-        _both_ranks(tmp_path, sockdir)
-    finally:
-        shutil.rmtree(sockdir, ignore_errors=True)
+    with socket_dir("teye-tr") as d:
+        _both_ranks(tmp_path, d)
 
 
 def _both_ranks(tmp_path, sockdir):

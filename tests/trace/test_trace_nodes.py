@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 from tests import netns
 from tests.client.helpers import LiveAgent, base_env
+from tests.trace.helpers import socket_dir
 from tests.procs import REPO, free_port
 
 pytestmark = [pytest.mark.e2e,
@@ -33,12 +32,8 @@ def test_ranks_on_two_nodes_trace_the_same_steps_when_each_nodes_command_runs_ap
     why = netns.available()
     if why:
         pytest.skip(why)
-    sockdir = tempfile.mkdtemp(prefix="teye-tn")   # (a socket's path is at most 107 bytes)
-    try:
-        with netns.veth_pair("trn", subnet=219) as pair:
-            _two_nodes(tmp_path, sockdir, pair)
-    finally:
-        shutil.rmtree(sockdir, ignore_errors=True)
+    with socket_dir("teye-tn") as d, netns.veth_pair("trn", subnet=219) as pair:
+        _two_nodes(tmp_path, d, pair)
 
 
 def _two_nodes(tmp_path, sockdir, pair):

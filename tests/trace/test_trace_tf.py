@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 from tests.client.helpers import LiveAgent, base_env, teye_run
+from tests.trace.helpers import socket_dir
 from tests.procs import REPO
 
 pytestmark = [pytest.mark.e2e,
@@ -32,11 +31,8 @@ def _job(agent, ready):
 
 @pytest.mark.measures("the traced steps' data-wait share against the script's own perf_counter")
 def test_a_tensorflow_loop_is_traced_on_request_and_is_unchanged(tmp_path):
-    sockdir = tempfile.mkdtemp(prefix="teye-tf")   # (a socket's path is at most 107 bytes)
-    try:
-        _traced(tmp_path, sockdir)
-    finally:
-        shutil.rmtree(sockdir, ignore_errors=True)
+    with socket_dir("teye-tf") as d:
+        _traced(tmp_path, d)
 
 
 def _traced(tmp_path, sockdir):
