@@ -45,8 +45,9 @@ def _two_nodes(tmp_path, monkeypatch, store):
     ts = [_trace.Tracer("job", r, FakeProfile, directory=nodes[r][0], exchange=ex) for r in range(2)]
     for r, t in enumerate(ts):
         t.pid = 1000 + r
-    _ask(*nodes[0], start_after=now[0] + 1.0)
-    _ask(*nodes[1], start_after=now[0] + 1.3)        # the loop over the nodes reached node b later
+    # (half a step off the ticks: which tick first reaches start_after never hangs on a float's last bit)
+    _ask(*nodes[0], start_after=now[0] + 1.01)
+    _ask(*nodes[1], start_after=now[0] + 1.31)       # the loop over the nodes reached node b later
     ns = 10**9
     for _ in range(200):                             # 4 s of lockstep steps
         ns += STEP_NS
