@@ -125,8 +125,9 @@ def _measure(args, hook, batches, train, request, reqdir, out):
             times.append(now - last)
             last = now
             if traced and n == 10:
-                base = hook.trace_hook.tracer.step_n - n   # (the hook counts steps since the process's first)
-                hook.trace_hook.tracer.first_step = None
+                base = hook.trace_hook.step_n - n   # (the hook counts steps since the process's first)
+                if hook.trace_hook.tracer is not None:
+                    hook.trace_hook.tracer.first_step = None
                 req = request.write_request("trace_bench", os.geteuid(), args.steps, out, None, 0.0, 60.0,
                                             directory=reqdir)
         status = None
@@ -138,7 +139,7 @@ def _measure(args, hook, batches, train, request, reqdir, out):
                 status["first_step"] -= base   # this round's step number
         return times, status
 
-    run_round(False, 50)   # warm: the first steps' allocations (and the hook's tracer made)
+    run_round(False, 50)   # warm: the first steps' allocations
     rows = {"starting step": [], "warm-up step": [], "traced steps": [], "last traced step": [], "writing step": [], "20 steps after": []}
     base = {k: [] for k in rows}
     sizes = []

@@ -1101,41 +1101,77 @@ class Session:
 
 
 
+TRACE_LOOK_NS = 250 * 10**6   # how often the hook looks for a request before one came (= _trace.CHECK_EVERY_NS)
+
+
+def trace_request_paths(job, socket_path):
+    """Where `teye trace` requests for ``job`` appear (_trace.request_dir and _trace.agent_request_dir say the same,
+    tests/trace/test_request.py holds them to it): the job's own request directory (TEYE_TRACE_REQUESTS, or
+    /tmp/teye-<uid>/trace), and the agent's beside its phase socket, for its webhook."""
+    uid = os.geteuid()
+    d = os.environ.get("TEYE_TRACE_REQUESTS") or os.path.join("/tmp", "teye-%d" % uid, "trace")
+    paths = [os.path.join(d, job + ".json")]
+    if socket_path:
+        paths.append(os.path.join(os.path.dirname(socket_path), "trace", str(uid), job + ".json"))
+    return paths
+
+
 class TraceHook:
-    """`teye trace`'s request watch (``_trace.Tracer``) for one framework, made at the first loop iteration's end
-    that has a reporter; ``tick()`` at the end of each.  ``make(_trace, steps)`` makes the framework's profile
-    (``_trace.TorchProfile``, ``_tftrace.TfProfile``); ``exchange(_trace, job)``, where given, the store the
-    job's ranks on every node reach (``_trace.StoreExchange``) or None, when a request is taken.
-    ``TEYE_TRACE=0`` turns it off; so does anything that fails while it is made (never into the training loop)."""
+    """`teye trace`'s request watch for one framework; ``tick()`` at the end of each loop iteration.  Until a
+    request file exists it only looks for one, one ``stat`` per path every TRACE_LOOK_NS: the request module
+    (``_trace``) is imported, and its ``Tracer`` made, only then (a training process that is never traced never
+    imports it: 1.5 ms at the first step of a small TensorFlow loop).  ``make(_trace, steps)`` makes the
+    framework's profile (``_trace.TorchProfile``, ``_tftrace.TfProfile``); ``exchange(_trace, job)``, where
+    given, the store the job's ranks on every node reach (``_trace.StoreExchange``) or None, when a request is
+    taken.  ``TEYE_TRACE=0`` turns it off; so does anything that fails while it is made (never into the
+    training loop)."""
 
     def __init__(self, make, exchange=None):
         self.make = make
         self.exchange = exchange
         self.tracer = None
         self.on = os.environ.get("TEYE_TRACE", "1").strip() not in ("0", "false", "no", "off")
+        self.steps = 0        # loop iterations ended (with a reporter) before the Tracer was made: it counts on
+        self.next_look = 0
+        self.paths = None
+
+    @property
+    def step_n(self):
+        """Loop iterations ended in this process (with a reporter), as the Tracer counts them."""
+        return self.tracer.step_n if self.tracer is not None else self.steps
 
     def tick(self):
         t = self.tracer
         if t is None:
             if not self.on or session.disabled:
                 return
+            rep = session.reporter
+            if rep is None:
+                return   # (before the session's first step made its reporter)
+            self.steps += 1
+            now = _ns()
+            if now < self.next_look:
+                return
+            self.next_look = now + TRACE_LOOK_NS
             try:
+                if self.paths is None:
+                    self.paths = trace_request_paths(rep.train_job, rep.socket_path)
+                if not any(os.path.exists(p) for p in self.paths):
+                    return
                 from . import _trace
-                rep = session.reporter
-                job = rep.train_job if rep is not None else None
-                if job is None:
-                    return   # (before the session's first step made its reporter)
+                job = rep.train_job
                 make, exchange = self.make, self.exchange
-                self.tracer = t = _trace.Tracer(job, lambda: rep.rank, lambda steps: make(_trace, steps),
-                                                report=rep.note_trace,
-                                                agent_dir=_trace.agent_request_dir(rep.socket_path)
-                                                if rep.socket_path else None,
-                                                exchange=(lambda: exchange(_trace, job)) if exchange else None)
+                t = _trace.Tracer(job, lambda: rep.rank, lambda steps: make(_trace, steps), report=rep.note_trace,
+                                  agent_dir=_trace.agent_request_dir(rep.socket_path) if rep.socket_path else None,
+                                  exchange=(lambda: exchange(_trace, job)) if exchange else None)
+                t.step_n = self.steps - 1   # (its tick below counts this iteration, and looks at once)
+                self.tracer = t
             except Exception as e:  # never into the training loop
                 self.on = False
                 debug("zero-code phases: teye trace is off: %s: %s" % (type(e).__name__, e))
                 return
         t.tick()
+
 
 session = Session()
 

@@ -189,8 +189,9 @@ def _trace_store(_trace, job):
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
-    from torch.distributed import distributed_c10d
-    return _trace.StoreExchange(distributed_c10d._get_default_store(), job)
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")   # (loaded with torch.distributed: teye imports
+    get = getattr(c10d, "_get_default_store", None)                # no framework itself)
+    return _trace.StoreExchange(get(), job) if get is not None else None
 
 
 # teye trace's request watch and trace, ticked at the end of each loop iteration (the leading optimizer's step)

@@ -25,7 +25,6 @@ Everything runs on the training thread at step boundaries: nothing of the job is
 import json
 import os
 import re
-import shutil
 import socket
 import time
 
@@ -406,6 +405,8 @@ class Tracer:
                 os.unlink(tmp)
                 return self._fail("the trace is %d bytes, over the request's bound of %d (trace fewer steps, or "
                                   "give a larger --max-bytes)" % (size, bound))
+            if extra:
+                import shutil   # (here: every training process imports this module at its first step)
             for sfx, f in sorted(extra.items()):
                 kept[sfx] = stem + sfx
                 shutil.move(f, kept[sfx])

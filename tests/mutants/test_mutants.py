@@ -581,6 +581,8 @@ MUTANTS = {
         ["tests/trace/test_across_nodes.py::test_ranks_on_two_nodes_take_the_largest_proposal_through_the_jobs_store"]),
     "trace_store_offer_keeps_the_first.patch": (
         ["tests/trace/test_across_nodes.py::test_concurrent_offers_keep_the_largest"]),
+    "trace_hook_imports_before_a_request.patch": (
+        ["tests/trace/test_request.py::test_the_hook_imports_the_request_module_only_once_a_request_exists"]),
 }
 
 

@@ -372,3 +372,66 @@ def test_the_byte_bound_defaults_to_what_summarize_reads():
     from agent.trace import defaults
     assert _trace.parse_request(_req(), time.time())["max_bytes"] == _trace.DEFAULT_MAX_BYTES \
         == defaults.MAX_TRACE_BYTES
+
+
+@pytest.mark.parametrize("env", [None, "/somewhere/requests"])
+def test_the_hooks_request_paths_are_the_request_modules(monkeypatch, env):
+    """The zero-code hook looks for requests itself before it imports this module: at the same paths."""
+    from teye_client._common import trace_request_paths
+    if env is None:
+        monkeypatch.delenv(_trace.ENV_DIR, raising=False)
+    else:
+        monkeypatch.setenv(_trace.ENV_DIR, env)
+    sock = "/run/teye/phases.sock"
+    assert trace_request_paths("job-1", sock) == [os.path.join(_trace.request_dir(), "job-1.json"),
+                                                  os.path.join(_trace.agent_request_dir(sock), "job-1.json")]
+    assert trace_request_paths("job-1", None) == [os.path.join(_trace.request_dir(), "job-1.json")]
+
+
+HOOK = r"""
+import json, os, sys, time
+from teye_client import _common
+class Rep:
+    train_job, socket_path, rank = "job", None, 0
+    def note_trace(self, *a):
+        pass
+_common.session.reporter = Rep()
+made = []
+class Prof:
+    def __init__(self, steps):
+        made.append(steps)
+    def step(self):
+        return False                                 # (records on: the trace never ends in this test)
+    def stop(self):
+        pass
+hook = _common.TraceHook(lambda _trace, steps: Prof(steps))
+for _ in range(40):                                  # 40 steps of 10 ms, no request: nothing imported
+    hook.tick()
+    time.sleep(0.01)
+before = "teye_client._trace" in sys.modules
+d = os.environ["TEYE_TRACE_REQUESTS"]
+now = time.time()
+with open(os.path.join(d, "job.json"), "w") as f:
+    json.dump(dict(id="r1", steps=2, output=sys.argv[1], start_after=now, expires=now + 60, ranks=None), f)
+for _ in range(60):
+    hook.tick()
+    time.sleep(0.01)
+print(json.dumps({"before": before, "after": "teye_client._trace" in sys.modules, "steps": hook.step_n,
+                  "made": made, "taken": hook.tracer is not None and "r1" in hook.tracer.done_ids}))
+"""
+
+
+def test_the_hook_imports_the_request_module_only_once_a_request_exists(dirs):
+    """A training process that is never traced never imports teye_client._trace (its first import cost 1.5 ms of
+    a small TensorFlow loop's first step); one that is asked imports it within one look and counts its steps on."""
+    import subprocess
+    import sys
+    from tests.procs import REPO
+    d, out = dirs
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEYE_")}
+    env.update(PYTHONPATH=REPO, TEYE_TRACE_REQUESTS=d)
+    r = subprocess.run([sys.executable, "-c", HOOK, out], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["before"] is False and got["after"] is True and got["taken"] is True, got
+    assert got["steps"] == 100 and got["made"] == [2], got     # every iteration counted; the profile made once
