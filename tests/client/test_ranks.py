@@ -47,7 +47,8 @@ def assert_same_losses_without_teye(own, nproc, steps, slow, slow_ms, mode):
 
 @pytest.mark.measures("the ranks' shares against their own monotonic clock (torch_ddp_ranks.py)")
 def test_one_slow_rank_is_the_jobs_verdict_and_is_named(sockdir):
-    j, own = run_ddp(sockdir, 4, 40, slow=3, slow_ms=20)
+    j, own = run_ddp(sockdir, 4, 40, slow=3, slow_ms=30)   # (20 ms: 0.46 once, under CI, against the 0.5 the
+    # scenario needs: 4 ranks share 2 cores, and the slow rank's compute grew with them)
     truth = own[3]["wait_s"] / own[3]["step_s"]  # the slow rank's own wait share, by its own clock
     assert truth > 0.5 and all(own[r]["wait_s"] / own[r]["step_s"] < 0.1 for r in (0, 1, 2))
     assert j.input_bound_ratio == pytest.approx(truth, abs=0.05)
