@@ -11,8 +11,13 @@ on_train_batch_begin to on_train_batch_end, each evaluation from on_test_begin t
 its predict calls); the time between two epochs' batches and around the evaluate and predict after fit, an
 upper bound of what evaluation can have taken; the steps again, each from the end of the one before, as the
 phase protocol counts a step; and the time its training map spent reading (its input wait: tf.data's
-injected prefetch is off, so each batch is read while the step waits for it).  Prints one JSON line with
-those timings; --out writes the losses and metrics Keras computed (compared with and without teye).
+injected prefetch is off, so each batch is read while the step waits for it); and what an eager fetch of a
+batch costs beyond that reading (the wait's own overhead: op dispatch, the map's call into Python, the
+handoff between tf.data's thread and this one, the wake-ups around the map's sleep): a twin of the training
+pipeline fetched eagerly with get_next() as many times and in as many iterators as fit fetched, less its
+map's own reading, before fit and after the last evaluation (the larger of the two: the load at either end).
+Prints one JSON line with those timings; --out writes the losses and metrics Keras computed (compared with
+and without teye).
 """
 import json
 import sys
@@ -42,7 +47,8 @@ reads = []   # the training map's own time per batch (s)
 def slow(sleep_s, log):
     def read(a):
         t = clock()
-        time.sleep(sleep_s)
+        if sleep_s:
+            time.sleep(sleep_s)
         if log is not None:
             log.append(clock() - t)
         return a
@@ -57,6 +63,25 @@ train = (train.map(slow(read_s, reads)) if read_s else train).with_options(no_pr
 val = tf.data.Dataset.from_tensor_slices((vx, vy)).batch(BATCH).map(slow(0.03, None))
 val_inputs = tf.data.Dataset.from_tensor_slices(vx).batch(BATCH).map(lambda a: slow(0.03, None)(a, 0)[0])
 
+
+def fetch_cost():
+    """The eager fetch's own cost for fit's batches (`steps` in each of `epochs` iterators): a twin of the
+    training pipeline (the same slicing, batching, map and options), each batch fetched with get_next() (not
+    next(): an iterator teye times would be an evaluation), less the time the twin's map spent reading."""
+    twin_reads = []
+    twin = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    twin = (twin.map(slow(read_s, twin_reads)) if read_s else twin).with_options(no_prefetch)
+    spent = 0.0
+    for _ in range(epochs):
+        it = iter(twin)
+        for _ in range(steps):
+            t = clock()
+            it.get_next()
+            spent += clock() - t
+    return spent - sum(twin_reads)
+
+
+fetch_before = fetch_cost()
 traces = [0]   # the model's Python runs only while TensorFlow traces it: a batch during which this grew compiled
 
 
@@ -137,10 +162,12 @@ if every:
     evaluated = model.evaluate(val, verbose=0, callbacks=[cb], return_dict=True)
     cb.outer_s += clock() - t
     cb.predict()
+fetch_s = max(fetch_before, fetch_cost())
 if out:
     json.dump({"losses": cb.losses, "history": hist.history, "evaluate": evaluated, "predictions": cb.predictions},
               open(out, "w"))
 print(json.dumps({"steps": len(cb.step_times), "samples": BATCH * len(cb.step_times), "train_s": sum(cb.step_times),
                   "compile_s": cb.compile_s, "traced": cb.traced,
-                  "wait_s": sum(reads), "wait_share": sum(reads) / sum(cb.step_times), "reads": len(reads),
+                  "wait_s": sum(reads), "fetch_s": fetch_s, "wait_share": sum(reads) / sum(cb.step_times),
+                  "reads": len(reads),
                   "eval_s": cb.eval_s, "outer_s": cb.outer_s, "loop_s": cb.loop_s, "step_times": cb.step_times}))

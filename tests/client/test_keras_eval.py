@@ -74,12 +74,15 @@ def test_fit_validation_evaluate_and_predict_are_eval(agent, tmp_path):
     share = (train + compiled) / (train + compiled + phases["eval"])
     assert abs(share - own["loop_s"] / (own["loop_s"] + own["outer_s"])) <= 0.03, (share, own)
     # the training input wait: the time the training map itself spent reading, plus the eager fetch's own cost
-    # (op dispatch, the handoff to tf.data's thread and back: about 1 ms a batch here), never evaluation's
-    # (predict's batches are fetched eagerly too: 8 of 30 ms)
-    assert own["wait_s"] <= phases["data_wait"] <= own["wait_s"] + 0.002 * own["reads"], (phases, own)
+    # beyond it (dispatch, the handoff to tf.data's thread and back, the wake-ups around the map's sleep), as
+    # the script timed it on a twin of its pipeline (fetch_s: 1.0-1.7 ms a batch here, idle to two CPU hogs;
+    # teye's wait above the reading was within 0.35 ms a batch of it in each of those runs), never
+    # evaluation's (predict's batches are fetched eagerly too: 8 of 30 ms)
+    most = own["wait_s"] + 1.5 * own["fetch_s"] + 0.0005 * own["reads"]
+    assert own["wait_s"] <= phases["data_wait"] <= most, (phases, own)
     steps_s = own["train_s"] - own["compile_s"]
-    assert own["wait_s"] / steps_s - 0.03 <= j.input_bound_ratio <= \
-        (own["wait_s"] + 0.002 * own["reads"]) / steps_s + 0.03, (j.input_bound_ratio, own)
+    assert own["wait_s"] / steps_s - 0.03 <= j.input_bound_ratio <= most / steps_s + 0.03, \
+        (j.input_bound_ratio, own)
     # no step holds an evaluation (each is >= 0.1 s) or a compile: the steps above 50 ms are the script's own
     # but those that traced, give or take one at the bucket edge
     slow = [t for i, t in enumerate(own["step_times"]) if i not in own["traced"]]
