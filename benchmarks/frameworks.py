@@ -32,8 +32,10 @@ vary tenfold).  The peer is
 each script's own clock, printed by the script itself (one JSON line): the samples it trained, its
 training time (train_s), its input wait (wait_s: time inside its training set's __getitem__, or in
 torch_eval.py and tf_eval_loop.py the time asking for a batch, in keras_eval.py the time inside its training
-map: Keras takes its batches where the script cannot time them, so the eager fetch's own cost is not in it), the time in its training loader's collate function
-(collate_s; none in torch_eval.py, whose wait_s holds it), in lightning_job.py also the time between
+map: Keras takes its batches where the script cannot time them), the time in its training loader's collate
+function (collate_s; none in torch_eval.py, whose wait_s holds it; in keras_eval.py fetch_s stands in its
+place: the eager fetch's own cost beyond the map's reading, which teye's timed fetch holds and the map's clock
+misses, timed by the script on a twin of its pipeline), in lightning_job.py also the time between
 its training batches less validation (between_s: the loader's and Lightning's own work too, an upper
 bound of the input wait) and the time inside its evaluations (eval_s); in keras_eval.py and tf_eval_loop.py
 also the time of the calls that traced and compiled the train step (compile_s: teye's compile phase, in no
@@ -112,8 +114,8 @@ def one_run(fw: str, steps: int, every: int, fast: bool, job: str) -> dict:
     train = ph.get("data_wait", 0.0) + ph.get("compute", 0.0)
     verdict = j.verdict.kind + (f"/{j.verdict.cause}" if j.verdict.cause else "")
     # torch_eval.py times the whole next(loader) (collate included); the others time __getitem__ and, apart,
-    # their training loader's collate function
-    own_all = own["wait_s"] + own.get("collate_s", 0.0)
+    # their training loader's collate function; keras_eval.py its map and, apart, the eager fetch's own cost
+    own_all = own["wait_s"] + own.get("collate_s", own.get("fetch_s", 0.0))
     gap = own.get("between_s")   # lightning_job.py: between training batches, an upper bound of the wait
     # keras_eval.py and tf_eval_loop.py time the calls that traced and compiled their step (compile_s): teye's
     # compile phase, in no share and not in its training time (docs/phases.md)
@@ -252,7 +254,8 @@ def main() -> int:
         print(row(fw, fast, steps // 4 if ev else 0, *results[(fw, fast, ev)]))
     print(f"\n{len(cells) * args.repeats} runs in {time.monotonic() - t0:.0f} s. share: data_wait / (data_wait + "
           f"compute) against the script's wait_s / train_s (own) and (wait_s + collate_s) / train_s (own+c: its "
-          f"training loader's collate function timed too; torch_eval.py's wait_s is the whole next(loader)), "
+          f"training loader's collate function timed too, keras_eval.py's eager fetch cost; torch_eval.py's wait_s "
+          f"is the whole next(loader)), "
           f"points; gap: lightning_job.py's time between training batches (less validation) / train_s, an upper "
           f"bound of its input wait; diff: median, max: the largest over the repeats; eq: repeats where teye's "
           f"steps and samples both equal the script's")
