@@ -5,8 +5,8 @@ thread (``teye-sampler``) reads every source at its own interval: sources whose 
 (every 5 s collector starts on the same tick) are read back to back in one wake-up.  Waking is what an idle
 agent spends most on (docs/operations.md, "Agent footprint": a thread per collector woke 23 threads and
 handed the GIL round on every tick), so the schedule coalesces timers.  A source that hangs (a stuck NFS
-mount, a lost GPU) still delays nobody else for long: a watchdog (``teye-watchdog``, woken by the first read
-of a tick) sees the sampler stuck in one read for more than HANG_S (or the shortest interval), leaves that
+mount, a lost GPU) still delays nobody else for long: a watchdog (``teye-watchdog``, waking hang_s after each
+tick's slot) sees the sampler stuck in one read for more than HANG_S (or the shortest interval), leaves that
 read to its thread and starts a new sampler thread that reads everyone else; the stuck source is not read again until its read returns (one
 call in flight per source), and is reported down by the exporters meanwhile (``is_up``).  After every read
 the sampler publishes a new immutable :class:`Snapshot` by swapping one reference; readers (exporters,
@@ -206,8 +206,10 @@ class Sampler:
                             # its first read (or a read left to a replaced thread) has not returned: not twice
                             heapq.heappush(self._due, (self._next_deadline(name, deadline), order, name))
                             continue
-                        self._busy = (name, time.monotonic())
-                        if self._watch_idle:        # the first read of a tick: the watchdog starts watching
+                        start = time.monotonic()
+                        self._busy = (name, start)
+                        at = self._watch_at
+                        if at is None or at > start + self.hang_s:   # the watchdog would look too late: wake it
                             self._wcv.notify()
                         break
                     wait = (self._due[0][0] - now) / 1e9 if self._due else None
@@ -233,20 +235,28 @@ class Sampler:
                 self._cv.notify_all()
 
     def _watch(self) -> None:
-        """Sleeps while the sampler sleeps; woken by the first read of a tick, it waits until that read (or the
-        one in progress then) has run for hang_s: one still in progress gets the schedule a new thread.  Two
-        wake-ups a tick, none between ticks."""
+        """Looks at the read in progress once it has run for hang_s: one still in progress then gets the schedule a
+        new thread.  While the sampler sleeps it sleeps until hang_s after the next slot (``_watch_at``, the
+        monotonic time it looks next), so a tick's reads find it already due to look in time and need not wake
+        it: one wake-up a tick (issue 49: a wake-up at each tick's first read and another hang_s later were 2.4 a
+        second with the phases collector's 1 s tick).  A read that starts later than that (the schedule
+        changed) wakes it (``_run``)."""
         _name_thread("teye-watchdog")
         with self._lock:
             while not self._stop.is_set():
                 busy = self._busy
                 if busy is None:
-                    self._watch_idle = True
-                    self._wcv.wait()
-                    self._watch_idle = False
+                    if not self._due:
+                        self._watch_at = None
+                        self._wcv.wait()
+                        continue
+                    wait = max(0.0, (self._due[0][0] - self._clock()) / 1e9) + self.hang_s
+                    self._watch_at = time.monotonic() + wait
+                    self._wcv.wait(wait)
                     continue
                 left = busy[1] + self.hang_s - time.monotonic()
                 if left > 0:
+                    self._watch_at = busy[1] + self.hang_s
                     self._wcv.wait(left)
                     continue
                 self._gen += 1
@@ -263,7 +273,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)      # the sampler threads wait on it for the next slot
         self._wcv = threading.Condition(self._lock)     # the watchdog waits on it
-        self._watch_idle = False
+        self._watch_at: Optional[float] = None   # when the watchdog looks next (time.monotonic), None: when woken
         self._gen = 0
         self._busy: Optional[Tuple[str, float]] = None
         # a read longer than the shortest interval delays another source's slot: hand over then (at most HANG_S)

@@ -176,3 +176,49 @@ def test_a_read_that_returned_is_never_marked_in_flight_afterwards():
     st = s.snapshot.sources["p"]
     assert st.up and st.in_flight_since_ns is None
     assert s.snapshot.is_up("p", time.monotonic_ns() + 3600 * 10**9, 1.0)
+
+
+# -- the watchdog sleeps until hang_s after the next slot: one wake-up a tick (issue 49) --------------------------
+
+class Joiner(Recorder):
+    """Its first read (a thread of its own) returns late, then it paces itself 50 ms apart: it joins the schedule
+    with a slot earlier than the one the watchdog planned for; its second read hangs."""
+
+    def __init__(self, name, hang, first_s):
+        super().__init__(name, hang)
+        self.first_s = first_s
+
+    def collect(self):
+        if not self.calls:
+            time.sleep(self.first_s)
+        return super().collect()
+
+    def next_interval_s(self, configured: float) -> float:
+        return 0.05
+
+
+def test_the_idle_watchdog_looks_hang_s_after_the_next_slot_and_a_read_before_it_wakes_it(monkeypatch):
+    """Between ticks the watchdog sleeps until hang_s after the sampler's next slot (``_watch_at``), so a tick's
+    reads need not wake it; a source that joins the schedule with an earlier slot (a late first read) and hangs
+    there wakes it at its read's start: handed over after hang_s, not at the planned look 2 s later."""
+    import agent.sampler as sampler_mod
+    monkeypatch.setattr(sampler_mod, "HANG_S", 0.3)
+    release = threading.Event()
+    steady, late = Recorder("steady"), Joiner("late", release, first_s=2.6)
+    s = Sampler({"steady": (steady, 2.0), "late": (late, 2.0)})
+    t0 = time.monotonic()
+    s.start()
+    try:
+        time.sleep(2.45)            # steady read at its slot t0+2 (the late source not scheduled yet): the look
+        with s._lock:               # at t0+2.3 found nothing in progress and planned the next at t0+4.3
+            plan, due = s._watch_at, [(d, n) for d, _, n in s._due]
+        assert due == [(due[0][0], "steady")], due
+        assert abs(plan - (t0 + 4.3)) < 0.2, plan - t0
+        time.sleep(1.35)            # t0+3.8: late joined at t0+2.6 and hangs since about t0+2.65
+        assert len(late.calls) == 2 and late.in_read == 1
+        stuck = s.snapshot.sources["late"].in_flight_since_ns      # marked in flight by the watchdog
+        assert len(steady.calls) == 2
+    finally:
+        release.set()
+        s.stop()
+    assert stuck is not None and stuck < (t0 + 3.1) * 1e9

@@ -23,7 +23,7 @@ import os
 import stat
 import threading
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 from ..errors import ParseError
 from ..logutil import RateLimitedLog
@@ -109,16 +109,37 @@ def refused_points(collector: str, counts: Tuple[Tuple[str, int], ...]) -> Itera
 
 def _open_regular(path: str) -> int:
     """An fd of ``path`` opened without blocking (O_NONBLOCK), closed and refused unless a regular file."""
+    return _open_regular_st(path)[0]
+
+
+def _open_regular_st(path: str) -> Tuple[int, os.stat_result]:
+    """:func:`_open_regular`, with the file's fstat."""
     fd = os.open(path, _OPEN_FLAGS)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = next((w for test, w in _KINDS if test(mode)), "not a regular file")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = next((w for test, w in _KINDS if test(st.st_mode)), "not a regular file")
             raise _refuse(path, NOT_REGULAR, f"{what}, not a regular file")
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
+
+
+def _read_fd(fd: int, path: str, limit: int, again: bool = False) -> bytes:
+    """The rest of the file from the fd's offset (``again``: the whole file from offset 0, with pread, the fd's
+    offset neither used nor moved), at most ``limit`` bytes, else FileRefused."""
+    chunks = []
+    n = 0
+    while True:
+        b = os.pread(fd, min(_CHUNK, limit + 1 - n), n) if again else os.read(fd, min(_CHUNK, limit + 1 - n))
+        if not b:
+            break
+        chunks.append(b)
+        n += len(b)
+        if n > limit:
+            raise _refuse(path, TOO_LARGE, f"larger than {limit} bytes")
+    return b"".join(chunks)
 
 
 class Outside(Exception):
@@ -136,19 +157,80 @@ def read_bytes(path: str, limit: int = MAX_FILE_BYTES, within: str = None) -> by
             real = os.readlink(f"/proc/self/fd/{fd}")
             if not real.startswith(within.rstrip(os.sep) + os.sep):
                 raise Outside(path)
-        chunks = []
-        n = 0
-        while True:
-            b = os.read(fd, min(_CHUNK, limit + 1 - n))
-            if not b:
-                break
-            chunks.append(b)
-            n += len(b)
-            if n > limit:
-                raise _refuse(path, TOO_LARGE, f"larger than {limit} bytes")
-        return b"".join(chunks)
+        return _read_fd(fd, path, limit)
     finally:
         os.close(fd)
+
+
+class KeptFiles:
+    """One source's kernel pseudo-files kept open between its reads (issue 49: an idle agent's reads of small
+    /proc files were mostly their open, fstat and close, and the path's lookup).
+
+    A file that reports size 0 when opened (procfs's and /proc/sys's files: the kernel makes their text at each
+    read from offset 0, a seq_file starting again) keeps its fd, read again whole from offset 0 with ``pread``
+    at the next read; any other file (sysfs attributes report 4096, a fixture tree's files their size) is read
+    and closed as :func:`read_text` does.  Before each read of a kept fd, ``fstat``: a file that now has a size
+    or no link (a regular file written, or replaced by a rename: a test's or a bind mount's, not the kernel's)
+    is closed and opened again by its path, and so is one whose read fails (the error, if any, is then the
+    path's own: a file gone is FileNotFoundError as before; a path whose kept fd could not be read again is
+    never kept again).  Refusals are the same as :func:`read_bytes`'s:
+    a FIFO or device is never kept (refused at open), a file over the bound is refused at each read."""
+
+    def __init__(self):
+        self._fds: Dict[str, int] = {}
+        self._unkept: Set[str] = set()   # a kept fd's pread failed (not seekable?): read and closed from then on
+        self._lock = threading.Lock()    # a read through the sampler and one asked for directly (teye profile)
+
+    def read_bytes(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is not None:
+                st = os.fstat(fd)
+                if st.st_size == 0 and st.st_nlink:
+                    try:
+                        return _read_fd(fd, path, limit, again=True)
+                    except FileRefused:
+                        raise
+                    except OSError:
+                        self._unkept.add(path)
+                del self._fds[path]
+                os.close(fd)
+            fd, st = _open_regular_st(path)
+            try:
+                data = _read_fd(fd, path, limit)
+            except BaseException:
+                os.close(fd)
+                raise
+            if st.st_size == 0 and path not in self._unkept:
+                self._fds[path] = fd
+            else:
+                os.close(fd)
+            return data
+
+    def read_text(self, path: str, allow_empty: bool = False, limit: int = MAX_FILE_BYTES) -> str:
+        """:func:`read_text`'s answer and errors, the file kept open when it is the kernel's."""
+        text = self.read_bytes(path, limit).decode("utf-8", "replace")
+        if not allow_empty and not text.strip():
+            raise ParseError(path, "file is empty")
+        return text
+
+    @property
+    def kept(self) -> Tuple[str, ...]:
+        """The paths whose fd is kept open."""
+        with self._lock:
+            return tuple(self._fds)
+
+    def close(self) -> None:
+        with self._lock:
+            fds, self._fds = list(self._fds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+    def __del__(self):
+        try:
+            self.close()
+        except (OSError, AttributeError):
+            pass
 
 
 def read_head(path: str, size: int) -> str:

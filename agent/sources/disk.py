@@ -20,7 +20,7 @@ from typing import Dict, Iterator, Optional, Pattern, Tuple, Union
 from ..errors import ParseError, parse_int
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import read_text, under
+from ._files import KeptFiles, read_text, under
 from .md import MdReading, parse_mdstat
 
 log = RateLimitedLog(logging.getLogger("teye.disk"))
@@ -210,6 +210,7 @@ class DiskSource:
         self.udev_data = udev_data
         self.clock = clock
         self.md_unreadable = 0
+        self._files = KeptFiles()    # diskstats and mdstat (udev's files are read as before)
         # udev's properties of a device change only when the device does: read again every UDEV_REFRESH_S
         # and at once for a new device or new device numbers
         self._udev: Dict[str, Tuple[float, Tuple[int, int], Tuple[str, ...]]] = {}
@@ -229,7 +230,8 @@ class DiskSource:
 
     def _md(self) -> Optional[MdReading]:
         try:
-            return MdReading(parse_mdstat(read_text(self.mdstat, allow_empty=True, limit=1 << 20), self.mdstat),
+            return MdReading(parse_mdstat(self._files.read_text(self.mdstat, allow_empty=True, limit=1 << 20),
+                                             self.mdstat),
                              self.md_unreadable)
         except FileNotFoundError:   # no md driver
             return None
@@ -239,12 +241,20 @@ class DiskSource:
             return MdReading((), self.md_unreadable)
 
     def collect(self) -> DiskReading:
-        reading = parse_diskstats(read_text(self.path), self.path, self.exclude)
+        reading = parse_diskstats(self._files.read_text(self.path), self.path, self.exclude)
         now = self.clock()
         info = tuple(self._info(name, reading.numbers[name], now) for name in reading.devices)
         for gone in set(self._udev) - set(reading.devices):
             del self._udev[gone]
         return replace(reading, info=info, md=self._md())
+
+    def fds_wanted(self) -> int:
+        """Descriptors its reads keep open at most (diskstats and mdstat, where they are the kernel's: KeptFiles), opened
+        by its first read: the HTTP server keeps them out of its connection budget."""
+        return 2
+
+    def close(self) -> None:
+        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> DiskSource:

@@ -26,7 +26,7 @@ from typing import Dict, Iterator, Optional, Tuple
 from ..errors import ParseError, parse_int
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import read_text, under
+from ._files import KeptFiles, under
 
 log = RateLimitedLog(logging.getLogger("teye.netstat"))
 
@@ -269,12 +269,13 @@ class NetstatSource:
         self.procfs = procfs
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         self._bad = dict.fromkeys(OPTIONAL_FILES, 0)
+        self._files = KeptFiles()
 
     def _optional(self, key: str, path: str, parse, limit: int = 1 << 20):
         """An optional file's parse; None when absent (this kernel has no such table), and None, counted and
         logged when garbled or unreadable: the rest of the pass is exported."""
         try:
-            return parse(read_text(path, limit=limit), path)
+            return parse(self._files.read_text(path, limit=limit), path)
         except FileNotFoundError:
             return None
         except (ParseError, OSError) as e:
@@ -285,8 +286,8 @@ class NetstatSource:
     def _conntrack(self) -> Optional[Tuple[int, int]]:
         d = under(self.procfs, "sys", "net", "netfilter")
         try:
-            count = read_text(os.path.join(d, "nf_conntrack_count")).strip()
-            limit = read_text(os.path.join(d, "nf_conntrack_max")).strip()
+            count = self._files.read_text(os.path.join(d, "nf_conntrack_count")).strip()
+            limit = self._files.read_text(os.path.join(d, "nf_conntrack_max")).strip()
         except FileNotFoundError:
             return None   # nf_conntrack not loaded: nothing tracked, nothing to say
         return (parse_int(count, d, "nf_conntrack_count"), parse_int(limit, d, "nf_conntrack_max"))
@@ -295,9 +296,9 @@ class NetstatSource:
         counters: Dict[str, int] = {}
         for f in ("snmp", "netstat"):
             path = under(self.procfs, "net", f)
-            counters.update(parse_snmp(read_text(path), path))
+            counters.update(parse_snmp(self._files.read_text(path), path))
         path = under(self.procfs, "net", "sockstat")
-        sockets = parse_sockstat(read_text(path), path)
+        sockets = parse_sockstat(self._files.read_text(path), path)
         snmp6_path = under(self.procfs, "net", "snmp6")
         snmp6 = self._optional("snmp6", snmp6_path, parse_snmp6)
         counters.update(snmp6 or {})
@@ -313,6 +314,14 @@ class NetstatSource:
                 queues.append((ip, q[0], q[1]))
         return NetstatReading(counters, sockets, self.page_size, self._conntrack(), stat, tuple(queues), ipv6,
                               tuple((f, n) for f, n in self._bad.items() if n))
+
+    def fds_wanted(self) -> int:
+        """Descriptors its reads keep open at most (snmp, netstat, sockstat, the optional files, conntrack's count and max, where they are the kernel's: KeptFiles), opened
+        by its first read: the HTTP server keeps them out of its connection budget."""
+        return 3 + len(OPTIONAL_FILES) + 2
+
+    def close(self) -> None:
+        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> NetstatSource:

@@ -16,7 +16,7 @@ from typing import Dict, Iterator, Optional, Pattern, Union
 from ..errors import ParseError, parse_int
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, Point, metric, point
-from ._files import read_text, under
+from ._files import KeptFiles, under
 from .softnet import SoftnetReading, parse_softnet
 
 log = RateLimitedLog(logging.getLogger("teye.network"))
@@ -143,10 +143,11 @@ class NetworkSource:
         self.exclude = re.compile(exclude) if exclude else None
         self.ctx = ctx
         self.softnet_unreadable = 0
+        self._files = KeptFiles()
 
     def _softnet(self) -> Optional[SoftnetReading]:
         try:
-            cpus = parse_softnet(read_text(self.softnet_path, limit=1 << 20), self.softnet_path)
+            cpus = parse_softnet(self._files.read_text(self.softnet_path, limit=1 << 20), self.softnet_path)
         except FileNotFoundError:
             return None
         except (ParseError, OSError) as e:   # garbled or refused: the softnet families only
@@ -156,7 +157,8 @@ class NetworkSource:
         return SoftnetReading(cpus, self.softnet_unreadable)
 
     def collect(self) -> NetworkReading:
-        reading = replace(parse_net_dev(read_text(self.path), self.path, self.exclude), softnet=self._softnet())
+        reading = replace(parse_net_dev(self._files.read_text(self.path), self.path, self.exclude),
+                          softnet=self._softnet())
         if self.ctx is not None:   # for the network cause of communication-bound jobs (AgentContext.links)
             links, now = self.ctx.links, self.ctx.clock()
             links.sampled = True
@@ -167,6 +169,14 @@ class NetworkSource:
                 links.add(dev, "tx_bytes", now, st.tx_bytes)
                 links.add(dev, "errors", now, st.rx_errors + st.rx_drops + st.tx_errors + st.tx_drops)
         return reading
+
+    def fds_wanted(self) -> int:
+        """Descriptors its reads keep open at most (net/dev and net/softnet_stat, where they are the kernel's: KeptFiles), opened
+        by its first read: the HTTP server keeps them out of its connection budget."""
+        return 2
+
+    def close(self) -> None:
+        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> NetworkSource:

@@ -16,7 +16,7 @@ from typing import Dict, Iterator, NamedTuple, Tuple
 
 from ..errors import ParseError, SourceUnavailable, parse_float, parse_int
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import FileRefused, Refusals, counting, read_text, refused_points, under
+from ._files import FileRefused, KeptFiles, Refusals, counting, refused_points, under
 
 RESOURCES = ("cpu", "io", "memory", "irq")
 KINDS = ("some", "full")
@@ -98,6 +98,7 @@ class PressureSource:
     def __init__(self, procfs: str = "/proc"):
         self.dir = under(procfs, "pressure")
         self._refusals = Refusals(self.name)
+        self._files = KeptFiles()
 
     def collect(self) -> PressureReading:
         with counting(self._refusals):
@@ -111,7 +112,7 @@ class PressureSource:
         for res in RESOURCES:
             path = os.path.join(self.dir, res)
             try:
-                text = read_text(path)
+                text = self._files.read_text(path)
             except FileRefused:
                 continue  # a FIFO or device in its place (or far too large): counted and named once, others kept
             except FileNotFoundError:
@@ -124,6 +125,14 @@ class PressureSource:
         if not resources:
             raise SourceUnavailable(f"{self.dir}: none of {', '.join(RESOURCES)} present")
         return PressureReading(resources, self._refusals.counts())
+
+    def fds_wanted(self) -> int:
+        """Descriptors its reads keep open at most (one file per resource, where they are the kernel's: KeptFiles), opened
+        by its first read: the HTTP server keeps them out of its connection budget."""
+        return len(RESOURCES)
+
+    def close(self) -> None:
+        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> PressureSource:

@@ -311,6 +311,25 @@ MUTANTS = {
         ["tests/sources/test_filesystem.py::test_rootfs_bound_onto_itself_is_counted_not_statted"]),
     "sampler_hang_not_handed_over.patch": (
         ["tests/test_sampler_pace.py::test_a_hanging_source_hands_the_schedule_over_and_is_not_piled_up"]),
+    # issue 49: idle CPU: the watchdog sleeps until hang_s after the next slot; a read before its look wakes it
+    "sampler_watchdog_never_woken_when_planned.patch": (
+        ["tests/test_sampler_pace.py::"
+         "test_the_idle_watchdog_looks_hang_s_after_the_next_slot_and_a_read_before_it_wakes_it"]),
+    "sampler_watchdog_looks_at_the_slot.patch": (
+        ["tests/test_sampler_pace.py::"
+         "test_the_idle_watchdog_looks_hang_s_after_the_next_slot_and_a_read_before_it_wakes_it"]),
+    # issue 49: idle CPU: a source's /proc files kept open and read again from offset 0
+    "kept_files_never_kept.patch": (
+        ["tests/sources/test_kept_files.py::test_a_kernel_file_is_kept_open_and_made_anew_at_each_read"]),
+    "kept_files_link_not_checked.patch": (
+        ["tests/sources/test_kept_files.py::test_an_empty_regular_file_kept_is_read_by_its_path_once_written_or_replaced"]),
+    "kept_files_size_not_checked_again.patch": (
+        ["tests/sources/test_kept_files.py::test_an_empty_regular_file_kept_is_read_by_its_path_once_written_or_replaced"]),
+    "kept_files_unreadable_kept_again.patch": (
+        ["tests/sources/test_kept_files.py::test_a_kept_file_that_cannot_be_read_again_is_read_by_its_path_and_never_kept_again"]),
+    "netstat_conntrack_fds_not_set_aside.patch": (
+        ["tests/sources/test_kept_files.py::"
+         "test_each_source_keeps_no_more_descriptors_than_it_asks_the_http_server_to_leave_aside"]),
     # issue 40: absent hardware and node_exporter's flag conventions
     "absent_after_it_worked.patch": (
         ["tests/test_collector_states.py::test_absent_until_it_worked_then_down_and_failures_counted_only_for_down"]),

@@ -92,9 +92,9 @@ def test_psi_disabled_at_boot_is_unavailable(tmp_path, monkeypatch):
     (tmp_path / "pressure" / "cpu").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
     import agent.sources.pressure as mod
 
-    def refuse(path, allow_empty=False):
+    def refuse(files, path, allow_empty=False, limit=None):
         raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP), path)
-    monkeypatch.setattr(mod, "read_text", refuse)
+    monkeypatch.setattr(mod.KeptFiles, "read_text", refuse)
     with pytest.raises(SourceUnavailable, match="psi=1"):
         PressureSource(str(tmp_path)).collect()
 
