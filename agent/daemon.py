@@ -168,6 +168,7 @@ def run(cfg: Dict[str, Any], stop_event: Optional[threading.Event] = None, requi
     h, p = server.address
     # serving already; the line waits for the first reads so that it can say which collectors are down and why
     first_reads(sampler, stop, min(10.0, cfg["stale_after_seconds"]))
+    heap.freeze()   # start-up's objects out of the full collections' way (agent/heap.py)
     heap.trim()   # start-up's transient allocations are freed: give their pages back
     log.info("teye agent listening on %s://%s/metrics (at most %d connections); %s",
              server.scheme, config_mod.join_hostport(h, p), server.max_connections,

@@ -138,6 +138,11 @@ ctypes.CDLL(None).malloc_stats()   # glibc's account of its arenas, on stderr (a
 # a name escaping teye does not write itself: prometheus_client's encoder, made on this first need
 data = get(ACCEPTS[3])
 print(data.split(b" ", 2)[1].decode(), b"\nteye__collector__up{" in data, "prometheus_client" in sys.modules)
+import gc
+deadline = time.monotonic() + 5       # start-up's objects frozen once the first reads are in (agent/heap.py)
+while gc.get_freeze_count() == 0 and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(gc.get_freeze_count() > 1000)
 sys.stdout.flush()
 os._exit(0)
 """
@@ -156,3 +161,4 @@ def test_the_idle_agent_never_imports_prometheus_clients_http_stack(tmp_path, mo
     assert sorted(m for m in mods if any(m == n or m.startswith(n + ".") for n in NEVER_IDLE)) == []
     assert 1 <= sum(1 for line in p.stderr.splitlines() if line.startswith("Arena ")) <= 2   # heap.limit_arenas
     assert lines[2] == "200 True True"   # the scrape that needs prometheus_client still gets its answer
+    assert lines[3] == "True"            # heap.freeze: start-up's objects out of the full collections' way

@@ -330,6 +330,11 @@ MUTANTS = {
     "netstat_conntrack_fds_not_set_aside.patch": (
         ["tests/sources/test_kept_files.py::"
          "test_each_source_keeps_no_more_descriptors_than_it_asks_the_http_server_to_leave_aside"]),
+    # issue 49: idle CPU: start-up's objects frozen out of the full collections, its cycles collected first
+    "daemon_start_up_not_frozen.patch": (
+        ["tests/test_agent_startup.py::test_the_idle_agent_never_imports_prometheus_clients_http_stack"]),
+    "heap_freeze_keeps_start_ups_cycles.patch": (
+        ["tests/test_heap.py::test_freeze_collects_start_ups_cycles_then_leaves_what_is_left_out_of_the_collections"]),
     # issue 40: absent hardware and node_exporter's flag conventions
     "absent_after_it_worked.patch": (
         ["tests/test_collector_states.py::test_absent_until_it_worked_then_down_and_failures_counted_only_for_down"]),
