@@ -119,10 +119,11 @@ def _rel_close(a: float, b: float, rel: float, abs_: float) -> bool:
 
 
 # values that move between the reads, and how far apart the two exporters may see them (read up to ~1 s apart;
-# teye samples in the background, node_exporter at scrape time)
+# teye samples in the background, node_exporter at scrape time; Buffers moved 18 MiB between two reads while the
+# parallel pass's neighbours wrote their trees, stop 59)
 TOLERANCE = {
     "teye_memory_available_bytes": (0.02, 64 << 20), "teye_memory_free_bytes": (0.02, 64 << 20),
-    "teye_memory_cached_bytes": (0.02, 64 << 20), "teye_memory_buffers_bytes": (0.02, 16 << 20),
+    "teye_memory_cached_bytes": (0.02, 64 << 20), "teye_memory_buffers_bytes": (0.02, 64 << 20),
     "teye_filesystem_free_bytes": (0.0, 1 << 30), "teye_filesystem_avail_bytes": (0.0, 1 << 30),
     "teye_filesystem_files_free": (0.0, 100000),
     "teye_load1": (0.0, 0.5), "teye_load5": (0.0, 0.5), "teye_load15": (0.0, 0.5),
