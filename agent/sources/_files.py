@@ -162,6 +162,20 @@ def read_bytes(path: str, limit: int = MAX_FILE_BYTES, within: str = None) -> by
         os.close(fd)
 
 
+class KeptFilesSource:
+    """A source that reads its kernel files through :class:`KeptFiles` (``self._files``): how many descriptors
+    those reads keep open at most (``KEPT``, opened by its first read; the HTTP server keeps them out of its
+    connection budget), and their closing."""
+
+    KEPT = 1
+
+    def fds_wanted(self) -> int:
+        return self.KEPT
+
+    def close(self) -> None:
+        self._files.close()
+
+
 class KeptFiles:
     """One source's kernel pseudo-files kept open between its reads (issue 49: an idle agent's reads of small
     /proc files were mostly their open, fstat and close, and the path's lookup).

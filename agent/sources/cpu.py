@@ -7,7 +7,7 @@ from typing import Dict, Iterator, Optional, Tuple
 
 from ..errors import ParseError, parse_int
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import KeptFiles, under
+from ._files import KeptFiles, KeptFilesSource, under
 
 # Column order of the cpuN lines in /proc/stat (proc(5)); guest columns are already
 # included in user/nice by the kernel, so they are exported separately, not added.
@@ -102,8 +102,9 @@ def parse_stat(text: str, path: str = "stat", user_hz: int = 100) -> CpuReading:
                       scalars.get("procs_running"), scalars.get("procs_blocked"), scalars.get("btime"))
 
 
-class CpuSource:
+class CpuSource(KeptFilesSource):
     name = "cpu"
+    KEPT = 1   # stat
 
     def __init__(self, procfs: str = "/proc"):
         self.path = under(procfs, "stat")
@@ -112,14 +113,6 @@ class CpuSource:
 
     def collect(self) -> CpuReading:
         return parse_stat(self._files.read_text(self.path), self.path, self.user_hz)
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (stat, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return 1
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> CpuSource:

@@ -20,7 +20,7 @@ from typing import Dict, Iterator, Optional, Pattern, Tuple, Union
 from ..errors import ParseError, parse_int
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import KeptFiles, read_text, under
+from ._files import KeptFiles, KeptFilesSource, read_text, under
 from .md import MdReading, parse_mdstat
 
 log = RateLimitedLog(logging.getLogger("teye.disk"))
@@ -199,8 +199,9 @@ def parse_diskstats(text: str, path: str = "diskstats",
     return DiskReading(devices, numbers=numbers)
 
 
-class DiskSource:
+class DiskSource(KeptFilesSource):
     name = "disk"
+    KEPT = 2   # diskstats and mdstat
 
     def __init__(self, procfs: str = "/proc", exclude: Optional[str] = None, udev_data: str = "/run/udev/data",
                  clock=time.monotonic):
@@ -247,14 +248,6 @@ class DiskSource:
         for gone in set(self._udev) - set(reading.devices):
             del self._udev[gone]
         return replace(reading, info=info, md=self._md())
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (diskstats and mdstat, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return 2
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> DiskSource:

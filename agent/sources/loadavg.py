@@ -11,7 +11,7 @@ from typing import Iterator, Optional
 
 from ..errors import ParseError, parse_float, parse_int
 from ..metrics import GAUGE, Point, metric, point
-from ._files import KeptFiles, under
+from ._files import KeptFiles, KeptFilesSource, under
 from .kernel import KernelTables, KernelTablesReader
 
 LOAD1 = metric("teye_load1", GAUGE, "1-minute load average: runnable plus uninterruptible tasks, exponentially "
@@ -60,8 +60,9 @@ def parse_loadavg(text: str, path: str = "loadavg") -> LoadReading:
     return LoadReading(loads[0], loads[1], loads[2], runnable, tasks)
 
 
-class LoadavgSource:
+class LoadavgSource(KeptFilesSource):
     name = "loadavg"
+    KEPT = 1   # loadavg
 
     def __init__(self, procfs: str = "/proc"):
         self.path = under(procfs, "loadavg")
@@ -70,14 +71,6 @@ class LoadavgSource:
 
     def collect(self) -> LoadReading:
         return replace(parse_loadavg(self._files.read_text(self.path), self.path), tables=self.tables.read())
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (loadavg, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return 1
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> LoadavgSource:

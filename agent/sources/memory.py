@@ -6,7 +6,7 @@ from typing import Dict, Iterator, Optional, Tuple
 
 from ..errors import ParseError, parse_int
 from ..metrics import GAUGE, Point, metric, point
-from ._files import KeptFiles, under
+from ._files import KeptFiles, KeptFilesSource, under
 
 _ESTIMATE = ("On kernels before 3.14, which have no MemAvailable, it is estimated as "
              "MemFree + Buffers + Cached + SReclaimable (see teye_memory_available_estimated).")
@@ -188,8 +188,9 @@ def parse_meminfo(text: str, path: str = "meminfo") -> MemoryReading:
         more=tuple((k, f[k]) for k in list(MORE) + [h for h, _ in _HUGE] if k in f))
 
 
-class MemorySource:
+class MemorySource(KeptFilesSource):
     name = "memory"
+    KEPT = 1   # meminfo
 
     def __init__(self, procfs: str = "/proc"):
         self.path = under(procfs, "meminfo")
@@ -197,14 +198,6 @@ class MemorySource:
 
     def collect(self) -> MemoryReading:
         return parse_meminfo(self._files.read_text(self.path), self.path)
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (meminfo, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return 1
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> MemorySource:

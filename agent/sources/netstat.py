@@ -26,7 +26,7 @@ from typing import Dict, Iterator, Optional, Tuple
 from ..errors import ParseError, parse_int
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import KeptFiles, under
+from ._files import KeptFiles, KeptFilesSource, under
 
 log = RateLimitedLog(logging.getLogger("teye.netstat"))
 
@@ -262,8 +262,9 @@ class NetstatReading:
             yield point(UNREADABLE, n, f)
 
 
-class NetstatSource:
+class NetstatSource(KeptFilesSource):
     name = "netstat"
+    KEPT = 3 + len(OPTIONAL_FILES) + 2   # snmp, netstat, sockstat, the optional files, conntrack's two
 
     def __init__(self, procfs: str = "/proc", page_size: Optional[int] = None):
         self.procfs = procfs
@@ -314,14 +315,6 @@ class NetstatSource:
                 queues.append((ip, q[0], q[1]))
         return NetstatReading(counters, sockets, self.page_size, self._conntrack(), stat, tuple(queues), ipv6,
                               tuple((f, n) for f, n in self._bad.items() if n))
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (snmp, netstat, sockstat, the optional files, conntrack's count and max, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return 3 + len(OPTIONAL_FILES) + 2
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> NetstatSource:

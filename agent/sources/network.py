@@ -16,7 +16,7 @@ from typing import Dict, Iterator, Optional, Pattern, Union
 from ..errors import ParseError, parse_int
 from ..logutil import RateLimitedLog
 from ..metrics import COUNTER, Point, metric, point
-from ._files import KeptFiles, under
+from ._files import KeptFiles, KeptFilesSource, under
 from .softnet import SoftnetReading, parse_softnet
 
 log = RateLimitedLog(logging.getLogger("teye.network"))
@@ -134,8 +134,9 @@ def parse_net_dev(text: str, path: str = "net/dev",
     return NetworkReading(interfaces)
 
 
-class NetworkSource:
+class NetworkSource(KeptFilesSource):
     name = "network"
+    KEPT = 2   # net/dev and net/softnet_stat
 
     def __init__(self, procfs: str = "/proc", exclude: Optional[str] = None, ctx=None):
         self.path = under(procfs, "net", "dev")
@@ -169,14 +170,6 @@ class NetworkSource:
                 links.add(dev, "tx_bytes", now, st.tx_bytes)
                 links.add(dev, "errors", now, st.rx_errors + st.rx_drops + st.tx_errors + st.tx_drops)
         return reading
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (net/dev and net/softnet_stat, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return 2
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> NetworkSource:

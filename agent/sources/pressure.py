@@ -16,7 +16,7 @@ from typing import Dict, Iterator, NamedTuple, Tuple
 
 from ..errors import ParseError, SourceUnavailable, parse_float, parse_int
 from ..metrics import COUNTER, GAUGE, Point, metric, point
-from ._files import FileRefused, KeptFiles, Refusals, counting, refused_points, under
+from ._files import FileRefused, KeptFiles, KeptFilesSource, Refusals, counting, refused_points, under
 
 RESOURCES = ("cpu", "io", "memory", "irq")
 KINDS = ("some", "full")
@@ -92,8 +92,9 @@ class PressureReading:
         yield from refused_points("pressure", self.refused)
 
 
-class PressureSource:
+class PressureSource(KeptFilesSource):
     name = "pressure"
+    KEPT = len(RESOURCES)   # one file per resource
 
     def __init__(self, procfs: str = "/proc"):
         self.dir = under(procfs, "pressure")
@@ -125,14 +126,6 @@ class PressureSource:
         if not resources:
             raise SourceUnavailable(f"{self.dir}: none of {', '.join(RESOURCES)} present")
         return PressureReading(resources, self._refusals.counts())
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (one file per resource, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return len(RESOURCES)
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> PressureSource:

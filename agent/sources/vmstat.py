@@ -12,7 +12,7 @@ from typing import Dict, Iterator
 
 from ..errors import ParseError, parse_int
 from ..metrics import COUNTER, Point, metric, point
-from ._files import KeptFiles, under
+from ._files import KeptFiles, KeptFilesSource, under
 
 # field -> HELP (node_exporter's node_vmstat_<field>)
 FIELDS = {
@@ -58,8 +58,9 @@ def parse_vmstat(text: str, path: str = "vmstat") -> VmstatReading:
     return VmstatReading(out)
 
 
-class VmstatSource:
+class VmstatSource(KeptFilesSource):
     name = "vmstat"
+    KEPT = 1   # vmstat
 
     def __init__(self, procfs: str = "/proc"):
         self.path = under(procfs, "vmstat")
@@ -67,14 +68,6 @@ class VmstatSource:
 
     def collect(self) -> VmstatReading:
         return parse_vmstat(self._files.read_text(self.path), self.path)
-
-    def fds_wanted(self) -> int:
-        """Descriptors its reads keep open at most (vmstat, where they are the kernel's: KeptFiles), opened
-        by its first read: the HTTP server keeps them out of its connection budget."""
-        return 1
-
-    def close(self) -> None:
-        self._files.close()
 
 
 def from_config(cfg, ctx=None) -> VmstatSource:
