@@ -607,6 +607,9 @@ MUTANTS = {
         ["tests/trace/test_across_nodes.py::test_concurrent_offers_keep_the_largest"]),
     "trace_hook_imports_before_a_request.patch": (
         ["tests/trace/test_request.py::test_the_hook_imports_the_request_module_only_once_a_request_exists"]),
+    # stop 59: the hook takes a request within one look's interval, by the script's own clock
+    "trace_hook_looks_too_seldom.patch": (
+        ["tests/trace/test_request.py::test_the_hook_imports_the_request_module_only_once_a_request_exists"]),
 }
 
 
