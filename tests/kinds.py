@@ -250,16 +250,6 @@ SLOW_FIRST = [
     "tests/mutants/test_mutants.py",
 ]
 
-# serial-pass modules run first, in a pytest process no other test has run in yet.  test_cost_budget's
-# 64-process flood: its victim lost 1,025 records at the client (the queue full past its wait) in 2 of 2 full
-# serial passes on stop 59's machine, and after tests/client's serial tests in one process, yet passed each of 12
-# runs: alone, after tests/e2e and tests/gpu, after tests/mutants, after importing TensorFlow and torch; what in
-# tests/client's run it depends on is not found (its agent is this process's LiveAgent: an agent in a process
-# of its own, as a node runs it, would not share the test process's state)
-SERIAL_FIRST = [
-    "tests/phases/test_cost_budget.py",
-]
-
 
 def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
@@ -296,8 +286,8 @@ def pytest_collection_modifyitems(session, config, items):
         order = list(groups)
         rng.shuffle(order)
         items[:] = [it for mod in order for it in rng.sample(groups[mod], len(groups[mod]))]
-    if which in ("parallel", "serial"):   # (shuffled too: a shuffled run's parallel pass ended on the mutants)
-        rank = {m: i for i, m in enumerate(SLOW_FIRST if which == "parallel" else SERIAL_FIRST)}
+    if which == "parallel":   # (shuffled too: a shuffled run's parallel pass ended on the mutants, 15 min alone)
+        rank = {m: i for i, m in enumerate(SLOW_FIRST)}
         items.sort(key=lambda it: rank.get(_module(it), len(rank)))   # (stable: the rest in their order)
 
 
