@@ -63,8 +63,11 @@ def test_a_worker_whose_port_was_taken_is_started_again_on_new_ports(tmp_path, m
                                  str(tmp_path), timeout_s=240, log=said.append)
     finally:
         busy.close()
-    assert got["ok"] and got["tries"] == 2 and got["returncodes"] == [0], (got, said)
-    assert len(said) == 1 and "could not bind their port" in said[0], said
+    # the first try is this test's taken port; the next ones are free_ports' own, and a port it chose can be
+    # taken before the worker binds it on a busy machine too (x17's parallel pass, three workers: a third try):
+    # each try that failed was a port taken, said so, and the last one trained
+    assert got["ok"] and got["tries"] >= 2 and got["returncodes"] == [0], (got, said)
+    assert len(said) == got["tries"] - 1 and all("could not bind their port" in m for m in said), said
 
 
 def test_a_worker_that_fails_otherwise_is_not_started_again_and_its_log_is_shown(tmp_path):
