@@ -8,7 +8,8 @@
         train_step(batch)
     rep.step(samples=64)
 
-Records are buffered and sent to the agent's Unix datagram socket (docs/phases.md) at most
+Records are buffered and sent to the agent (docs/phases.md: on a connection of the process's own, or, to an
+agent without one, as datagrams to its Unix datagram socket) at most
 once per ``flush_ms`` (default 100 ms: the first record after a quiet spell goes at once, the
 ones after it wait for the next flush, which a background thread makes at the latest
 ``flush_ms`` later), when ``max_batch`` records are buffered, and on exit.  So a loop of 1 ms
@@ -64,6 +65,14 @@ _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 _RESOLVE_EVERY_NS = 5 * 10**9
 FULL_WAIT_NS = 200 * 10**6   # off the training thread, how long a datagram waits for room in a full agent queue
 EXIT_LOCK_S = 0.5            # at os._exit, how long the flush waits for a lock another thread holds
+# The agent listens for connections at its socket's path + SEQ_SUFFIX (= agent.phases.receiver.SEQ_SUFFIX): a
+# connection is a queue of this process's own, where the datagram socket's is every sender's (a flood that
+# keeps that one full makes everyone's datagrams find it full).  An agent without it (older, or a path too
+# long) gets datagrams; one that refuses the connection (its limits) too, for SEQ_RETRY_NS.
+SEQ_SUFFIX = ".seq"
+SEQ_RETRY_NS = 30 * 10**9
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)   # EPIPE, never SIGPIPE (Linux raises none for SEQPACKET: kept for safety)
+_STALE = (FileNotFoundError, ConnectionError)     # (ConnectionRefused/Reset, BrokenPipe: an agent gone or restarted)
 _LIVE = weakref.WeakSet()    # the process's reporters (flush_all at os._exit)
 _monotonic_ns = time.monotonic_ns
 QUOTED = {p: _json_str(p) for p in PHASES}  # phase name -> its JSON string
@@ -332,6 +341,7 @@ class Reporter:
         self._wake = threading.Event()
         self._thread = None
         self._sock = None
+        self._seq_after_ns = 0      # a connection is tried (not datagrams) from then on
         self._resolved_ns = _monotonic_ns()
         self._pid = os.getpid()
         self.sent = 0               # datagrams sent
@@ -611,23 +621,18 @@ class Reporter:
             try:
                 sock = self._sock
                 if sock is None:
-                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                    try:
-                        sock.setblocking(False)
-                        sock.connect(self.socket_path)
-                    except OSError:
-                        sock.close()
-                        raise
-                    self._sock = sock
+                    sock = self._sock = self._connect()
                     if ident is None and (self.source is not None or self.rank is not None or self._cfg_frag):
                         # a new connection: maybe a new agent, that has to learn who we are
                         src, ident = self.source, self._ident()
                         data = _encode_flat(self.train_job, phases, steps, self._cvd, dropped, src, ident, sums,
                                             parts, mem, trace)
                 _send(sock, data, may_wait)
-            except (FileNotFoundError, ConnectionRefusedError) as e:
+            except _STALE as e:
                 stale, self._sock = self._sock, None
                 if stale is not None:
+                    if stale.type == socket.SOCK_SEQPACKET:   # refused, or the agent went: datagrams for a while
+                        self._seq_after_ns = _monotonic_ns() + SEQ_RETRY_NS
                     stale.close()
                     if not retry:
                         continue
@@ -649,6 +654,27 @@ class Reporter:
                     if cfg_v and self._cfg_frag is not None:
                         self._cfg_sent = cfg_v
             return
+
+    def _connect(self) -> socket.socket:
+        """A connection to the agent (a queue of this process's own), else its datagram socket: connected, non-
+        blocking; raises what connecting to the datagram socket raised."""
+        if _monotonic_ns() >= self._seq_after_ns:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                sock.setblocking(False)
+                sock.connect(self.socket_path + SEQ_SUFFIX)
+                return sock
+            except OSError:   # no such socket (an older agent), refused, a full backlog: datagrams
+                sock.close()
+                self._seq_after_ns = _monotonic_ns() + SEQ_RETRY_NS
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def _ident(self):
         """The rank part of the datagram that says who we are, and the process's configuration (None: neither)."""
@@ -837,7 +863,7 @@ def _send(sock, data: bytes, may_wait: bool) -> None:
     flush) and the agent's queue is full (another job floods it), wait up to FULL_WAIT_S for room and
     retry; BlockingIOError when there was none."""
     try:
-        sock.send(data)
+        sock.send(data, _NOSIGNAL)
         return
     except BlockingIOError:
         if not may_wait:
@@ -849,7 +875,7 @@ def _send(sock, data: bytes, may_wait: bool) -> None:
             raise BlockingIOError("the agent's queue stayed full")
         select.select((), (sock,), (), left / 1e9)   # writable: the agent's queue has room
         try:
-            sock.send(data)
+            sock.send(data, _NOSIGNAL)
             return
         except BlockingIOError:
             continue

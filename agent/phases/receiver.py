@@ -1,4 +1,10 @@
-"""The phase socket: a Unix datagram socket read by one thread, with kernel credentials.
+"""The phase socket: a Unix datagram socket and a listener for connections, read by one thread, with kernel
+credentials.
+
+Each client connects to the ``SOCK_SEQPACKET`` listener at the path + ``SEQ_SUFFIX`` and sends on a
+connection of its own (a queue no other sender can fill; its pid and uid from ``SO_PEERCRED``); the
+datagram socket stays for clients of earlier releases and for one refused a connection (docs/phases.md,
+"Connections").
 
 ``SO_PASSCRED`` makes the kernel attach ``SCM_CREDENTIALS`` (pid, uid, gid of the
 sending process, translated into the agent's pid namespace) to every datagram; the job
@@ -35,8 +41,9 @@ draining, it hands on each process's and uid's datagrams up to their share of a 
 from their size before they are read) and discards the rest unread, charging them to the sender's job
 (``JobTable.shed``): one job's flood never makes another lose records (``_shed_until``).  A uid that has
 spent more than a slice's budget beyond its share (a leaky bucket per uid) is shed on sight, so a uid
-sending expensive datagrams is the first shed.  It blocks
-in ``recvmsg`` (no poll per datagram); ``close()`` wakes it with an empty datagram.  A datagram whose
+sending expensive datagrams is the first shed.  It waits
+on one epoll and reads each round up to PER_ROUND_DGRAM datagrams and PER_ROUND messages of each connection;
+``close()`` wakes it with an empty datagram.  A datagram whose
 handling raises (a bug) is logged and dropped; the thread and the other datagrams go on.  (Issue 38 removed
 the receive loop in C: clients sum fast steps, so a process sends about ten datagrams a second whatever its
 step rate, and the Python loop is the only one.)
@@ -48,6 +55,7 @@ import math
 import gc
 import logging
 import os
+import select
 import socket
 import stat
 import struct
@@ -92,6 +100,17 @@ HEAVY_FRACTION = 0.5                    # of an in-debt uid, the processes spend
 _thread_ns = time.thread_time_ns
 _QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
 _QLEN_DEFAULT = 10                      # the kernel's own default, where the sysctl cannot be read
+# Connections (issue 48's flood, mended): beside the datagram socket the agent listens on a SOCK_SEQPACKET socket
+# at the same path + SEQ_SUFFIX.  Each client's connection is a queue of its own (the kernel bounds it by the
+# sender's buffer), where the datagram socket's queue (net.unix.max_dgram_qlen, 10 here) is everyone's: a
+# flooder that keeps it full makes other senders find it full, whatever the agent sheds.  The receive thread
+# reads PER_ROUND messages from each socket that has some, so a flooding connection waits its turn.
+SEQ_SUFFIX = ".seq"                     # = teye_client.reporter.SEQ_SUFFIX
+PER_ROUND = 4                           # messages read from one connection per round
+PER_ROUND_DGRAM = 16                    # datagrams read from the shared socket per round
+MAX_CONNS_PER_UID = 64                  # a uid's connections; one more is refused (its client uses datagrams)
+MAX_CONNS = 512                         # all connections (each an open descriptor of the agent's)
+_LISTEN_BACKLOG = 64
 
 
 def default_candidates() -> List[str]:
@@ -214,6 +233,63 @@ def bind_socket(path: str) -> Tuple[socket.socket, Tuple[int, int]]:
     return sock, ident
 
 
+def _someone_accepts(path: str) -> bool:
+    """True when a process listens on the SOCK_SEQPACKET socket at path."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        probe.setblocking(False)
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True   # EAGAIN (a full backlog: someone listens), EPROTOTYPE (another kind): leave it alone
+    finally:
+        probe.close()
+
+
+def bind_listener(path: str) -> Optional[Tuple[socket.socket, Tuple[int, int]]]:
+    """Listen for connections at ``path + SEQ_SUFFIX`` (the datagram socket at ``path`` is bound, so the
+    directory is the agent's): (socket, ident), or None, logged, where it cannot (too long a path, a file that
+    is not a socket, another agent listening): clients then send datagrams, as to an agent before issue 48."""
+    seq = path + SEQ_SUFFIX
+    if len(os.fsencode(seq)) > _MAX_PATH:
+        log.warning("phase socket %s: no connections (%s would be longer than %d bytes); jobs send datagrams",
+                    path, seq, _MAX_PATH)
+        return None
+    try:
+        st = os.lstat(seq)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        log.warning("phase socket %s: no connections (%s: %s)", path, seq, e.strerror or e)
+        return None
+    if st is not None:
+        if not stat.S_ISSOCK(st.st_mode) or _someone_accepts(seq):
+            log.warning("phase socket %s: no connections (%s exists and is %s; not replacing it)", path, seq,
+                        "not a socket" if not stat.S_ISSOCK(st.st_mode) else "another process's")
+            return None
+        try:
+            os.unlink(seq)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("phase socket %s: no connections (stale %s: %s)", path, seq, e.strerror or e)
+            return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.bind(seq)
+        ident = _set_mode(seq, 0o666)
+        sock.listen(_LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except (OSError, ConfigError) as e:
+        sock.close()
+        log.warning("phase socket %s: no connections (cannot listen on %s: %s)", path, seq,
+                    getattr(e, "strerror", None) or e)
+        return None
+    return sock, ident
+
+
 def open_socket(configured: Optional[str]) -> Tuple[socket.socket, str, Tuple[int, int]]:
     """Bind the configured path (errors are ConfigError) or the first usable default."""
     if configured:
@@ -252,12 +328,23 @@ def queue_length(path: str = _QLEN_PATH) -> int:
         return _QLEN_DEFAULT
 
 
+class _Conn(tuple):
+    """(data, pid, uid) read from a connection: a queue of its client's own, so its messages are never shed for
+    their estimated size while the shared queue is drained, only for what the process spent (_shed_until)."""
+    __slots__ = ()
+
+
 class Receiver:
     """Owns the socket and the receive thread; hands each receive's datagrams to ``handle_batch([(data, pid, uid)])``."""
 
     def __init__(self, sock: socket.socket, path: str, ident, handle_batch, max_bytes: int, max_rate: int,
-                 shed=None):
+                 shed=None, listener: Optional[Tuple[socket.socket, Tuple[int, int]]] = None):
         self.sock = sock
+        self._listener, self._listener_ident = listener if listener is not None else (None, None)
+        self._conns: Dict[int, Tuple[socket.socket, Optional[int], Optional[int]]] = {}   # fd -> (conn, pid, uid)
+        self._uid_conns: Dict[Optional[int], int] = {}   # uid -> its connections
+        self.refused_connections = 0                     # over a limit, or from a uid in debt
+        self._ep = None
         self.path = path
         self._ident = ident
         self._handle_batch = handle_batch
@@ -308,9 +395,19 @@ class Receiver:
         """Receive calls that returned datagrams (wake-ups): received / receives is the datagrams per wake-up."""
         return self._counts[1]
 
+    @property
+    def connections(self) -> int:
+        """Clients connected now (each sends on a queue of its own)."""
+        return len(self._conns)
+
     def start(self) -> None:
-        # Blocking receive (no poll() per datagram); close() wakes the thread with an empty datagram.
-        self.sock.settimeout(None)
+        # One epoll over the datagram socket, the listener and the connections; close() wakes the thread with
+        # an empty datagram.
+        self.sock.setblocking(False)
+        self._ep = select.epoll()
+        self._ep.register(self.sock.fileno(), select.EPOLLIN)
+        if self._listener is not None:
+            self._ep.register(self._listener.fileno(), select.EPOLLIN)
         gc.callbacks.append(self._on_gc)
         self._thread.start()
 
@@ -326,18 +423,120 @@ class Receiver:
             self._full_gc_ns += _thread_ns() - self._gc_t0
             self._gc_t0 = 0
 
-    def _receive_one(self):
-        """The next datagram as [(data, pid, uid)], blocking (pid, uid None: no credentials)."""
-        data, anc, _flags, _addr = self.sock.recvmsg(self._bufsize, _ANC_SIZE)
-        pid = uid = None
-        for lvl, typ, cdata in anc:
-            if lvl == _SOL_SOCKET and typ == _SCM_CREDENTIALS and len(cdata) >= _CRED_SIZE:
-                pid, uid, _gid = _unpack_cred(cdata)
-        return [(data, pid, uid)]
+    def _receive_round(self):
+        """One round, blocking until a socket has something: up to PER_ROUND_DGRAM datagrams of the shared
+        socket and PER_ROUND messages of each connection that has some, as [(data, pid, uid)] (pid, uid None: no
+        credentials; a connection's are its client's, from SO_PEERCRED); new connections are accepted."""
+        batch = []
+        for fd, _ev in self._ep.poll():
+            if fd == self.sock.fileno():
+                for _ in range(PER_ROUND_DGRAM):
+                    try:
+                        data, anc, _flags, _addr = self.sock.recvmsg(self._bufsize, _ANC_SIZE)
+                    except BlockingIOError:
+                        break
+                    pid = uid = None
+                    for lvl, typ, cdata in anc:
+                        if lvl == _SOL_SOCKET and typ == _SCM_CREDENTIALS and len(cdata) >= _CRED_SIZE:
+                            pid, uid, _gid = _unpack_cred(cdata)
+                    batch.append((data, pid, uid))
+            elif self._listener is not None and fd == self._listener.fileno():
+                self._accept()
+            else:
+                got = self._conns.get(fd)
+                if got is None:
+                    continue
+                conn, pid, uid = got
+                for _ in range(PER_ROUND):
+                    try:
+                        data = conn.recv(self._bufsize)
+                    except BlockingIOError:
+                        break
+                    except OSError:
+                        data = b""
+                    if not data:   # the client closed it (what it sent before is read first) or it failed
+                        self._drop(fd)
+                        break
+                    batch.append(_Conn((data, pid, uid)))
+        return batch
+
+    def _accept(self) -> None:
+        """Accept what connections wait (PER_ROUND a round); refuse, and charge one unit to its uid for, one over
+        a limit or from a process in debt: its read side is shut first, so each later send of its client fails
+        (EPIPE: it sends datagrams instead) and what it sent before is read, never lost in a closed queue."""
+        for _ in range(PER_ROUND):
+            try:
+                conn, _addr = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:   # EMFILE and the like: the client's connect waits in the backlog
+                self._rlog.warning("accept", "phase socket %s: accepting a connection failed: %s", self.path, e)
+                return
+            try:
+                pid, uid, _gid = _CRED.unpack(conn.getsockopt(_SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+            except (OSError, struct.error):
+                pid = uid = None
+            now = time.monotonic_ns()
+            n = self._uid_conns.get(uid, 0)
+            if (pid is None or n >= MAX_CONNS_PER_UID or len(self._conns) >= MAX_CONNS
+                    or self._in_debt(uid, pid, now)):
+                self.refused_connections += 1
+                self._refuse(conn, pid, uid)
+            else:
+                conn.setblocking(False)
+                self._conns[conn.fileno()] = (conn, pid, uid)
+                self._uid_conns[uid] = n + 1
+                self._ep.register(conn.fileno(), select.EPOLLIN)
+            if uid is not None:
+                self._spend(uid, pid, 1, now)
+
+    def _refuse(self, conn: socket.socket, pid, uid) -> None:
+        left = []
+        try:
+            conn.shutdown(socket.SHUT_RD)
+            conn.setblocking(False)
+            while len(left) < PER_ROUND:   # (a client sends before it learns it was refused: one flush)
+                data = conn.recv(self._bufsize)
+                if not data:
+                    break
+                left.append((data, pid, uid))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        if left and pid is not None:
+            self._take(left)
+
+    def release_listener(self) -> None:
+        """Stop listening and remove the listener's file if it is still ours (a rebind's new receiver listens
+        there); the connections made go on until close()."""
+        sock, self._listener = self._listener, None
+        if sock is None:
+            return
+        try:
+            if self._ep is not None:
+                self._ep.unregister(sock.fileno())
+        except (OSError, ValueError):
+            pass
+        sock.close()
+        _unlink_if(self.path + SEQ_SUFFIX, self._listener_ident)
+
+    def _drop(self, fd: int) -> None:
+        conn, _pid, uid = self._conns.pop(fd)
+        n = self._uid_conns.get(uid, 0) - 1
+        if n > 0:
+            self._uid_conns[uid] = n
+        else:
+            self._uid_conns.pop(uid, None)
+        try:
+            self._ep.unregister(fd)
+        except (OSError, ValueError):
+            pass
+        conn.close()
 
     def _run(self) -> None:
         self._gc_ident = threading.get_ident()
-        receive = self._receive_one
+        receive = self._receive_round
         while not self._stop.is_set():
             try:
                 batch = receive()
@@ -410,7 +609,8 @@ class Receiver:
         got = debts.get(key)
         if got is None:
             return 0.0
-        units = got[0] - (now_ns - got[1]) * self._per_slice / (_SLICE_S * 1e9) * share
+        # (a debt charged after now_ns, by a datagram handled since, is as it was then: never grown by it)
+        units = got[0] - max(0, now_ns - got[1]) * self._per_slice / (_SLICE_S * 1e9) * share
         if units <= 0:
             del debts[key]
             return 0.0
@@ -451,10 +651,9 @@ class Receiver:
         """The datagrams of one receive, within the budget: each handled and charged, except, while the receiver
         is busy, those of a process in debt (_in_debt), discarded unread and charged as shed."""
         shed: Dict[Tuple[int, int], int] = {}
-        now = time.monotonic_ns()
         for item in batch:
             pid, uid = item[1], item[2]
-            if pid is not None and self._in_debt(uid, pid, now):
+            if pid is not None and self._in_debt(uid, pid, time.monotonic_ns()):
                 shed[(uid, pid)] = shed.get((uid, pid), 0) + 1
                 continue
             self._handle_one(item)
@@ -495,10 +694,13 @@ class Receiver:
                 slice_end = t + SHARE_RENEW_S
             shed: Dict[Tuple[int, int], int] = {}
             try:
-                now = time.monotonic_ns()
                 for item in batch:
+                    now = time.monotonic_ns()   # (each: the items before it were handled meanwhile)
                     pid, uid = item[1], item[2]
-                    if pid is None or late:   # no credentials (counted as such by handle()), or not this slice's
+                    if pid is None or late or type(item) is _Conn:
+                        # no credentials (counted as such by handle()), not this slice's, or a connection's: its
+                        # queue is its own (a backlog of a job whose messages waited while this thread did not
+                        # run is not a flood), it waits its turn each round, and it is shed once in debt
                         self._take([item])
                         continue
                     est = max(1, len(item[0]) // BYTES_PER_UNIT)
@@ -546,10 +748,20 @@ class Receiver:
             self._thread.join(timeout_s)
         if self._waker is not None:
             self._waker.close()
+        for fd in list(self._conns):
+            self._drop(fd)
+        if self._ep is not None:
+            self._ep.close()
         self.sock.close()
-        try:
-            st = os.stat(self.path)
-            if (st.st_dev, st.st_ino) == self._ident:
-                os.unlink(self.path)
-        except OSError:
-            pass
+        _unlink_if(self.path, self._ident)
+        self.release_listener()
+
+
+def _unlink_if(path: str, ident) -> None:
+    """Remove the socket file at path where it is still the one bound (device, inode)."""
+    try:
+        st = os.stat(path)
+        if ident is not None and (st.st_dev, st.st_ino) == tuple(ident):
+            os.unlink(path)
+    except OSError:
+        pass

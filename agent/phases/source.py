@@ -23,7 +23,7 @@ from .parts import EXPORTED as PART_NAMES
 from .pods import PodResolver
 from .procstat import InputProbe, ProcReader
 from .protocol import RESULTS
-from .receiver import DEFAULT_SOCKET, Receiver, bind_socket, check_own_dir, open_socket
+from .receiver import DEFAULT_SOCKET, Receiver, bind_listener, bind_socket, check_own_dir, open_socket
 from .links import COMMUNICATION_CAUSES
 from .verdict import CAUSES, KINDS
 
@@ -322,7 +322,7 @@ class PhaseSource:
 
     def _receiver(self, sock, ident) -> Receiver:
         r = Receiver(sock, self.path, ident, self.table.handle_batch, self._cfg["max_message_bytes"],
-                     self._cfg["max_messages_per_second"], shed=self.table.shed)
+                     self._cfg["max_messages_per_second"], shed=self.table.shed, listener=bind_listener(self.path))
         r.start()
         return r
 
@@ -334,6 +334,7 @@ class PhaseSource:
             sock, ident = bind_socket(self.path)
         except (ConfigError, OSError) as e:
             return "cannot bind it again: " + str(e).replace("config key 'phases.socket': ", "")
+        self.receiver.release_listener()   # (its connections go on until it closes, below)
         old, self.receiver = self.receiver, self._receiver(sock, ident)
         old.close()
         self.rebinds += 1

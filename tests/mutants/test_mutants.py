@@ -18,6 +18,24 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 48's flood, mended at its cause: each client on a connection of its own
+    "conn_refuse_drops_what_was_sent.patch": (
+        ["tests/phases/test_connections.py::"
+         "test_a_uid_over_its_connection_limit_is_refused_and_its_client_loses_nothing"]),
+    "conn_limit_per_uid_ignored.patch": (
+        ["tests/phases/test_connections.py::"
+         "test_a_uid_over_its_connection_limit_is_refused_and_its_client_loses_nothing"]),
+    "client_only_datagrams.patch": (
+        ["tests/phases/test_connections.py::"
+         "test_a_reporter_sends_on_a_connection_of_its_own_attributed_by_the_kernel"]),
+    "rebind_keeps_the_old_listener.patch": (
+        ["tests/phases/test_connections.py::test_a_rebind_listens_again"]),
+    "conn_backlog_shed_by_estimate.patch": (
+        ["tests/phases/test_cost_budget.py::"
+         "test_sixty_four_processes_of_one_uid_get_one_uids_share_and_a_job_of_another_uid_is_exact"]),
+    "receiver_debt_from_a_stale_clock.patch": (
+        ["tests/phases/test_cost_budget.py::"
+         "test_three_uids_flooding_expensive_datagrams_are_shed_and_a_fourth_uids_job_is_exact"]),
     # issue 49: the 8-GPU replay's idle cost: a ring read is added to the timeline at once; one value union per value
     "timeline_add_many_overlaps.patch": (
         ["tests/phases/test_attribution.py::test_a_ring_read_added_at_once_is_each_sample_added_in_turn"]),
@@ -617,6 +635,8 @@ MUTANTS = {
 # at a time; the others in its parallel pass, beside other work.  The baseline says each named test's kind, and a
 # mutant listed here whose tests do not measure, or one left out whose tests do, fails.
 MEASURING = {
+    "conn_backlog_shed_by_estimate.patch",      # a flood of 64 processes beside the job
+    "receiver_debt_from_a_stale_clock.patch",   # three uids flooding beside the job
     "input_bound_ratio_plus_2_points.patch",   # teye profile's share against the loop's perf_counter
     "http_bare_lf_waits.patch",                # the answer's delay against the header timeout
     "receiver_charges_by_count.patch",         # the receiver's CPU cost per datagram
