@@ -3,6 +3,7 @@ tests/e2e/test_node_exporter_parity.py and tests/e2e/test_node_exporter_mode.py 
 from __future__ import annotations
 
 import re
+import time
 
 # Gauges that move between node_exporter's read and teye's (teye samples every second here, node_exporter at the
 # scrape): family -> absolute tolerance.  Every other gauge must be equal.
@@ -57,3 +58,28 @@ ABSENT_HERE_IN_NODE_EXPORTER = {
     "teye_textfile_mtime_seconds",             # compared in test_textfile_families_equal (the file's own path)
     "teye_netstat_TcpExt_TCPOFOQueue_total",   # not among node_exporter's default netstat fields (--collector.netstat.fields)
 }
+
+
+# teye samples every second here and serves its last sample; node_exporter reads at the scrape.  So node_exporter
+# is read again and again over the second before teye's answer and once after it: teye's sample was taken inside
+# that span, and each value's lowest and highest reading over it bound what teye may have seen (a value that
+# moved 326 MiB in the second before one teye read while the parallel pass's other worker trained, stop 60:
+# two reads around teye's answer did not bracket its sample, taken up to a second before them)
+SAMPLE_SPAN_S = 1.2
+
+
+def bracket(read_ne, read_teye, parse, span_s: float = SAMPLE_SPAN_S):
+    """(lowest, teye's, highest): node_exporter's series, each at its lowest and its highest over the span of
+    teye's sample, and teye's series (all parsed with ``parse``)."""
+    reads = [parse(read_ne())]
+    end = time.monotonic() + span_s
+    while time.monotonic() < end:
+        reads.append(parse(read_ne()))
+    t = parse(read_teye())
+    reads.append(parse(read_ne()))
+    lo, hi = {}, {}
+    for r in reads:
+        for k, v in r.items():
+            lo[k] = min(lo.get(k, v), v)
+            hi[k] = max(hi.get(k, v), v)
+    return lo, t, hi

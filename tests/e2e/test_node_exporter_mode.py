@@ -30,7 +30,7 @@ import yaml
 from agent import metrics as metrics_mod
 from agent.catalog import load_all
 from agent.hostseries import COVERED, DERIVED, RENAMES, SAMPLED_NOT_EXPORTED
-from tests.e2e.node_tolerances import ABSENT_HERE_IN_NODE_EXPORTER, left_out, tolerance
+from tests.e2e.node_tolerances import ABSENT_HERE_IN_NODE_EXPORTER, bracket, left_out, tolerance
 from agent.report import build as report_build
 from agent.report.prom import Prometheus as ReportProm
 from agent.sources import FACTORIES
@@ -132,9 +132,7 @@ TOLERANCE = {
 
 
 def test_every_name_in_the_map_is_node_exporters_with_teyes_labels_and_values(stack):
-    n1 = parse_exposition(http_get(stack["ne"]))
-    t = parse_exposition(stack["default"].metrics())
-    n2 = parse_exposition(http_get(stack["ne"]))
+    n1, t, n2 = bracket(lambda: http_get(stack["ne"]), stack["default"].metrics, parse_exposition)
     checked = 0
     for teye_name, ne_name in RENAMES.items():
         # loopback: teye has it, Debian's node_exporter leaves it out of netdev (teye's dashboards and rules do too)

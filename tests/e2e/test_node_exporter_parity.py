@@ -14,7 +14,7 @@ import pytest
 
 from agent.hostseries import RENAMES, node_family_account
 from tests.conftest import parse_exposition
-from tests.e2e.node_tolerances import ABSENT_HERE_IN_NODE_EXPORTER, left_out, tolerance
+from tests.e2e.node_tolerances import ABSENT_HERE_IN_NODE_EXPORTER, bracket, left_out, tolerance
 from tests.procs import Agent, free_port, http_get, wait_http
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -47,12 +47,11 @@ def both(tmp_path_factory):
         time.sleep(2.5)  # every teye collector above has read at least twice
 
         def scrape(raw=False):
-            n1_text = http_get(f"http://127.0.0.1:{port}/metrics")
-            t_text = agent.metrics()
-            n2 = parse_exposition(http_get(f"http://127.0.0.1:{port}/metrics"))
             if raw:
-                return n1_text, t_text, n2
-            return parse_exposition(n1_text), parse_exposition(t_text), n2
+                n1_text = http_get(f"http://127.0.0.1:{port}/metrics")
+                t_text = agent.metrics()
+                return n1_text, t_text, parse_exposition(http_get(f"http://127.0.0.1:{port}/metrics"))
+            return bracket(lambda: http_get(f"http://127.0.0.1:{port}/metrics"), agent.metrics, parse_exposition)
         yield scrape
     finally:
         agent.stop()
