@@ -48,9 +48,9 @@ def gpu_budget(g: int, buckets: int, processes: int, xids: int) -> int:
 
 
 def job_budget(j: int, input_bound: int = 0) -> int:
-    """docs/operations.md: 24 + 38 per job (jobs that report steps on no sampled GPU, 4 phases, no configuration,
+    """docs/operations.md: 26 + 38 per job (jobs that report steps on no sampled GPU, 4 phases, no configuration,
     an advice of one tip: a client's), +3 per input-bound job."""
-    return 24 + 38 * j + 3 * input_bound
+    return 26 + 38 * j + 3 * input_bound
 
 
 def node(n_jobs: int):
@@ -137,7 +137,7 @@ def test_the_budget_page_lists_every_bounded_label_and_the_formulas():
     section = doc[doc.index("## Series budget per node"):]
     for label in BOUNDED_LABELS:
         assert f"`{label}`" in section, label
-    for formula in ("7 + 10·N", "G·(46 + B)", "24 + 38·J", "1 + 5·C", "5 + 16·K"):
+    for formula in ("7 + 10·N", "G·(46 + B)", "26 + 38·J", "1 + 5·C", "5 + 16·K"):
         assert formula in section, formula
 
 

@@ -175,6 +175,12 @@ ATTRIBUTED = metric("teye_phase_intervals_attributed_total", COUNTER,
                     "Phase intervals credited with GPU idle time: complete (samples covered them), late (waited "
                     "phases.attribution_max_delay_seconds, credited with what was there), overflow (pushed out "
                     "of the bounded queue, not credited).", ["result"])
+CONNECTIONS = metric("teye_phase_connections", GAUGE,
+                     "Clients connected to the phase socket's listener now (each sends on a queue of its own; the "
+                     "others send datagrams to the shared socket).")
+CONN_REFUSED = metric("teye_phase_connections_refused_total", COUNTER,
+                      "Connections the agent refused (64 of one uid or 512 in all already, or a process in debt for "
+                      "what its messages cost): what each had sent was handled, and its client sends datagrams.")
 JOBS = metric("teye_phase_jobs", GAUGE, "Training jobs in the phase table: live runs, and ended runs until they expire "
               "or their name starts a new run.")
 PENDING = metric("teye_phase_pending_intervals", GAUGE, "Phase intervals waiting for the GPU samples that cover them.")
@@ -190,6 +196,8 @@ class PhasesReading:
     config_results: Tuple[Tuple[str, int], ...] = ()   # configurations received, by result (jobconfig)
     memory: Tuple[JobMemory, ...] = ()   # per live job, its processes' memory (agent.phases.memory)
     cpu: Tuple[JobCpu, ...] = ()         # per job, its processes' CPU time (agent.phases.jobcpu)
+    connections: int = 0                 # clients connected now, and connections refused since the start
+    refused_connections: int = 0
 
     def job(self, train_job: str) -> Optional[JobView]:
         for j in self.jobs:
@@ -203,6 +211,8 @@ class PhasesReading:
         for result, n in self.attributed:
             yield point(ATTRIBUTED, n, result)
         yield from jobconfig.result_points(dict(self.config_results))
+        yield point(CONNECTIONS, self.connections)
+        yield point(CONN_REFUSED, self.refused_connections)
         yield point(JOBS, len(self.jobs))
         yield point(PENDING, self.pending)
         for j in self.jobs:
@@ -348,10 +358,10 @@ class PhaseSource:
         last = self._last
         if not force and last is not None:   # idle: nothing came since a read that found no job (issue 49)
             self.table.learn_gpus()
-            quiet = self.table.quiet()
-            if quiet is not None and quiet == last[0]:
+            quiet = self._quiet()
+            if quiet[0] is not None and quiet == last[0]:
                 return last[1]
-        quiet = self.table.quiet()   # (before the views: a datagram handled meanwhile makes the next read whole)
+        quiet = self._quiet()   # (before the views: a datagram handled meanwhile makes the next read whole)
         now = self.ctx.clock()
         self.table.attribute(now, force=force)
         views, results, attributed, pending = self.table.views(now)
@@ -363,11 +373,18 @@ class PhaseSource:
                 j.verdict, evidence=f"{j.verdict.evidence}; memory creeps: {creeps[j.train_job].sentence()}"))
                 if j.train_job in creeps else j for j in views)
         reading = PhasesReading(views, results, attributed, pending, self.path,
-                                config_results=tuple(self.table.config_results.items()), memory=memory, cpu=cpu)
+                                config_results=tuple(self.table.config_results.items()), memory=memory, cpu=cpu,
+                                connections=quiet[1], refused_connections=quiet[2])
         # an idle read (no job nor ended run: so nothing pending, no memory or CPU figures) is handed out again,
         # the same object, until a datagram comes
-        self._last = (quiet, reading) if quiet is not None and not views else None
+        self._last = (quiet, reading) if quiet[0] is not None and not views else None
         return reading
+
+    def _quiet(self):
+        """What only the socket moves: the table's counters (None: time-driven work, see JobTable.quiet), the
+        connections now and those refused (a client that connects, or leaves, without a message moves none)."""
+        r = self.receiver
+        return self.table.quiet(), r.connections, r.refused_connections
 
     def close(self) -> None:
         self.receiver.close()

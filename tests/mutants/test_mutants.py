@@ -28,6 +28,8 @@ MUTANTS = {
     "client_only_datagrams.patch": (
         ["tests/phases/test_connections.py::"
          "test_a_reporter_sends_on_a_connection_of_its_own_attributed_by_the_kernel"]),
+    "idle_read_blind_to_connections.patch": (
+        ["tests/phases/test_connections.py::test_an_idle_read_follows_connections_that_carry_no_message"]),
     "rebind_keeps_the_old_listener.patch": (
         ["tests/phases/test_connections.py::test_a_rebind_listens_again"]),
     "conn_backlog_shed_by_estimate.patch": (

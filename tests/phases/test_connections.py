@@ -113,6 +113,9 @@ def test_a_uid_over_its_connection_limit_is_refused_and_its_client_loses_nothing
         rep.close()
         assert _wait(lambda: _steps(src, "over") == (30, 120)), _steps(src, "over")
         assert src.receiver.refused_connections == 1 and src.receiver.connections == 2
+        served = {p.spec.name: p.value for p in src.collect(force=True).points()
+                  if p.spec.name.startswith("teye_phase_connections")}
+        assert served == {"teye_phase_connections": 2, "teye_phase_connections_refused_total": 1}, served
         assert (rep.dropped, rep.dropped_messages) == (0, 0)
         # every message it sent was handled: those it sent before the agent refused it too
         assert dict(src.collect(force=True).results)["accepted"] == rep.sent
@@ -239,5 +242,23 @@ def test_a_rebind_listens_again(sockdir):
         assert rep._sock.type == socket.SOCK_SEQPACKET
         assert _wait(lambda: _steps(src, "again") == (2, 8))
         rep.close()
+    finally:
+        src.close()
+
+
+def test_an_idle_read_follows_connections_that_carry_no_message(sockdir):
+    """The idle read (no job: the last reading handed out again, issue 49) is new once a client connects or
+    leaves without a message: the served connections are never stale."""
+    path = os.path.join(sockdir, "p.sock")
+    src = PhaseSource(phases_cfg(), AgentContext(), socket_path=path)
+    try:
+        assert src.collect().connections == 0
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(path + receiver.SEQ_SUFFIX)
+        assert _wait(lambda: src.receiver.connections == 1)
+        assert src.collect().connections == 1
+        s.close()
+        assert _wait(lambda: src.receiver.connections == 0)
+        assert src.collect().connections == 0
     finally:
         src.close()
