@@ -3,11 +3,14 @@
     python benchmarks/step_parts.py [--rounds 15] [--steps 200]
 
 Under `teye run`'s hook (this tree's teye_client, loaded here as the hook loads it), a PyTorch MLP (3 modules,
-64-sample batches: the worst case, 0.7 ms steps on an idle core) and a small CNN (8 modules) train with the parts'
-hooks in place and with them taken out (teye's entries removed from PyTorch's global hook tables, the backward
-and copy wrappers swapped for what they wrap), alternating every ``--steps`` steps, ``--rounds`` times each.
-Printed: the median process CPU time per step (µs) of each, their difference (what the parts cost a step), and
-the wall time likewise.  CPU time is the figure a loaded machine disturbs least; compare within one run.
+64-sample batches: the worst case, 0.7 ms steps on an idle core), a small CNN (8 modules) and a deep MLP (80
+small layers: 161 module calls a forward, as many as ResNet-50's) train in three states, alternating every
+``--steps`` steps, ``--rounds`` times each: the parts' hooks taken out (no forward hook, the backward and copy
+wrappers swapped for what they wrap: "off"), the forward seen through PyTorch's global module hooks ("global":
+every module call takes nn.Module's slow path, as during a job's first steps) and through hooks on the model
+alone ("narrowed": what teye does after the first steps, teye_client._torch._Forwards).  Printed: the median
+process CPU time per step (µs) of each, the differences (what the parts cost a step), and the wall time likewise.
+CPU time is the figure a loaded machine disturbs least; compare within one run.
 The rest of the zero-code session (input waits, steps) is in place in both: its cost is benchmarks/zero_code.py's.
 """
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import statistics
 import sys
 import time
+import weakref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -38,27 +42,32 @@ def main() -> int:
     torch.manual_seed(0)
     torch.set_num_threads(1)
 
-    teye_pre = {k: v for k, v in mm._global_forward_pre_hooks.items() if getattr(v, "_teye", False)}
-    teye_post = {k: v for k, v in mm._global_forward_hooks.items() if getattr(v, "_teye", False)}
+    fw = _torch.forwards
     teye_opt = {k: v for k, v in oo._global_optimizer_pre_hooks.items() if getattr(v, "_teye", False)}
     wrapped = {"backward": torch.autograd.backward, "to": torch.Tensor.to, "cuda": torch.Tensor.cuda}
-    assert teye_pre and teye_post and teye_opt and all(getattr(f, "_teye", False) for f in wrapped.values()), \
+    assert fw is not None and teye_opt and all(getattr(f, "_teye", False) for f in wrapped.values()), \
         "the parts' hooks are not installed (TEYE_STEP_PARTS=0?)"
+    learn = _torch.NARROW_AFTER
+    assert any(getattr(v, "_teye", False) for v in mm._global_forward_pre_hooks.values())
 
-    def parts(on: bool):
-        for table, mine in ((mm._global_forward_pre_hooks, teye_pre), (mm._global_forward_hooks, teye_post),
-                            (oo._global_optimizer_pre_hooks, teye_opt)):
-            for k, v in mine.items():
-                if on:
-                    table[k] = v
-                else:
-                    table.pop(k, None)
-        always = mm._global_forward_hooks_always_called
-        for k in teye_post:
+    def parts(state: str, model=None):
+        """off, global (learning, held there), narrowed (to ``model``)."""
+        for h in fw.handles:
+            h.remove()
+        fw.handles, fw.narrowed, fw.steps, fw.roots = (), False, 0, {}
+        on = state != "off"
+        _torch.NARROW_AFTER = 10 ** 9 if state == "global" else learn
+        if state == "global":
+            fw.install_global()
+        elif state == "narrowed":
+            fw.roots = {id(model): weakref.ref(model)}
+            fw._narrow()
+            assert fw.narrowed
+        for k, v in teye_opt.items():
             if on:
-                always[k] = True
+                oo._global_optimizer_pre_hooks[k] = v
             else:
-                always.pop(k, None)
+                oo._global_optimizer_pre_hooks.pop(k, None)
         torch.autograd.backward = wrapped["backward"] if on else wrapped["backward"].__wrapped__
         torch.Tensor.to = wrapped["to"] if on else wrapped["to"].__wrapped__
         torch.Tensor.cuda = wrapped["cuda"] if on else wrapped["cuda"].__wrapped__
@@ -72,14 +81,18 @@ def main() -> int:
                                     torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 10)),
                 TensorDataset(torch.randn(64 * args.steps // 4, 3, 32, 32), torch.randint(0, 10, (64 * args.steps // 4,))),
                 torch.nn.functional.cross_entropy),
+        "deep": (torch.nn.Sequential(*[m for _ in range(80) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())]),
+                 TensorDataset(torch.randn(64 * args.steps // 4, 32), torch.randn(64 * args.steps // 4, 32)),
+                 torch.nn.functional.mse_loss),
     }
+    states = ("off", "global", "narrowed")
     for name, (model, ds, lossf) in models.items():
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        cpu = {True: [], False: []}
-        wall = {True: [], False: []}
+        cpu = {st: [] for st in states}
+        wall = {st: [] for st in states}
         for r in range(args.rounds + 1):
-            for on in (False, True):
-                parts(on)
+            for st in states:
+                parts(st, model)
                 t, c, n = time.perf_counter(), time.process_time(), 0
                 for x, y in DataLoader(ds, batch_size=64):
                     loss = lossf(model(x), y)
@@ -87,32 +100,36 @@ def main() -> int:
                     loss.backward()
                     opt.step()
                     n += 1
+                if st == "narrowed":
+                    assert fw.narrowed, "the hooks widened during the round"
                 if r:   # the first round warms up
-                    cpu[on].append((time.process_time() - c) / n * 1e6)
-                    wall[on].append((time.perf_counter() - t) / n * 1e6)
-        parts(True)
-        off, on_ = statistics.median(cpu[False]), statistics.median(cpu[True])
-        woff, won = statistics.median(wall[False]), statistics.median(wall[True])
-        print(f"{name}: CPU per step, median of {args.rounds} alternating rounds of {n} steps: parts off {off:.0f} µs, "
-              f"on {on_:.0f} µs ({on_ - off:+.1f} µs, {100 * (on_ / off - 1):+.1f} %); wall {woff:.0f} vs {won:.0f} µs "
-              f"({won - woff:+.1f} µs)", flush=True)
-    # the forward alone, where the hooks' share is largest: 2,000 calls of the MLP's forward (4 module calls, the
-    # global hooks on each), alternating, process CPU per call
-    model = models["mlp"][0]
+                    cpu[st].append((time.process_time() - c) / n * 1e6)
+                    wall[st].append((time.perf_counter() - t) / n * 1e6)
+        c = {st: statistics.median(v) for st, v in cpu.items()}
+        w = {st: statistics.median(v) for st, v in wall.items()}
+        print(f"{name}: CPU per step, median of {args.rounds} alternating rounds of {n} steps: parts off "
+              f"{c['off']:.0f} µs; global hooks {c['global']:.0f} µs ({c['global'] - c['off']:+.1f} µs, "
+              f"{100 * (c['global'] / c['off'] - 1):+.1f} %); narrowed {c['narrowed']:.0f} µs "
+              f"({c['narrowed'] - c['off']:+.1f} µs, {100 * (c['narrowed'] / c['off'] - 1):+.1f} %); wall "
+              f"{w['off']:.0f} / {w['global']:.0f} / {w['narrowed']:.0f} µs", flush=True)
+    # the forward alone, where the hooks' share is largest: the deep MLP's forward (161 module calls), alternating,
+    # process CPU per call
+    model = models["deep"][0]
     x = torch.randn(64, 32)
-    per = {True: [], False: []}
+    per = {st: [] for st in states}
     for r in range(args.rounds + 1):
-        for on in (False, True):
-            parts(on)
-            c = time.process_time()
-            for _ in range(2000):
+        for st in states:
+            parts(st, model)
+            c0 = time.process_time()
+            for _ in range(200):
                 model(x)
             if r:
-                per[on].append((time.process_time() - c) / 2000 * 1e6)
-    parts(True)
-    off, on_ = statistics.median(per[False]), statistics.median(per[True])
-    print(f"mlp forward alone (4 module calls), CPU per call, median of {args.rounds} rounds of 2,000: parts off "
-          f"{off:.1f} µs, on {on_:.1f} µs ({on_ - off:+.1f} µs)", flush=True)
+                per[st].append((time.process_time() - c0) / 200 * 1e6)
+    m = {st: statistics.median(v) for st, v in per.items()}
+    print(f"deep forward alone (161 module calls, autograd on), CPU per call, median of {args.rounds} rounds of 200: "
+          f"parts off {m['off']:.1f} µs, global hooks {m['global']:.1f} µs ({m['global'] - m['off']:+.1f}), "
+          f"narrowed {m['narrowed']:.1f} µs ({m['narrowed'] - m['off']:+.1f})", flush=True)
+    parts("narrowed", model)
     s = _torch.session
     print("parts sent by the session:", "yes" if s.reporter is not None else "no reporter (no agent)")
     return 0

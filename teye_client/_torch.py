@@ -29,6 +29,7 @@ import itertools
 import sys
 import threading
 import time
+from weakref import ref as _weakref
 
 from . import _config
 from ._common import TraceHook, batch_size, debug, session, wrapper_of
@@ -176,6 +177,12 @@ def patch_optimizer(module):
                 s.lead(optimizer)                 # a weak reference: the next optimizer leads once it is gone
             except Exception as e:  # never into the training loop
                 debug("zero-code phases: the leading optimizer: %s: %s" % (type(e).__name__, e))
+            fw = forwards
+            if fw is not None:
+                try:
+                    fw.tick()
+                except Exception as e:  # never into the training loop
+                    debug("zero-code phases: the forward hooks: %s: %s" % (type(e).__name__, e))
             trace_tick()
 
     parts = patch_optimizer_parts(module)
@@ -405,12 +412,100 @@ def _compiling():
     return f()
 
 
+NARROW_AFTER = 3   # the leading optimizer's steps the global module hooks watch before they narrow (_Forwards)
+MAX_ROOTS = 8      # modules called outermost, at most, for the hooks to narrow to them
+
+
+class _Forwards:
+    """Where the forward is seen.  PyTorch's global module hooks run for every module's call, and while any is
+    registered every module call takes nn.Module's slow path (hooks looked up and called): a cost per module,
+    so per forward that grows with the model.  So they watch only the first NARROW_AFTER steps of the leading
+    optimizer, learning which modules are called outermost (the model, a loss module: at most MAX_ROOTS), and
+    then give way to hooks on those modules alone (``narrow``): the modules they call take the fast path
+    again.  A step with no forward seen after that (the job called another module: a model swapped, wrapped
+    or compiled later) brings the global hooks back to learn again (``widen``)."""
+
+    def __init__(self, pre_fn, post_fn, register_pre, register_post):
+        self.pre_fn, self.post_fn = pre_fn, post_fn
+        self.register_pre, self.register_post = register_pre, register_post
+        self.roots = {}          # id(module) -> weak reference: the modules called outermost while learning
+        self.handles = ()        # the hooks registered now (global ones while learning)
+        self.narrowed = False
+        self.steps = 0           # leading steps seen while learning
+        self.seen = False        # a forward began since the last leading step
+        self.narrowings = 0      # (for tests: how often the hooks narrowed, and widened again)
+        self.widenings = 0
+
+    def install_global(self) -> None:
+        h = [self.register_pre(self.pre_fn)]
+        try:
+            h.append(self.register_post(self.post_fn, always_call=True))
+        except TypeError:   # before always_call: a forward that raises leaves its part open until the next step
+            h.append(self.register_post(self.post_fn))
+        self.handles = tuple(h)
+
+    def began(self, mod) -> None:
+        """An outermost forward of ``mod`` began (the training thread, autograd on)."""
+        self.seen = True
+        if not self.narrowed and id(mod) not in self.roots and len(self.roots) <= MAX_ROOTS:
+            try:
+                self.roots[id(mod)] = _weakref(mod)
+            except TypeError:
+                self.roots[id(mod)] = None   # (no weak reference to it: the hooks stay global)
+
+    def tick(self) -> None:
+        """At each step of the leading optimizer."""
+        seen, self.seen = self.seen, False
+        if self.narrowed:
+            if not seen:
+                self._widen()
+            return
+        self.steps += 1
+        if self.steps >= NARROW_AFTER:
+            self._narrow()
+
+    def _narrow(self) -> None:
+        mods = [r() if r is not None else None for r in self.roots.values()]
+        self.roots, self.steps = {}, 0
+        if not mods or len(mods) > MAX_ROOTS or any(m is None for m in mods):
+            return   # none, too many, or one gone or unreferenceable: learn again
+        handles = []
+        try:
+            for m in mods:
+                handles.append(m.register_forward_pre_hook(self.pre_fn))
+                try:
+                    handles.append(m.register_forward_hook(self.post_fn, always_call=True))
+                except TypeError:
+                    handles.append(m.register_forward_hook(self.post_fn))
+        except Exception as e:  # never into the job: the global hooks stay
+            for h in handles:
+                h.remove()
+            debug("zero-code phases: the forward hooks stay global: %s: %s" % (type(e).__name__, e))
+            return
+        for h in self.handles:
+            h.remove()
+        self.handles, self.narrowed = tuple(handles), True
+        self.narrowings += 1
+
+    def _widen(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.narrowed = False
+        self.install_global()
+        self.widenings += 1
+
+
+forwards = None   # the _Forwards of this process, once patch_modules ran
+
+
 def patch_modules(module):
     """The forward part: the outermost ``nn.Module`` call with autograd on (a forward under ``torch.no_grad()``
     or ``inference_mode()`` is evaluation, not training's forward), through PyTorch's global module hooks
     (``register_module_forward_pre_hook`` / ``register_module_forward_hook(always_call=True)``: the post hook
-    runs also when the forward raises).  Modules called inside it (and inside a backward or an optimizer step,
-    an activation checkpoint's recomputation, a closure) nest: only the outermost counts, on its thread."""
+    runs also when the forward raises), narrowed after a few steps to the modules called outermost (_Forwards).
+    Modules called inside it (and inside a backward or an optimizer step, an activation checkpoint's
+    recomputation, a closure) nest: only the outermost counts, on its thread."""
+    global forwards
     pre = getattr(module, "register_module_forward_pre_hook", None)
     post = getattr(module, "register_module_forward_hook", None)
     if not _PARTS_ON:
@@ -430,6 +525,7 @@ def patch_modules(module):
         if s.aside or not _grad_enabled():
             return None
         s.pbegin(FORWARD)
+        fw.began(mod)
         return None
 
     def _teye_forward(mod, args, out):
@@ -442,11 +538,8 @@ def patch_modules(module):
 
     _teye_forward_pre._teye = _teye_forward._teye = True
     s.work_source = OWN_WORK
-    pre(_teye_forward_pre)
-    try:
-        post(_teye_forward, always_call=True)
-    except TypeError:   # before always_call: a forward that raises leaves its part open until the next step
-        post(_teye_forward)
+    fw = forwards = _Forwards(_teye_forward_pre, _teye_forward, pre, post)
+    fw.install_global()
     return True
 
 
