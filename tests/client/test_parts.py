@@ -66,6 +66,9 @@ def test_each_part_within_5_points_of_the_scripts_own_clock(agent, mode):
     for p in PARTS:
         assert got[p] == pytest.approx(truth[p], abs=0.05), (p, got, truth)
     assert got["forward"] > 0.15 and got["backward"] > 0.2 and got["optimizer"] > 0.1   # the branches were taken
+    # the forward was timed through hooks on the model alone after the first steps (_torch._Forwards), not
+    # through PyTorch's global module hooks (each module call's slow path): the shares above hold with them
+    assert own["global_forward_hooks"] == 0, own
     # the job's own output is what it is without teye: same losses bit for bit, same status, nothing from teye
     bare = plain_run(args, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
     assert bare.returncode == 0

@@ -18,6 +18,18 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 47: the forward's hooks narrow to the modules called outermost after the first steps
+    "forwards_never_narrow.patch": (
+        ["tests/client/test_torch_forwards.py::"
+         "test_the_hooks_narrow_to_the_outermost_modules_and_the_others_run_unhooked"]),
+    "forwards_never_widen.patch": (
+        ["tests/client/test_torch_forwards.py::"
+         "test_a_step_without_a_forward_of_the_roots_brings_the_global_hooks_back"]),
+    "forwards_narrow_keeps_the_global_hooks.patch": (
+        ["tests/client/test_torch_forwards.py::"
+         "test_the_hooks_narrow_to_the_outermost_modules_and_the_others_run_unhooked"]),
+    "forwards_roots_never_learned.patch": (
+        ["tests/client/test_parts.py::test_each_part_within_5_points_of_the_scripts_own_clock[plain]"]),
     # issue 48's flood, mended at its cause: each client on a connection of its own
     "conn_refuse_drops_what_was_sent.patch": (
         ["tests/phases/test_connections.py::"
@@ -637,6 +649,7 @@ MUTANTS = {
 # at a time; the others in its parallel pass, beside other work.  The baseline says each named test's kind, and a
 # mutant listed here whose tests do not measure, or one left out whose tests do, fails.
 MEASURING = {
+    "forwards_roots_never_learned.patch",       # the parts against the script's own clock
     "conn_backlog_shed_by_estimate.patch",      # a flood of 64 processes beside the job
     "receiver_debt_from_a_stale_clock.patch",   # three uids flooding beside the job
     "input_bound_ratio_plus_2_points.patch",   # teye profile's share against the loop's perf_counter
