@@ -6,6 +6,7 @@ import os
 import pwd
 import random
 import tempfile
+import time
 from typing import Dict, List, Sequence, Tuple
 
 from agent.config import defaults
@@ -15,6 +16,16 @@ MS = 1_000_000
 S = 1_000_000_000
 NOBODY = pwd.getpwnam("nobody").pw_uid     # real uids of the machine (issue 36's flooders)
 DAEMON = pwd.getpwnam("daemon").pw_uid
+
+
+def wait_for(cond, timeout: float = 5.0) -> bool:
+    """Poll cond every 10 ms until it holds or timeout seconds passed; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
 
 
 def phases_cfg(**over) -> dict:

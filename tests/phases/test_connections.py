@@ -20,18 +20,13 @@ from agent.phases import receiver
 from agent.phases.protocol import encode
 from agent.phases.source import PhaseSource
 from teye_client import reporter
-from tests.phases.helpers import MS, phases_cfg
+from tests.phases.helpers import MS, phases_cfg, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _wait(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+    return wait_for(cond, timeout)
 
 
 def _steps(src, job):

@@ -19,18 +19,13 @@ from agent.phases.source import PhaseSource, from_config
 from agent.sampler import Sampler
 from agent.config import defaults
 from tests.conftest import PROCFS
-from tests.phases.helpers import MS, phases_cfg
+from tests.phases.helpers import MS, phases_cfg, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _wait(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+    return wait_for(cond, timeout)
 
 
 def _send(path, data):
