@@ -26,22 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--steps", type=int, default=200)
-    args = ap.parse_args()
-    os.environ.setdefault("TEYE_PHASE_SOCKET", "/nonexistent/teye-bench.sock")   # nothing sent: the client's cost
-    from teye_client import auto
-    auto.install()
-    import torch
-    import torch.nn.modules.module as mm
-    import torch.optim.optimizer as oo
-    from torch.utils.data import DataLoader, TensorDataset
-    from teye_client import _torch
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
+STATES = ("off", "global", "narrowed")
 
+
+def _switch(torch, mm, oo, _torch):
+    """parts(state, model): the parts' hooks off, global (learning, held there) or narrowed (to ``model``)."""
     fw = _torch.forwards
     teye_opt = {k: v for k, v in oo._global_optimizer_pre_hooks.items() if getattr(v, "_teye", False)}
     wrapped = {"backward": torch.autograd.backward, "to": torch.Tensor.to, "cuda": torch.Tensor.cuda}
@@ -51,7 +40,6 @@ def main() -> int:
     assert any(getattr(v, "_teye", False) for v in mm._global_forward_pre_hooks.values())
 
     def parts(state: str, model=None):
-        """off, global (learning, held there), narrowed (to ``model``)."""
         for h in fw.handles:
             h.remove()
         fw.handles, fw.narrowed, fw.steps, fw.roots = (), False, 0, {}
@@ -72,53 +60,62 @@ def main() -> int:
         torch.Tensor.to = wrapped["to"] if on else wrapped["to"].__wrapped__
         torch.Tensor.cuda = wrapped["cuda"] if on else wrapped["cuda"].__wrapped__
 
-    models = {
-        "mlp": (torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)),
-                TensorDataset(torch.randn(64 * args.steps, 32), torch.randn(64 * args.steps, 1)),
-                torch.nn.functional.mse_loss),
-        "cnn": (torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                                    torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                                    torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 10)),
-                TensorDataset(torch.randn(64 * args.steps // 4, 3, 32, 32), torch.randint(0, 10, (64 * args.steps // 4,))),
-                torch.nn.functional.cross_entropy),
-        "deep": (torch.nn.Sequential(*[m for _ in range(80) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())]),
-                 TensorDataset(torch.randn(64 * args.steps // 4, 32), torch.randn(64 * args.steps // 4, 32)),
-                 torch.nn.functional.mse_loss),
+    return parts
+
+
+def _models(torch, TensorDataset, steps: int) -> dict:
+    """name -> (model, dataset, loss function)."""
+    nn = torch.nn
+    return {
+        "mlp": (nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)),
+                TensorDataset(torch.randn(64 * steps, 32), torch.randn(64 * steps, 1)), nn.functional.mse_loss),
+        "cnn": (nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(32 * 8 * 8, 10)),
+                TensorDataset(torch.randn(64 * steps // 4, 3, 32, 32), torch.randint(0, 10, (64 * steps // 4,))),
+                nn.functional.cross_entropy),
+        "deep": (nn.Sequential(*[m for _ in range(80) for m in (nn.Linear(32, 32), nn.ReLU())]),
+                 TensorDataset(torch.randn(64 * steps // 4, 32), torch.randn(64 * steps // 4, 32)),
+                 nn.functional.mse_loss),
     }
-    states = ("off", "global", "narrowed")
-    for name, (model, ds, lossf) in models.items():
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        cpu = {st: [] for st in states}
-        wall = {st: [] for st in states}
-        for r in range(args.rounds + 1):
-            for st in states:
-                parts(st, model)
-                t, c, n = time.perf_counter(), time.process_time(), 0
-                for x, y in DataLoader(ds, batch_size=64):
-                    loss = lossf(model(x), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    n += 1
-                if st == "narrowed":
-                    assert fw.narrowed, "the hooks widened during the round"
-                if r:   # the first round warms up
-                    cpu[st].append((time.process_time() - c) / n * 1e6)
-                    wall[st].append((time.perf_counter() - t) / n * 1e6)
-        c = {st: statistics.median(v) for st, v in cpu.items()}
-        w = {st: statistics.median(v) for st, v in wall.items()}
-        print(f"{name}: CPU per step, median of {args.rounds} alternating rounds of {n} steps: parts off "
-              f"{c['off']:.0f} µs; global hooks {c['global']:.0f} µs ({c['global'] - c['off']:+.1f} µs, "
-              f"{100 * (c['global'] / c['off'] - 1):+.1f} %); narrowed {c['narrowed']:.0f} µs "
-              f"({c['narrowed'] - c['off']:+.1f} µs, {100 * (c['narrowed'] / c['off'] - 1):+.1f} %); wall "
-              f"{w['off']:.0f} / {w['global']:.0f} / {w['narrowed']:.0f} µs", flush=True)
-    # the forward alone, where the hooks' share is largest: the deep MLP's forward (161 module calls), alternating,
-    # process CPU per call
-    model = models["deep"][0]
+
+
+def _train(name, model, ds, lossf, parts, rounds, torch, DataLoader, fw) -> None:
+    """Training steps in each state, alternating; prints the medians."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    cpu = {st: [] for st in STATES}
+    wall = {st: [] for st in STATES}
+    for r in range(rounds + 1):
+        for st in STATES:
+            parts(st, model)
+            t, c, n = time.perf_counter(), time.process_time(), 0
+            for x, y in DataLoader(ds, batch_size=64):
+                loss = lossf(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                n += 1
+            if st == "narrowed":
+                assert fw.narrowed, "the hooks widened during the round"
+            if r:   # the first round warms up
+                cpu[st].append((time.process_time() - c) / n * 1e6)
+                wall[st].append((time.perf_counter() - t) / n * 1e6)
+    c = {st: statistics.median(v) for st, v in cpu.items()}
+    w = {st: statistics.median(v) for st, v in wall.items()}
+    print(f"{name}: CPU per step, median of {rounds} alternating rounds of {n} steps: parts off "
+          f"{c['off']:.0f} µs; global hooks {c['global']:.0f} µs ({c['global'] - c['off']:+.1f} µs, "
+          f"{100 * (c['global'] / c['off'] - 1):+.1f} %); narrowed {c['narrowed']:.0f} µs "
+          f"({c['narrowed'] - c['off']:+.1f} µs, {100 * (c['narrowed'] / c['off'] - 1):+.1f} %); wall "
+          f"{w['off']:.0f} / {w['global']:.0f} / {w['narrowed']:.0f} µs", flush=True)
+
+
+def _forward_alone(model, parts, rounds, torch) -> None:
+    """The forward alone, where the hooks' share is largest: the deep MLP's (161 module calls), alternating,
+    process CPU per call."""
     x = torch.randn(64, 32)
-    per = {st: [] for st in states}
-    for r in range(args.rounds + 1):
-        for st in states:
+    per = {st: [] for st in STATES}
+    for r in range(rounds + 1):
+        for st in STATES:
             parts(st, model)
             c0 = time.process_time()
             for _ in range(200):
@@ -126,14 +123,35 @@ def main() -> int:
             if r:
                 per[st].append((time.process_time() - c0) / 200 * 1e6)
     m = {st: statistics.median(v) for st, v in per.items()}
-    print(f"deep forward alone (161 module calls, autograd on), CPU per call, median of {args.rounds} rounds of 200: "
+    print(f"deep forward alone (161 module calls, autograd on), CPU per call, median of {rounds} rounds of 200: "
           f"parts off {m['off']:.1f} µs, global hooks {m['global']:.1f} µs ({m['global'] - m['off']:+.1f}), "
           f"narrowed {m['narrowed']:.1f} µs ({m['narrowed'] - m['off']:+.1f})", flush=True)
-    parts("narrowed", model)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args()
+    os.environ.setdefault("TEYE_PHASE_SOCKET", "/nonexistent/teye-bench.sock")   # nothing sent: the client's cost
+    from teye_client import auto
+    auto.install()
+    import torch
+    import torch.nn.modules.module as mm
+    import torch.optim.optimizer as oo
+    from torch.utils.data import DataLoader, TensorDataset
+    from teye_client import _torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    parts = _switch(torch, mm, oo, _torch)
+    models = _models(torch, TensorDataset, args.steps)
+    for name, (model, ds, lossf) in models.items():
+        _train(name, model, ds, lossf, parts, args.rounds, torch, DataLoader, _torch.forwards)
+    _forward_alone(models["deep"][0], parts, args.rounds, torch)
+    parts("narrowed", models["deep"][0])
     s = _torch.session
     print("parts sent by the session:", "yes" if s.reporter is not None else "no reporter (no agent)")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
