@@ -103,3 +103,23 @@ def test_too_many_outermost_modules_keep_the_global_hooks(seen):
             x = m(x).detach()
         seen.fw.tick()
     assert not seen.fw.narrowed and seen.fw.narrowings == 0 and _ours(seen) != ([], [])
+
+
+def test_after_a_compilation_the_hooks_stay_as_they_are(seen, monkeypatch):
+    """torch.compile guards a compiled graph on the hook tables it read: once a compilation began, the hooks
+    neither narrow (still learning) nor widen (narrowed), whatever the steps see."""
+    model = _net(3)
+    x = torch.randn(2, 4)
+    monkeypatch.setattr(_torch, "compiled", [True])
+    for _ in range(2 * _torch.NARROW_AFTER):
+        model(x)
+        seen.fw.tick()
+    assert not seen.fw.narrowed and _ours(seen) != ([], [])
+    monkeypatch.setattr(_torch, "compiled", [False])
+    for _ in range(_torch.NARROW_AFTER):
+        model(x)
+        seen.fw.tick()
+    assert seen.fw.narrowed
+    monkeypatch.setattr(_torch, "compiled", [True])
+    seen.fw.tick()                              # a step without the model's forward: it would widen
+    assert seen.fw.narrowed and seen.fw.widenings == 0

@@ -28,6 +28,8 @@ MUTANTS = {
     "forwards_narrow_keeps_the_global_hooks.patch": (
         ["tests/client/test_torch_forwards.py::"
          "test_the_hooks_narrow_to_the_outermost_modules_and_the_others_run_unhooked"]),
+    "forwards_change_after_a_compile.patch": (
+        ["tests/client/test_torch_forwards.py::test_after_a_compilation_the_hooks_stay_as_they_are"]),
     "forwards_roots_never_learned.patch": (
         ["tests/client/test_parts.py::test_each_part_within_5_points_of_the_scripts_own_clock[plain]"]),
     # issue 48's flood, mended at its cause: each client on a connection of its own
