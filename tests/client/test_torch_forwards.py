@@ -36,7 +36,10 @@ class Seen:
 
 
 @pytest.fixture
-def seen():
+def seen(monkeypatch):
+    # (no compilation seen: another test in this process may have fired teye's compile callback, which holds
+    # every process's hooks as they are, test_after_a_compilation_the_hooks_stay_as_they_are)
+    monkeypatch.setattr(_torch, "compiled", [False])
     s = Seen()
     s.fw = _torch._Forwards(s.pre, s.post, mm.register_module_forward_pre_hook, mm.register_module_forward_hook)
     s.fw.install_global()
