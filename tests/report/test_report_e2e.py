@@ -255,8 +255,10 @@ def test_input_bound_two_node_job_and_compute_bound_job(cluster):
     assert rel(per[b]["samples_per_second"], lb["samples"] / lb["total"])
     assert rel(j["samples_per_second"], la["samples"] / la["total"] + lb["samples"] / lb["total"])
     assert j["slowest_node"] == b   # 50 ms data waits there, 30 ms on a
-    # the train job's active window is the loops' own wall-clock span, to a scrape interval
-    assert abs(per[a]["start"] - la["start"]) <= 2 * step + 0.5 and abs(per[a]["end"] - la["end"]) <= 2 * step + 0.5
+    # the train job's active window is the loops' own wall-clock span, to the sampling chain: the agent's phases
+    # read (1 s), Prometheus' scrape (1 s) and the report's query step each delay the first sample up to one step
+    # (2 steps + 0.5 s missed it by 0.24 s once, x21)
+    assert abs(per[a]["start"] - la["start"]) <= 3 * step + 0.5 and abs(per[a]["end"] - la["end"]) <= 3 * step + 0.5
     # verdict over the job's life, its cause, notes
     assert j["verdict"] == "input" and j["verdict_shares"]["input"] >= 0.8
     assert j["input_cause"] in ("storage", "unknown")   # sleeping in data_wait: little CPU (procfs is a fixture)
