@@ -104,7 +104,19 @@ def test_a_uid_over_its_connection_limit_is_refused_and_its_client_loses_nothing
             held.append(s)
         assert _wait(lambda: src.receiver.connections == 2)
         rep = reporter.Reporter("over", socket_path=path, flush_ms=0)
-        _run_steps(rep, 30)
+        # the client's first step goes on its connection before the agent refuses it (so that what it sent there is
+        # what the refusal must hand on): the receive thread is held in the job table (its lock, taken here) by a
+        # datagram of the test's own, while the client connects and sends
+        with src.table._lock:
+            before = src.receiver.received
+            t = time.monotonic_ns()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as d:
+                d.sendto(encode("hold", [("compute", t - 20 * MS, t)], [(t - 20 * MS, t, 1)]), path)
+            assert _wait(lambda: src.receiver.received == before + 1)   # taken: the thread waits for the lock
+            _run_steps(rep, 1)
+            sent_first = rep.sent
+            assert rep._sock is not None and rep._sock.type == socket.SOCK_SEQPACKET and sent_first >= 1
+        _run_steps(rep, 29)
         rep.close()
         assert _wait(lambda: _steps(src, "over") == (30, 120)), _steps(src, "over")
         assert src.receiver.refused_connections == 1 and src.receiver.connections == 2
@@ -113,7 +125,7 @@ def test_a_uid_over_its_connection_limit_is_refused_and_its_client_loses_nothing
         assert served == {"teye_phase_connections": 2, "teye_phase_connections_refused_total": 1}, served
         assert (rep.dropped, rep.dropped_messages) == (0, 0)
         # every message it sent was handled: those it sent before the agent refused it too
-        assert dict(src.collect(force=True).results)["accepted"] == rep.sent
+        assert dict(src.collect(force=True).results)["accepted"] == rep.sent + 1   # (and the test's own datagram)
         assert time.monotonic_ns() < rep._seq_after_ns   # it sends datagrams for a while, not a refused connect a flush
     finally:
         for s in held:
