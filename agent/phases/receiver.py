@@ -50,7 +50,6 @@ step rate, and the Python loop is the only one.)
 """
 from __future__ import annotations
 
-import errno
 import math
 import gc
 import logging
@@ -171,17 +170,19 @@ def _set_mode(path: str, mode: int) -> Tuple[int, int]:
         os.close(fd)
 
 
-def _someone_receives(path: str) -> bool:
-    """True when a process is bound to the Unix socket at path (a datagram connect succeeds)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+def _someone_receives(path: str, kind: int = socket.SOCK_DGRAM) -> bool:
+    """True when a process is bound to (datagrams) or listens on (``SOCK_SEQPACKET``) the Unix socket at path:
+    a non-blocking connect of that kind succeeds, or fails otherwise than refused or absent (EPROTOTYPE: a
+    socket of another kind; EAGAIN: a full backlog, so someone listens): such a path is left alone."""
+    probe = socket.socket(socket.AF_UNIX, kind)
     try:
+        probe.setblocking(False)
         probe.connect(path)
         return True
     except (ConnectionRefusedError, FileNotFoundError):
         return False
-    except OSError as e:
-        # EPROTOTYPE: a stream socket someone listens on; anything else: leave it alone too
-        return e.errno != errno.ECONNREFUSED
+    except OSError:
+        return True
     finally:
         probe.close()
 
@@ -233,21 +234,6 @@ def bind_socket(path: str) -> Tuple[socket.socket, Tuple[int, int]]:
     return sock, ident
 
 
-def _someone_accepts(path: str) -> bool:
-    """True when a process listens on the SOCK_SEQPACKET socket at path."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        probe.setblocking(False)
-        probe.connect(path)
-        return True
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except OSError:
-        return True   # EAGAIN (a full backlog: someone listens), EPROTOTYPE (another kind): leave it alone
-    finally:
-        probe.close()
-
-
 def bind_listener(path: str) -> Optional[Tuple[socket.socket, Tuple[int, int]]]:
     """Listen for connections at ``path + SEQ_SUFFIX`` (the datagram socket at ``path`` is bound, so the
     directory is the agent's): (socket, ident), or None, logged, where it cannot (too long a path, a file that
@@ -265,7 +251,7 @@ def bind_listener(path: str) -> Optional[Tuple[socket.socket, Tuple[int, int]]]:
         log.warning("phase socket %s: no connections (%s: %s)", path, seq, e.strerror or e)
         return None
     if st is not None:
-        if not stat.S_ISSOCK(st.st_mode) or _someone_accepts(seq):
+        if not stat.S_ISSOCK(st.st_mode) or _someone_receives(seq, socket.SOCK_SEQPACKET):
             log.warning("phase socket %s: no connections (%s exists and is %s; not replacing it)", path, seq,
                         "not a socket" if not stat.S_ISSOCK(st.st_mode) else "another process's")
             return None
