@@ -418,6 +418,15 @@ compiled = [False]   # a torch.compile compilation began in this process (patch_
 MAX_ROOTS = 8      # modules called outermost, at most, for the hooks to narrow to them
 
 
+def _post_hook(register, fn):
+    """register(fn, always_call=True): the post hook runs also when the forward raises; before always_call, a
+    forward that raises leaves its part open until the next step."""
+    try:
+        return register(fn, always_call=True)
+    except TypeError:
+        return register(fn)
+
+
 class _Forwards:
     """Where the forward is seen.  PyTorch's global module hooks run for every module's call, and while any is
     registered every module call takes nn.Module's slow path (hooks looked up and called): a cost per module,
@@ -441,12 +450,7 @@ class _Forwards:
         self.widenings = 0
 
     def install_global(self) -> None:
-        h = [self.register_pre(self.pre_fn)]
-        try:
-            h.append(self.register_post(self.post_fn, always_call=True))
-        except TypeError:   # before always_call: a forward that raises leaves its part open until the next step
-            h.append(self.register_post(self.post_fn))
-        self.handles = tuple(h)
+        self.handles = (self.register_pre(self.pre_fn), _post_hook(self.register_post, self.post_fn))
 
     def began(self, mod) -> None:
         """An outermost forward of ``mod`` began (the training thread, autograd on)."""
@@ -480,10 +484,7 @@ class _Forwards:
         try:
             for m in mods:
                 handles.append(m.register_forward_pre_hook(self.pre_fn))
-                try:
-                    handles.append(m.register_forward_hook(self.post_fn, always_call=True))
-                except TypeError:
-                    handles.append(m.register_forward_hook(self.post_fn))
+                handles.append(_post_hook(m.register_forward_hook, self.post_fn))
         except Exception as e:  # never into the job: the global hooks stay
             for h in handles:
                 h.remove()
