@@ -183,12 +183,37 @@ class Sampler:
         if self.snapshot.sources[name].absent:
             interval_s = max(interval_s, ABSENT_REPROBE_S)
             pace = None
-        interval_ns = max(1_000_000, int((pace(interval_s) if pace is not None else interval_s) * 1e9))
-        deadline += interval_ns
+        paced_s = pace(interval_s) if pace is not None else interval_s
+        interval_ns = max(1_000_000, int(paced_s * 1e9))
+        if paced_s > interval_s:
+            # slower than configured (the phases collector while idle): the first slot of the slower pace's grid
+            # from the start at least one configured interval on, so it shares the sources of that interval's ticks
+            t0 = self._t0
+            deadline = t0 + -(-(deadline + int(interval_s * 1e9) - t0) // interval_ns) * interval_ns
+        else:
+            deadline += interval_ns
         now = self._clock()
         if deadline < now:
             deadline += ((now - deadline) // interval_ns + 1) * interval_ns
         return deadline
+
+    def hurry(self, name: str) -> None:
+        """Read ``name`` at its configured interval's next slot where its own pace had put it later (the
+        phases collector, idle, once something came: called from its threads)."""
+        cv = getattr(self, "_cv", None)
+        if cv is None:
+            return
+        interval_ns = max(1_000_000, int(self._sources[name][1] * 1e9))
+        with cv:
+            for i, (deadline, order, n) in enumerate(self._due):
+                if n != name:
+                    continue
+                sooner = deadline - max(0, (deadline - self._clock()) // interval_ns) * interval_ns
+                if sooner < deadline:
+                    self._due[i] = (sooner, order, n)
+                    heapq.heapify(self._due)
+                    cv.notify_all()
+                return
 
     def _run(self, gen: int) -> None:
         """The sampler thread: read whatever is due, in slot order, then sleep until the next slot."""
@@ -269,7 +294,7 @@ class Sampler:
                          "sampler thread; %s is read again once that read returns", busy[0], self.hang_s, busy[0])
 
     def start(self) -> None:
-        now = self._clock()
+        now = self._t0 = self._clock()
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)      # the sampler threads wait on it for the next slot
         self._wcv = threading.Condition(self._lock)     # the watchdog waits on it
@@ -283,6 +308,9 @@ class Sampler:
         # schedule: each source joins it once its first read returned, its first slot one interval from now,
         # those of one interval sharing every slot
         self._due = []
+        for name, (src, _interval) in self._sources.items():
+            if hasattr(src, "set_hurry"):   # a source that paces itself slower while idle, told when to stop
+                src.set_hurry(lambda n=name: self.hurry(n))
         for i, name in enumerate(self._sources):
             t = threading.Thread(target=self._first_read, args=(name, i, now), name=f"teye-first-{name}",
                                  daemon=True)

@@ -61,7 +61,7 @@ import struct
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import ConfigError, SourceUnavailable
 from ..logutil import RateLimitedLog
@@ -334,6 +334,7 @@ class Receiver:
         self.path = path
         self._ident = ident
         self._handle_batch = handle_batch
+        self.on_activity: Optional[Callable[[], None]] = None   # called after each round that woke the thread
         self._bufsize = max_bytes + 1          # one byte more, so an oversized datagram is seen as such
         self._per_slice = max(1, int(max_rate * _SLICE_S))
         self._stop = threading.Event()
@@ -543,6 +544,8 @@ class Receiver:
                     self._take(batch)
                 except Exception as e:  # a bug must not stop the receiver: log it (the rest of that receive is dropped)
                     self._failed(e)
+            if self.on_activity is not None:   # (a connection made or closed without a message too)
+                self.on_activity()
             over = self._over_budget_s()
             if over > 0:   # over budget: shed the heavy senders' datagrams until what was spent is paid back
                 self._shed_until(time.monotonic() + max(over, _SLICE_S / 10), receive)

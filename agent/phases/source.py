@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 from ..errors import ConfigError, SourceUnavailable
 from ..metrics import COUNTER, GAUGE, HISTOGRAM, Point, metric, point
@@ -28,6 +28,10 @@ from .links import COMMUNICATION_CAUSES
 from .verdict import CAUSES, KINDS
 
 log = logging.getLogger("teye.phases")
+
+# seconds between the phases collector's reads while it is idle (no job, nothing received): the host
+# collectors' default interval, whose slots it then shares
+IDLE_PACE_S = 5.0
 
 PHASE_SECONDS = metric("teye_job_phase_seconds_total", COUNTER,
                        "Seconds the training job spent in each phase (data_wait, compute, host, communication, "
@@ -322,6 +326,8 @@ class PhaseSource:
         self._default_dir = not configured      # a default location: its directory is checked again on a rebind
         self._cfg = phases_cfg
         self._last = None   # (the table's quiet counters, the reading) of the last read, while it was idle
+        self._hurry: Optional[Callable[[], None]] = None   # the sampler's: read me at my configured interval
+        self._hurried = False
         sock, path, ident = open_socket(configured)
         self.path = path
         self.rebinds = 0
@@ -333,6 +339,7 @@ class PhaseSource:
     def _receiver(self, sock, ident) -> Receiver:
         r = Receiver(sock, self.path, ident, self.table.handle_batch, self._cfg["max_message_bytes"],
                      self._cfg["max_messages_per_second"], shed=self.table.shed, listener=bind_listener(self.path))
+        r.on_activity = self._activity
         r.start()
         return r
 
@@ -351,7 +358,30 @@ class PhaseSource:
         log.warning("phase socket %s bound again", self.path)
         return "bound it again"
 
+    # -- idle pace (issue 49) ------------------------------------------------------------------
+    # While no job nor ended run is known and nothing came, a read hands out the same reading again: the sampler
+    # need not wake for it every second.  The source then asks for IDLE_PACE_S between reads (on the slots of the
+    # host collectors' default interval, so one wake-up serves them all), and the receiver's first round after
+    # (a message, a connection made or closed) brings the next read back to the configured interval's next slot.
+
+    def next_interval_s(self, configured: float) -> float:
+        last = self._last
+        if last is None or configured >= IDLE_PACE_S or self._quiet() != last[0]:
+            return configured
+        return IDLE_PACE_S
+
+    def set_hurry(self, hurry: Callable[[], None]) -> None:
+        self._hurry = hurry
+
+    def _activity(self) -> None:
+        """The receiver thread, after each round: the first one after an idle read asks the sampler for a read at
+        the configured interval's next slot."""
+        if self._last is not None and not self._hurried and self._hurry is not None:
+            self._hurried = True
+            self._hurry()
+
     def collect(self, force: bool = False) -> PhasesReading:
+        self._hurried = False
         why = self.receiver.socket_state()
         if why is not None:   # this pass says so (teye_collector_up 0); the next one reads the new socket
             raise SourceUnavailable(f"{why}; {self._rebind()}")

@@ -18,6 +18,20 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 49: the phases collector's idle pace
+    "idle_pace_never_hurried.patch": (
+        ["tests/phases/test_idle_pace.py::"
+         "test_a_source_slower_while_idle_shares_the_slower_grids_ticks_and_is_hurried_back",
+         "tests/phases/test_idle_pace.py::"
+         "test_an_idle_phases_collector_is_read_at_its_idle_pace_and_at_once_when_a_job_speaks"]),
+    "idle_pace_off_the_grid.patch": (
+        ["tests/phases/test_idle_pace.py::"
+         "test_a_source_slower_while_idle_shares_the_slower_grids_ticks_and_is_hurried_back"]),
+    "idle_pace_receiver_tells_no_one.patch": (
+        ["tests/phases/test_idle_pace.py::test_a_connection_without_a_message_brings_an_idle_read_back_at_once"]),
+    "idle_pace_blind_to_what_came.patch": (
+        ["tests/phases/test_idle_pace.py::"
+         "test_the_pace_asked_is_the_configured_one_once_anything_came_since_the_idle_read"]),
     # issue 47: the forward's hooks narrow to the modules called outermost after the first steps
     "forwards_never_narrow.patch": (
         ["tests/client/test_torch_forwards.py::"
