@@ -337,7 +337,7 @@ class PhaseSource:
         log.info("receiving training-job phases on %s (protocol versions 1 and 2)", path)
 
     def _receiver(self, sock, ident) -> Receiver:
-        r = Receiver(sock, self.path, ident, self.table.handle_batch, self._cfg["max_message_bytes"],
+        r = Receiver(sock, self.path, ident, self._handle_batch, self._cfg["max_message_bytes"],
                      self._cfg["max_messages_per_second"], shed=self.table.shed, listener=bind_listener(self.path))
         r.on_activity = self._activity
         r.start()
@@ -369,6 +369,14 @@ class PhaseSource:
         if last is None or configured >= IDLE_PACE_S or self._quiet() != last[0]:
             return configured
         return IDLE_PACE_S
+
+    def _handle_batch(self, batch) -> None:
+        """The receiver's hand-off.  While idle the table is read only every IDLE_PACE_S, and a read is where it
+        learns the GPUs the agent samples (a datagram's CUDA_VISIBLE_DEVICES is resolved against them as it is
+        handled): a new job's first datagrams learn them first, or they would be credited to no GPU."""
+        if self._last is not None:
+            self.table.learn_gpus()
+        self.table.handle_batch(batch)
 
     def set_hurry(self, hurry: Callable[[], None]) -> None:
         self._hurry = hurry

@@ -29,6 +29,9 @@ MUTANTS = {
          "test_a_source_slower_while_idle_shares_the_slower_grids_ticks_and_is_hurried_back"]),
     "idle_pace_receiver_tells_no_one.patch": (
         ["tests/phases/test_idle_pace.py::test_a_connection_without_a_message_brings_an_idle_read_back_at_once"]),
+    "idle_pace_gpus_unknown_to_a_new_job.patch": (
+        ["tests/phases/test_idle_pace.py::"
+         "test_a_new_jobs_first_datagrams_are_credited_to_the_gpus_sampled_since_the_idle_read"]),
     "idle_pace_blind_to_what_came.patch": (
         ["tests/phases/test_idle_pace.py::"
          "test_the_pace_asked_is_the_configured_one_once_anything_came_since_the_idle_read"]),

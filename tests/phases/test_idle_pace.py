@@ -186,3 +186,28 @@ def test_the_pace_asked_is_the_configured_one_once_anything_came_since_the_idle_
 def seconds_at(interval: float, seconds: float) -> int:
     """Reads a collector read every ``interval`` s makes in ``seconds`` at most (one more for the edge)."""
     return int(seconds / interval) + 1
+
+
+def test_a_new_jobs_first_datagrams_are_credited_to_the_gpus_sampled_since_the_idle_read(sockdir, monkeypatch):
+    """An idle table is read only every IDLE_PACE_S; the GPUs the agent began sampling after its last read are
+    learned before a new job's first datagram is handled, so its data wait is credited with their idle time."""
+    path = os.path.join(sockdir, "p.sock")
+    ctx = AgentContext()
+    src = PhaseSource(phases_cfg(), ctx, socket_path=path)
+    try:
+        src.collect()                                  # idle, no GPU sampled yet
+        t0 = time.monotonic_ns()
+        ctx.timeline.add("0", t0 - 1_000_000_000, t0 + 2_000_000_000, busy=0.0)   # then GPU 0, idle throughout
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+        rep = reporter.Reporter("gpu0", socket_path=path, flush_ms=0)
+        wait_s = 0.2                                   # a data wait of 200 ms inside the GPU's idle sample
+        rep.record_phase("data_wait", t0, t0 + int(wait_s * 1e9))
+        rep.step(samples=4, start_ns=t0, end_ns=t0 + int(0.3e9))
+        # (the table's own views: a collect() would learn the GPUs itself, before the datagram came)
+        assert wait_for(lambda: any(j.steps for j in src.table.views(time.monotonic_ns())[0]), 5.0)
+        (job,) = src.collect(force=True).jobs
+        idle = sum(v for _gpu, phase, v in job.gpu_idle_seconds if phase == "data_wait")
+        assert abs(idle - wait_s) < 0.01, job.gpu_idle_seconds
+        rep.close()
+    finally:
+        src.close()
