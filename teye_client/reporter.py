@@ -10,10 +10,14 @@
 
 Records are buffered and sent to the agent (docs/phases.md: on a connection of the process's own, or, to an
 agent without one, as datagrams to its Unix datagram socket) at most
-once per ``flush_ms`` (default 100 ms: the first record after a quiet spell goes at once, the
-ones after it wait for the next flush, which a background thread makes at the latest
-``flush_ms`` later), when ``max_batch`` records are buffered, and on exit.  So a loop of 1 ms
-steps sends 10 datagrams a second, not 1000, and the agent's view lags at most one flush.
+once per ``flush_ms`` (default 100 ms), when ``max_batch`` records are buffered, and on exit.  The loop
+sends its own: the first record it adds once the oldest buffered one is ``flush_ms`` old flushes.  A
+background thread sends what waits where the loop does not: ``flush_ms`` after the oldest record, unless
+the loop added one within the last ``flush_ms`` (it records faster than it flushes, so its next record
+flushes), then ``BACKSTOP_NS`` (1 s) after it; so beside a fast loop the thread wakes a few times a second,
+not twice a flush (each wake-up takes the GIL from the training thread).  So a loop of 1 ms steps sends 10
+datagrams a second, not 1000, and the agent's view lags at most one flush while the loop records, and at most
+a second once it stops.
 ``flush_ms=0`` sends every record at once.  The thread starts with the first record that
 has to wait.
 
@@ -64,6 +68,11 @@ _N_BUCKETS = len(STEP_BUCKETS) + 1
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 _RESOLVE_EVERY_NS = 5 * 10**9
 FULL_WAIT_NS = 200 * 10**6   # off the training thread, how long a datagram waits for room in a full agent queue
+# While the loop sends its own records (it flushes once they are flush_ms old, at its next record), the flush
+# thread waits this long after the oldest record before it looks: it is the backstop of a loop that stopped
+# recording.  Each wake-up of the thread takes the GIL from the training thread; on a loaded machine giving it
+# back can cost the training thread a time slice (benchmarks/loaded_cost.py, issue 47).
+BACKSTOP_NS = 10**9
 EXIT_LOCK_S = 0.5            # at os._exit, how long the flush waits for a lock another thread holds
 # The agent listens for connections at its socket's path + SEQ_SUFFIX (= agent.phases.receiver.SEQ_SUFFIX): a
 # connection is a queue of this process's own, where the datagram socket's is every sender's (a flood that
@@ -338,7 +347,9 @@ class Reporter:
         self._open_start = None     # ... or, before the first step, the earliest phase since (never the buffer)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._wake = threading.Event()
+        self._wake = threading.Event()    # set while the buffer holds records (the thread then sleeps on _kick)
+        self._kick = threading.Event()    # the thread's turn at once (records to retry, a flush it must make)
+        self._last_add_ns = 0             # when the loop last added a record (see BACKSTOP_NS)
         self._thread = None
         self._sock = None
         self._seq_after_ns = 0      # a connection is tried (not datagrams) from then on
@@ -408,6 +419,7 @@ class Reporter:
         with self._lock:
             if self._empty():
                 self._oldest_ns = now
+            self._last_add_ns = now
             self._close_step(s, e, n, None)
             due = now - self._oldest_ns >= self._flush_ns or self._items() >= self._max_items
         self._after_add(due)
@@ -426,6 +438,7 @@ class Reporter:
         with self._lock:
             if self._empty():
                 self._oldest_ns = end_ns
+            self._last_add_ns = end_ns
             self._close_step(start_ns, end_ns, samples, phases)
             if parts is not None:
                 p = self._parts
@@ -460,6 +473,7 @@ class Reporter:
         with self._lock:
             if self._empty():
                 self._oldest_ns = now
+            self._last_add_ns = now
             buf.append(a)
             buf.append(b)
             buf.append(c)
@@ -545,7 +559,7 @@ class Reporter:
         with self._lock:
             if self._thread is not None:
                 return
-            t = self._thread = threading.Thread(target=_flusher, args=(weakref.ref(self), self._wake),
+            t = self._thread = threading.Thread(target=_flusher, args=(weakref.ref(self), self._wake, self._kick),
                                                 name="teye-phase-flush", daemon=True)
         self._wake.set()
         try:
@@ -554,11 +568,17 @@ class Reporter:
             pass
 
     def _due_in_ns(self):
-        """ns until the buffer is due (<= 0: now), or None when it is empty."""
+        """ns until the buffer is due for the flush thread (<= 0: now), or None when it is empty: flush_ms after
+        its oldest record; BACKSTOP_NS after it where the loop added a record within the last flush_ms (it
+        records faster than it flushes, so its next record flushes: the thread would only take the GIL)."""
         with self._lock:
             if self._empty():
                 return None
-            return self._oldest_ns + self._flush_ns - _monotonic_ns()
+            now = _monotonic_ns()
+            due = self._oldest_ns + self._flush_ns
+            if due <= now and now - self._last_add_ns < self._flush_ns:
+                due = self._oldest_ns + max(self._flush_ns, BACKSTOP_NS)
+            return due - now
 
     # -- sending -----------------------------------------------------------------------------
     def flush(self, _may_wait: bool = False, _retry: bool = False) -> None:
@@ -573,6 +593,7 @@ class Reporter:
         # full agent queue (up to FULL_WAIT_NS); it sends these records next.
         if not self._flush_lock.acquire(blocking=False):
             self._wake.set()
+            self._kick.set()
             return
         try:
             self._flush(False)
@@ -640,7 +661,7 @@ class Reporter:
                 self._maybe_resolve()
             except OSError as e:  # BlockingIOError (queue full), PermissionError, EMSGSIZE, bad path ...
                 if isinstance(e, BlockingIOError) and (again or not may_wait) and self._requeue(
-                        phases, steps, sums, n_sums, parts, mem):
+                        phases, steps, sums, n_sums, parts, mem, kick=not may_wait):
                     with self._lock:
                         if self._trace is None:
                             self._trace = trace
@@ -705,9 +726,11 @@ class Reporter:
             self._ask_torch = False
             self._src_due = True  # say it in the next datagram
 
-    def _requeue(self, phases: list, steps: list, sums: list = (), n_sums: int = 0, parts=None, mem=None) -> bool:
+    def _requeue(self, phases: list, steps: list, sums: list = (), n_sums: int = 0, parts=None, mem=None,
+                 kick: bool = False) -> bool:
         """Put records the agent's full queue refused back in front of the buffer, for the flush thread to
-        send (it may wait for room); False (the caller drops them) where the buffer would exceed two batches."""
+        send (it may wait for room: at once where ``kick``, the loop's own flush refused, else flush_ms on); False
+        (the caller drops them) where the buffer would exceed two batches."""
         with self._lock:
             if len(phases) + len(steps) + 3 * len(sums) + self._items() > 2 * self._max_items:
                 return False
@@ -725,6 +748,8 @@ class Reporter:
             self._start_thread()
         else:
             self._wake.set()
+            if kick:
+                self._kick.set()
         return True
 
     def _maybe_resolve(self) -> None:
@@ -836,13 +861,16 @@ class _Window:
             ",".join(map(str, hist[:last])))
 
 
-def _flusher(ref, wake) -> None:
-    """The background flush: sends a buffer once it has waited flush_ms; sleeps while it is empty."""
+def _flusher(ref, wake, kick) -> None:
+    """The background flush: sends a buffer once it has waited flush_ms (BACKSTOP_NS while the loop flushes by
+    itself), at once when kicked; sleeps while it is empty."""
     while True:
         wake.wait()
         rep = ref()
         if rep is None:
             return
+        kicked = kick.is_set()
+        kick.clear()
         wait = rep._due_in_ns()
         if wait is None:
             wake.clear()
@@ -850,9 +878,9 @@ def _flusher(ref, wake) -> None:
                 wake.set()
             del rep
             continue
-        if wait > 0:
+        if wait > 0 and not kicked:
             del rep
-            time.sleep(wait / 1e9)
+            kick.wait(wait / 1e9)
             continue
         rep.flush(True, True)   # off the training thread: may wait for room in a full agent queue, and again
         del rep
@@ -960,5 +988,6 @@ def _reinit_ref(ref) -> None:
         rep._step_start = rep._open_start = None
         rep._sock = None
         rep._wake = threading.Event()
+        rep._kick = threading.Event()
         rep._thread = None
 

@@ -18,6 +18,10 @@ from tests.procs import REPO
 
 # patch -> the tests that must fail on it
 MUTANTS = {
+    # issue 47: the flush thread is the backstop of a loop that sends its own records
+    "flush_thread_without_backstop.patch": (
+        ["tests/client/test_reporter.py::"
+         "test_the_flush_thread_wakes_a_few_times_a_second_while_the_loop_sends_its_own_records"]),
     # issue 49: the phases collector's idle pace
     "idle_pace_never_hurried.patch": (
         ["tests/phases/test_idle_pace.py::"
@@ -668,6 +672,7 @@ MUTANTS = {
 # at a time; the others in its parallel pass, beside other work.  The baseline says each named test's kind, and a
 # mutant listed here whose tests do not measure, or one left out whose tests do, fails.
 MEASURING = {
+    "flush_thread_without_backstop.patch",      # the flush thread's wake-ups beside a loop
     "forwards_roots_never_learned.patch",       # the parts against the script's own clock
     "conn_backlog_shed_by_estimate.patch",      # a flood of 64 processes beside the job
     "receiver_debt_from_a_stale_clock.patch",   # three uids flooding beside the job
