@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from teye_client.reporter import BACKSTOP_NS
 from tests.client.helpers import HERE, LiveAgent, base_env, last_json, plain_run, teye_run
 from tests.procs import REPO, free_port
 
@@ -163,7 +164,8 @@ def test_the_memory_series_grows_by_what_the_loop_keeps(agent, mode, per_step):
     try:
         for line in p.stdout:
             if line.startswith("paused"):
-                agent.jobs(settle_s=0.3)
+                # paused, the loop records no more: its last steps go with the flush thread's backstop
+                agent.jobs(settle_s=BACKSTOP_NS / 1e9 + 0.3)
                 seen.append(_memory(agent, "mem-" + mode))
                 p.stdin.write("\n")
                 p.stdin.flush()

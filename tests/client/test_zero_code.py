@@ -16,6 +16,7 @@ import time
 import pytest
 
 from teye_client import auto
+from teye_client.reporter import BACKSTOP_NS
 from tests.client.helpers import HERE, REPO, SITE, LiveAgent, base_env, plain_run, teye_run
 from tests.other_uid import SharedCopies
 from tests.procs import free_port
@@ -366,7 +367,8 @@ def test_agent_restart_mid_run(sockdir):
             out.append(line)
             if line in ("paused\n", ""):
                 break
-        first = agent.jobs()["restart"]
+        # paused, the loop records no more: its last records go with the flush thread's backstop (BACKSTOP_NS)
+        first = agent.jobs(settle_s=BACKSTOP_NS / 1e9 + 0.5)["restart"]
         assert (first.steps, first.source) == (8, "torch")
         agent.close()  # the agent stops ... and a new one starts on the same path
         agent = LiveAgent(sockdir)

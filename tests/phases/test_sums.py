@@ -54,7 +54,7 @@ def capture(monkeypatch):
     loops here run on their own clock (record_step's times), which a thread on the real clock would not see."""
     got = []
     monkeypatch.setattr(client, "_send", lambda sock, data, may_wait: got.append(data))
-    monkeypatch.setattr(client, "_flusher", lambda ref, wake: None)
+    monkeypatch.setattr(client, "_flusher", lambda ref, wake, kick: None)
     return got
 
 
