@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 import sys
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -22,6 +23,7 @@ from .model import EXIT_RUNNING, EXIT_UNKNOWN, PHASES, _iso, share_base
 
 NOISE_SIGMAS = 2.0        # the noise band: this many standard deviations of the two runs' spreads together
 MIN_INTERVALS = 3         # scrape intervals with steps a run needs for a spread
+EDGE_SHARE = 0.5          # an interval with less step time than this share of the run's median one is an edge
 EXIT_WORLD_SIZE = 13      # the runs had different world sizes: compared per rank (docs/report.md "Exit status")
 MAX_RUNS_BACK = 999       # --compare N: the Nth run before the latest; larger numbers are times
 
@@ -69,11 +71,15 @@ def judge(baseline: Optional[float], latest: Optional[float], s_base: Optional[f
 def intervals(points: Dict[Tuple[str, str], Dict[float, float]], a: float, b: float) -> Dict[str, List[float]]:
     """Per-interval figures of one run from its counters on the grid: ``points`` maps (metric, phase) to
     {grid time: value summed over the run's nodes}.  An interval counts when both ends lie in [a, b] (the
-    point before ``a`` may still hold the previous run's counters), it made steps, and no counter fell in it.
+    point before ``a`` may still hold the previous run's counters), it made steps, no counter fell in it, and
+    its step seconds are at least EDGE_SHARE of the run's median interval's: an interval that holds only the
+    run's first or last few steps (a datagram's tail: a step whose data wait went in the datagram before) would
+    read shares far from the run's and count as its noise.
     Returns figure -> values: ``step_seconds``, ``samples_per_step_second``, ``share.<phase>``."""
     times = sorted({t for pts in points.values() for t in pts if a - 1e-6 <= t <= b + 1e-6})
     out: Dict[str, List[float]] = defaultdict(list)
     phases = [k for k in points if k[0] == "teye_job_phase_seconds_total"]
+    rows = []
     for t0, t1 in zip(times, times[1:]):
         def inc(key):
             pts = points.get(key, {})
@@ -88,8 +94,12 @@ def intervals(points: Dict[Tuple[str, str], Dict[float, float]], a: float, b: fl
             continue                 # a counter fell: an agent restart or the run boundary, not this run's time
         if n is None or n <= 0 or s is None:
             continue                 # no steps: a pause, or before the first / after the last step
+        rows.append((n, s, inc(("teye_job_samples_total", "")), ph))
+    if rows:
+        typical = statistics.median(r[1] for r in rows)
+        rows = [r for r in rows if r[1] >= EDGE_SHARE * typical]
+    for n, s, smp, ph in rows:
         out["step_seconds"].append(s / n)
-        smp = inc(("teye_job_samples_total", ""))
         if smp is not None and s > 0:
             out["samples_per_step_second"].append(smp / s)
         base = share_base({p: v for p, v in ph.items() if v is not None})

@@ -57,6 +57,24 @@ def test_intervals_are_each_scrape_intervals_own_figures():
     assert "share.compile" not in iv
 
 
+def test_an_interval_with_only_the_runs_last_steps_is_an_edge_and_left_out():
+    """x25's failure: a run of 40 ms steps, half waiting, scraped every second: its last datagram, one step whose
+    data wait went in the datagram before, fell in an interval of its own.  That interval's share (0 data wait)
+    made the run's spread 0.22 and hid a change of 40 points in the noise."""
+    # 4 intervals of 25 steps (1.0 s, 0.5 s waiting), then one of 1 step (0.04 s, its data wait already sent)
+    pts = _pts(count=[0, 25, 50, 75, 100, 101], sum=[0, 1.0, 2.0, 3.0, 4.0, 4.04],
+               dw=[0, 0.5, 1.0, 1.5, 2.02, 2.02], cp=[0, 0.5, 1.0, 1.5, 2.0, 2.02])
+    iv = C.intervals(pts, 0.0, 5.0)
+    # the last interval, 0.04 s of steps against a median of 1.0 s, is left out: 0.04 < 0.5 * 1.0
+    assert iv["step_seconds"] == pytest.approx([0.04, 0.04, 0.04, 0.04])
+    # shares 0.5/1.0, 0.5/1.0, 0.5/1.0, 0.52/1.02 (the fourth held the tail step's early data wait)
+    assert iv["share.data_wait"] == pytest.approx([0.5, 0.5, 0.5, 0.52 / 1.02])
+    assert C.spread(iv["share.data_wait"]) < 0.01
+    # an interval of half the median's step time still counts (a run slowed for a moment, not an edge)
+    pts = _pts(count=[0, 25, 50, 63, 88], sum=[0, 1.0, 2.0, 2.5, 3.5])
+    assert C.intervals(pts, 0.0, 4.0)["step_seconds"] == pytest.approx([0.04, 0.04, 0.5 / 13, 0.04])
+
+
 def test_an_interval_where_a_counter_fell_is_left_out():
     pts = _pts(count=[0, 10, 20, 5, 15], sum=[0, 1.0, 2.0, 0.5, 1.5])   # an agent restart between 2 and 3
     assert C.intervals(pts, 0.0, 4.0)["step_seconds"] == pytest.approx([0.1, 0.1, 0.1])
