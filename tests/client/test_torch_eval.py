@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
 
 SCRIPT = os.path.join(HERE, "torch_eval.py")
+EDGE_S = 0.0005   # what moves between the two clocks' steps (a flush of the client's buffer): at most this
 
 
 @pytest.mark.measures("evaluation and training seconds against the script's own perf_counter (own_clock.py)")
@@ -37,9 +38,15 @@ def test_evaluation_is_reported_apart_from_training(agent):
     assert abs(j.input_bound_ratio - own["wait_share"]) <= 0.03, (j.input_bound_ratio, own)
     assert j.step_hist.sum == pytest.approx(own["train_s"], rel=0.05), (j.step_hist, own)
     # the step histogram is the script's own steps' (no "step" holding a validation pass of ~0.1 s): per
-    # bucket, the script's own count of steps at most that long, give or take 2 at the bucket edges
+    # bucket, the script's own count of steps at most that long, give or take 2 at the bucket edges, and a step
+    # within EDGE_S of a bucket's bound on either side: teye's step ends at the optimizer's step hook, the
+    # script's where its loop reads its clock, and what the client does between them (its flush, on the training
+    # thread every 100 ms while the loop records: x26 read 5 of this script's 10 ms steps in the next bucket)
+    # falls in one clock's step and the other's next
+    times = own["step_times"]
     for le, n in j.step_hist.buckets:
-        assert abs(n - sum(t <= le for t in own["step_times"])) <= 2, (le, j.step_hist, own["step_times"])
+        lo, hi = sum(t <= le - EDGE_S for t in times), sum(t <= le + EDGE_S for t in times)
+        assert lo - 2 <= n <= hi + 2, (le, j.step_hist, times)
 
 
 @pytest.mark.measures("evaluation and training seconds against the script's own perf_counter (own_clock.py)")
