@@ -7,8 +7,12 @@ comparison adds one thing the report does not hold: each run's **spread**, the s
 figure over the run's scrape intervals (the figure computed from each interval's counter increases alone,
 e.g. that interval's step-time sum over its step count).  A change counts only where it exceeds the noise of
 the two runs, ``NOISE_SIGMAS * sqrt(spread_a ** 2 + spread_b ** 2)``: what one scrape interval of each run
-differs by in 95 % of cases.  Below it the change is printed as "no change beyond noise", never as "12 %
-faster"; without a spread (a run of fewer than ``MIN_INTERVALS`` intervals with steps) it is "not judged".
+differs by in 95 % of cases, and at least the **floor**: ``MIN_RELATIVE_CHANGE`` of the earlier value for step time
+and samples/s, ``MIN_SHARE_CHANGE`` for a phase's share.  The spread is within a run; what differs *between* runs
+(a neighbour's load, the page cache, the timer's slack) moves a whole run and no interval shows it: two runs of
+one unchanged loop, with spreads of 0.03 ms on 25.5 ms steps, differed by 0.07 ms (0.3 %) in CI.  Below the band
+the change is printed as "no change beyond noise", never as "12 % faster"; without a spread (a run of fewer than
+``MIN_INTERVALS`` intervals with steps) it is "not judged".
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ from .model import EXIT_RUNNING, EXIT_UNKNOWN, PHASES, _iso, share_base
 
 NOISE_SIGMAS = 2.0        # the noise band: this many standard deviations of the two runs' spreads together
 MIN_INTERVALS = 3         # scrape intervals with steps a run needs for a spread
+MIN_RELATIVE_CHANGE = 0.02  # the floor of the band for step time and samples/s: 2 % of the earlier value
+MIN_SHARE_CHANGE = 0.01   # and for a phase's share: 1 point
 EDGE_SHARE = 0.5          # an interval with less step time than this share of the run's median one is an edge
 EXIT_WORLD_SIZE = 13      # the runs had different world sizes: compared per rank (docs/report.md "Exit status")
 MAX_RUNS_BACK = 999       # --compare N: the Nth run before the latest; larger numbers are times
@@ -51,18 +57,20 @@ def spread(values: Sequence[float]) -> Optional[float]:
 
 
 def judge(baseline: Optional[float], latest: Optional[float], s_base: Optional[float],
-          s_latest: Optional[float]) -> dict:
-    """One numeric figure of two runs: the change, the noise band and whether the change exceeds it
-    (``beyond_noise`` None: a figure missing in either run, or a run without a spread)."""
+          s_latest: Optional[float], floor: float = 0.0) -> dict:
+    """One numeric figure of two runs: the change, the noise band (the spreads' band, at least ``floor``) and
+    whether the change exceeds it (``beyond_noise`` None: a figure missing in either run, or a run without a
+    spread)."""
     out = {"previous": baseline, "latest": latest, "change": None, "relative_change": None,
-           "previous_spread": s_base, "latest_spread": s_latest, "noise": None, "beyond_noise": None}
+           "previous_spread": s_base, "latest_spread": s_latest, "noise_floor": floor, "noise": None,
+           "beyond_noise": None}
     if baseline is None or latest is None:
         return out
     d = latest - baseline
     out["change"] = d
     out["relative_change"] = d / baseline if baseline else None
     if s_base is not None and s_latest is not None:
-        noise = NOISE_SIGMAS * math.sqrt(s_base ** 2 + s_latest ** 2)
+        noise = max(NOISE_SIGMAS * math.sqrt(s_base ** 2 + s_latest ** 2), floor)
         out["noise"] = noise
         out["beyond_noise"] = abs(d) > noise
     return out
@@ -126,8 +134,12 @@ def figures(prev_job: dict, last_job: dict, prev_iv: Dict[str, List[float]], las
     sizes, samples/s is compared per rank (the job's samples/s over its world size)."""
     per_rank = prev_world is not None and last_world is not None and prev_world != last_world
     out: Dict[str, dict] = {}
-    out["step_seconds_mean"] = judge(prev_job.get("step_seconds_mean"), last_job.get("step_seconds_mean"),
-                                     spread(prev_iv.get("step_seconds", [])), spread(last_iv.get("step_seconds", [])))
+    def floor(value):   # the band's floor for a figure whose earlier value is ``value``
+        return MIN_RELATIVE_CHANGE * abs(value) if value is not None else 0.0
+    st_prev = prev_job.get("step_seconds_mean")
+    out["step_seconds_mean"] = judge(st_prev, last_job.get("step_seconds_mean"),
+                                     spread(prev_iv.get("step_seconds", [])), spread(last_iv.get("step_seconds", [])),
+                                     floor(st_prev))
 
     def rel_spread(iv, value):   # samples/s: the per-interval samples per step-second's relative spread
         xs = iv.get("samples_per_step_second", [])
@@ -138,13 +150,14 @@ def figures(prev_job: dict, last_job: dict, prev_iv: Dict[str, List[float]], las
     if per_rank:
         sp_prev, sp_last = _per_rank(sp_prev, prev_world), _per_rank(sp_last, last_world)
     key = "samples_per_second_per_rank" if per_rank else "samples_per_second"
-    out[key] = judge(sp_prev, sp_last, rel_spread(prev_iv, sp_prev), rel_spread(last_iv, sp_last))
+    out[key] = judge(sp_prev, sp_last, rel_spread(prev_iv, sp_prev), rel_spread(last_iv, sp_last), floor(sp_prev))
     sh_prev, sh_last = _shares(prev_job), _shares(last_job)
     for p in PHASES:
         if p == "compile" or (p not in sh_prev and p not in sh_last):
             continue
         out[f"share.{p}"] = judge(sh_prev.get(p, 0.0 if sh_prev else None), sh_last.get(p, 0.0 if sh_last else None),
-                                  spread(prev_iv.get(f"share.{p}", [])), spread(last_iv.get(f"share.{p}", [])))
+                                  spread(prev_iv.get(f"share.{p}", [])), spread(last_iv.get(f"share.{p}", [])),
+                                  MIN_SHARE_CHANGE)
     # the driver's view and memory: no per-interval spread here (each GPU's counters are not the job's
     # alone), so the change is given and not judged
     for key, get in (("gpu_idle_ratio", lambda j: None if j.get("gpu_busy_ratio") is None
@@ -278,6 +291,7 @@ def compare(prom, req, name: str, which: str, latest_doc: dict) -> dict:
     codes = [c["code"] for c in conds] + [j["exit_status"] for j in (prev_job, last_job) if j["exit_status"]]
     return {"version": 1, "prometheus": latest_doc["prometheus"], "generated": latest_doc["generated"],
             "train_job": name, "step_seconds": step, "noise_sigmas": NOISE_SIGMAS, "min_intervals": MIN_INTERVALS,
+            "min_relative_change": MIN_RELATIVE_CHANGE, "min_share_change": MIN_SHARE_CHANGE,
             "previous": _run_info(prev_job, w_p, len(iv_p.get("step_seconds", []))),
             "latest": _run_info(last_job, w_l, len(iv_l.get("step_seconds", []))),
             "figures": figs, "conditions": conds, "exit_status": min(codes) if codes else 0}
@@ -331,7 +345,9 @@ def text(doc: dict) -> str:
          f"  previous: {mark(p)} to {p['end_time']}, {p['steps']} steps, world size {p['world_size'] or 'n/a'}",
          f"  latest:   {mark(l_)} to {l_['end_time']}, {l_['steps']} steps, world size {l_['world_size'] or 'n/a'}",
          f"  A change counts beyond {doc['noise_sigmas']:g} standard deviations of the runs' spread over their "
-         f"scrape intervals ({p['scrape_intervals']} and {l_['scrape_intervals']}).", ""]
+         f"scrape intervals ({p['scrape_intervals']} and {l_['scrape_intervals']}), and beyond "
+         f"{100 * doc.get('min_relative_change', MIN_RELATIVE_CHANGE):g} % "
+         f"({100 * doc.get('min_share_change', MIN_SHARE_CHANGE):g} point for a share).", ""]
     rows = [("", "previous", "latest", "change")]
     for key, f in doc["figures"].items():
         label = _LABELS.get(key) or (f"Share {key.split('.', 1)[1]}" if key.startswith("share.") else key)

@@ -21,6 +21,9 @@ MUTANTS = {
     # teye report --compare: an interval holding only a run's edge is not its noise
     "compare_counts_edge_intervals.patch": (
         ["tests/report/test_compare_units.py::test_an_interval_with_only_the_runs_last_steps_is_an_edge_and_left_out"]),
+    "compare_band_without_floor.patch": (
+        ["tests/report/test_compare_units.py::test_the_band_is_never_narrower_than_its_floor",
+         "tests/report/test_compare_units.py::test_figures_shares_and_world_sizes"]),
     # issue 47: the flush thread is the backstop of a loop that sends its own records
     "flush_thread_without_backstop.patch": (
         ["tests/client/test_reporter.py::"

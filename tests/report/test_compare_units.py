@@ -29,6 +29,20 @@ def test_a_change_beyond_noise_counts_and_one_inside_it_does_not():
     assert edge["beyond_noise"] is True
 
 
+def test_the_band_is_never_narrower_than_its_floor():
+    # CI, stop 61: one unchanged loop run twice, 25.5 ms steps, the latest run's spread 0.028 ms; they differed by
+    # 0.073 ms (0.3 %), beyond the spreads' band.  Here spreads 0.028 and 0.030 ms: band
+    # 2 * sqrt(0.028^2 + 0.030^2) = 0.082 ms, and two runs 0.3 ms (1.2 %) apart
+    floor = C.MIN_RELATIVE_CHANGE * 0.0255                # 2 % of 25.5 ms: 0.51 ms
+    same = C.judge(0.0255, 0.0258, 0.000028, 0.000030, floor)
+    assert same["noise"] == pytest.approx(0.00051) and same["noise_floor"] == pytest.approx(0.00051)
+    assert same["beyond_noise"] is False                  # 0.3 ms: beyond the spreads' band, inside the floor
+    assert C.judge(0.0255, 0.0258, 0.000028, 0.000030)["beyond_noise"] is True   # (without the floor it counted)
+    assert C.judge(0.0255, 0.0261, 0.000028, 0.000030, floor)["beyond_noise"] is True   # 0.6 ms > 0.51 ms
+    # a wide spread is still the band: 2 * sqrt(9 + 16) = 10 ms over a 2 ms floor
+    assert C.judge(0.100, 0.109, 0.003, 0.004, 0.002)["noise"] == pytest.approx(0.010)
+
+
 def test_no_spread_or_no_figure_is_not_judged():
     assert C.judge(0.1, 0.2, None, 0.01)["beyond_noise"] is None
     j = C.judge(None, 0.2, 0.01, 0.01)
@@ -98,7 +112,18 @@ def test_figures_shares_and_world_sizes():
     f = C.figures(a, b, iv, iv, 1, 1)
     assert f["share.data_wait"]["previous"] == pytest.approx(0.5)
     assert f["share.data_wait"]["latest"] == pytest.approx(0.1)
-    assert f["share.data_wait"]["beyond_noise"] is True          # spread 0: any change counts
+    assert f["share.data_wait"]["beyond_noise"] is True          # spread 0: the 1-point floor is the band
+    assert f["share.data_wait"]["noise"] == pytest.approx(C.MIN_SHARE_CHANGE)
+    # step time: spread 0, floor 2 % of 40 ms = 0.8 ms; samples/s: floor 2 % of 800 = 16
+    assert f["step_seconds_mean"]["noise"] == pytest.approx(0.0008)
+    flat = {**iv, "samples_per_step_second": [320.0] * 3}
+    near = C.figures(a, _job(0.0405, 790.0, 6.05, 5.95), flat, flat, 1, 1)   # +0.5 ms, -10/s, +0.42 points
+    assert near["samples_per_second"]["noise"] == pytest.approx(16.0)
+    assert near["step_seconds_mean"]["beyond_noise"] is False
+    assert near["samples_per_second"]["beyond_noise"] is False
+    assert C.figures(a, _job(0.0405, 780.0, 6.0, 6.0), flat, flat, 1, 1)["samples_per_second"]["beyond_noise"]
+    assert near["share.data_wait"]["change"] == pytest.approx(0.05 / 12)    # 6.05 / 12 - 0.5: 0.42 points
+    assert near["share.data_wait"]["beyond_noise"] is False
     assert f["verdict"] == {"previous": "input", "latest": "compute", "changed": True}
     assert f["gpu_idle_ratio"]["previous"] is None and f["gpu_idle_ratio"]["latest"] == pytest.approx(0.25)
     # samples/s spread: the per-interval spread relative to its mean (20 / 320), times the figure
