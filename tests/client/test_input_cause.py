@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, last_json, teye_run
+from tests.client.helpers import HERE, LiveAgent, last_json, teye_run
 
 pytest.importorskip("torch")
 
@@ -73,6 +73,20 @@ def cpu_hogs():
         h.wait()
 
 
+# The hog test's threshold (input_cpu_busy_ratio, a setting; 0.5 by default).  Beside the neighbours the sleeping
+# pipeline's own CPU per second of wait is 0.11-0.24 and with its main thread's whole run-queue wait 0.48-0.80 (this
+# VM and CI's faster CPU, stops 60-62): at 0.5 the CI machine's 0.48 could not tell whether teye counts that wait
+# as the job's demand; 0.35 lies between the two ranges with a margin on either side.
+HOG_BUSY_RATIO = 0.35
+
+
+@pytest.fixture
+def hog_agent(sockdir):
+    a = LiveAgent(sockdir, input_cpu_busy_ratio=HOG_BUSY_RATIO)
+    yield a
+    a.close()
+
+
 @pytest.mark.parametrize("mode, cause, says", [
     # the pipeline sleeps: its training thread, woken at each batch, queues behind the neighbours for a CPU;
     # that is their load, not the job's demand (issue 39: it read host_cpu once in three runs)
@@ -80,7 +94,8 @@ def cpu_hogs():
     # a decoder in the training thread (num_workers=0), preempted by the neighbours while it works: starved
     ("burn-main", "host_cpu", "the job's threads are busy"),
 ])
-def test_the_cause_is_the_jobs_own_beside_a_cpu_hog(agent, datafile, cpu_hogs, mode, cause, says):
+def test_the_cause_is_the_jobs_own_beside_a_cpu_hog(hog_agent, datafile, cpu_hogs, mode, cause, says):
+    agent = hog_agent
     steps = "150" if mode == "sleep" else "60"   # (the starved decoder's steps take 10 times longer here)
     run = teye_run([sys.executable, SCRIPT, mode, steps, datafile], socket_path=agent.path, job=f"hog-{mode}")
     assert run.returncode == 0, run.stderr
@@ -91,8 +106,8 @@ def test_the_cause_is_the_jobs_own_beside_a_cpu_hog(agent, datafile, cpu_hogs, m
     assert own["wait_share"] > 0.3, own
     if mode == "sleep":
         # the neighbours did load it: the main thread's whole run-queue wait, counted as demand, would have
-        # made it host_cpu (CPU + run delay per second of wait over input_cpu_busy_ratio, 0.5)
-        assert own["cpu_per_wait_s"] + own["delay_per_wait_s"] >= 0.5, own
+        # made it host_cpu (CPU + run delay per second of wait over input_cpu_busy_ratio)
+        assert own["cpu_per_wait_s"] + own["delay_per_wait_s"] >= HOG_BUSY_RATIO, own
     assert v.kind == "input" and v.cause == cause, v.evidence
     assert says in v.evidence, v.evidence
 
