@@ -55,11 +55,14 @@ def test_bad_input_never_changes_the_job_and_the_figures_stay_right(agent, mode,
     share = own["wait_s"] / own["train_s"]
     if mode == "threads":
         # the training loop waits in queue.get(); the loader's waits are the prefetching threads', not the
-        # training loop's: its own wait is its time before each forward (issue 47), source torch-forward
+        # training loop's: its own wait is its time before each forward (issue 47), source torch-forward, and
+        # so the script's time between its steps: queue.get() and, after it, the loop's checksum, which waits
+        # for the GIL while a prefetching thread collates (up to the 5 ms switch interval a time: the time in
+        # queue.get() alone was 4.9 % beside teye's 10.1 % once, stop 61)
         assert j.source == "torch-forward", j.source
         total = phases["data_wait"] + phases["compute"]
         assert total == pytest.approx(own["train_s"], rel=0.05), (phases, own)
-        assert abs(phases["data_wait"] / total - share) <= 0.05, (phases, own)
+        assert abs(phases["data_wait"] / total - own["before_s"] / own["train_s"]) <= 0.03, (phases, own)
         return
     # the training steps' time and input-bound share are the script's own (a dead worker's wait included:
     # the training loop waited for its batch)

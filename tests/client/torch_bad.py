@@ -14,7 +14,9 @@ orphans: forks two workers it never waits for (one exits at once and stays a zom
 Every mode's stdout is deterministic (what was trained; in threads mode an order-free checksum, as
 the batches' order between the threads is not), then one JSON line of its own clock: the training
 steps' time (first batch asked for to the end of the last optimizer.step()), the training loop's
-input wait (time inside next() or queue.get()), the steps and samples trained, and the bytes its process
+input wait (time inside next() or queue.get()), its time between steps (from the end of one step, or the
+first batch asked for, to the start of the next one's forward: the wait, the loop's own work on the batch
+and, in threads mode, the GIL the prefetching threads hold meanwhile), the steps and samples trained, and the bytes its process
 read from storage over the training (/proc/self/io's read_bytes: the workers it reaped too; a machine whose
 page cache lacks what a forked worker touches reads there, with no read in the script).
 """
@@ -56,11 +58,12 @@ torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 clock = time.perf_counter
-own = {"train_s": 0.0, "wait_s": 0.0, "steps": 0, "samples": 0}
+own = {"train_s": 0.0, "wait_s": 0.0, "before_s": 0.0, "steps": 0, "samples": 0}
 first = None
 
 
 def train(batch):
+    own["before_s"] += clock() - own.get("end", first)   # the loop's time since its last step, the wait included
     x, y = batch
     loss = ((model(x) - y) ** 2).mean()
     opt.zero_grad()
