@@ -74,9 +74,9 @@ def cpu_hogs():
 
 
 # The hog test's threshold (input_cpu_busy_ratio, a setting; 0.5 by default).  Beside the neighbours the sleeping
-# pipeline's own CPU per second of wait is 0.11-0.24 and with its main thread's whole run-queue wait 0.48-0.80 (this
-# VM and CI's faster CPU, stops 60-62): at 0.5 the CI machine's 0.48 could not tell whether teye counts that wait
-# as the job's demand; 0.35 lies between the two ranges with a margin on either side.
+# pipeline's own CPU per second of wait is 0.12-0.24 and with its main thread's whole run-queue wait 0.48 (CI's
+# faster CPU, stop 61) to 1.07 (this VM, stop 62): at 0.5 the CI machine's 0.48 could not tell whether teye counts
+# that wait as the job's demand; 0.35 lies between the two ranges with a margin on either side.
 HOG_BUSY_RATIO = 0.35
 
 
