@@ -67,9 +67,9 @@ def _rules_and_scraped(prom, job):
     The rules are rate() ratios, and rate() on a run this short (5-10 s) is not the run's own figure: the first
     scrape that sees the job holds up to a second of it, which Prometheus adds back only where the counter's
     zero point lies within 1.1 scrape intervals of that sample, each counter on its own (a run whose first
-    second waited longer than the rest crosses it for data_wait and not for the step time: CI, stop 61, read
-    0.739 for a share of 0.817).  So the rules are held to the counters Prometheus scraped, by its arithmetic,
-    and those counters to the script's clock."""
+    second waited longer than the rest crosses it for data_wait and not for the step time: a clean run, x27 of
+    stop 62, read 0.739 for a share of 0.817).  So the rules are held to the counters Prometheus scraped, by its
+    arithmetic, and those counters to the script's clock."""
     def latest(expr):   # (value, the time of the sample: an instant query's own time is the query's)
         (v,) = prom.query(expr)
         (t,) = prom.query(f"timestamp({expr})")
@@ -161,7 +161,7 @@ def test_one_job_reads_the_same_in_every_view(stack, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     (pj,) = summary["jobs"]
 
-    # the agent, its rule and the report read the run under `teye run`; `teye profile` runs the script again
+    # the agent, Prometheus and the report read the run under `teye run`; `teye profile` runs the script again
     # with an agent of its own (another run, another pace on a loaded machine): it is held to that run's clock
     shares = {"script": truth, "agent": gauge,
               "scraped": scraped["teye_job_phase_seconds_total"] / scraped["teye_job_step_seconds_sum"],
@@ -198,8 +198,9 @@ GEN_ARGS = ["900", "get_batch"]   # nanoGPT-style get_batch(): 8 ms of data work
 
 def test_data_work_on_the_training_thread_reads_the_same_in_every_view(stack, tmp_path):
     """The loop's own data work (no DataLoader: placed by the forward's start, torch-forward) in every view: the
-    agent's gauge, the rule, the report and `teye profile` within 3 points of the script's clock, and input in
-    each (it was `compute` or steps-only before issue 47)."""
+    agent's gauge, the counters Prometheus scraped (its rule held to its arithmetic on them), the report and
+    `teye profile` within 3 points of the script's clock, and input in each (it was `compute` or steps-only
+    before issue 47)."""
     agent, prom, sock = stack
     job = "truth-getbatch"
     prom.wait_for("up == 1", timeout=30)
