@@ -5,11 +5,12 @@ tests run, so no other test's failure can count: test_what_a_name_covers.)"""
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 
 import pytest
 
-from tests.mutants.harness import baseline, check, forget_compiled, named, patched_paths
+from tests.mutants.harness import Tree, baseline, check, forget_compiled, named, patched_paths, run_tests
 
 CALC = "def add(a, b):\n    return a + b\n"
 TESTS = """\
@@ -164,3 +165,62 @@ def test_a_mutant_of_a_module_compiled_as_it_was_still_runs_the_mutant(tmp_path)
     left = os.listdir(cache)   # (with whatever the runs compiled beside them: pkg/__init__'s, where bytecode is written)
     assert {"calculator.cpython-311.pyc", "other.cpython-311.pyc"} <= set(left)
     assert not [n for n in left if n.startswith("calc.")], left
+
+
+def test_one_tree_serves_patch_after_patch_each_on_the_working_tree_as_it_is(tmp_path):
+    """harness.Tree: a patch is taken back after its check, so the next applies to the working tree's code
+    (this one's context is the line the first changed: it would not apply on the first mutant) and the tree
+    is copied once."""
+    repo = _tiny_tree(tmp_path / "repo")
+    tree = Tree(str(repo), str(tmp_path / "tree"))
+    for i, new in enumerate(["    return a - b", "    return a * b", "    return a - b"]):
+        (tmp_path / f"m{i}.patch").write_text(_patch("    return a + b", new))
+        (tmp_path / f"w{i}").mkdir()
+        check(str(repo), str(tmp_path / f"m{i}.patch"), ["tests/test_calc.py::test_add"], str(tmp_path / f"w{i}"),
+              tree=tree)
+    assert (tmp_path / "tree" / "pkg" / "calc.py").read_text() == CALC and tree.copies == 1
+    # a patch that fails its check is taken back too
+    (tmp_path / "same.patch").write_text(_patch("    return a + b", "    return b + a"))
+    (tmp_path / "w9").mkdir()
+    with pytest.raises(AssertionError, match="did not fail on the mutant"):
+        check(str(repo), str(tmp_path / "same.patch"), ["tests/test_calc.py::test_add"], str(tmp_path / "w9"),
+              tree=tree)
+    assert (tmp_path / "tree" / "pkg" / "calc.py").read_text() == CALC and tree.copies == 1
+
+
+def test_a_patch_taken_back_leaves_no_compiled_mutant(tmp_path):
+    """The mutant's compiled module goes with the patch: made certain with a pyc Python never checks against
+    its source (unchecked-hash), which the working tree's test would otherwise import and fail on."""
+    import py_compile
+    repo = _tiny_tree(tmp_path / "repo")
+    tree = Tree(str(repo), str(tmp_path / "tree"))
+    patch = tmp_path / "m.patch"
+    patch.write_text(_patch("    return a + b", "    return a - b"))
+    assert subprocess.run(["git", "apply", str(patch)], cwd=tree.path).returncode == 0
+    py_compile.compile(os.path.join(tree.path, "pkg", "calc.py"),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    tree.restore(str(patch))
+    recs = run_tests(tree.path, ["tests/test_calc.py::test_add"], str(tmp_path / "out.jsonl"), first_failure=False)
+    assert recs[-1]["rc"] == 0, recs
+    assert tree.copies == 1
+
+
+@pytest.mark.parametrize("how", ["new file", "tracked file changed", "tracked file removed"])
+def test_a_tree_a_test_wrote_into_is_copied_again(tmp_path, how):
+    repo = _tiny_tree(tmp_path / "repo")
+    tree = Tree(str(repo), str(tmp_path / "tree"))
+    calc = os.path.join(tree.path, "pkg", "calc.py")
+    if how == "new file":
+        with open(os.path.join(tree.path, "tests", "left.txt"), "w") as fh:
+            fh.write("x")
+    elif how == "tracked file changed":   # the same size: only its time tells
+        with open(calc, "w") as fh:
+            fh.write(CALC.replace("+", "-"))
+    else:
+        os.unlink(calc)
+    tree.restore(None)
+    assert tree.copies == 2
+    assert sorted(os.listdir(os.path.join(tree.path, "tests"))) == ["__init__.py", "test_calc.py"]
+    assert open(calc).read() == CALC
+    tree.restore(None)   # and nothing changed: no copy
+    assert tree.copies == 2

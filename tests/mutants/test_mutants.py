@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import queue
 
 import pytest
 
 from tests.kinds import run_ids
-from tests.mutants.harness import HERE, baseline, check, kinds, named
+from tests.mutants.harness import HERE, Tree, baseline, check, kinds, named
 from tests.procs import REPO
 
 # patch -> the tests that must fail on it
@@ -734,6 +735,10 @@ def checked(request, tmp_path_factory):
     # run vouches for every named test (no step-1 directory above) its base directory would be made by two
     # threads at once (CI: FileExistsError on popen-gw0, the other thread's rm_rf warning)
     dirs = {p: str(tmp_path_factory.mktemp("m")) for p in chosen}
+    # a copy of the tree for each thread, each patch applied to it and taken back (harness.Tree)
+    trees: "queue.Queue[Tree]" = queue.Queue()
+    for _ in range(min(WORKERS, len(chosen))):
+        trees.put(Tree(REPO, os.path.join(str(tmp_path_factory.mktemp("tree")), "tree")))
 
     def one(patch):
         measuring = sorted(n for n, k in kind.items() if k == "measures" and named(n, MUTANTS[patch]))
@@ -741,10 +746,13 @@ def checked(request, tmp_path_factory):
             return AssertionError(f"{patch}: its named tests {'measure' if measuring else 'do not measure'} "
                                   f"({', '.join(measuring) or 'none is marked measures'}): "
                                   f"{'list it in' if measuring else 'take it out of'} MEASURING")
+        tree = trees.get()
         try:
-            check(REPO, os.path.join(HERE, patch), MUTANTS[patch], dirs[patch], base=base)
+            check(REPO, os.path.join(HERE, patch), MUTANTS[patch], dirs[patch], base=base, tree=tree)
         except BaseException as e:   # AssertionError, pytest's skip and fail outcomes: raised by its test
             return e
+        finally:
+            trees.put(tree)
         return None
 
     # WORKERS at a time, then those whose tests measure one at a time (nothing beside them: the serial pass)
