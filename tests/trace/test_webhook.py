@@ -112,12 +112,30 @@ def test_the_agent_refuses_to_start_with_the_webhook_on_and_no_basic_auth(tmp_pa
     import subprocess
     import sys
     import tempfile
-    from tests.procs import REPO, free_port
+    from tests.procs import REPO, free_port, http_get
     cfg = tmp_path / "teye.yml"
     cfg.write_text("trace:\n  webhook: true\n")
+    import time
+    import urllib.error
     sock = os.path.join(tempfile.mkdtemp(prefix="teye-wh"), "phases.sock")
-    r = subprocess.run([sys.executable, "-m", "agent", "agent", "--config", str(cfg), "--listen",
-                        f"127.0.0.1:{free_port()}", "--phase-socket", sock], capture_output=True, text=True,
-                       timeout=20, cwd=REPO)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert "trace.webhook needs basic auth: the web config (web.config_file) has no basic_auth_users" in r.stderr
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "agent", "--config", str(cfg), "--listen",
+                             f"127.0.0.1:{port}", "--phase-socket", sock], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    # until it exits; an agent that answers a scrape started instead of refusing (said then, not at a timeout)
+    deadline = time.monotonic() + 20
+    try:
+        while proc.poll() is None:
+            try:
+                served = bool(http_get(f"http://127.0.0.1:{port}/metrics", timeout=1))
+            except (OSError, urllib.error.URLError):
+                served = False
+            assert not served, "the agent started and serves with the webhook on and no basic auth"
+            assert time.monotonic() < deadline, "the agent neither refused nor served in 20 s"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 2, err[-2000:]
+    assert "trace.webhook needs basic auth: the web config (web.config_file) has no basic_auth_users" in err
