@@ -65,6 +65,7 @@ class Tree:
     def __init__(self, repo: str, path: str) -> None:
         self.repo, self.path = repo, path
         self.copies = 0
+        self.written: List[str] = []   # what the runs wrote into the tree (each cost a copy again)
         self._copy()
 
     def _copy(self) -> None:
@@ -102,6 +103,7 @@ class Tree:
             if c in now:
                 self.stamps[c] = now[c]
         if now != self.stamps:   # a test wrote into the tree: start again from a copy
+            self.written += sorted(k for k in set(now) | set(self.stamps) if now.get(k) != self.stamps.get(k))[:5]
             self._copy()
 
 
@@ -143,14 +145,34 @@ def named(nodeid: str, tests: Sequence[str]) -> bool:
     return any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[") for t in tests)
 
 
+# plugins a mutant's run never uses (its tests run in one process): each costs its import at every run's start
+PLUGINS_OFF = ("cacheprovider", "xdist", "xdist.looponfail", "anyio")
+
+
+def _uses_hypothesis(tree: str, tests: Sequence[str]) -> bool:
+    """Whether a named test's file mentions Hypothesis (its plugin and profile are then loaded: 0.3 s a run)."""
+    for t in tests:
+        try:
+            with open(os.path.join(tree, t.split("::")[0]), encoding="utf-8") as fh:
+                if "hypothesis" in fh.read():
+                    return True
+        except OSError:
+            return True
+    return False
+
+
 def run_tests(tree: str, tests: Sequence[str], out: str, first_failure: bool) -> List[dict]:
     """The named tests' outcomes in the tree (see mutant_plugin.py), with the run's exit status as the last entry."""
     if os.path.exists(out):
         os.unlink(out)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, HERE]), "TEYE_MUTANT_OUTCOMES": out}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutant_plugin",
-                          *(["-x"] if first_failure else []), *tests], cwd=tree, env=env, capture_output=True,
-                         text=True, timeout=600)
+    off = list(PLUGINS_OFF)
+    if not _uses_hypothesis(tree, tests):
+        off.append("hypothesispytest")
+        env["TEYE_MUTANT_HYPOTHESIS"] = "0"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", *[a for p in off for a in ("-p", "no:" + p)],
+                          "-p", "mutant_plugin", *(["-x"] if first_failure else []), *tests], cwd=tree, env=env,
+                         capture_output=True, text=True, timeout=600)
     recs = []
     if os.path.exists(out):
         with open(out, encoding="utf-8") as fh:

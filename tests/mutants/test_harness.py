@@ -219,7 +219,7 @@ def test_a_tree_a_test_wrote_into_is_copied_again(tmp_path, how):
     else:
         os.unlink(calc)
     tree.restore(None)
-    assert tree.copies == 2
+    assert tree.copies == 2 and tree.written == ["tests/left.txt" if how == "new file" else "pkg/calc.py"]
     assert sorted(os.listdir(os.path.join(tree.path, "tests"))) == ["__init__.py", "test_calc.py"]
     assert open(calc).read() == CALC
     tree.restore(None)   # and nothing changed: no copy
