@@ -157,8 +157,12 @@ def test_moving_gauges_within_their_stated_tolerance(both):
     assert abs(_by(t, "teye_filesystem_avail_bytes", "mountpoint")["/"] - avail_ne) <= 1 << 30  # writes in flight
     assert abs(_by(t, "teye_memory_mlocked_bytes")[None] - _by(n1, "node_memory_Mlocked_bytes")[None]) <= 64 << 20
     assert abs(_by(t, "teye_timex_maxerror_seconds")[None] - _by(n1, "node_timex_maxerror_seconds")[None]) <= 0.01
+    # sockets: within 200 of node_exporter's reads before and after teye's (the suite beside it opens and closes
+    # hundreds of connections a second: x32 read TCP_tw 205 apart from node_exporter's first read alone)
     for f in ("TCP_inuse", "TCP_tw", "sockets_used"):
-        assert abs(_by(t, f"teye_sockstat_{f}")[None] - _by(n1, f"node_sockstat_{f}")[None]) <= 200, f
+        ne = (_by(n1, f"node_sockstat_{f}")[None], _by(n2, f"node_sockstat_{f}")[None])
+        v = _by(t, f"teye_sockstat_{f}")[None]
+        assert min(ne) - 200 <= v <= max(ne) + 200, (f, ne, v)
 
 
 # ---------------------------------------------------------------------------------------------------------------
