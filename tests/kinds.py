@@ -2,7 +2,7 @@
 
 A test whose oracle measures time or CPU (the script's own ``perf_counter``, ``process_time`` or
 ``getrusage``, a loop's clock, a timed assertion) or that loads the CPU on purpose (a hog) is marked
-``measures``: ``./dev.sh test`` runs those in a serial pass, alone, after the others ran on two
+``measures``: ``./dev.sh test`` runs those in a serial pass, alone, after the others ran on three
 pytest-xdist workers (``--teye-pass=parallel``, then ``--teye-pass=serial``; a plain ``pytest`` runs
 both kinds in one process, as before).
 

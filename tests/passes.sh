@@ -2,21 +2,21 @@
 # usage: tests/passes.sh PYTHON [pytest args...]   (./dev.sh test runs it once the tools are installed)
 #
 # The suite in two passes (tests/kinds.py, issue 50):
-#  1. the tests that do not measure, on two pytest-xdist workers, each module on one (its module fixtures made
+#  1. the tests that do not measure, on three pytest-xdist workers, each module on one (its module fixtures made
 #     once, its tests in order): the suite's waits (Prometheus, agents, scripted jobs) overlap;
 #  2. the tests marked measures (their oracle is a clock or a CPU share, or they load the CPU on purpose), in
 #     one process, with nothing of the suite beside them.
 # The arguments go to both passes as given (./dev.sh test tests/x.py::y runs y in the pass of its kind).  A pass
 # in which none of the selected tests is of its kind exits 5; only both doing so is "no tests".  Each pass
 # prints its 25 slowest tests.  A worker that dies is replaced twice, then the run stops (and fails).
-# Two workers by default.  TEYE_TEST_WORKERS=3 finished the first pass in 547-600 s on stop 59's 2-core machine
-# (its tests wait far more than they compute; the mutants' module alone is 375-394 s of one worker), and the
-# races it exposed were mended, but no run of it was green end to end there: not the default yet.
-# TEYE_TEST_WORKERS=N: N workers; 1: the first pass in one process too.
+# Three workers by default: the first pass's tests wait more than they compute once the mutants' module is
+# done (the machine ~30 % busy after its first 4 minutes with two workers), and on stop 63's 2-core machine
+# three finished it in 463 s against 621-640 s with two.  TEYE_TEST_WORKERS=N: N workers; 1: the first pass in
+# one process too.
 set -uo pipefail
 py=$1
 shift
-workers=${TEYE_TEST_WORKERS:-2}
+workers=${TEYE_TEST_WORKERS:-3}
 par=()
 if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadfile --no-loadscope-reorder --max-worker-restart 2); fi
 t0=$SECONDS
