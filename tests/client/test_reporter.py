@@ -91,7 +91,10 @@ def test_the_flush_thread_wakes_a_few_times_a_second_while_the_loop_sends_its_ow
     wakes = _voluntary_switches(thread.native_id) - before
     assert done.wait(10)
     assert sum(map(_steps_in, got)) == n + 1          # every step arrived, the last ones by the thread
-    assert wakes <= 1.5 * 3 + 2, wakes                # not 2 x 15 = 30: the loop's own flushes sent the rest
+    # not 2 x 15 = 30 (24-30 without the backstop, stop 63): the loop's own flushes sent the rest.  3 in every
+    # run alone here; 9 once in a whole serial pass (x33b, stop 63): a bound of 3 a second and 2 read it as a
+    # failure, this one still fails the thread that wakes at each flush by twice
+    assert wakes <= 12, wakes
     rep.close()
 
 
