@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Dict, Tuple
 
 import pytest
+
+import tests.reference  # noqa: F401  (first: it keeps the environment the session started with)
 
 # the suite's kinds of test (measures: the serial pass), its passes, the shuffle and the workers' checks
 pytest_plugins = ["tests.kinds"]
@@ -39,6 +42,14 @@ def node_exporter_golden():
     """node_exporter's own /metrics for the fixture trees: {(name, labels): value}."""
     with open(os.path.join(NODE_EXPORTER, "e2e-output.txt"), encoding="utf-8") as fh:
         return parse_exposition(fh.read())
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many of the serial pass's bare runs its tests took from the first pass (tests/reference.py)."""
+    ref = sys.modules.get("tests.reference")
+    if ref is not None and os.environ.get(ref.DIR_ENV) and (ref.MADE["ahead"] or ref.MADE["here"]):
+        terminalreporter.write_line(f"bare runs: {ref.MADE['ahead']} made ahead by the first pass, "
+                                    f"{ref.MADE['here']} made by their tests")
 
 
 def reading_series(reading) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:

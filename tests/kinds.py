@@ -248,6 +248,7 @@ _UNMARKED = pytest.StashKey[str]()
 # modules that take minutes: handed to a worker first, so the parallel pass does not end on one of them
 SLOW_FIRST = [
     "tests/mutants/test_mutants.py",
+    "tests/test_reference_runs.py",   # the serial pass's bare runs (tests/reference.py)
 ]
 
 

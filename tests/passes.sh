@@ -13,12 +13,19 @@
 # done (the machine ~30 % busy after its first 4 minutes with two workers), and on stop 63's 2-core machine
 # three finished it in 463 s against 621-640 s with two.  TEYE_TEST_WORKERS=N: N workers; 1: the first pass in
 # one process too.
+# The serial pass's bare runs (a job without teye, compared by output, never by time) are made by the first pass
+# into a directory of this invocation's (tests/reference.py), so the serial pass spends its time on what it
+# measures.
 set -uo pipefail
 py=$1
 shift
 workers=${TEYE_TEST_WORKERS:-3}
 par=()
 if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadfile --no-loadscope-reorder --max-worker-restart 2); fi
+# the serial pass's bare runs, made by the first pass (tests/reference.py): this invocation's, gone after it
+refs=$(mktemp -d "${TMPDIR:-/tmp}/teye-references.XXXXXX") || exit 1
+trap 'rm -rf "$refs"' EXIT
+export TEYE_TEST_REFERENCES=$refs
 t0=$SECONDS
 "$py" -m pytest --durations=25 --teye-pass=parallel ${par[@]+"${par[@]}"} "$@"
 rc1=$?

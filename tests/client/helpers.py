@@ -11,6 +11,7 @@ from agent.context import AgentContext
 from agent.phases.source import PhaseSource
 from tests.phases.helpers import phases_cfg
 from tests.procs import REPO
+from tests.reference import job_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = os.path.join(REPO, "teye_client", "_site")
@@ -18,10 +19,7 @@ SITE = os.path.join(REPO, "teye_client", "_site")
 
 def base_env(**extra) -> dict:
     """The test's environment without any teye switch of the caller's (the child's output is the oracle)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEYE_", "SLURM_", "KUBERNETES_"))}
-    env["PYTHONPATH"] = REPO  # this tree's agent and teye_client
-    env.update(extra)
-    return env
+    return job_env(**extra)
 
 
 def teye_run(args, socket_path=None, job=None, env=None, timeout=120, **kw) -> subprocess.CompletedProcess:

@@ -1,44 +1,37 @@
 """The bad inputs of issue 29 in real unmodified PyTorch jobs under `teye run` with a live agent: a
 DataLoader worker that dies, one loader iterated by two threads at once, workers forked and never waited
-for.  Each job is run with and without teye (at once: they are independent): the job's output and exit
-status are the same; and teye's figures are the script's own (tests/client/torch_bad.py): the steps and
+for.  Each job is run with and without teye (the bare run made ahead by the first pass, tests/reference.py): the
+job's output and exit status are the same; and teye's figures are the script's own (tests/client/torch_bad.py): the steps and
 samples it trained, and its input-bound share to 3 points of its own clock, or no share at all where
 teye cannot see the training loop's wait."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 
-from tests.client.helpers import HERE, REPO, base_env, last_json
+from tests import reference
+from tests.client.helpers import HERE, last_json, teye_run
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
 
 SCRIPT = os.path.join(HERE, "torch_bad.py")
 STEPS = 30
-
-
-def _both(args, agent, job):
-    """The command without and with teye, at once; (bare, with teye) CompletedProcess-like tuples."""
-    env = base_env()
-    procs = [subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for cmd in (args, [sys.executable, "-m", "agent", "run", "--socket", agent.path, "--job", job, "--"]
-                         + args)]
-    out = []
-    for p in procs:
-        o, e = p.communicate(timeout=120)
-        out.append((p.returncode, o, e))
-    return out
+MODES = [("dies", 3), ("threads", 0), ("orphans", 0)]
+# the jobs without teye, whose status and output the runs under teye must keep (tests/reference.py)
+BARE = {mode: reference.Bare(f"bad-{mode}", [sys.executable, SCRIPT, mode, str(STEPS)], timeout=120,
+                             status=status) for mode, status in MODES}
 
 
 @pytest.mark.measures("teye's phase seconds and shares against the job's own perf_counter (torch_bad.py)")
-@pytest.mark.parametrize("mode, status", [("dies", 3), ("threads", 0), ("orphans", 0)])
+@pytest.mark.parametrize("mode, status", MODES)
 def test_bad_input_never_changes_the_job_and_the_figures_stay_right(agent, mode, status):
     job = f"bad-{mode}"
-    bare, with_ = _both([sys.executable, SCRIPT, mode, str(STEPS)], agent, job)
+    b = BARE[mode].result()
+    r = teye_run(BARE[mode].command(), socket_path=agent.path, job=job, timeout=120)
+    bare, with_ = (b.returncode, b.stdout, b.stderr), (r.returncode, r.stdout, r.stderr)
     # the job's own output (less its last line, its clock) and exit status are the same with teye
     assert bare[0] == with_[0] == status, (bare, with_)
     assert bare[1].splitlines()[:-1] == with_[1].splitlines()[:-1], (bare[1], with_[1])

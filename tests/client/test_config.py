@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, base_env, last_json, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, LiveAgent, base_env, last_json, teye_run
 from tests.phases.test_advice import EXCHANGE_SUGGESTIONS, LOADER_SUGGESTIONS
-from tests.procs import free_port
 
 pytestmark = [pytest.mark.measures("the compute-slow rank named from its step time (the scripts' perf_counter)"),
               pytest.mark.e2e,
@@ -22,20 +22,28 @@ pytestmark = [pytest.mark.measures("the compute-slow rank named from its step ti
                                  reason="the torch extra (./dev.sh test installs it)")]
 SCRIPT = os.path.join(HERE, "torch_config.py")
 DDP_SCRIPT = os.path.join(HERE, "torch_config_ddp.py")
+ENV = base_env(OMP_NUM_THREADS="1")
+# the jobs without teye, whose losses the runs under teye must keep (tests/reference.py)
+BARE = {mode: reference.Bare(f"config-{mode}", [sys.executable, SCRIPT, mode, str(steps)], {"OMP_NUM_THREADS": "1"},
+                                     timeout=240)
+        for mode, steps in (("tuned", 60), ("subclass", 20), ("fork", 12))}
+BARE.update((hook, reference.Bare(
+    f"config-ddp-{hook}", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           reference.PORT, DDP_SCRIPT, str(steps), str(slow_ms), hook], {"OMP_NUM_THREADS": "1"}))
+    for hook, slow_ms, steps in (("fp16", 40, 30), ("own", 0, 10)))
 
 # the phrases the advice must never hold (tests/phases/test_advice.py: issue 45's report)
 
 
-def run_script(sockdir, mode, steps):
+def run_script(sockdir, mode):
     agent = LiveAgent(sockdir)
     try:
-        r = teye_run([sys.executable, SCRIPT, mode, str(steps)], socket_path=agent.path, job=f"cfg-{mode}",
-                     env=base_env(OMP_NUM_THREADS="1"), timeout=240)
+        r = teye_run(BARE[mode].command(), socket_path=agent.path, job=f"cfg-{mode}", env=ENV, timeout=240)
         jobs = agent.jobs()
         reading = agent.src.collect(force=True)
     finally:
         agent.close()
-    bare = plain_run([sys.executable, SCRIPT, mode, str(steps)], env=base_env(OMP_NUM_THREADS="1"), timeout=240)
+    bare = BARE[mode].result()
     assert (r.returncode, bare.returncode) == (0, 0), (r.stderr[-2000:], bare.stderr[-2000:])
     own, plain = last_json(r.stdout), last_json(bare.stdout)
     assert own["loss"] == plain["loss"]   # bit for bit: the same float, printed by both runs
@@ -48,7 +56,7 @@ def series(reading, name):
 
 
 def test_the_tuned_loop_exports_its_settings_and_is_never_told_to_set_them(sockdir):
-    j, own, reading = run_script(sockdir, "tuned", 60)
+    j, own, reading = run_script(sockdir, "tuned")
     assert dict(j.config) == own["set"]
     cfg = {p.labels[1]: p.labels[2] for p in series(reading, "teye_job_config_info") if p.labels[0] == j.train_job}
     assert cfg == own["set"]
@@ -72,7 +80,7 @@ def test_the_tuned_loop_exports_its_settings_and_is_never_told_to_set_them(sockd
 
 
 def test_a_loader_subclass_with_an_object_and_huge_strings_sends_only_what_checks(sockdir):
-    j, own, reading = run_script(sockdir, "subclass", 20)
+    j, own, reading = run_script(sockdir, "subclass")
     assert dict(j.config) == own["set"]   # no prefetch_factor (a 1 MB string), no batch_size (an object)
     values = [p.labels for p in series(reading, "teye_job_config_info")]
     assert values and max(len(v) for labels in values for v in labels) <= 32
@@ -84,8 +92,7 @@ def test_a_loader_subclass_with_an_object_and_huge_strings_sends_only_what_check
 def test_a_forked_child_sends_its_own_loader_and_the_job_keeps_the_parents(sockdir):
     agent = LiveAgent(sockdir)
     try:
-        r = teye_run([sys.executable, SCRIPT, "fork", "12"], socket_path=agent.path, job="cfg-fork",
-                     env=base_env(OMP_NUM_THREADS="1"), timeout=240)
+        r = teye_run(BARE["fork"].command(), socket_path=agent.path, job="cfg-fork", env=ENV, timeout=240)
         jobs = agent.jobs()
         table = agent.src.table
         with table._lock:
@@ -93,7 +100,7 @@ def test_a_forked_child_sends_its_own_loader_and_the_job_keeps_the_parents(sockd
             by_pid = {pid: dict(cfg) for pid, (_, cfg) in job.configs.by_pid.items()}
     finally:
         agent.close()
-    bare = plain_run([sys.executable, SCRIPT, "fork", "12"], env=base_env(OMP_NUM_THREADS="1"), timeout=240)
+    bare = BARE["fork"].result()
     assert (r.returncode, bare.returncode) == (0, 0)
     own, plain = last_json(r.stdout), last_json(bare.stdout)
     assert (own["loss"], own["child"]["loss"], own["child_status"]) == (plain["loss"], plain["child"]["loss"], 0)
@@ -102,18 +109,15 @@ def test_a_forked_child_sends_its_own_loader_and_the_job_keeps_the_parents(sockd
     assert dict(jobs["cfg-fork"].config) == own["set"]
 
 
-def run_ddp(sockdir, hook, slow_ms=40, steps=30):
-    args = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-            str(free_port()), DDP_SCRIPT, str(steps), str(slow_ms), hook]
+def run_ddp(sockdir, hook):
     agent = LiveAgent(sockdir)
     try:
-        r = teye_run(args, socket_path=agent.path, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
+        r = teye_run(BARE[hook].command(), socket_path=agent.path, env=ENV, timeout=300)
         jobs = agent.jobs()
         reading = agent.src.collect(force=True)
     finally:
         agent.close()
-    args[6] = str(free_port())
-    bare = plain_run(args, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
+    bare = BARE[hook].result()
     assert (r.returncode, bare.returncode) == (0, 0), (r.stdout, r.stderr[-3000:], bare.stderr[-3000:])
     own = {o["rank"]: o for o in map(json.loads, r.stdout.splitlines())}
     plain = {o["rank"]: o for o in map(json.loads, bare.stdout.splitlines())}
@@ -138,6 +142,6 @@ def test_ddp_settings_and_the_compute_slow_rank_gets_advice_about_itself(sockdir
 
 
 def test_a_comm_hook_of_the_jobs_own_is_custom_and_its_name_is_never_sent(sockdir):
-    j, own, reading = run_ddp(sockdir, "own", slow_ms=0, steps=10)
+    j, own, reading = run_ddp(sockdir, "own")
     assert dict(j.config)["ddp.comm_hook"] == "custom"
     assert not [p for p in reading.points() if any("my_secret_hook" in str(v) for v in p.labels)]

@@ -6,12 +6,12 @@ The `frameworks` extra installs both (./dev.sh test); the tests run whenever the
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 
-from tests.client.helpers import HERE, REPO, base_env, last_json, teye_run
+from tests import reference
+from tests.client.helpers import HERE, last_json, teye_run
 
 pytestmark = pytest.mark.e2e
 
@@ -78,19 +78,23 @@ def test_hugging_face_stopping_mid_epoch_counts_the_batches_it_trained(agent, tm
     assert ("eval" in dict(j.phase_seconds)) == bool(every)
 
 
+LIGHTNING = [(2, "10", 4), (0, "0.5", 2)]
+# the jobs without teye, whose output the runs under teye must keep (tests/reference.py)
+BARE_LIGHTNING = {sanity: reference.Bare(f"lightning-sanity-{sanity}", [sys.executable, os.path.join(
+    HERE, "lightning_job.py"), "40", every, str(sanity)], needs="lightning") for sanity, every, _ in LIGHTNING}
+
+
 @pytest.mark.measures("training and evaluation seconds against the script's own perf_counter")
-@pytest.mark.parametrize("sanity, every, evals", [(2, "10", 4), (0, "0.5", 2)])
+@pytest.mark.parametrize("sanity, every, evals", LIGHTNING)
 def test_lightning_sanity_check_and_validation_are_apart(agent, sanity, every, evals):
     """Lightning: the sanity check (2 batches; none with num_sanity_val_steps=0) and validation inside the
     one epoch (val_check_interval: every 10 batches, or every half epoch) are eval; 40 steps, 160 samples.
     Bad input (issue 29): neither setting changes the job's output or exit status (run without teye too)."""
     pytest.importorskip("lightning")
     job = f"lightning-{sanity}"
-    args = [sys.executable, os.path.join(HERE, "lightning_job.py"), "40", every, str(sanity)]
-    bare = subprocess.Popen(args, env=base_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)   # at once: the runs are independent
-    run = teye_run(args, socket_path=agent.path, job=job, timeout=300)
-    out, err = bare.communicate(timeout=300)
+    bare = BARE_LIGHTNING[sanity].result()
+    run = teye_run(BARE_LIGHTNING[sanity].command(), socket_path=agent.path, job=job, timeout=300)
+    out, err = bare.stdout, bare.stderr
     assert run.returncode == bare.returncode == 0, run.stderr
     assert (run.stdout.splitlines()[:-1], run.stderr) == (out.splitlines()[:-1], err)
     own = last_json(run.stdout)

@@ -18,7 +18,8 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, base_env, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, LiveAgent, base_env, teye_run
 
 pytestmark = [pytest.mark.tf, pytest.mark.e2e]
 pytest.importorskip("tensorflow", reason="the workloads-cpu extra")
@@ -35,13 +36,16 @@ def _losses(path):
     return json.loads(open(path).read())["losses"]
 
 
+# the fast variant without teye (tests/reference.py)
+BARE_FAST = reference.Bare("keras-fast", [sys.executable, SCRIPT, "fast", str(STEPS), reference.OUT], ENV)
+
+
 @pytest.fixture(scope="module")
-def bare(tmp_path_factory):
+def bare():
     """The fast variant without teye: the losses every variant must reproduce (same data, seed and math)."""
-    out = tmp_path_factory.mktemp("bare") / "fast.json"
-    r = plain_run([sys.executable, SCRIPT, "fast", str(STEPS), str(out)], env=base_env(**ENV), timeout=300)
+    r = BARE_FAST.result()
     assert r.returncode == 0, r.stderr[-2000:]
-    return {"losses": _losses(out), "stdout": r.stdout}
+    return {"losses": json.loads(r.out)["losses"], "stdout": r.stdout}
 
 
 def _fit(agent, tmp_path, variant, *extra, job=None):

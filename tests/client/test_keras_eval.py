@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, base_env, last_json, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, base_env, last_json, teye_run
 
 pytestmark = [pytest.mark.tf, pytest.mark.e2e]
 pytest.importorskip("tensorflow", reason="the workloads-cpu extra")
@@ -23,6 +24,11 @@ SCRIPT = os.path.join(HERE, "keras_eval.py")
 EPOCHS, STEPS, BATCH = 3, 20, 16
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
        "TF_NUM_INTRAOP_THREADS": "1"}
+LOOP = os.path.join(HERE, "tf_eval_loop.py")
+# the jobs without teye, whose figures the runs under teye must keep (tests/reference.py)
+BARE_FIT = reference.Bare("keras-eval-fit", [sys.executable, SCRIPT, str(EPOCHS * STEPS), str(STEPS), "--out",
+                                             reference.OUT], ENV)
+BARE_LOOP = reference.Bare("keras-eval-loop", [sys.executable, LOOP, "30", "10"], ENV)
 
 
 def _same(a, b):
@@ -37,16 +43,14 @@ def _same(a, b):
 
 @pytest.mark.measures("evaluation and training seconds against the script's own perf_counter")
 def test_fit_validation_evaluate_and_predict_are_eval(agent, tmp_path):
-    args = [str(EPOCHS * STEPS), str(STEPS)]
-    bare_out = tmp_path / "bare.json"
-    bare = plain_run([sys.executable, SCRIPT, *args, "--out", str(bare_out)], env=base_env(**ENV), timeout=300)
+    bare = BARE_FIT.result()
     assert bare.returncode == 0, bare.stderr[-2000:]
     out = tmp_path / "teye.json"
-    run = teye_run([sys.executable, SCRIPT, *args, "--out", str(out)], socket_path=agent.path,
-                   job="keras-eval", env=base_env(TEYE_DEBUG="1", **ENV), timeout=300)
+    run = teye_run(BARE_FIT.command(str(out)), socket_path=agent.path, job="keras-eval",
+                   env=base_env(TEYE_DEBUG="1", **ENV), timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.splitlines()[:-1] == bare.stdout.splitlines()[:-1]   # the last line: its own clock
-    _same(json.loads(out.read_text()), json.loads(bare_out.read_text()))
+    _same(json.loads(out.read_text()), json.loads(bare.out))
     own = last_json(run.stdout)
     j = agent.jobs()["keras-eval"]
     phases = dict(j.phase_seconds)
@@ -91,18 +95,14 @@ def test_fit_validation_evaluate_and_predict_are_eval(agent, tmp_path):
             assert abs((j.steps - n) - sum(t > le for t in slow)) <= 1, (le, j.step_hist)
 
 
-LOOP = os.path.join(HERE, "tf_eval_loop.py")
-
-
 @pytest.mark.measures("evaluation seconds and the input share against the loop's own perf_counter")
 def test_custom_tf_loop_validation_is_eval(agent):
     """A custom TensorFlow loop (tests/client/tf_eval_loop.py): eager batches from tf.data iterators, a
     tf.function applying a Keras optimizer; a probe, a validation pass every 10 steps and a final one, each over
     its own iterator: eval by the rule PyTorch's loaders follow (an iterator no step follows does not train)."""
-    bare = plain_run([sys.executable, LOOP, "30", "10"], env=base_env(**ENV), timeout=300)
+    bare = BARE_LOOP.result()
     assert bare.returncode == 0, bare.stderr[-2000:]
-    run = teye_run([sys.executable, LOOP, "30", "10"], socket_path=agent.path, job="tf-eval",
-                   env=base_env(**ENV), timeout=300)
+    run = teye_run(BARE_LOOP.command(), socket_path=agent.path, job="tf-eval", env=base_env(**ENV), timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     # its losses are its own: identical with and without teye (the same eager batches, the same tf.functions)
     assert run.stdout.splitlines()[:-1] == bare.stdout.splitlines()[:-1]

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from teye_client.reporter import BACKSTOP_NS
-from tests.client.helpers import HERE, LiveAgent, base_env, last_json, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, LiveAgent, base_env, last_json, teye_run
 from tests.procs import REPO, free_port
 
 pytestmark = pytest.mark.measures("each part of the step against the script's own perf_counter")
@@ -24,6 +25,13 @@ torch = pytest.importorskip("torch", reason="the torch extra (./dev.sh test inst
 SCRIPT = os.path.join(HERE, "torch_parts.py")
 STEPS = 40
 PARTS = ("forward", "backward", "optimizer", "h2d_copy", "other")
+MODES = ["plain", "hooks", "eval", "accum", "gan", "raise"]
+
+# the jobs without teye, whose losses and output the runs under teye must keep (tests/reference.py)
+BARE = {mode: reference.Bare(f"parts-{mode}", [sys.executable, SCRIPT, mode, str(STEPS)],
+                             {"OMP_NUM_THREADS": "1"}) for mode in MODES}
+BARE["custom"] = reference.Bare("parts-custom", [sys.executable, SCRIPT, "custom", "12"])
+BARE["fork"] = reference.Bare("parts-fork", [sys.executable, os.path.join(HERE, "torch_small.py"), "6", "fork"])
 
 
 def _own_shares(own, steps=STEPS):
@@ -46,11 +54,10 @@ def _losses(out):
     return [line for line in out.splitlines() if line.startswith("step ")]
 
 
-@pytest.mark.parametrize("mode", ["plain", "hooks", "eval", "accum", "gan", "raise"])
+@pytest.mark.parametrize("mode", MODES)
 def test_each_part_within_5_points_of_the_scripts_own_clock(agent, mode):
     job = "parts-" + mode
-    args = [sys.executable, SCRIPT, mode, str(STEPS)]
-    run = teye_run(args, socket_path=agent.path, job=job, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
+    run = teye_run(BARE[mode].args, socket_path=agent.path, job=job, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
     assert run.returncode == 0, run.stderr
     own = last_json(run.stdout)
     j = agent.jobs()[job]
@@ -71,7 +78,7 @@ def test_each_part_within_5_points_of_the_scripts_own_clock(agent, mode):
     # through PyTorch's global module hooks (each module call's slow path): the shares above hold with them
     assert own["global_forward_hooks"] == 0, own
     # the job's own output is what it is without teye: same losses bit for bit, same status, nothing from teye
-    bare = plain_run(args, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
+    bare = BARE[mode].result()
     assert bare.returncode == 0
     assert _losses(run.stdout) == _losses(bare.stdout) and len(_losses(run.stdout)) == STEPS
     assert "teye" not in run.stderr
@@ -80,9 +87,8 @@ def test_each_part_within_5_points_of_the_scripts_own_clock(agent, mode):
 def test_an_optimizer_of_its_own_class_has_no_steps_and_the_job_is_unchanged(agent):
     """An optimizer that is not torch.optim's: PyTorch's hooks never see its steps, so teye sees none (no job,
     no part); the script's losses and status are its own."""
-    args = [sys.executable, SCRIPT, "custom", "12"]
-    run = teye_run(args, socket_path=agent.path, job="parts-custom", timeout=300)
-    bare = plain_run(args, timeout=300)
+    run = teye_run(BARE["custom"].args, socket_path=agent.path, job="parts-custom", timeout=300)
+    bare = BARE["custom"].result()
     assert run.returncode == bare.returncode == 0, run.stderr
     assert _losses(run.stdout) == _losses(bare.stdout) and len(_losses(bare.stdout)) == 12
     assert "parts-custom" not in agent.jobs()
@@ -91,9 +97,8 @@ def test_an_optimizer_of_its_own_class_has_no_steps_and_the_job_is_unchanged(age
 def test_a_process_that_forks_sends_no_part_above_its_compute(agent):
     """torch_small.py fork: the parent forks after its steps, the child trains 2 steps and exits: each
     process's parts are its own, and the job's add up to its compute."""
-    args = [sys.executable, os.path.join(HERE, "torch_small.py"), "6", "fork"]
-    run = teye_run(args, socket_path=agent.path, job="parts-fork", timeout=300)
-    bare = plain_run(args, timeout=300)
+    run = teye_run(BARE["fork"].args, socket_path=agent.path, job="parts-fork", timeout=300)
+    bare = BARE["fork"].result()
     assert run.returncode == bare.returncode == 0, run.stderr
     assert run.stdout == bare.stdout
     j = agent.jobs()["parts-fork"]

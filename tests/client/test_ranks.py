@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, LiveAgent, base_env, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, LiveAgent, base_env, teye_run
 from tests.procs import free_port
 
 pytestmark = [pytest.mark.e2e,
@@ -19,11 +20,22 @@ pytestmark = [pytest.mark.e2e,
 SCRIPT = os.path.join(HERE, "torch_ddp_ranks.py")
 
 
+def _command(nproc, steps, slow, slow_ms, mode, port):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port),
+            SCRIPT, str(steps), str(slow), str(slow_ms), mode]
+
+
+# the jobs without teye, whose losses the runs under teye must keep (tests/reference.py)
+BARE = {mode: reference.Bare(f"ranks-{mode}", _command(nproc, steps, slow, slow_ms, mode, reference.PORT),
+                             {"OMP_NUM_THREADS": "1"}, needs="torch")
+        for nproc, steps, slow, slow_ms, mode in ((4, 30, 1, 30, "allreduce"), (4, 30, 2, 60, "ddp_compute"),
+                                                  (2, 20, 1, 40, "fsdp"))}
+
+
 def run_ddp(sockdir, nproc, steps, slow, slow_ms, mode="ddp"):
     agent = LiveAgent(sockdir)
     try:
-        r = teye_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                      "--master_port", str(free_port()), SCRIPT, str(steps), str(slow), str(slow_ms), mode],
+        r = teye_run(_command(nproc, steps, slow, slow_ms, mode, free_port()),
                      socket_path=agent.path, env=base_env(OMP_NUM_THREADS="1"), timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         own = {o["rank"]: o for o in map(json.loads, r.stdout.splitlines())}
@@ -37,9 +49,9 @@ def run_ddp(sockdir, nproc, steps, slow, slow_ms, mode="ddp"):
 
 def assert_same_losses_without_teye(own, nproc, steps, slow, slow_ms, mode):
     """The job run again without teye: each rank's final loss is the one it printed under teye."""
-    bare = plain_run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-                      str(free_port()), SCRIPT, str(steps), str(slow), str(slow_ms), mode],
-                     env=base_env(OMP_NUM_THREADS="1"), timeout=300)
+    bare = BARE[mode]
+    assert bare.args == _command(nproc, steps, slow, slow_ms, mode, reference.PORT)   # the run under teye's
+    bare = bare.result()
     assert bare.returncode == 0, bare.stderr[-2000:]
     assert {o["rank"]: o["loss"] for o in map(json.loads, bare.stdout.splitlines())} == \
         {r: o["loss"] for r, o in own.items()}

@@ -9,20 +9,25 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, last_json, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, last_json, teye_run
 
 torch = pytest.importorskip("torch", reason="the torch extra (./dev.sh test installs it)")
 
 SCRIPT = f"{HERE}/torch_job.py"
 STEPS = 60
+CASES = [("slow", 0, "input"), ("slow", 2, "input"), ("fast", 0, "compute")]
+# the jobs without teye, whose losses the runs under teye must keep (tests/reference.py)
+BARE = {(kind, workers): reference.Bare(f"torch-{kind}-{workers}", [sys.executable, SCRIPT, kind, str(workers),
+                                                                     str(STEPS)])
+        for kind, workers, _ in CASES}
 
 
 @pytest.mark.measures("the input share against the script's own perf_counter (torch_job.py)")
-@pytest.mark.parametrize("kind,workers,verdict", [("slow", 0, "input"), ("slow", 2, "input"), ("fast", 0, "compute")])
+@pytest.mark.parametrize("kind,workers,verdict", CASES)
 def test_unmodified_script_reports_its_own_split(agent, kind, workers, verdict):
     job = f"pt-{kind}-{workers}"
-    args = [sys.executable, SCRIPT, kind, str(workers), str(STEPS)]
-    run = teye_run(args, socket_path=agent.path, job=job)
+    run = teye_run(BARE[kind, workers].command(), socket_path=agent.path, job=job)
     assert run.returncode == 0, run.stderr
     own = last_json(run.stdout)
     jobs = agent.jobs()
@@ -35,7 +40,7 @@ def test_unmodified_script_reports_its_own_split(agent, kind, workers, verdict):
     assert "zero-code: torch DataLoader" in j.verdict.evidence
     assert j.client_dropped == 0
     # the job's own output is what it is without teye: same losses, same exit status, nothing on stderr from teye
-    bare = plain_run(args)
+    bare = BARE[kind, workers].result()
     assert bare.returncode == 0
     losses = [line for line in run.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == STEPS and losses == [line for line in bare.stdout.splitlines() if line.startswith("step ")]

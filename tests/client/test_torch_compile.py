@@ -7,12 +7,15 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, base_env, last_json, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, base_env, last_json, teye_run
 
 torch = pytest.importorskip("torch", reason="the torch extra (./dev.sh test installs it)")
 
 SCRIPT = f"{HERE}/torch_compile_job.py"
 STEPS = 60
+# the job without teye, whose compilations the run under teye must not add to (tests/reference.py)
+BARE_COMPILE = reference.Bare("torch-compile", [sys.executable, SCRIPT, "compile", str(STEPS)])
 
 
 def _run(agent, mode, **env):
@@ -36,7 +39,7 @@ def test_compilations_are_compile_and_in_no_share(agent):
     assert own["compiles"] >= 3, own           # forward, lazy backward, the recompile
     # and no compilation of teye's making: the forward's hooks stay as they were once a compilation began (a
     # compiled graph guards on the global hook tables: narrowing them recompiled it, 6 compilations against 4)
-    bare = plain_run([sys.executable, SCRIPT, "compile", str(STEPS)], timeout=300)
+    bare = BARE_COMPILE.result()
     assert bare.returncode == 0 and own["compiles"] == last_json(bare.stdout)["compiles"], (own, bare.stdout[-300:])
     assert phases["compile"] == pytest.approx(own["compile_s"], abs=0.005 * own["compiles"]), (phases, own)
     truth = own["wait_s"] / (own["step_s"] - own["compile_s"])

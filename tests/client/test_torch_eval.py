@@ -9,12 +9,15 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, last_json, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, last_json, teye_run
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.e2e
 
 SCRIPT = os.path.join(HERE, "torch_eval.py")
+# the job without teye, whose output the run under teye must keep (tests/reference.py)
+BARE_OPTSTEP = reference.Bare("torch-eval-optstep", [sys.executable, SCRIPT, "20", "10", "optstep"])
 EDGE_S = 0.0005   # what moves between the two clocks' steps (a flush of the client's buffer): at most this
 
 
@@ -53,9 +56,8 @@ def test_evaluation_is_reported_apart_from_training(agent):
 def test_an_evaluation_loop_that_steps_the_optimizer_is_training(agent):
     """Bad input: a 'validation' loop that calls optimizer.step() trains, by definition: its batches are
     steps and samples, its time and input wait are training's.  The job runs the same without teye."""
-    args = [sys.executable, SCRIPT, "20", "10", "optstep"]
-    bare = plain_run(args)
-    run = teye_run(args, socket_path=agent.path, job="eval-steps")
+    bare = BARE_OPTSTEP.result()
+    run = teye_run(BARE_OPTSTEP.command(), socket_path=agent.path, job="eval-steps")
     assert run.returncode == bare.returncode == 0, run.stderr
     assert run.stdout.splitlines()[:-1] == bare.stdout.splitlines()[:-1] and run.stderr == bare.stderr
     own = last_json(run.stdout)

@@ -9,13 +9,16 @@ import sys
 
 import pytest
 
-from tests.client.helpers import HERE, base_env, last_json, plain_run, teye_run
+from tests import reference
+from tests.client.helpers import HERE, base_env, last_json, teye_run
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.e2e, pytest.mark.measures("step time against the training thread's own perf_counter")]
 
 SCRIPT = os.path.join(HERE, "torch_producer.py")
 ENV = base_env(OMP_NUM_THREADS="1")
+# the job without teye, whose status and output the run under teye must keep (tests/reference.py)
+BARE_DIES = reference.Bare("producer-dies", [sys.executable, SCRIPT, "40", "dies"], {"OMP_NUM_THREADS": "1"})
 
 
 def test_a_producer_threads_loop_is_timed_from_the_training_thread(agent):
@@ -37,9 +40,8 @@ def test_a_producer_threads_loop_is_timed_from_the_training_thread(agent):
 def test_a_producer_that_dies_leaves_the_steps_it_fed(agent):
     """Bad input: the producer raises after 10 batches; the loop trains on what it queued and stops. The run's
     exit status and output are what they are without teye; its steps and samples are the script's."""
-    args = [sys.executable, SCRIPT, "40", "dies"]
-    bare = plain_run(args, env=ENV)
-    run = teye_run(args, socket_path=agent.path, job="producer-dies", env=ENV)
+    bare = BARE_DIES.result()
+    run = teye_run(BARE_DIES.command(), socket_path=agent.path, job="producer-dies", env=ENV)
     assert run.returncode == bare.returncode == 0, run.stderr
     own = last_json(run.stdout)
     j = agent.jobs()["producer-dies"]
