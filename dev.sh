@@ -78,7 +78,7 @@ test)
     # compiled modules kept (__pycache__, git-ignored): hundreds of processes (agents, jobs, the mutants'
     # pytest runs) import the same code; an environment that says not to write them would compile it each time
     unset PYTHONDONTWRITEBYTECODE
-    # two passes: the tests that do not measure on three pytest-xdist workers, then those marked measures alone
+    # two passes: the tests that do not measure on four pytest-xdist workers, then those marked measures alone
     exec tests/passes.sh "$VENV/bin/python" "$@"
     ;;
 dist)

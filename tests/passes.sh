@@ -2,24 +2,24 @@
 # usage: tests/passes.sh PYTHON [pytest args...]   (./dev.sh test runs it once the tools are installed)
 #
 # The suite in two passes (tests/kinds.py, issue 50):
-#  1. the tests that do not measure, on three pytest-xdist workers, each module on one (its module fixtures made
+#  1. the tests that do not measure, on four pytest-xdist workers, each module on one (its module fixtures made
 #     once, its tests in order): the suite's waits (Prometheus, agents, scripted jobs) overlap;
 #  2. the tests marked measures (their oracle is a clock or a CPU share, or they load the CPU on purpose), in
 #     one process, with nothing of the suite beside them.
 # The arguments go to both passes as given (./dev.sh test tests/x.py::y runs y in the pass of its kind).  A pass
 # in which none of the selected tests is of its kind exits 5; only both doing so is "no tests".  Each pass
 # prints its 25 slowest tests.  A worker that dies is replaced twice, then the run stops (and fails).
-# Three workers by default: the first pass's tests wait more than they compute once the mutants' module is
-# done (the machine ~30 % busy after its first 4 minutes with two workers), and on stop 63's 2-core machine
-# three finished it in 463 s against 621-640 s with two.  TEYE_TEST_WORKERS=N: N workers; 1: the first pass in
-# one process too.
+# Four workers by default.  On stop 64's 2-core machine the first pass is CPU-bound (195 % CPU, idle 0.5 %
+# with six workers: 930 CPU seconds): more workers only fill the gaps their tests wait in.  With the serial
+# pass's bare runs in it, four finished it in 497-501 s, six in 476 s; three, before those runs were in it,
+# in 463-503 s, two in 621-659 s.  TEYE_TEST_WORKERS=N: N workers; 1: the first pass in one process too.
 # The serial pass's bare runs (a job without teye, compared by output, never by time) are made by the first pass
 # into a directory of this invocation's (tests/reference.py), so the serial pass spends its time on what it
 # measures.
 set -uo pipefail
 py=$1
 shift
-workers=${TEYE_TEST_WORKERS:-3}
+workers=${TEYE_TEST_WORKERS:-4}
 par=()
 if [ "$workers" -gt 1 ]; then par=(-n "$workers" --dist loadfile --no-loadscope-reorder --max-worker-restart 2); fi
 # the serial pass's bare runs, made by the first pass (tests/reference.py): this invocation's, gone after it

@@ -183,10 +183,10 @@ def test_the_two_passes_run_each_kind_in_its_own_and_exit_5_only_when_both_find_
         r"^PASSED test_p.py::test_alone$", out, re.M), out[-3000:]
     assert out.count("slowest 25 durations") == 2 or out.count("slowest durations") == 2, out[-3000:]
     # a test named alone runs in the pass of its kind (the other pass finds nothing: 5, not a failure)
-    # (three workers unless TEYE_TEST_WORKERS says otherwise)
+    # (four workers unless TEYE_TEST_WORKERS says otherwise)
     one = _passes(tree, "test_p.py::test_alone", env={"TEYE_TEST_WORKERS": ""})
     assert one.returncode == 0 and re.search(r"^PASSED test_p.py::test_alone$", one.stdout, re.M), one.stdout[-3000:]
-    assert "parallel pass (3 workers) exit 5" in one.stderr, one.stderr
+    assert "parallel pass (4 workers) exit 5" in one.stderr, one.stderr
     other = _passes(tree, "test_p.py::test_waits")
     assert other.returncode == 0 and "serial pass exit 5" in other.stderr, other.stdout[-3000:] + other.stderr
     # nothing selected in either: a failure
