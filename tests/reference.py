@@ -30,10 +30,22 @@ DIR_ENV = "TEYE_TEST_REFERENCES"
 PORT = "{port}"     # an argument holding it gets a free TCP port of its own at each run (torchrun's master port)
 OUT = "{out}"       # an argument holding it gets a fresh file path; the file's text is kept with the output
 
+def session_env(environ) -> dict:
+    """The environment the session started with, as the serial pass has it.  An xdist worker starts with
+    COLUMNS=80 and LINES=24 set (x35: every bare run the first pass made missed for them); the serial pass, one
+    process without xdist, has the invocation's own (none, in CI).  Were they the invocation's, the run is
+    only made again: a key never matches across a difference."""
+    env = dict(environ)
+    if "PYTEST_XDIST_WORKER" in env:
+        env.pop("COLUMNS", None)
+        env.pop("LINES", None)
+    return env
+
+
 # the environment the session started with (tests/conftest.py imports this module first): importing TensorFlow,
 # Lightning or torch._inductor sets variables in os.environ (TF2_BEHAVIOR, TORCHINDUCTOR_CACHE_DIR, ...), so
 # os.environ at a module's import depends on which modules came before it, and differs between the passes
-SESSION_ENV = dict(os.environ)
+SESSION_ENV = session_env(os.environ)
 
 _declared: Dict[str, "Bare"] = {}
 MADE = {"ahead": 0, "here": 0}    # the runs this process's tests took: from the first pass, or made themselves

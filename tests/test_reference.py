@@ -90,6 +90,17 @@ def test_what_an_import_puts_in_the_environment_does_not_tell_runs_apart(tmp_pat
     assert after.result().made == "ahead"
 
 
+def test_an_xdist_workers_terminal_size_is_not_the_sessions():
+    """What an xdist worker's os.environ holds at its start (x35's first pass, against its serial pass): the
+    same environment but PYTEST_XDIST_* and COLUMNS=80, LINES=24.  The worker's session environment, keyed,
+    is the serial pass's; the invocation's own COLUMNS stays where there is no worker."""
+    serial = {"PATH": "/usr/bin", "HOME": "/root"}
+    worker = dict(serial, COLUMNS="80", LINES="24", PYTEST_XDIST_WORKER="gw0", PYTEST_XDIST_WORKER_COUNT="4",
+                  PYTEST_XDIST_TESTRUNUID="49e3fd81")
+    assert reference._env_key(reference.session_env(worker)) == reference._env_key(reference.session_env(serial))
+    assert reference.session_env(dict(serial, COLUMNS="132"))["COLUMNS"] == "132"
+
+
 def test_without_a_directory_or_a_finished_run_it_is_made_here(tmp_path, monkeypatch, names):
     b = _bare(names("n"), "a")
     monkeypatch.delenv(reference.DIR_ENV, raising=False)
