@@ -42,6 +42,7 @@ CODE_SIGNS = re.compile(
 SCRIPT_SIGNS = re.compile(r"monotonic(?:_ns)?\(\)\s*-\s*[A-Za-z_(]")
 CLOCKS = {"monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "process_time", "process_time_ns",
           "thread_time", "thread_time_ns", "time", "time_ns"}
+CLOCK_CALL = re.compile(r"\b(?:%s)\s*\(" % "|".join(sorted(CLOCKS)))   # a call of one of CLOCKS, as text
 LOCAL_IMPORT = re.compile(r"^\s*(?:from\s+([A-Za-z_][\w.]*)\s+import|import\s+([A-Za-z_][\w.]*))", re.M)
 
 MEASURES_HELP = ("measures(what): the test's oracle measures time or CPU shares, or it loads the CPU on purpose: "
@@ -80,6 +81,8 @@ def _codes(code: types.CodeType) -> Iterable[types.CodeType]:
 
 def _timed_asserts(src: str, where: str) -> List[str]:
     """Assertions on a clock's reading: ``assert time.perf_counter() - t0 < 1`` or on a name holding one."""
+    if "assert" not in src or not CLOCK_CALL.search(src):   # (most tests: not parsed, 1-2 s of each collection)
+        return []
     try:
         tree = ast.parse(textwrap.dedent(src))
     except SyntaxError:
@@ -221,6 +224,9 @@ def pytest_addoption(parser):
     g = parser.getgroup("teye", "teye's suite (tests/kinds.py)")
     g.addoption("--teye-pass", choices=("all", "parallel", "serial"), default="all",
                 help="run only the tests of one kind: parallel (not marked measures) or serial (marked measures)")
+    g.addoption("--teye-serial-list", default=None, metavar="FILE",
+                help="--teye-pass=parallel writes the files holding tests of the serial kind into FILE, a line each; "
+                     "--teye-pass=serial, given no file or test to run, collects those (tests/passes.sh)")
     g.addoption("--teye-shuffle", type=int, default=None, metavar="SEED",
                 help="run the modules, and the tests inside each module, in an order drawn from SEED")
 
@@ -231,6 +237,13 @@ def pytest_configure(config):
     config.stash[_STATE] = _State()
     if not config.pluginmanager.has_plugin("teye-run-ids"):
         config.pluginmanager.register(_RunIds(), "teye-run-ids")
+    listing = config.getoption("teye_serial_list")
+    if (listing and config.getoption("teye_pass") == "serial" and config.args_source != pytest.Config.ArgsSource.ARGS
+            and os.path.isfile(listing) and os.path.getsize(listing)):
+        # the whole suite's serial pass: the files the parallel pass found tests of this kind in, not every
+        # file again (importing and reading all of them cost 3-5 s; -k, -m and the like select among these)
+        with open(listing, encoding="utf-8") as fh:
+            config.args = [ln.rstrip("\n") for ln in fh if ln.strip()]
     # the tests' own code (their folder; a small tree of a test's own: its root), never the code under test
     ROOT[0] = str(config.rootpath / "tests") if (config.rootpath / "tests").is_dir() else str(config.rootpath)
 
@@ -272,6 +285,9 @@ def pytest_collection_modifyitems(session, config, items):
         elif n and not (n.args or n.kwargs.get("reason")):
             item.stash[_UNMARKED] = f"{item.nodeid}: not_measuring needs its reason"
     which = config.getoption("teye_pass")
+    listing = config.getoption("teye_serial_list")
+    if which == "parallel" and listing:
+        _list_serial_modules(listing, items)
     if which != "all":
         keep = [it for it in items if kind(it) == which]
         drop = [it for it in items if kind(it) != which]
@@ -290,6 +306,16 @@ def pytest_collection_modifyitems(session, config, items):
     if which == "parallel":   # (shuffled too: a shuffled run's parallel pass ended on the mutants, 15 min alone)
         rank = {m: i for i, m in enumerate(SLOW_FIRST)}
         items.sort(key=lambda it: rank.get(_module(it), len(rank)))   # (stable: the rest in their order)
+
+
+def _list_serial_modules(path: str, items: List[pytest.Item]) -> None:
+    """The files of the tests of the serial kind, a line each, into ``path`` (tests/passes.sh: the serial pass
+    then collects those, not the whole suite again; every worker writes the same list, each whole)."""
+    mods = sorted({str(it.path) for it in items if kind(it) == "serial"})
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("".join(m + "\n" for m in mods))
+    os.replace(tmp, path)
 
 
 _RUN = pytest.StashKey[Dict[str, str]]()
