@@ -174,10 +174,14 @@ def _passes(tree, *args, env=None):
 
 
 def test_the_two_passes_run_each_kind_in_its_own_and_exit_5_only_when_both_find_nothing(tmp_path):
-    tree = _tree(tmp_path, {"test_p.py": PASSES})
+    tree = _tree(tmp_path, {"test_p.py": PASSES, "test_q.py": "def test_q():\n    pass\n"})
     both = _passes(tree)
     assert both.returncode == 0, both.stdout[-3000:] + both.stderr[-2000:]
     out = both.stdout
+    # the whole suite: the serial pass collects only the files the first pass listed as holding serial tests
+    # (test_p.py: its three tests, one deselected; not test_q.py's too)
+    assert re.search(r"^collected 3 items / 1 deselected / 2 selected", out, re.M), out[-3000:]
+    assert re.search(r"^PASSED test_q.py::test_q$", out, re.M), out[-3000:]
     # the parallel pass on workers (test_waits asserts it), the serial one in the main process
     assert re.search(r"^PASSED test_p.py::test_waits", out, re.M) and re.search(
         r"^PASSED test_p.py::test_alone$", out, re.M), out[-3000:]
