@@ -299,6 +299,24 @@ def _reindex(f):
     f.index()
 
 
+def test_the_cpu_efficiency_spans_the_whole_run_where_the_job_stepped_longer_than_the_grid_saw():
+    """A loaded Prometheus scrapes late: the job's counters moved over 90 s of the grid (100 s differenced
+    from the scrape before) while its steps took 130 s by its own clocks (teye_job_step_seconds_sum).  Its
+    processes' 75 CPU seconds are all of the run's: the efficiency is over the run's 130 s (its run_seconds),
+    never over the shorter span the grid saw (a loaded suite run, stop 65: above what its run_seconds gave)."""
+    from agent.report.build import Request, _assemble
+    f = _said_job(0.0, 14.0)
+    f.job[("teye_job_cpu_seconds_total", "n1", "tj", "", "", "")] = [(t, 2.0 + 0.75 * t) for t in f.grid]
+    f.job[("teye_job_cpus", "n1", "tj", "", "", "")] = [(t, 2.0) for t in f.grid]
+    f.job[("teye_job_step_seconds_sum", "n1", "tj", "", "", "")] = [(t, 1.3 * t) for t in f.grid]
+    f.host[("cpus", "n1")] = [(t, 2.0) for t in f.grid]
+    _reindex(f)
+    j = _assemble(f, Request(train_jobs=["tj"]), 200.0, None, ["tj"], {}, "", False)
+    assert (j["start"], j["end"], j["run_seconds"]) == (10.0, 100.0, 130.0), j
+    assert j["cpu"]["job_seconds"] == 75.0 and j["cpu"]["allocated_cores"] == 2.0, j["cpu"]
+    assert j["cpu"]["efficiency"] == pytest.approx(75.0 / (2 * 130), abs=1e-4), j["cpu"]
+
+
 def test_a_job_outside_slurm_gets_its_processes_cpu_not_the_nodes():
     """Issue 47: a training job with no cgroup of its own (not under Slurm) is judged by its processes' CPU
     (teye_job_cpu_seconds_total, counted from each process's start, so from zero) over the CPUs they may run
