@@ -181,6 +181,13 @@ def run_tests(tree: str, tests: Sequence[str], out: str, first_failure: bool) ->
     return recs
 
 
+# pytest's exit status for its own failure (INTERNALERROR).  CPython 3.11.7 raised one while pytest formatted a
+# named test's failure on a mutant (x38b, stop 65): "SystemError: AST constructor recursion depth mismatch", the
+# AST conversion's depth count shared by threads (gh-106905), here pytest's formatting and a thread of the test
+# printing a traceback (3.11's traceback parses each line for its carets) at the same moment.
+INTERNAL_ERROR = 3
+
+
 def kinds(recs: List[dict]) -> dict:
     """nodeid -> its kind in tests/kinds.py ("measures" or "parallel"), as the run's collection marked it."""
     return {r["nodeid"]: r["outcome"] for r in recs[:-1] if r["when"] == "kind"}
@@ -239,6 +246,9 @@ def _check(patch: str, tests: Sequence[str], workdir: str, base: Optional[List[d
     forget_compiled(tree, patched_paths(tree, patch))
     # 3. with the patch: a named test fails, in its own call (1: tests ran and some failed)
     mut = run_tests(tree, tests, out, first_failure=True)
+    if mut[-1]["rc"] == INTERNAL_ERROR:   # pytest's own failure is no verdict on the mutant: once more
+        mut = run_tests(tree, tests, out, first_failure=True)
+    assert mut[-1]["rc"] != INTERNAL_ERROR, f"{name}: pytest failed internally, twice, on the mutant:\n{_show(mut)}"
     failed = [r for r in mut[:-1] if r["outcome"] == "failed"]
     if not failed and mut[-1]["rc"] == 0 and not [r for r in mut[:-1] if r["when"] == "call"]:
         # every named test skipped (a ``base`` vouched for by the run itself cannot say so beforehand)

@@ -106,6 +106,36 @@ def test_a_failing_fixture_is_not_the_named_tests_failure(tiny):
         tiny(patch, ["tests/test_calc.py::test_with_fixture"])
 
 
+CRASHING = """\
+import os
+
+
+def pytest_runtest_makereport(item, call):
+    # pytest's own failure while it reports a failing call (as CPython 3.11.7's AST race made one, stop 65):
+    # once (TEYE_TEST_CRASH_FLAG is made) or every time (no flag)
+    flag = os.environ.get("TEYE_TEST_CRASH_FLAG")
+    if call.when == "call" and call.excinfo is not None and not (flag and os.path.exists(flag)):
+        if flag:
+            open(flag, "w").close()
+        raise SystemError("AST constructor recursion depth mismatch (before=129, after=25)")
+"""
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_pytest_failing_internally_on_the_mutant_is_run_again_once(tiny, tmp_path, monkeypatch, once):
+    """An INTERNALERROR (exit 3) is pytest's failure, no verdict on the mutant: its tests run once more; a
+    second one fails the check, saying so."""
+    (tiny.repo / "tests" / "conftest.py").write_text(CRASHING)
+    monkeypatch.setenv("TEYE_TEST_CRASH_FLAG", str(tmp_path / "crashed") if once else "")
+    mutant = _patch("    return a + b", "    return a - b")
+    if once:
+        tiny(mutant, ["tests/test_calc.py::test_add"])
+        assert (tmp_path / "crashed").exists()
+    else:
+        with pytest.raises(AssertionError, match="pytest failed internally, twice, on the mutant"):
+            tiny(mutant, ["tests/test_calc.py::test_add"])
+
+
 def test_a_shared_baseline_stands_for_step_one_of_each_patch(tiny, tmp_path):
     """One baseline run of several patches' tests: each patch reads its own tests' records from it, so a test
     of another patch failing there does not fail this one, and its own failing there does."""
