@@ -30,6 +30,7 @@ DIR_ENV = "TEYE_TEST_REFERENCES"
 PORT = "{port}"     # an argument holding it gets a free TCP port of its own at each run (torchrun's master port)
 OUT = "{out}"       # an argument holding it gets a fresh file path; the file's text is kept with the output
 
+
 def session_env(environ) -> dict:
     """The environment the session started with, as the serial pass has it.  An xdist worker starts with
     COLUMNS=80 and LINES=24 set (x35: every bare run the first pass made missed for them); the serial pass, one
@@ -79,8 +80,8 @@ class Result(subprocess.CompletedProcess):
 class Bare:
     """One bare run a measuring test compares with.  ``name``: unique in the suite (the first pass's test id);
     ``args``: the command, where PORT and OUT may stand inside arguments; ``env``: the variables the test sets
-    (its base_env(...)'s), over the session's environment (SESSION_ENV); ``timeout``: seconds, as plain_run's; ``status``: the exit status its test expects
-    (the first pass fails on another); ``needs``: a module the job imports, without which its test skips (so
+    (its base_env(...)'s), over the session's environment (SESSION_ENV); ``timeout``: seconds, as plain_run's;
+    ``status``: the exit status its test expects (the first pass fails on another); ``needs``: a module the job imports, without which its test skips (so
     does the first pass's run)."""
 
     def __init__(self, name: str, args: List[str], env: Optional[dict] = None, timeout: float = 300, cwd: str = REPO,
