@@ -1050,9 +1050,13 @@ class Session:
 
     def exit_flush(self):
         """Before os._exit (a forked or multiprocessing child ends that way, atexit never runs): what the exit
-        hooks would have done, the final evaluation reported and every reporter of the process flushed."""
+        hooks would have done: the final evaluation reported, a trace request still running closed and every
+        reporter of the process flushed."""
         if self.exit_hook or self.held is not None:
             self._finish_guarded()
+        tr = sys.modules.get("teye_client._trace")
+        if tr is not None:
+            tr.close_all()   # a trace request still running gets its last word (before the reporters' flush)
         rep = sys.modules.get("teye_client.reporter")
         if rep is not None:
             rep.flush_all()

@@ -22,6 +22,7 @@ a new, valid, unexpired request is taken once per process:
 
 Everything runs on the training thread at step boundaries: nothing of the job is touched between them.
 """
+import atexit
 import json
 import os
 import re
@@ -43,6 +44,17 @@ MAX_MAX_BYTES = 1 << 40               # (agent.trace.defaults.MAX_TRACE_BYTES: t
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ns = time.monotonic_ns
 _wall = time.time
+_TRACERS = []                         # this process's Tracers: a request still running is closed at its exit
+
+
+def close_all():
+    """At the process's end (atexit, or ``Session.exit_flush`` before a multiprocessing child's ``os._exit``): each
+    request still running gets its last word (Tracer.close), so that `teye trace` ends at once, not at its timeout."""
+    for t in list(_TRACERS):
+        try:
+            t.close()
+        except Exception:
+            pass   # (never into the job's exit)
 
 
 def request_dir(uid=None):
@@ -246,6 +258,9 @@ class Tracer:
         self.start_step = None         # the first step traced: the largest proposal seen (its own, its peers')
         self.proposed = self.margin = 0   # its own proposal, and the margin it took (steps)
         self.next_peek = 0
+        if not _TRACERS:
+            atexit.register(close_all)
+        _TRACERS.append(self)
 
     def tick(self, now_ns=None):
         self.step_n += 1
@@ -419,6 +434,24 @@ class Tracer:
         self._status("done", trace=path, **({"raw": sorted(kept.values())} if kept else {}))
         self._report(True)
         self.req = self.start_step = None
+
+    def close(self):
+        """The process ends with the request still running (the job's last step came before the traced ones, or
+        during them): steps all recorded are written as at the next boundary; otherwise the status says
+        ``failed``, with the step the process ended at (before it, a CLI waited for its timeout, two minutes by
+        default, for a process that was gone).  Only in the process that took the request (a forked child's
+        copy is not its)."""
+        if self.req is None or os.getpid() != self.pid:
+            return
+        if self.recorded:
+            return self._finish()
+        if self.prof is None:
+            at = ("at step %d" % self.start_step) if self.start_step is not None else "not yet agreed"
+            why = "the process ended after step %d, before its first traced step (%s)" % (self.step_n, at)
+        else:
+            why = ("the process ended after step %d, during its trace (from step %d): the steps recorded are "
+                   "not kept" % (self.step_n, self.first_step))
+        self._fail(why)
 
     def _fail(self, why):
         prof, self.prof, self.recorded = self.prof, None, False

@@ -225,6 +225,85 @@ def test_a_profiler_that_raises_fails_the_trace_and_the_job_goes_on(dirs, monkey
     assert FakeProfile.made[-1].stopped and t.req is None and os.listdir(out) == []
 
 
+@pytest.mark.parametrize("ticks, state, why", [
+    (2, "failed", "the process ended after step 2, before its first traced step (at step 7)"),
+    (6, "failed", "the process ended after step 6, during its trace (from step 7): the steps recorded are not kept"),
+    (9, "done", None),                               # every step recorded: written at the exit
+])
+def test_a_process_that_ends_with_its_request_running_gives_its_last_word(dirs, monkeypatch, ticks, state, why):
+    """The job's last step came before its traced ones, or during them: at its exit the status says so (or the
+    trace, all recorded, is written), so that the CLI ends then and not at its timeout."""
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    monkeypatch.setattr(_trace, "START_MARGIN_S", 0)   # (3 steps: proposed at step 2 for step 2 + 2 + 3)
+    t = _trace.Tracer("job", 0, FakeProfile, directory=d)
+    _ask(d, out)
+    for _ in range(ticks):
+        t.tick()
+    assert _status(d)["state"] == ("starting" if ticks == 2 else "tracing")
+    _trace.close_all()                               # (what atexit, or the hook before os._exit, calls)
+    st = _status(d)
+    assert st["state"] == state and st.get("reason") == why, st
+    assert t.req is None and all(p.stopped for p in FakeProfile.made)
+    assert os.listdir(out) == ([] if why else [os.path.basename(st["trace"])])
+
+
+def test_a_forked_copy_of_a_tracer_says_nothing_for_its_parent(dirs, monkeypatch):
+    d, out = dirs
+    monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
+    monkeypatch.setattr(_trace, "START_MARGIN_S", 0)
+    t = _trace.Tracer("job", 0, FakeProfile, directory=d)
+    _ask(d, out)
+    for _ in range(2):
+        t.tick()
+    t.pid = os.getpid() + 1                          # (made in the parent: the status file is the parent's)
+    _trace.close_all()
+    assert _status(d)["state"] == "starting" and t.req is not None
+
+
+ENDS_EARLY = """
+import os, sys, time
+from teye_client import _trace
+
+class Profile:                                   # (never made: the process ends before its first traced step)
+    SUFFIX = ".pt.trace.json"
+
+t = _trace.Tracer("ends_early", None, Profile)
+until = time.monotonic() + 60
+while t.start_step is None and time.monotonic() < until:
+    t.tick()
+    time.sleep(0.01)
+print(t.step_n, t.start_step, flush=True)
+if sys.argv[1] == "os._exit":
+    os._exit(0)                                  # (as a multiprocessing child ends: no atexit)
+"""
+
+
+@pytest.mark.parametrize("how", ["return", "os._exit"])
+def test_the_cli_ends_when_the_process_that_took_the_request_ends_before_its_trace(tmp_path, how):
+    """A real process (the request module's Tracer, under teye's zero-code hook: `teye run`) takes the request
+    and ends before its first traced step, by returning (atexit) or by os._exit (the hook's flush): the CLI
+    says why at once; before, it waited for its timeout (here 100 s, past the 40 s the test gives it)."""
+    script = tmp_path / "ends_early.py"
+    script.write_text(ENDS_EARLY)
+    out = tmp_path / "o"
+    out.mkdir(mode=0o700)
+    env = {**os.environ, "PYTHONPATH": REPO, "TEYE_TRACE_REQUESTS": str(tmp_path / "req")}
+    job = subprocess.Popen([sys.executable, "-m", "agent", "run", "--", sys.executable, str(script), how],
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        r = _cli("--train-job", "ends_early", "--output", str(out), "--timeout", "100", "--json",
+                 env={"TEYE_TRACE_REQUESTS": str(tmp_path / "req")}, timeout=40)
+        jout, jerr = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert job.returncode == 0, jerr[-2000:]
+    ended, start = map(int, jout.split())           # (the job's own word: its last step, the first to trace)
+    [p] = json.loads(r.stdout)["processes"]
+    assert r.returncode == 1 and p["state"] == "failed", r.stdout + r.stderr
+    assert p["reason"] == f"the process ended after step {ended}, before its first traced step (at step {start})"
+
+
 def test_an_output_directory_that_is_not_the_jobs_own_fails_at_once(dirs, monkeypatch):
     d, out = dirs
     monkeypatch.setattr(_trace, "CHECK_EVERY_NS", 0)
