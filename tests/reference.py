@@ -81,8 +81,8 @@ class Bare:
     """One bare run a measuring test compares with.  ``name``: unique in the suite (the first pass's test id);
     ``args``: the command, where PORT and OUT may stand inside arguments; ``env``: the variables the test sets
     (its base_env(...)'s), over the session's environment (SESSION_ENV); ``timeout``: seconds, as plain_run's;
-    ``status``: the exit status its test expects (the first pass fails on another); ``needs``: a module the job imports, without which its test skips (so
-    does the first pass's run)."""
+    ``status``: the exit status its test expects (the first pass fails on another); ``needs``: a module the job
+    imports, without which its test skips (so does the first pass's run)."""
 
     def __init__(self, name: str, args: List[str], env: Optional[dict] = None, timeout: float = 300, cwd: str = REPO,
                  status: int = 0, needs: Optional[str] = None):
